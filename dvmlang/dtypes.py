@@ -1,0 +1,144 @@
+"""Element types shared by every layer (the language re-exports them as ``dl.float32`` and so on).
+
+Each dtype has a stable 4-bit code used in bytecode, a numpy dtype for the simulator, and the
+promotion rules the frontend applies when two operands meet.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import ml_dtypes
+
+
+class DType:
+    """An element type: ``dl.float32``, ``dl.int32``, ``dl.bfloat16`` ..."""
+
+    __slots__ = ("name", "code", "np", "itemsize", "kind", "bits")
+
+    def __init__(self, name: str, code: int, np_dtype, kind: str):
+        self.name = name
+        self.code = code
+        self.np = np.dtype(np_dtype)
+        self.itemsize = self.np.itemsize
+        self.kind = kind  # "b" bool, "i" signed int, "u" unsigned int, "f" float
+        self.bits = 1 if kind == "b" else self.itemsize * 8
+
+    def __repr__(self) -> str:
+        return f"dl.{self.name}"
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return (by_name, (self.name,))
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "f"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind in "iu"
+
+    @property
+    def is_signed(self) -> bool:
+        return self.kind == "i" or self.kind == "f"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "b"
+
+    def to(self, *_args, **_kw):  # pragma: no cover - guard against confusing a dtype with a tile
+        raise TypeError(f"{self!r} is a dtype, not a tile; call .to() on a tile value")
+
+
+bool_ = DType("int1", 0, np.bool_, "b")
+int8 = DType("int8", 1, np.int8, "i")
+uint8 = DType("uint8", 2, np.uint8, "u")
+int16 = DType("int16", 3, np.int16, "i")
+uint16 = DType("uint16", 4, np.uint16, "u")
+int32 = DType("int32", 5, np.int32, "i")
+uint32 = DType("uint32", 6, np.uint32, "u")
+int64 = DType("int64", 7, np.int64, "i")
+uint64 = DType("uint64", 8, np.uint64, "u")
+float16 = DType("float16", 9, np.float16, "f")
+bfloat16 = DType("bfloat16", 10, ml_dtypes.bfloat16, "f")
+float32 = DType("float32", 11, np.float32, "f")
+float64 = DType("float64", 12, np.float64, "f")
+float8e4nv = DType("float8e4nv", 13, ml_dtypes.float8_e4m3fn, "f")
+float8e5 = DType("float8e5", 14, ml_dtypes.float8_e5m2, "f")
+
+ALL: tuple[DType, ...] = (bool_, int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16,
+                          bfloat16, float32, float64, float8e4nv, float8e5)
+BY_CODE: dict[int, DType] = {d.code: d for d in ALL}
+BY_NAME: dict[str, DType] = {d.name: d for d in ALL}
+BY_NAME.update({"bool": bool_, "int1": bool_, "fp16": float16, "bf16": bfloat16, "fp32": float32,
+                "fp64": float64, "half": float16, "float": float32, "double": float64})
+_BY_NP: dict[np.dtype, DType] = {d.np: d for d in ALL}
+
+# Array dtypes a launch accepts (issue contract): the rest of the table is usable inside kernels.
+ARRAY_DTYPES = (float16, float32, int32, int8, bool_, bfloat16, uint8, int16, int64, float64, uint32,
+                float8e4nv, float8e5)
+
+
+def by_name(name: str) -> DType:
+    return BY_NAME[name]
+
+
+def from_numpy(dt) -> DType | None:
+    """The dvmlang dtype of a numpy dtype, or None if dvmlang has no such type."""
+    return _BY_NP.get(np.dtype(dt))
+
+
+def lookup(value) -> DType | None:
+    """Accept a DType, a numpy dtype/type, or a name; return the DType or None."""
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str):
+        return BY_NAME.get(value)
+    try:
+        return from_numpy(value)
+    except TypeError:
+        return None
+
+
+def _float_rank(d: DType) -> int:
+    return {float8e5: 0, float8e4nv: 0, float16: 1, bfloat16: 1, float32: 2, float64: 3}[d]
+
+
+def promote(a: DType, b: DType) -> DType:
+    """The common dtype of two operands (Triton's rules: floats win, wider wins, fp16+bf16 -> fp32,
+    signed+unsigned of one width -> unsigned)."""
+    if a is b:
+        return a
+    if a.is_float or b.is_float:
+        if not a.is_float:
+            return b
+        if not b.is_float:
+            return a
+        ra, rb = _float_rank(a), _float_rank(b)
+        if ra != rb:
+            return a if ra > rb else b
+        return float32 if ra <= 1 else a
+    if a.is_bool:
+        return b
+    if b.is_bool:
+        return a
+    if a.bits != b.bits:
+        return a if a.bits > b.bits else b
+    return a if a.kind == "u" else b
+
+
+def int_fits(value: int, d: DType) -> bool:
+    if d.is_bool:
+        return value in (0, 1)
+    info = np.iinfo(d.np)
+    return info.min <= value <= info.max
+
+
+def scalar_dtype_of_python(value) -> DType:
+    """The dtype a Python literal takes when it must become a typed value on its own."""
+    if isinstance(value, bool):
+        return bool_
+    if isinstance(value, int):
+        return int32 if int_fits(value, int32) else int64
+    return float32

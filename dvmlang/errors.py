@@ -1,0 +1,226 @@
+"""The dvmlang error hierarchy.
+
+Every failure a user can cause raises one of these classes, with a message that says what went wrong,
+where (``file:line:col`` for kernel code, section and offset for bytecode, program id and source line
+for run-time faults) and how to fix it. Catch ``DvmError`` to catch them all.
+
+Launch-argument errors also derive from the matching built-in class (``TypeError`` or ``ValueError``)
+so ordinary Python habits keep working.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class DvmError(Exception):
+    """Base class of every dvmlang error."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Source locations and compile-time diagnostics
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLoc:
+    """A span in a source file: 1-based lines, 0-based columns (as Python's ``ast`` reports them)."""
+
+    file: str
+    line: int
+    col: int = 0
+    end_line: int | None = None
+    end_col: int | None = None
+    func: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col + 1}"
+
+
+def source_line(file: str, line: int) -> str:
+    """The text of one source line, or "" when the file cannot be read."""
+    import linecache
+
+    return linecache.getline(file, line).rstrip("\n")
+
+
+def render_span(loc: SourceLoc) -> str:
+    """Render a source line with a ``^^^`` marker under the span of ``loc``."""
+    text = source_line(loc.file, loc.line)
+    if not text:
+        return ""
+    start = max(0, loc.col)
+    if loc.end_line == loc.line and loc.end_col is not None and loc.end_col > start:
+        end = loc.end_col
+    else:
+        end = len(text.rstrip())
+    end = max(end, start + 1)
+    return f"    {text}\n    {' ' * start}{'^' * (end - start)}"
+
+
+class CompilationError(DvmError):
+    """A kernel could not be compiled. The message shows ``file:line:col``, the source line with a caret
+    span under the offending code, the chain of inlined kernel calls, and the rewrite to use."""
+
+    def __init__(self, message: str, loc: SourceLoc | None = None, hint: str | None = None,
+                 call_chain: tuple[tuple[str, SourceLoc], ...] = ()):
+        self.message = message
+        self.loc = loc
+        self.hint = hint
+        self.call_chain = call_chain
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        parts = []
+        if self.loc is not None:
+            parts.append(f"{self.loc}: {self.message}")
+            span = render_span(self.loc)
+            if span:
+                parts.append(span)
+        else:
+            parts.append(self.message)
+        for name, site in self.call_chain:
+            parts.append(f"  in kernel `{name}` called from {site}")
+            span = render_span(site)
+            if span:
+                parts.append(span)
+        if self.hint:
+            parts.append(f"hint: {self.hint}")
+        return "\n".join(parts)
+
+    def with_context(self, loc: SourceLoc | None = None,
+                     call_chain: tuple[tuple[str, SourceLoc], ...] | None = None) -> "CompilationError":
+        """A copy of this error with a location and call chain filled in where they were missing."""
+        err = type(self).__new__(type(self))
+        CompilationError.__init__(err, self.message, self.loc or loc, self.hint,
+                                  self.call_chain if call_chain is None or self.call_chain else call_chain)
+        return err
+
+
+class UnsupportedSyntaxError(CompilationError):
+    """A Python construct the kernel language does not support (the message names the rewrite)."""
+
+
+class KernelTypeError(CompilationError):
+    """Operands whose types or shapes do not fit the operation."""
+
+
+class ConstexprError(CompilationError):
+    """A value that must be known at compile time is not, or a ``static_assert`` failed."""
+
+
+class IRVerificationError(CompilationError):
+    """The tile IR broke one of its invariants (a compiler bug if it comes from the frontend)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Launch-time argument errors
+
+
+class ArgumentError(DvmError, TypeError):
+    """A launch argument has the wrong kind, dtype, or value (names the parameter and what was expected)."""
+
+
+class LaunchError(DvmError, ValueError):
+    """A launch configuration is impossible: a bad grid, a missing constexpr, an unknown keyword."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Bytecode
+
+
+class BytecodeError(DvmError):
+    """Bytecode that cannot be decoded or must not run. ``section``, ``offset``, ``expected`` and
+    ``found`` say where and what."""
+
+    kind = "bytecode"
+
+    def __init__(self, message: str, *, section: str | None = None, offset: int | None = None,
+                 expected: str | None = None, found: str | None = None):
+        self.reason = message
+        self.section = section
+        self.offset = offset
+        self.expected = expected
+        self.found = found
+        where = []
+        if section:
+            where.append(f"section {section}")
+        if offset is not None:
+            where.append(f"offset {offset}")
+        text = f"{self.kind} bytecode: {message}"
+        if where:
+            text += f" ({', '.join(where)})"
+        if expected is not None or found is not None:
+            text += f"; expected {expected}, found {found}"
+        super().__init__(text)
+
+
+class MalformedBytecodeError(BytecodeError):
+    """Decoding failed: bad magic, truncation, sizes that do not add up, bad varints, unknown opcodes."""
+
+    kind = "malformed"
+
+
+class InvalidBytecodeError(BytecodeError):
+    """Decoded but unsafe to run: out-of-range UB operands, bad register/tensor indices, branches into the
+    middle of an instruction, waits without a matching set, limits exceeded."""
+
+    kind = "invalid"
+
+
+class VersionError(MalformedBytecodeError):
+    """The container was written by a newer, incompatible major version of dvmlang."""
+
+    kind = "unsupported"
+
+
+# --------------------------------------------------------------------------------------------------
+# Device
+
+
+class ResourceError(DvmError):
+    """A kernel's buffers do not fit the on-chip memory (UB, L1, L0A/B/C); the message breaks the
+    footprint down per buffer."""
+
+
+class DeviceError(DvmError):
+    """A fault while the simulated NPU ran a program."""
+
+
+class MemoryFault(DeviceError):
+    """An access outside the tensor it belongs to. Names kernel, program id, tensor, index range and the
+    kernel source line."""
+
+    def __init__(self, message: str, *, kernel: str = "", tensor: str = "", index_range=None,
+                 program_id=None, loc: SourceLoc | None = None):
+        self.kernel = kernel
+        self.tensor = tensor
+        self.index_range = index_range
+        self.program_id = program_id
+        self.loc = loc
+        text = message
+        if loc is not None:
+            text += f"\n  at {loc}"
+            span = render_span(loc)
+            if span:
+                text += "\n" + span
+        super().__init__(text)
+
+
+class WatchdogTimeout(DeviceError):
+    """A program executed more instructions than the watchdog allows (a runaway loop)."""
+
+
+class UninitializedRead(DeviceError):
+    """Debug mode: a program read on-chip memory that nothing had written."""
+
+
+class RaceDetected(DeviceError):
+    """Debug mode: two programs wrote the same global-memory bytes without atomics."""
+
+
+class DvmWarning(UserWarning):
+    """Base class of dvmlang warnings."""
+
+
+class PerformanceWarning(DvmWarning):
+    """Code that works but maps poorly onto the NPU (for example a gather instead of a DMA)."""

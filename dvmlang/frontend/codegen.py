@@ -1,0 +1,1261 @@
+"""Python AST -> tile IR.
+
+A whitelisting ``ast.NodeVisitor`` in the spirit of Triton's code generator: every visited node sets
+the source location; every failure becomes a ``CompilationError`` at that node; constructs the
+language does not have are rejected by name with the rewrite to use. Control flow goes beyond
+Triton: ``break``, ``continue`` and early ``return`` are structured exits in the IR.
+
+Loop-carried values are found by a dry run of the loop body into a scratch block: names the body
+assigns that exist before the loop are carried, Python numbers adopt the type the body gives them, and
+any other change of type or shape is an error.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import math
+import textwrap
+import warnings
+
+from .. import dtypes as dt
+from ..errors import (CompilationError, ConstexprError, DvmError, KernelTypeError, SourceLoc,
+                      UnsupportedSyntaxError)
+from ..ir.builder import Builder
+from ..ir.core import Block, Function, Op, Param, ScalarType, TileType, Value
+from .semantic import PY_NUMBER, Semantic
+from .values import Undefined, block_pointer, constexpr, pointer, tensor, unwrap
+
+_BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
+           ast.Mod: "mod", ast.Pow: "pow", ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor",
+           ast.LShift: "shl", ast.RShift: "shr"}
+_CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
+_UNARY = {ast.USub: "neg", ast.UAdd: "pos", ast.Invert: "invert", ast.Not: "not"}
+
+_REWRITES = {
+    "Try": "kernels cannot catch exceptions; check conditions with `if` and dl.static_assert",
+    "TryStar": "kernels cannot catch exceptions",
+    "With": "kernels have no context managers; call the operations directly",
+    "AsyncWith": "kernels have no context managers",
+    "ClassDef": "define classes outside the kernel and pass compile-time values in",
+    "FunctionDef": "define helper functions at module level with @dvmlang.kernel and call them",
+    "AsyncFunctionDef": "define helpers at module level with @dvmlang.kernel",
+    "Lambda": "define the function at module level with @dvmlang.kernel and pass it by name",
+    "Global": "read globals as compile-time constants; pass runtime values as arguments",
+    "Nonlocal": "pass values as arguments instead",
+    "Yield": "kernels are not generators; store results with dl.store",
+    "YieldFrom": "kernels are not generators; store results with dl.store",
+    "Await": "kernels are not coroutines",
+    "AsyncFor": "use a plain `for ... in range(...)` loop",
+    "Delete": "names cannot be deleted inside a kernel; reassign them instead",
+    "Import": "import modules at the top of the file, outside the kernel",
+    "ImportFrom": "import modules at the top of the file, outside the kernel",
+    "Raise": "use dl.static_assert for compile-time checks",
+    "ListComp": "use dl.static_range loops or tiles instead of comprehensions",
+    "SetComp": "use tiles instead of comprehensions",
+    "DictComp": "use tiles instead of comprehensions",
+    "GeneratorExp": "use tiles instead of generator expressions",
+    "Set": "use a tuple of compile-time values",
+    "Dict": "use separate compile-time parameters",
+    "NamedExpr": "assign with a separate statement",
+    "Match": "use if/elif/else",
+}
+
+
+class _Exit(Exception):
+    """Internal: the rest of a block is unreachable."""
+
+
+class LoopContext:
+    def __init__(self, op: Op | None, names: list[str], templates: list, kind: str):
+        self.op = op
+        self.names = names
+        self.templates = templates  # per carried name: a value whose type every exit must give
+        self.kind = kind
+        self.exit_values: list = []  # dry run: (kind, {name: value}) at break/continue
+
+
+class ReturnContext:
+    def __init__(self):
+        self.exits: list[tuple[Op, list, Block]] = []  # (exit op, values, block)
+
+
+def _assigned_names(stmts) -> list[str]:
+    """Names a list of statements may (re)bind, in first-assignment order."""
+    found: list[str] = []
+
+    class V(ast.NodeVisitor):
+        def visit_Name(self, node):
+            if isinstance(node.ctx, ast.Store) and node.id not in found:
+                found.append(node.id)
+
+        def visit_FunctionDef(self, node):
+            pass
+
+        visit_Lambda = visit_FunctionDef
+
+    for s in stmts:
+        V().visit(s)
+    return found
+
+
+class KernelSource:
+    """The parsed source of one ``@dvmlang.kernel`` function, shared by every build of it."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.name = fn.__name__
+        try:
+            lines, start = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as e:
+            raise DvmError(f"cannot read the source of `{fn.__name__}` ({e}); dvmlang kernels must be defined "
+                           "in a file, not typed at an interactive prompt") from None
+        self.file = inspect.getsourcefile(fn) or fn.__code__.co_filename
+        text = "".join(lines)
+        first = lines[0]
+        self.indent = len(first) - len(first.lstrip())
+        self.line_offset = start - 1
+        tree = ast.parse(textwrap.dedent(text))
+        fdef = tree.body[0]
+        if not isinstance(fdef, ast.FunctionDef):
+            raise DvmError(f"@dvmlang.kernel must decorate a function, got {type(fdef).__name__}")
+        self.tree = fdef
+        self.first_line = start
+        self.last_line = start + len(lines) - 1
+        self.params = [a.arg for a in fdef.args.args]
+        if fdef.args.vararg or fdef.args.kwarg or fdef.args.kwonlyargs or fdef.args.posonlyargs:
+            raise UnsupportedSyntaxError("kernels take plain positional parameters only (no *args, **kwargs, "
+                                         "keyword-only or positional-only parameters)", self.loc(fdef))
+        self.annotations = {}
+        for a in fdef.args.args:
+            self.annotations[a.arg] = a.annotation
+        self.constexpr_params = set()
+        for a in fdef.args.args:
+            if a.annotation is not None and _is_constexpr_annotation(a.annotation, fn.__globals__):
+                self.constexpr_params.add(a.arg)
+        self.defaults = {}
+        if fn.__defaults__:
+            for name, value in zip(self.params[-len(fn.__defaults__):], fn.__defaults__):
+                self.defaults[name] = value
+
+    def loc(self, node) -> SourceLoc:
+        line = getattr(node, "lineno", 1) + self.line_offset
+        col = getattr(node, "col_offset", 0) + self.indent
+        end_line = getattr(node, "end_lineno", None)
+        end_col = getattr(node, "end_col_offset", None)
+        return SourceLoc(self.file, line, col, end_line + self.line_offset if end_line else None,
+                         end_col + self.indent if end_col is not None else None, self.name)
+
+
+def _is_constexpr_annotation(node, globs) -> bool:
+    if isinstance(node, ast.Attribute) and node.attr == "constexpr":
+        return True
+    if isinstance(node, ast.Name):
+        return node.id == "constexpr" or globs.get(node.id) is constexpr
+    if isinstance(node, ast.Constant) and node.value == "constexpr":
+        return True
+    return False
+
+
+class CodeGen(ast.NodeVisitor):
+    """Compiles one function body (the kernel itself, or an inlined callee) into the current block."""
+
+    def __init__(self, src: KernelSource, sem: Semantic, names: dict, call_chain: tuple = (),
+                 build=None):
+        self.src = src
+        self.sem = sem
+        self.b: Builder = sem.b
+        self.names = names
+        self.call_chain = call_chain
+        self.build = build  # the BuildContext: dry-run flag, warnings, printers, global reads
+        self.loops: list[LoopContext] = []
+        self.ret: ReturnContext | None = None
+        self.is_top = not call_chain
+        self.return_value = None
+        self.globals = src.fn.__globals__
+        self.closure = {}
+        if src.fn.__closure__:
+            for name, cell in zip(src.fn.__code__.co_freevars, src.fn.__closure__):
+                try:
+                    self.closure[name] = cell.cell_contents
+                except ValueError:
+                    pass
+        sem.codegen = self
+
+    # ---- errors and locations -----------------------------------------------------------------------
+    def loc(self, node) -> SourceLoc:
+        return self.src.loc(node)
+
+    def error(self, cls, node, msg, hint=None):
+        return cls(msg, self.loc(node), hint, self.call_chain)
+
+    def visit(self, node):
+        saved = self.b.loc
+        if hasattr(node, "lineno"):
+            self.b.loc = self.loc(node)
+        try:
+            return super().visit(node)
+        except _Exit:
+            raise
+        except CompilationError as e:
+            if e.loc is None:
+                raise e.with_context(self.loc(node), self.call_chain) from None
+            raise
+        except DvmError as e:
+            raise self.error(CompilationError, node, str(e)) from None
+        except RecursionError:
+            raise self.error(CompilationError, node, "the kernel nests too deeply (recursion limit reached)",
+                             "a kernel may not call itself") from None
+        except Exception as e:  # noqa: BLE001 - never let a Python traceback escape from the compiler
+            raise self.error(CompilationError, node, f"{type(e).__name__}: {e}") from None
+        finally:
+            self.b.loc = saved
+
+    def generic_visit(self, node):
+        name = type(node).__name__
+        hint = _REWRITES.get(name)
+        raise self.error(UnsupportedSyntaxError, node, f"`{name}` is not supported in a dvmlang kernel", hint)
+
+    # ---- statements ---------------------------------------------------------------------------------------
+    def visit_block(self, stmts) -> bool:
+        """Visit statements; return True if the block ended in an exit (break/continue/return)."""
+        for i, s in enumerate(stmts):
+            try:
+                self.visit(s)
+            except _Exit:
+                return True
+        return False
+
+    def visit_Pass(self, node):
+        return None
+
+    def visit_Expr(self, node):
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return None  # docstring
+        self.visit(node.value)
+
+    def visit_Assign(self, node):
+        value = self.visit(node.value)
+        for target in node.targets:
+            self.assign(target, value)
+
+    def visit_AnnAssign(self, node):
+        if node.value is None:
+            return None
+        value = self.visit(node.value)
+        if _is_constexpr_annotation(node.annotation, self.globals) and _runtime(value):
+            raise self.error(ConstexprError, node, f"`{ast.unparse(node.target)}` is annotated dl.constexpr but "
+                             "its value is only known at run time")
+        self.assign(node.target, value)
+
+    def visit_AugAssign(self, node):
+        if not isinstance(node.target, ast.Name):
+            raise self.error(UnsupportedSyntaxError, node, "only names can be updated with an augmented "
+                             "assignment", "tiles are immutable values: x = dl.where(mask, new, x)")
+        op = _BINOPS.get(type(node.op))
+        if op is None:
+            raise self.error(UnsupportedSyntaxError, node, f"operator {type(node.op).__name__} is not supported",
+                             "use dl.dot(a, b) for matrix products")
+        cur = self.lookup(node.target.id, node.target)
+        value = self.sem.binary(op, cur, self.visit(node.value))
+        self.assign(node.target, value)
+
+    def assign(self, target, value):
+        if isinstance(target, ast.Name):
+            if isinstance(value, Undefined):
+                self.names[target.id] = value
+                return
+            self.names[target.id] = value
+            return
+        if isinstance(target, (ast.Tuple, ast.List)):
+            value = unwrap(value)
+            if not isinstance(value, (tuple, list)):
+                raise self.error(KernelTypeError, target, f"cannot unpack {_kind(value)} into "
+                                 f"{len(target.elts)} names")
+            if len(value) != len(target.elts):
+                raise self.error(KernelTypeError, target, f"cannot unpack {len(value)} values into "
+                                 f"{len(target.elts)} names")
+            for t, v in zip(target.elts, value):
+                self.assign(t, v)
+            return
+        if isinstance(target, ast.Subscript):
+            raise self.error(UnsupportedSyntaxError, target, "tiles are immutable: element assignment is not "
+                             "supported", "build the new tile with dl.where(mask, new, x)")
+        raise self.error(UnsupportedSyntaxError, target, f"cannot assign to {type(target).__name__}")
+
+    def visit_Return(self, node):
+        value = self.visit(node.value) if node.value is not None else None
+        if self.is_top:
+            if value is not None:
+                raise self.error(KernelTypeError, node, "a kernel cannot return a value",
+                                 "store results through a pointer with dl.store")
+            if self.dry_run():
+                raise _Exit()
+            self.b.exit("return", None, [])
+            raise _Exit()
+        # inlined callee
+        if self.ret is None:
+            self.return_value = value
+            raise _Exit()
+        self.ret.exits.append((None, value, self.b.block))
+        raise _Exit()
+
+    def visit_Break(self, node):
+        self._loop_exit(node, "break")
+
+    def visit_Continue(self, node):
+        self._loop_exit(node, "continue")
+
+    def _loop_exit(self, node, kind):
+        if not self.loops:
+            raise self.error(UnsupportedSyntaxError, node, f"`{kind}` outside a loop")
+        loop = self.loops[-1]
+        if loop.kind == "static":
+            raise self.error(UnsupportedSyntaxError, node, f"`{kind}` inside dl.static_range is not supported",
+                             "use a runtime `range` loop, which supports break and continue")
+        current = [self.names.get(n) for n in loop.names]
+        if loop.op is None:  # dry run: remember the values for type discovery
+            loop.exit_values.append(dict(zip(loop.names, current)))
+            raise _Exit()
+        values = [self.coerce(v, t, n, node, f"at this `{kind}`") for v, t, n in
+                  zip(current, loop.templates, loop.names)]
+        self.b.exit(kind, loop.op, [h for v in values for h in _handles(v)])
+        raise _Exit()
+
+    def visit_Assert(self, node):
+        cond = self.visit(node.test)
+        msg = self.visit(node.msg) if node.msg is not None else ""
+        if _runtime(cond):
+            raise self.error(UnsupportedSyntaxError, node, "`assert` needs a compile-time condition",
+                             "use dl.static_assert for compile-time checks; check runtime values with `if`")
+        self.static_assert(cond, msg)
+
+    def visit_If(self, node):
+        cond = self.visit(node.test)
+        cond = unwrap(cond)
+        if not _runtime(cond):
+            return self.visit_block(node.body if cond else node.orelse) and self._raise_exit()
+        cond = self.sem.as_scalar(cond, "an `if` condition")
+        cond = self.sem.truth(cond)
+        self._runtime_if(node, cond, lambda: self.visit_block(node.body), lambda: self.visit_block(node.orelse))
+
+    def _raise_exit(self):
+        raise _Exit()
+
+    def _runtime_if(self, node, cond: tensor, then_fn, else_fn, results_only=None):
+        """Build an ``if`` op: visit both branches, merge the names they change."""
+        before = dict(self.names)
+        then_block, else_block = Block(), Block()
+        with self.b.at(then_block):
+            then_exit = then_fn()
+        then_names = self.names
+        self.names = dict(before)
+        with self.b.at(else_block):
+            else_exit = else_fn()
+        else_names = self.names
+        if then_exit and else_exit:
+            self.names = before
+            self.b.op("if", [cond.handle], [], regions=[then_block, else_block])
+            raise _Exit()
+        merged = dict(before)
+        live = [(then_names, then_block)] if not then_exit else []
+        if not else_exit:
+            live.append((else_names, else_block))
+        keys = [k for k in dict.fromkeys(list(then_names) + list(else_names))]
+        carried, templates = [], []
+        for k in keys:
+            vals = [names.get(k) for names, _ in live]
+            if all(v is vals[0] for v in vals):
+                if vals[0] is not None:
+                    merged[k] = vals[0]
+                continue
+            if any(v is None for v in vals) or any(isinstance(v, Undefined) for v in vals):
+                where = "one branch" if len(live) > 1 else "a branch"
+                merged[k] = Undefined(k, f"`{k}` is assigned in only {where} of the `if` at line "
+                                         f"{self.loc(node).line}; assign it before the `if` or in every branch")
+                continue
+            if all(not _runtime(v) for v in vals) and all(_same_const(v, vals[0]) for v in vals):
+                merged[k] = vals[0]
+                continue
+            template = self.unify(vals, k, node, "after the `if`")
+            carried.append(k)
+            templates.append(template)
+        for names, block in live:
+            with self.b.at(block):
+                vals = [self.coerce(names[k], t, k, node, "at the end of this branch")
+                        for k, t in zip(carried, templates)]
+                self.b.yield_([h for v in vals for h in _handles(v)])
+        result_types = [h.type for t in templates for h in _handles(t)]
+        op = self.b.op("if", [cond.handle], result_types, regions=[then_block, else_block])
+        it = iter(op.results)
+        for k, t in zip(carried, templates):
+            merged[k] = _rebuild(t, [next(it) for _ in _handles(t)])
+        self.names = merged
+        return op
+
+    def visit_For(self, node):
+        if node.orelse:
+            raise self.error(UnsupportedSyntaxError, node, "`for ... else` is not supported",
+                             "set a flag before `break` and test it after the loop")
+        it = node.iter
+        if not isinstance(it, ast.Call):
+            raise self.error(UnsupportedSyntaxError, it, "kernels can only loop over range(...), dl.range(...) or "
+                             "dl.static_range(...)", "iterate over indices: for i in range(n)")
+        func = self.visit(it.func)
+        args = [self.visit(a) for a in it.args]
+        kwargs = {k.arg: self.visit(k.value) for k in it.keywords}
+        from .. import language as dl
+        if func is dl.static_range:
+            return self._static_for(node, dl.static_range(*args, **kwargs).args)
+        if func is builtins.range or func is dl.range:
+            if func is builtins.range and kwargs:
+                raise self.error(KernelTypeError, it, "range() takes no keyword arguments")
+            r = dl.range(*args, **kwargs) if func is dl.range else dl.range(*args)
+            return self._runtime_for(node, r.args)
+        raise self.error(UnsupportedSyntaxError, it, "kernels can only loop over range(...), dl.range(...) or "
+                         "dl.static_range(...)")
+
+    def _range_args(self, args):
+        a1, a2, step = (unwrap(a) for a in args)
+        if a2 is None:
+            a1, a2 = 0, a1
+        return a1, a2, step
+
+    def _static_for(self, node, args):
+        lo, hi, step = self._range_args(args)
+        if any(_runtime(v) for v in (lo, hi, step)):
+            raise self.error(ConstexprError, node.iter, "dl.static_range bounds must be compile-time integers",
+                             "use range(...) for a loop with runtime bounds")
+        if step == 0:
+            raise self.error(KernelTypeError, node.iter, "range step must not be zero")
+        n = len(builtins.range(lo, hi, step))
+        if n > 4096:
+            raise self.error(KernelTypeError, node.iter, f"dl.static_range unrolls {n} iterations, more than 4096",
+                             "use range(...) for long loops")
+        self.loops.append(LoopContext(None, [], [], "static"))
+        try:
+            for i in builtins.range(lo, hi, step):
+                self.assign(node.target, i)
+                if self.visit_block(node.body):
+                    raise self.error(UnsupportedSyntaxError, node, "an exit inside dl.static_range is not supported")
+        finally:
+            self.loops.pop()
+
+    def _runtime_for(self, node, args):
+        lo, hi, step = self._range_args(args)
+        if isinstance(step, int) and step == 0:
+            raise self.error(KernelTypeError, node.iter, "range step must not be zero")
+        vals = []
+        for v, what in ((lo, "start"), (hi, "stop"), (step, "step")):
+            if isinstance(v, float) or (isinstance(v, tensor) and not (v.dtype.is_int or v.dtype.is_bool)):
+                raise self.error(KernelTypeError, node.iter, f"range {what} must be an integer, got {_kind(v)}")
+            if isinstance(v, (pointer, block_pointer)):
+                raise self.error(KernelTypeError, node.iter, f"range {what} must be an integer, got a pointer")
+            vals.append(self.sem.as_scalar(v, f"range {what}") if _runtime(v) else v)
+        idt = dt.int64 if any(isinstance(v, tensor) and v.dtype in (dt.int64, dt.uint64) for v in vals) else dt.int32
+        lo_t, hi_t, st_t = (self.sem.cast(v, idt) if isinstance(v, tensor) else self.sem.const(v, idt) for v in vals)
+        if not isinstance(node.target, ast.Name):
+            raise self.error(UnsupportedSyntaxError, node.target, "the loop variable must be a single name")
+        var = node.target.id
+        iv_type = ScalarType(idt)
+
+        def bind_iv(block_arg):
+            self.names[var] = tensor(block_arg)
+
+        carried, templates = self._discover_carried(node, node.body, bind_iv_type=(var, iv_type))
+        inits = [self.coerce(self.names[k], t, k, node, "before the loop") for k, t in zip(carried, templates)]
+        init_handles = [h for v in inits for h in _handles(v)]
+        op = self.b.for_op(lo_t.handle, hi_t.handle, st_t.handle, init_handles)
+        body = op.regions[0]
+        before = dict(self.names)
+        args_it = iter(body.args[1:])
+        for k, t in zip(carried, templates):
+            self.names[k] = _rebuild(t, [next(args_it) for _ in _handles(t)])
+        bind_iv(body.args[0])
+        self._visit_loop_body(op, node, node.body, body, carried, templates, "for")
+        self._after_loop(node, before, op, carried, templates, var)
+
+    def _visit_loop_body(self, op, node, stmts, body, carried, templates, kind):
+        ctx = LoopContext(op, carried, templates, kind)
+        self.loops.append(ctx)
+        try:
+            with self.b.at(body):
+                exited = self.visit_block(stmts)
+                if not exited:
+                    vals = [self.coerce(self.names.get(k), t, k, node, "at the end of the loop body")
+                            for k, t in zip(carried, templates)]
+                    self.b.yield_([h for v in vals for h in _handles(v)])
+        finally:
+            self.loops.pop()
+
+    def _after_loop(self, node, before, op, carried, templates, loop_var=None):
+        inner = self.names
+        self.names = dict(before)
+        it = iter(op.results)
+        for k, t in zip(carried, templates):
+            self.names[k] = _rebuild(t, [next(it) for _ in _handles(t)])
+        line = self.loc(node).line
+        for k, v in inner.items():
+            if k not in before and k != loop_var:
+                self.names[k] = Undefined(k, f"`{k}` is defined only inside the loop at line {line}; "
+                                             "initialise it before the loop to use it afterwards")
+        if loop_var is not None and loop_var not in before:
+            self.names[loop_var] = Undefined(loop_var, f"the loop variable `{loop_var}` of the loop at line {line} "
+                                                       "is not available after the loop; keep a copy in another name")
+
+    def visit_While(self, node):
+        if node.orelse:
+            raise self.error(UnsupportedSyntaxError, node, "`while ... else` is not supported",
+                             "set a flag before `break` and test it after the loop")
+        # A condition that is a compile-time False skips the loop entirely.
+        test_names = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
+        assigned = set(_assigned_names(node.body))
+        if not (test_names & assigned):
+            probe = self._probe_static(node.test)
+            if probe is not None and not probe:
+                return None
+        carried, templates = self._discover_carried(node, node.body, cond=node.test)
+        inits = [self.coerce(self.names[k], t, k, node, "before the loop") for k, t in zip(carried, templates)]
+        init_handles = [h for v in inits for h in _handles(v)]
+        op = self.b.while_op(init_handles)
+        cond_block, body = op.regions
+        before = dict(self.names)
+        self._bind_block(cond_block, carried, templates)
+        with self.b.at(cond_block):
+            c = self.visit(node.test)
+            c = self.sem.truth(self.sem.as_scalar(c, "a `while` condition") if _runtime(c) else self.sem.const(bool(unwrap(c)), dt.bool_))
+            self.b.yield_([c.handle])
+        self.names = dict(before)
+        self._bind_block(body, carried, templates)
+        self._visit_loop_body(op, node, node.body, body, carried, templates, "while")
+        self._after_loop(node, before, op, carried, templates)
+
+    def _probe_static(self, test):
+        """Evaluate a loop condition if it is a compile-time constant (no IR is kept)."""
+        scratch = Block()
+        saved_names = dict(self.names)
+        try:
+            with self.b.at(scratch), self.build.dry():
+                v = unwrap(self.visit(test))
+        finally:
+            self.names = saved_names
+        return None if _runtime(v) else bool(v)
+
+    def _bind_block(self, block, carried, templates):
+        it = iter(block.args)
+        for k, t in zip(carried, templates):
+            self.names[k] = _rebuild(t, [next(it) for _ in _handles(t)])
+
+    def _discover_carried(self, node, stmts, bind_iv_type=None, cond=None):
+        """Dry-run the loop body to find which names are loop-carried and with what types."""
+        assigned = _assigned_names(stmts)
+        if bind_iv_type is not None and bind_iv_type[0] in assigned:
+            assigned.remove(bind_iv_type[0])
+        candidates = [n for n in assigned if n in self.names and not isinstance(self.names[n], Undefined)]
+        if not candidates:
+            return [], []
+        types: dict[str, object] = {}
+        for k in candidates:
+            v = self.names[k]
+            types[k] = v if _runtime(v) else None
+        final = None
+        for attempt in range(4):
+            placeholders = {}
+            for k in candidates:
+                init = self.names[k]
+                t = types[k]
+                if t is None:
+                    placeholders[k] = init if not isinstance(unwrap(init), PY_NUMBER) else \
+                        _placeholder(self.sem.to_tensor(init).handle.type)
+                else:
+                    placeholders[k] = _placeholder_like(t)
+            ends, exits = self._dry_body(stmts, candidates, placeholders, bind_iv_type, cond)
+            changed = False
+            new_types = {}
+            for k in candidates:
+                init = self.names[k]
+                observed = [e[k] for e in ends + exits if k in e]
+                if not observed:
+                    new_types[k] = types[k]
+                    continue
+                if all(o is placeholders[k] for o in observed):
+                    new_types[k] = types[k]
+                    continue
+                if not _runtime(init) and all((not _runtime(o)) and _same_const(o, init) for o in observed):
+                    new_types[k] = None
+                    continue
+                vals = ([init] if types[k] is None else [types[k]]) + observed
+                t = self.unify(vals, k, node, "in the loop", loop=True, initial=init)
+                new_types[k] = t
+            for k in candidates:
+                a, b = types[k], new_types[k]
+                if (a is None) != (b is None) or (a is not None and _type_sig(a) != _type_sig(b)):
+                    changed = True
+            types = new_types
+            if not changed:
+                final = types
+                break
+        if final is None:
+            final = types
+        carried = [k for k in candidates if final[k] is not None]
+        templates = [final[k] for k in carried]
+        return carried, templates
+
+    def _dry_body(self, stmts, candidates, placeholders, bind_iv_type, cond):
+        scratch = Block()
+        saved_names = dict(self.names)
+        saved_loops = self.loops
+        ctx = LoopContext(None, candidates, [], "dry")
+        try:
+            with self.b.at(scratch), self.build.dry():
+                self.names = dict(saved_names)
+                self.names.update(placeholders)
+                if bind_iv_type is not None:
+                    self.names[bind_iv_type[0]] = tensor(Value(bind_iv_type[1]))
+                if cond is not None:
+                    self.visit(cond)
+                self.loops = saved_loops + [ctx]
+                exited = self.visit_block(stmts)
+                ends = [] if exited else [{k: self.names.get(k) for k in candidates}]
+        finally:
+            self.names = saved_names
+            self.loops = saved_loops
+        return ends, [e for e in ctx.exit_values]
+
+    # ---- merging values from several paths -------------------------------------------------------------
+    def unify(self, vals, name, node, where, loop=False, initial=None):
+        """A template value whose type all of ``vals`` can be converted to (Python numbers adapt)."""
+        runtime = [unwrap(v) for v in vals if _runtime(v)]
+        consts = [unwrap(v) for v in vals if not _runtime(v)]
+        for c in consts:
+            if not isinstance(c, PY_NUMBER):
+                raise self.error(KernelTypeError, node, f"`{name}` is {_kind(c)} on one path and "
+                                 f"{_kind(runtime[0]) if runtime else 'a different constant'} on another {where}",
+                                 "compile-time values other than numbers cannot change inside runtime control flow")
+        if not runtime:
+            return self.sem.to_tensor(_common_number(consts))
+        first = runtime[0]
+        if isinstance(first, pointer) or any(isinstance(v, pointer) for v in runtime):
+            if not all(isinstance(v, pointer) and v.param == first.param for v in runtime) or consts:
+                raise self.error(KernelTypeError, node, f"`{name}` points into different tensors on different paths "
+                                 f"{where}", "keep one pointer per tensor")
+            offs = [v.offset if v.offset is not None else self.sem.const(0) for v in runtime]
+            shapes = {o.shape for o in offs}
+            if len(shapes) > 1:
+                raise self.error(KernelTypeError, node, f"pointer `{name}` changes shape {where}: "
+                                 f"{' vs '.join(str(s) for s in shapes)}")
+            dtypes = {o.dtype for o in offs}
+            d = dt.int64 if dt.int64 in dtypes else next(iter(dtypes))
+            return pointer(first.param, first.dtype, _placeholder(_mk_type(offs[0].shape, d, offs[0].is_tile)), first.name)
+        if isinstance(first, block_pointer):
+            raise self.error(UnsupportedSyntaxError, node, f"block pointer `{name}` cannot be reassigned inside "
+                             "runtime control flow yet", "advance it with dl.advance outside the branch")
+        kinds = {v.is_tile for v in runtime}
+        shapes = {v.shape for v in runtime}
+        dtypes = [v.dtype for v in runtime]
+        if len(kinds) > 1 or len(shapes) > 1:
+            desc = " vs ".join(sorted({_kind(v) for v in runtime}))
+            hint = ("initialise it with the final shape, for example dl.zeros((BLOCK,), dl.float32)" if loop
+                    else "give it the same shape on every path")
+            raise self.error(KernelTypeError, node, f"`{name}` changes shape {where}: {desc}", hint)
+        if len(set(dtypes)) > 1:
+            if loop:
+                raise self.error(KernelTypeError, node, f"loop-carried `{name}` changes type {where}: it is "
+                                 f"{_kind(runtime[0])} before the loop and {_kind(runtime[-1])} in the body",
+                                 f"cast it explicitly, for example {name} = {name}.to({dtypes[0]!r}), or "
+                                 "initialise it with the type the loop produces")
+            raise self.error(KernelTypeError, node, f"`{name}` has different types {where}: "
+                             f"{', '.join(sorted({str(d) for d in dtypes}))}", "cast one branch with .to(...)")
+        v = runtime[0]
+        return tensor(_placeholder(v.handle.type))
+
+    def coerce(self, v, template, name, node, where):
+        """Convert ``v`` to the type of ``template`` (numbers adapt, scalars fill tiles)."""
+        v = unwrap(v)
+        if isinstance(v, Undefined) or v is None:
+            raise self.error(KernelTypeError, node, f"`{name}` is not defined {where}")
+        if isinstance(template, pointer):
+            if not isinstance(v, pointer) or v.param != template.param:
+                raise self.error(KernelTypeError, node, f"`{name}` must stay a pointer into {template.name} {where}")
+            off = v.offset if v.offset is not None else self.sem.const(0)
+            t = template.offset
+            off = self._coerce_tensor(off, t, name, node, where)
+            return pointer(v.param, v.dtype, off, v.name)
+        return self._coerce_tensor(v, template, name, node, where)
+
+    def _coerce_tensor(self, v, template: tensor, name, node, where):
+        if isinstance(v, (pointer, block_pointer)):
+            raise self.error(KernelTypeError, node, f"`{name}` is a pointer {where} but a value elsewhere")
+        if not isinstance(v, tensor):
+            if not isinstance(v, PY_NUMBER):
+                raise self.error(KernelTypeError, node, f"`{name}` is {_kind(v)} {where}, expected {_kind(template)}")
+            s = self.sem.const(v, template.dtype)
+            return self.sem.splat(s, template.shape) if template.is_tile else s
+        if v.is_tile != template.is_tile or v.shape != template.shape:
+            if v.is_scalar and template.is_tile:
+                return self.sem.splat(self.sem.cast(v, template.dtype), template.shape)
+            raise self.error(KernelTypeError, node, f"`{name}` is {_kind(v)} {where}, expected {_kind(template)}")
+        if v.dtype is not template.dtype:
+            return self.sem.cast(v, template.dtype)
+        return v
+
+    # ---- expressions ------------------------------------------------------------------------------------
+    def visit_Constant(self, node):
+        return node.value
+
+    def visit_Name(self, node):
+        return self.lookup(node.id, node)
+
+    def lookup(self, name, node):
+        if name in self.names:
+            v = self.names[name]
+            if isinstance(v, Undefined):
+                raise self.error(KernelTypeError, node, v.reason)
+            return v
+        if name in self.closure:
+            return self._global_value(name, self.closure[name], node)
+        if name in self.globals:
+            return self._global_value(name, self.globals[name], node)
+        if hasattr(builtins, name):
+            return getattr(builtins, name)
+        raise self.error(KernelTypeError, node, f"name `{name}` is not defined")
+
+    def _global_value(self, name, value, node):
+        import types
+
+        import numpy as np
+        if isinstance(value, constexpr):
+            value = value.value
+        if isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)) or \
+                callable(value):
+            return value
+        if isinstance(value, (bool, int, float, str, type(None), dt.DType, tuple)):
+            if self.build is not None:
+                self.build.global_reads[(id(self.globals), name)] = (self.globals, name, value)
+            return value
+        if isinstance(value, np.ndarray):
+            raise self.error(KernelTypeError, node, f"global `{name}` is a numpy array; kernels cannot read arrays "
+                             "from globals", "pass the array as a kernel argument")
+        raise self.error(KernelTypeError, node, f"global `{name}` is {_kind(value)}, which a kernel cannot use",
+                         "kernels read numbers, dtypes and dl.constexpr values from globals")
+
+    def visit_Attribute(self, node):
+        base = self.visit(node.value)
+        attr = node.attr
+        base_u = unwrap(base)
+        if isinstance(base_u, (tensor, pointer, block_pointer)):
+            return self._tensor_attr(base_u, attr, node)
+        if isinstance(base_u, dt.DType):
+            if attr in ("is_floating", "is_fp"):
+                return lambda: base_u.is_float
+            if attr == "primitive_bitwidth":
+                return base_u.bits
+            if attr == "element_ty":
+                return base_u
+        try:
+            return getattr(base_u, attr)
+        except AttributeError:
+            raise self.error(KernelTypeError, node, f"{_kind(base_u)} has no attribute `{attr}`") from None
+
+    def _tensor_attr(self, t, attr, node):
+        from .. import language as dl
+        if attr == "dtype":
+            return t.dtype
+        if attr == "shape":
+            return tuple(t.shape)
+        if attr == "T" and isinstance(t, tensor):
+            return self.sem.trans(t)
+        if attr == "numel" and isinstance(t, tensor):
+            return t.numel
+        if attr in dl.TENSOR_METHODS:
+            fn = getattr(dl, dl.TENSOR_METHODS[attr])
+            return _BoundMethod(fn, t)
+        raise self.error(KernelTypeError, node, f"{_kind(t)} has no attribute `{attr}`")
+
+    def visit_BinOp(self, node):
+        if isinstance(node.op, ast.MatMult):
+            raise self.error(UnsupportedSyntaxError, node, "the `@` operator is not supported", "use dl.dot(a, b)")
+        lhs = self.visit(node.left)
+        rhs = self.visit(node.right)
+        return self.sem.binary(_BINOPS[type(node.op)], lhs, rhs)
+
+    def visit_UnaryOp(self, node):
+        v = self.visit(node.operand)
+        return self.sem.unary(_UNARY[type(node.op)], v)
+
+    def visit_BoolOp(self, node):
+        kind = "and" if isinstance(node.op, ast.And) else "or"
+        result = self.visit(node.values[0])
+        for expr in node.values[1:]:
+            r = unwrap(result)
+            if not _runtime(r):
+                if (kind == "and" and not r) or (kind == "or" and r):
+                    return result
+                result = self.visit(expr)
+                continue
+            rhs = self.visit(expr)
+            if not _runtime(rhs):
+                if (kind == "and" and rhs) or (kind == "or" and not rhs):
+                    result = self.sem.truth(r)
+                else:
+                    result = bool(rhs)
+                continue
+            result = self.sem.logical(kind, r, rhs)
+        return result
+
+    def visit_Compare(self, node):
+        left = self.visit(node.left)
+        result = None
+        for op, comp in zip(node.ops, node.comparators):
+            if isinstance(op, (ast.In, ast.NotIn, ast.Is, ast.IsNot)):
+                right = self.visit(comp)
+                if _runtime(left) or _runtime(right):
+                    raise self.error(UnsupportedSyntaxError, node, f"`{type(op).__name__}` only works on compile-time "
+                                     "values", "compare runtime values with == and !=")
+                l, r = unwrap(left), unwrap(right)
+                v = {ast.In: lambda: l in r, ast.NotIn: lambda: l not in r, ast.Is: lambda: l is r,
+                     ast.IsNot: lambda: l is not r}[type(op)]()
+            else:
+                right = self.visit(comp)
+                v = self.sem.compare(_CMPOPS[type(op)], left, right)
+            result = v if result is None else self.sem.binary("and", result, v) if (_runtime(result) or _runtime(v)) \
+                else (result and v)
+            left = right
+        return result
+
+    def visit_IfExp(self, node):
+        cond = unwrap(self.visit(node.test))
+        if not _runtime(cond):
+            return self.visit(node.body if cond else node.orelse)
+        cond = self.sem.truth(self.sem.as_scalar(cond, "a conditional expression"))
+        key = f"__ifexp_{id(node)}"
+
+        def branch(expr):
+            def run():
+                self.names[key] = self.visit(expr)
+                return False
+            return run
+
+        self._runtime_if(node, cond, branch(node.body), branch(node.orelse))
+        value = self.names.pop(key)
+        if isinstance(value, Undefined):
+            raise self.error(KernelTypeError, node, "both sides of a conditional expression must give a value")
+        return value
+
+    def visit_Tuple(self, node):
+        return tuple(self._visit_elts(node.elts))
+
+    def visit_List(self, node):
+        return list(self._visit_elts(node.elts))
+
+    def _visit_elts(self, elts):
+        out = []
+        for e in elts:
+            if isinstance(e, ast.Starred):
+                v = unwrap(self.visit(e.value))
+                out.extend(v)
+            else:
+                out.append(self.visit(e))
+        return out
+
+    def visit_JoinedStr(self, node):
+        parts = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                parts.append(str(v.value))
+            else:
+                val = unwrap(self.visit(v.value))
+                if _runtime(val):
+                    raise self.error(UnsupportedSyntaxError, v, "f-strings can only format compile-time values",
+                                     "print runtime values with print(prefix, value)")
+                spec = self.visit(v.format_spec) if v.format_spec is not None else ""
+                if v.conversion == ord("r"):
+                    val = repr(val)
+                elif v.conversion == ord("s"):
+                    val = str(val)
+                parts.append(format(val, spec))
+        return "".join(parts)
+
+    def visit_FormattedValue(self, node):
+        return self.visit_JoinedStr(ast.JoinedStr(values=[node]))
+
+    def visit_Subscript(self, node):
+        base = unwrap(self.visit(node.value))
+        idx = self.visit(node.slice)
+        if isinstance(base, (tensor, pointer)):
+            return self._index_tensor(base, idx, node)
+        if _runtime(idx):
+            raise self.error(KernelTypeError, node, "a compile-time sequence cannot be indexed by a runtime value")
+        try:
+            return base[unwrap(idx)]
+        except Exception as e:  # noqa: BLE001
+            raise self.error(KernelTypeError, node, f"cannot index {_kind(base)}: {e}") from None
+
+    def visit_Slice(self, node):
+        lo = self.visit(node.lower) if node.lower is not None else None
+        hi = self.visit(node.upper) if node.upper is not None else None
+        st = self.visit(node.step) if node.step is not None else None
+        return slice(unwrap(lo), unwrap(hi), unwrap(st))
+
+    def _index_tensor(self, base, idx, node):
+        idx = unwrap(idx)
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        if isinstance(base, pointer):
+            if all(i is None or (isinstance(i, slice) and i == slice(None)) for i in idx):
+                off = base.offset if base.offset is not None else self.sem.const(0)
+                return pointer(base.param, base.dtype, self._index_tensor(off, idx, node), base.name)
+            raise self.error(UnsupportedSyntaxError, node, "pointer tiles only support [:, None]-style indexing")
+        shape = list(base.shape)
+        if base.is_scalar and all(i is None for i in idx):
+            return self.sem.reshape(base, (1,) * len(idx))
+        n_real = sum(1 for i in idx if i is not None)
+        if n_real > len(shape):
+            raise self.error(KernelTypeError, node, f"too many indices for a tile of shape {base.shape}")
+        starts, sizes, out_shape = [], [], []
+        d = 0
+        drop = []
+        for i in idx:
+            if i is None:
+                out_shape.append(1)
+                continue
+            if isinstance(i, slice):
+                lo, hi, st = i.start, i.stop, i.step
+                if any(_runtime(v) for v in (lo, hi, st)) or (st not in (None, 1)):
+                    raise self.error(UnsupportedSyntaxError, node, "tile slices need compile-time bounds and step 1",
+                                     "use dl.where with a mask for data-dependent selection")
+                r = builtins.range(shape[d])[slice(lo, hi)]
+                if len(r) == 0:
+                    raise self.error(KernelTypeError, node, f"the slice selects nothing from dimension {d} of "
+                                     f"size {shape[d]}")
+                starts.append(r.start)
+                sizes.append(len(r))
+                out_shape.append(len(r))
+            elif isinstance(i, int):
+                if not -shape[d] <= i < shape[d]:
+                    raise self.error(KernelTypeError, node, f"index {i} is out of range for dimension {d} of size "
+                                     f"{shape[d]}")
+                starts.append(i % shape[d])
+                sizes.append(1)
+                drop.append(d)
+            elif i is Ellipsis:
+                raise self.error(UnsupportedSyntaxError, node, "`...` is not supported in tile indexing")
+            else:
+                raise self.error(UnsupportedSyntaxError, node, "tiles can only be indexed by None, compile-time "
+                                 "integers and slices", "use a mask with dl.where to select by runtime values")
+            d += 1
+        while d < len(shape):
+            starts.append(0)
+            sizes.append(shape[d])
+            out_shape.append(shape[d])
+            d += 1
+        v = base
+        if tuple(sizes) != tuple(shape):
+            v = self.sem.slice(v, starts, sizes)
+        if tuple(out_shape) != v.shape:
+            v = self.sem.reshape(v, tuple(out_shape)) if out_shape else self.sem.as_scalar(v)
+        return v
+
+    def visit_Starred(self, node):
+        raise self.error(UnsupportedSyntaxError, node, "starred expressions are only allowed in calls and tuples")
+
+    # ---- calls ------------------------------------------------------------------------------------------
+    def visit_Call(self, node):
+        fn = self.visit(node.func)
+        args = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                v = unwrap(self.visit(a.value))
+                if not isinstance(v, (tuple, list)):
+                    raise self.error(KernelTypeError, a, "only compile-time tuples can be unpacked with *")
+                args.extend(v)
+            else:
+                args.append(self.visit(a))
+        kwargs = {}
+        for k in node.keywords:
+            if k.arg is None:
+                raise self.error(UnsupportedSyntaxError, k, "`**kwargs` is not supported in kernel calls")
+            kwargs[k.arg] = self.visit(k.value)
+        return self.call(fn, args, kwargs, node)
+
+    def call(self, fn, args, kwargs, node):
+        from .. import language as dl
+        from ..runtime import Kernel
+        if isinstance(fn, _BoundMethod):
+            args = [fn.self] + list(args)
+            fn = fn.fn
+        if getattr(fn, "__dvm_builtin__", False):
+            return fn(*args, _sem=self.sem, **kwargs)
+        if isinstance(fn, Kernel):
+            return self.inline(fn, args, kwargs, node)
+        if fn is builtins.print:
+            return self.device_print("", args, False)
+        if fn in (builtins.min, builtins.max):
+            if len(args) == 1 and isinstance(unwrap(args[0]), (tuple, list)):
+                args = list(unwrap(args[0]))
+            if any(_runtime(a) for a in args):
+                if any(isinstance(unwrap(a), tensor) and unwrap(a).is_tile for a in args):
+                    raise self.error(KernelTypeError, node, f"Python {fn.__name__}() works on scalars; for tiles use "
+                                     f"dl.{'minimum' if fn is builtins.min else 'maximum'} or dl.{fn.__name__}(x, axis)")
+                r = args[0]
+                for a in args[1:]:
+                    r = self.sem.binary("minimum" if fn is builtins.min else "maximum", r, a)
+                return r
+        if fn in (builtins.int, builtins.float, builtins.bool) and args and _runtime(args[0]):
+            target = {builtins.int: dt.int32, builtins.float: dt.float32, builtins.bool: dt.bool_}[fn]
+            v = self.sem.as_scalar(args[0])
+            if fn is builtins.bool:
+                return self.sem.truth(v)
+            return self.sem.cast(v, target)
+        if fn is builtins.abs and args and _runtime(args[0]):
+            return self.sem.unary("abs", args[0])
+        if fn in (builtins.range, dl.range, dl.static_range):
+            raise self.error(UnsupportedSyntaxError, node, "range objects can only be used as `for` loop iterators")
+        if fn is builtins.len and args and isinstance(unwrap(args[0]), tensor):
+            t = unwrap(args[0])
+            if not t.shape:
+                raise self.error(KernelTypeError, node, "len() of a scalar")
+            return t.shape[0]
+        if any(_runtime(a) for a in list(args) + list(kwargs.values())):
+            name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
+            mod = getattr(fn, "__module__", "") or ""
+            hint = "use the dl equivalent (dl.exp, dl.sum, ...)" if mod.startswith("numpy") or "math" in mod else \
+                "decorate the helper with @dvmlang.kernel so it is inlined"
+            raise self.error(UnsupportedSyntaxError, node, f"cannot call the Python function `{name}` with runtime "
+                             "values inside a kernel", hint)
+        try:
+            return fn(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in kwargs.items()})
+        except CompilationError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            name = getattr(fn, "__name__", repr(fn))
+            raise self.error(ConstexprError, node, f"evaluating `{name}(...)` at compile time failed: "
+                             f"{type(e).__name__}: {e}") from None
+
+    def inline(self, kernel, args, kwargs, node):
+        src = kernel.source
+        if len(self.call_chain) > 32:
+            raise self.error(CompilationError, node, "kernel calls nest more than 32 deep",
+                             "a kernel cannot call itself recursively")
+        bound = {}
+        params = src.params
+        if len(args) > len(params):
+            raise self.error(KernelTypeError, node, f"`{src.name}` takes {len(params)} arguments but "
+                             f"{len(args)} were given")
+        for p, a in zip(params, args):
+            bound[p] = a
+        for k, v in kwargs.items():
+            if k not in params:
+                raise self.error(KernelTypeError, node, f"`{src.name}` has no parameter `{k}`")
+            if k in bound:
+                raise self.error(KernelTypeError, node, f"`{src.name}` got two values for `{k}`")
+            bound[k] = v
+        for p in params:
+            if p not in bound:
+                if p in src.defaults:
+                    bound[p] = src.defaults[p]
+                else:
+                    raise self.error(KernelTypeError, node, f"`{src.name}` is missing the argument `{p}`")
+            if p in src.constexpr_params and _runtime(bound[p]):
+                raise self.error(ConstexprError, node, f"parameter `{p}` of `{src.name}` is dl.constexpr, but the "
+                                 "argument is only known at run time")
+        chain = self.call_chain + ((src.name, self.loc(node)),)
+        sub = CodeGen(src, self.sem, bound, chain, self.build)
+        try:
+            return sub.run_inlined()
+        finally:
+            self.sem.codegen = self
+
+    def run_inlined(self):
+        body = self.src.tree.body
+        returns = [n for n in ast.walk(self.src.tree) if isinstance(n, ast.Return)]
+        simple = all(r is body[-1] for r in returns)
+        if simple:
+            self.visit_block(body)
+            return self.return_value
+        # Early returns: collect them into a scope whose results are the returned values.
+        self.ret = ReturnContext()
+        block = Block()
+        with self.b.at(block):
+            exited = self.visit_block(body)
+            if not exited:
+                self.ret.exits.append((None, None, block))
+        values = [v for _, v, _ in self.ret.exits]
+        node = self.src.tree
+        if all(v is None for v in values):
+            op = self.b.op("scope", [], [], regions=[block])
+            for _, _, blk in self.ret.exits:
+                with self.b.at(blk):
+                    if blk is block and not exited:
+                        self.b.yield_([])
+                    else:
+                        self.b.exit("return", op, [])
+            return None
+        if any(v is None for v in values):
+            raise self.error(KernelTypeError, node, f"`{self.src.name}` returns a value on some paths and nothing on "
+                             "others")
+        flat = [_as_tuple(v) for v in values]
+        if len({len(f) for f in flat}) != 1:
+            raise self.error(KernelTypeError, node, f"`{self.src.name}` returns different numbers of values")
+        templates = [self.unify([f[i] for f in flat], f"return value {i}", node, "between its returns")
+                     for i in range(len(flat[0]))]
+        pending = []
+        for f, (_, _, blk) in zip(flat, self.ret.exits):
+            with self.b.at(blk):
+                vals = [self.coerce(v, t, "the return value", node, "at this return") for v, t in zip(f, templates)]
+                pending.append((blk, [h for v in vals for h in _handles(v)]))
+        op = self.b.op("scope", [], [h.type for t in templates for h in _handles(t)], regions=[block])
+        for blk, hs in pending:
+            with self.b.at(blk):
+                if blk is block and not exited:
+                    self.b.yield_(hs)
+                else:
+                    self.b.exit("return", op, hs)
+        it = iter(op.results)
+        outs = tuple(_rebuild(t, [next(it) for _ in _handles(t)]) for t in templates)
+        return outs if isinstance(values[0], tuple) else outs[0]
+
+    # ---- builtins that need the code generator -------------------------------------------------------
+    def dry_run(self) -> bool:
+        return self.build is not None and self.build.dry_depth > 0
+
+    def static_assert(self, cond, msg=""):
+        cond = unwrap(cond)
+        if _runtime(cond):
+            raise ConstexprError("dl.static_assert needs a compile-time condition",
+                                 hint="check runtime values with `if`")
+        if not cond:
+            raise ConstexprError(f"static assertion failed{': ' + str(unwrap(msg)) if msg else ''}")
+
+    def static_print(self, values):
+        vals = [unwrap(v) for v in values]
+        if self.dry_run():
+            return None
+        text = " ".join(repr(v) if _runtime(v) else str(v) for v in vals)
+        if self.build is not None:
+            self.build.static_prints.append(text)
+        builtins.print(text)
+        return None
+
+    def device_print(self, prefix, values, hex):
+        prefix = unwrap(prefix)
+        if not isinstance(prefix, str):
+            values = (prefix,) + tuple(values)
+            prefix = ""
+        handles = []
+        parts = [prefix] if prefix else []
+        for v in values:
+            v = unwrap(v)
+            if isinstance(v, str):
+                parts.append(v)
+                continue
+            if isinstance(v, PY_NUMBER) or v is None:
+                parts.append(str(v))
+                continue
+            if isinstance(v, (pointer, block_pointer)):
+                raise KernelTypeError("cannot print a pointer", hint="print the offsets or the loaded values")
+            handles.append(v.handle)
+        if not handles:
+            text = " ".join(parts)
+            self.b.print(text, [], hex)
+            return None
+        self.b.print(" ".join(parts), handles, hex)
+        return None
+
+    def load(self, ptr, mask, other, boundary_check, padding_option):
+        ptr = unwrap(ptr)
+        if isinstance(ptr, block_pointer):
+            from .blockptr import load_block
+            return load_block(self.sem, ptr, boundary_check, padding_option)
+        return self.sem.load(ptr, mask, other)
+
+    def store(self, ptr, value, mask, boundary_check):
+        ptr = unwrap(ptr)
+        if isinstance(ptr, block_pointer):
+            from .blockptr import store_block
+            return store_block(self.sem, ptr, value, boundary_check)
+        return self.sem.store(ptr, value, mask)
+
+
+class _BoundMethod:
+    __slots__ = ("fn", "self")
+
+    def __init__(self, fn, self_):
+        self.fn = fn
+        self.self = self_
+
+
+# ---- helpers over frontend values --------------------------------------------------------------------
+
+
+def _runtime(v) -> bool:
+    return isinstance(unwrap(v), (tensor, pointer, block_pointer))
+
+
+def _kind(v) -> str:
+    v = unwrap(v)
+    if isinstance(v, tensor):
+        return f"a tile {v.handle.type}" if v.is_tile else f"a scalar {v.dtype}"
+    if isinstance(v, pointer):
+        return f"a pointer into {v.name}"
+    if isinstance(v, bool):
+        return f"the constant {v}"
+    if isinstance(v, (int, float)):
+        return f"the constant {v!r}"
+    if v is None:
+        return "None"
+    return f"a {type(v).__name__}"
+
+
+def _same_const(a, b) -> bool:
+    a, b = unwrap(a), unwrap(b)
+    return type(a) is type(b) and a == b
+
+
+def _common_number(consts):
+    if any(isinstance(c, float) for c in consts):
+        return float(consts[0])
+    return consts[0]
+
+
+def _handles(v) -> list[Value]:
+    v = unwrap(v)
+    if isinstance(v, tensor):
+        return [v.handle]
+    if isinstance(v, pointer):
+        return [v.offset.handle] if v.offset is not None else []
+    return []
+
+
+def _rebuild(template, handles):
+    if isinstance(template, pointer):
+        return pointer(template.param, template.dtype, tensor(handles[0]), template.name)
+    return tensor(handles[0])
+
+
+def _placeholder(t) -> Value:
+    return Value(t)
+
+
+def _placeholder_like(template):
+    if isinstance(template, pointer):
+        return pointer(template.param, template.dtype, tensor(Value(template.offset.handle.type)), template.name)
+    return tensor(Value(template.handle.type))
+
+
+def _type_sig(t):
+    if isinstance(t, pointer):
+        return ("ptr", t.param, t.offset.handle.type)
+    return ("t", t.handle.type)
+
+
+def _mk_type(shape, d, is_tile):
+    return TileType(shape, d) if is_tile else ScalarType(d)
+
+
+def _as_tuple(v):
+    return tuple(v) if isinstance(v, tuple) else (v,)
+
+
+_ = (math, warnings, Function, Param, Op)

@@ -1,0 +1,138 @@
+"""The values a kernel manipulates while it is being compiled.
+
+Python values (ints, floats, dtypes, tuples ...) are compile-time constants. ``tensor`` wraps an IR
+value: a runtime scalar or a tile. ``pointer`` is a tensor parameter plus an integer offset (a scalar
+or a tile of offsets) — pointer tiles never exist on the device; loads and stores consume them.
+"""
+
+from __future__ import annotations
+
+from ..dtypes import DType
+from ..ir.core import TileType, Value
+
+
+class constexpr:
+    """Marks a compile-time constant: ``BLOCK: dl.constexpr`` as a parameter annotation, or
+    ``SCALE = dl.constexpr(0.5)`` as a global the kernel reads."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value=None):
+        self.value = value.value if isinstance(value, constexpr) else value
+
+    def __repr__(self) -> str:
+        return f"constexpr({self.value!r})"
+
+    def __index__(self):
+        return self.value.__index__()
+
+    def __eq__(self, other):
+        return self.value == (other.value if isinstance(other, constexpr) else other)
+
+    def __hash__(self):
+        return hash(self.value)
+
+
+def unwrap(v):
+    return v.value if isinstance(v, constexpr) else v
+
+
+class tensor:
+    """A runtime value inside a kernel: a scalar (``shape == ()`` and ``is_scalar``) or a tile."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: Value):
+        self.handle = handle
+
+    @property
+    def dtype(self) -> DType:
+        return self.handle.type.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.handle.type.shape
+
+    @property
+    def is_tile(self) -> bool:
+        return isinstance(self.handle.type, TileType)
+
+    @property
+    def is_scalar(self) -> bool:
+        return not self.is_tile
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __repr__(self) -> str:
+        kind = "tile" if self.is_tile else "scalar"
+        return f"<{kind} {self.handle.type}>"
+
+    def __bool__(self):
+        raise TypeError("a runtime value has no truth value at compile time")
+
+
+class pointer:
+    """A pointer into a tensor parameter: ``param`` indexes the kernel's parameters, ``offset`` is an
+    integer scalar or tile (None means offset 0)."""
+
+    __slots__ = ("param", "dtype", "offset", "name")
+
+    def __init__(self, param: int, dtype: DType, offset: tensor | None, name: str):
+        self.param = param
+        self.dtype = dtype
+        self.offset = offset
+        self.name = name
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return () if self.offset is None else self.offset.shape
+
+    @property
+    def is_tile(self) -> bool:
+        return self.offset is not None and self.offset.is_tile
+
+    def __repr__(self) -> str:
+        return f"<pointer to {self.name} ({self.dtype}) shape {self.shape}>"
+
+
+class block_pointer:
+    """A block pointer (``make_block_ptr``): a 2-D (or N-D) window into a tensor with runtime shape and
+    strides, advanced with ``dl.advance``."""
+
+    __slots__ = ("param", "dtype", "shape_vals", "strides", "offsets", "block_shape", "order", "name")
+
+    def __init__(self, param, dtype, shape_vals, strides, offsets, block_shape, order, name):
+        self.param = param
+        self.dtype = dtype
+        self.shape_vals = shape_vals
+        self.strides = strides
+        self.offsets = offsets
+        self.block_shape = tuple(block_shape)
+        self.order = order
+        self.name = name
+
+    @property
+    def shape(self):
+        return self.block_shape
+
+    def __repr__(self) -> str:
+        return f"<block pointer into {self.name} block {self.block_shape}>"
+
+
+class Undefined:
+    """A name that is not defined on every path reaching its use."""
+
+    __slots__ = ("name", "reason")
+
+    def __init__(self, name: str, reason: str):
+        self.name = name
+        self.reason = reason
+
+
+def is_runtime(v) -> bool:
+    return isinstance(v, (tensor, pointer, block_pointer))

@@ -1,0 +1,95 @@
+"""Small passes over tile IR: common-subexpression elimination and dead-code elimination."""
+
+from __future__ import annotations
+
+from .core import Block, Function, Op, Value
+
+PURE = frozenset({
+    "const", "program_id", "num_programs", "arange", "full", "tensor_dim", "tensor_stride", "binary",
+    "compare", "unary", "select", "cast", "fma", "broadcast", "reshape", "permute", "cat", "slice",
+    "reduce", "scan",
+})
+# Ops whose results may be dropped when unused (pure ops plus loads, which have no effect).
+REMOVABLE = PURE | {"load", "dma_load", "gather", "to_scalar", "dot"}
+
+
+def _attr_key(attrs: dict):
+    items = []
+    for k, v in sorted(attrs.items()):
+        if isinstance(v, float) and v != v:
+            return None  # NaN constants never compare equal; leave them alone
+        try:
+            hash(v)
+        except TypeError:
+            return None
+        items.append((k, type(v).__name__, v))
+    return tuple(items)
+
+
+def cse(fn: Function) -> None:
+    """Replace a pure op by an identical one that dominates it (same block or an enclosing one)."""
+    replace: dict[int, Value] = {}
+    _cse_block(fn.body, [{}], replace)
+
+
+def _cse_block(block: Block, scopes: list[dict], replace: dict[int, Value]) -> None:
+    table: dict = {}
+    scopes = scopes + [table]
+    kept = []
+    for op in block.ops:
+        if replace:
+            op.operands = [replace.get(v.id, v) for v in op.operands]
+        if op.kind in PURE and not op.regions:
+            akey = _attr_key(op.attrs)
+            if akey is not None:
+                key = (op.kind, tuple(v.id for v in op.operands), akey, tuple(r.type for r in op.results))
+                found = None
+                for s in reversed(scopes):
+                    found = s.get(key)
+                    if found is not None:
+                        break
+                if found is not None:
+                    for old, new in zip(op.results, found.results):
+                        replace[old.id] = new
+                    continue
+                table[key] = op
+        for r in op.regions:
+            _cse_block(r, scopes, replace)
+        kept.append(op)
+    block.ops[:] = kept
+
+
+def dce(fn: Function) -> None:
+    """Remove ops whose results nobody uses and that have no effect, until nothing changes."""
+    while True:
+        used: set[int] = set()
+        for op in fn.walk():
+            used.update(v.id for v in op.operands)
+        if not _dce_block(fn.body, used):
+            return
+
+
+def _dce_block(block: Block, used: set[int]) -> bool:
+    changed = False
+    kept = []
+    for op in block.ops:
+        for r in op.regions:
+            changed |= _dce_block(r, used)
+        if op.kind in REMOVABLE and not any(r.id in used for r in op.results):
+            changed = True
+            continue
+        kept.append(op)
+    block.ops[:] = kept
+    return changed
+
+
+def run_default_pipeline(fn: Function, on_gather=None) -> None:
+    """The build-time pass pipeline: access analysis, then CSE and DCE to clean up after it."""
+    from .access import analyse_accesses
+    from .verifier import verify
+
+    verify(fn)
+    analyse_accesses(fn, on_gather)
+    cse(fn)
+    dce(fn)
+    verify(fn)

@@ -1,0 +1,401 @@
+"""The kernel language: ``import dvmlang.language as dl``.
+
+Every function here is usable inside a ``@dvmlang.kernel``; ``cdiv`` and ``next_power_of_2`` also work
+on the host. Inside a kernel the compiler passes each call a ``_sem`` argument (the typed IR builder);
+called anywhere else, a kernel-only function raises ``DvmError`` saying so.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from . import dtypes as _dt
+from .errors import ConstexprError, DvmError, KernelTypeError
+from .frontend.values import block_pointer, constexpr, pointer, tensor, unwrap
+
+# ---- dtypes ----------------------------------------------------------------------------------------------
+int1 = bool_ = _dt.bool_
+int8, uint8, int16, uint16 = _dt.int8, _dt.uint8, _dt.int16, _dt.uint16
+int32, uint32, int64, uint64 = _dt.int32, _dt.uint32, _dt.int64, _dt.uint64
+float16, bfloat16, float32, float64 = _dt.float16, _dt.bfloat16, _dt.float32, _dt.float64
+float8e4nv, float8e5 = _dt.float8e4nv, _dt.float8e5
+dtype = _dt.DType
+
+__all__ = ["constexpr", "tensor", "pointer", "block_pointer", "dtype"]
+
+
+def builtin(fn):
+    """Mark ``fn`` as a kernel-language function; the compiler calls it with ``_sem=``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, _sem=None, **kwargs):
+        if _sem is None:
+            raise DvmError(f"dl.{fn.__name__}() can only be used inside a @dvmlang.kernel function")
+        return fn(*args, _sem=_sem, **kwargs)
+
+    wrapper.__dvm_builtin__ = True
+    __all__.append(fn.__name__)
+    return wrapper
+
+
+def _int_const(v, what):
+    v = unwrap(v)
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ConstexprError(f"{what} must be a compile-time integer, got {v!r}")
+    return v
+
+
+# ---- host-and-kernel helpers -----------------------------------------------------------------------------
+
+def cdiv(a, b, _sem=None):
+    """Ceiling division ``(a + b - 1) // b`` for non-negative integers; works on the host too."""
+    a, b = unwrap(a), unwrap(b)
+    if _sem is None or (not isinstance(a, tensor) and not isinstance(b, tensor)):
+        if not isinstance(a, int) or not isinstance(b, int):
+            raise DvmError(f"cdiv expects integers, got {type(a).__name__} and {type(b).__name__}")
+        return -(-a // b)
+    return _sem.binary("floordiv", _sem.binary("sub", _sem.binary("add", a, b), 1), b)
+
+
+cdiv.__dvm_builtin__ = True
+
+
+def next_power_of_2(n, _sem=None):
+    """The smallest power of two >= n (a compile-time integer); works on the host too."""
+    n = unwrap(n)
+    if not isinstance(n, int) or n < 0:
+        raise DvmError(f"next_power_of_2 expects a non-negative integer, got {n!r}")
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+next_power_of_2.__dvm_builtin__ = True
+
+
+# ---- program ---------------------------------------------------------------------------------------------
+
+@builtin
+def program_id(axis=0, _sem=None):
+    """The index of this program along grid ``axis`` (0, 1 or 2)."""
+    axis = _int_const(axis, "program_id axis")
+    if axis not in (0, 1, 2):
+        raise KernelTypeError(f"program_id axis must be 0, 1 or 2, got {axis}")
+    return tensor(_sem.b.program_id(axis))
+
+
+@builtin
+def num_programs(axis=0, _sem=None):
+    """The grid size along ``axis``."""
+    axis = _int_const(axis, "num_programs axis")
+    if axis not in (0, 1, 2):
+        raise KernelTypeError(f"num_programs axis must be 0, 1 or 2, got {axis}")
+    return tensor(_sem.b.num_programs(axis))
+
+
+# ---- creation --------------------------------------------------------------------------------------------
+
+@builtin
+def arange(start, end, _sem=None):
+    """The int32 tile ``[start, start+1, ..., end-1]`` (compile-time bounds; any length)."""
+    return _sem.arange(start, end)
+
+
+@builtin
+def full(shape, value, dtype=None, _sem=None):
+    """A tile of ``shape`` filled with ``value``."""
+    return _sem.full(shape, value, dtype)
+
+
+@builtin
+def zeros(shape, dtype=float32, _sem=None):
+    """A tile of zeros."""
+    return _sem.full(shape, 0, dtype)
+
+
+@builtin
+def zeros_like(x, _sem=None):
+    """Zeros with the shape and dtype of ``x``."""
+    x = _sem.to_tensor(x)
+    return _sem.full(x.shape, 0, x.dtype) if x.is_tile else _sem.cast(0, x.dtype)
+
+
+@builtin
+def full_like(x, value, _sem=None):
+    """``value`` with the shape and dtype of ``x``."""
+    x = _sem.to_tensor(x)
+    return _sem.full(x.shape, value, x.dtype) if x.is_tile else _sem.cast(value, x.dtype)
+
+
+@builtin
+def cast(x, dtype, bitcast=False, _sem=None):
+    """Convert ``x`` to ``dtype`` (``bitcast=True`` reinterprets the bits)."""
+    return _sem.cast(x, dtype, bool(unwrap(bitcast)))
+
+
+# ---- shape -----------------------------------------------------------------------------------------------
+
+@builtin
+def reshape(x, shape, _sem=None):
+    """The same elements in a new shape (row-major)."""
+    return _sem.reshape(x, shape)
+
+
+view = reshape
+
+
+@builtin
+def broadcast_to(x, shape, _sem=None):
+    """``x`` broadcast to ``shape`` (numpy rules)."""
+    return _sem.broadcast_to(x, shape)
+
+
+@builtin
+def broadcast(a, b, _sem=None):
+    """Both operands broadcast to their common shape."""
+    a, b = _sem.pair(a, b)
+    from .ir.builder import broadcast_shapes
+    s = broadcast_shapes(a.shape, b.shape)
+    if s is None:
+        raise KernelTypeError(f"shapes {a.shape} and {b.shape} do not broadcast")
+    return _sem.broadcast_to(a, s), _sem.broadcast_to(b, s)
+
+
+@builtin
+def expand_dims(x, axis, _sem=None):
+    """Insert a unit dimension at ``axis`` (same as ``x[:, None]`` for axis 1)."""
+    return _sem.expand_dims(x, axis)
+
+
+@builtin
+def trans(x, *dims, _sem=None):
+    """Transpose: swap the last two dims, or permute by ``dims``."""
+    if len(dims) == 1 and isinstance(unwrap(dims[0]), (tuple, list)):
+        dims = tuple(unwrap(dims[0]))
+    return _sem.trans(x, dims or None)
+
+
+@builtin
+def permute(x, *dims, _sem=None):
+    """Reorder dimensions."""
+    if len(dims) == 1 and isinstance(unwrap(dims[0]), (tuple, list)):
+        dims = tuple(unwrap(dims[0]))
+    return _sem.permute(x, dims)
+
+
+@builtin
+def cat(a, b, dim=0, can_reorder=False, _sem=None):
+    """Concatenate two tiles along ``dim``."""
+    return _sem.cat(a, b, dim)
+
+
+@builtin
+def join(a, b, _sem=None):
+    """Stack two tiles along a new last dimension."""
+    return _sem.join(a, b)
+
+
+# ---- math ------------------------------------------------------------------------------------------------
+
+def _unary(name, doc):
+    def fn(x, _sem=None):
+        return _sem.unary(name, x)
+    fn.__name__ = name
+    fn.__qualname__ = name
+    fn.__doc__ = doc
+    return builtin(fn)
+
+
+exp = _unary("exp", "e ** x, elementwise.")
+exp2 = _unary("exp2", "2 ** x, elementwise.")
+log = _unary("log", "Natural logarithm.")
+log2 = _unary("log2", "Base-2 logarithm.")
+sqrt = _unary("sqrt", "Square root.")
+rsqrt = _unary("rsqrt", "1 / sqrt(x).")
+sin = _unary("sin", "Sine.")
+cos = _unary("cos", "Cosine.")
+tanh = _unary("tanh", "Hyperbolic tangent.")
+sigmoid = _unary("sigmoid", "1 / (1 + exp(-x)).")
+erf = _unary("erf", "The error function.")
+floor = _unary("floor", "Round down.")
+ceil = _unary("ceil", "Round up.")
+abs = _unary("abs", "Absolute value.")
+
+
+@builtin
+def fma(a, b, c, _sem=None):
+    """a * b + c."""
+    return _sem.fma(a, b, c)
+
+
+@builtin
+def maximum(a, b, _sem=None):
+    """Elementwise maximum (NaN-propagating)."""
+    return _sem.binary("maximum", a, b)
+
+
+@builtin
+def minimum(a, b, _sem=None):
+    """Elementwise minimum (NaN-propagating)."""
+    return _sem.binary("minimum", a, b)
+
+
+@builtin
+def clamp(x, lo, hi, _sem=None):
+    """min(max(x, lo), hi)."""
+    return _sem.binary("minimum", _sem.binary("maximum", x, lo), hi)
+
+
+@builtin
+def where(condition, x, y, _sem=None):
+    """``x`` where ``condition`` holds, else ``y``."""
+    return _sem.where(condition, x, y)
+
+
+# ---- reductions and scans --------------------------------------------------------------------------------
+
+def _reduction(name, doc):
+    def fn(input, axis=None, keep_dims=False, dtype=None, _sem=None):
+        return _sem.reduce(input, name, axis, keep_dims, dtype)
+    fn.__name__ = name
+    fn.__qualname__ = name
+    fn.__doc__ = doc
+    return builtin(fn)
+
+
+sum = _reduction("sum", "Sum along ``axis`` (all elements when None). Small ints sum in int32; fp16/bf16 accumulate in fp32.")
+max = _reduction("max", "Maximum along ``axis``.")
+min = _reduction("min", "Minimum along ``axis``.")
+prod = _reduction("prod", "Product along ``axis``.")
+xor_sum = _reduction("xor_sum", "Bitwise xor along ``axis``.")
+
+
+@builtin
+def argmax(input, axis, keep_dims=False, _sem=None):
+    """Index of the maximum along ``axis`` (the first one on ties), as int32."""
+    return _sem.reduce(input, "argmax", axis, keep_dims)
+
+
+@builtin
+def argmin(input, axis, keep_dims=False, _sem=None):
+    """Index of the minimum along ``axis`` (the first one on ties), as int32."""
+    return _sem.reduce(input, "argmin", axis, keep_dims)
+
+
+@builtin
+def cumsum(input, axis=0, reverse=False, _sem=None):
+    """Inclusive prefix sum along ``axis``."""
+    return _sem.scan(input, "sum", axis, reverse)
+
+
+@builtin
+def cumprod(input, axis=0, reverse=False, _sem=None):
+    """Inclusive prefix product along ``axis``."""
+    return _sem.scan(input, "prod", axis, reverse)
+
+
+# ---- memory ----------------------------------------------------------------------------------------------
+
+@builtin
+def load(pointer, mask=None, other=None, boundary_check=(), padding_option="", cache_modifier="",
+         eviction_policy="", volatile=False, _sem=None):
+    """Load the elements a pointer (tile) addresses. Masked-off elements read ``other`` (0 by default)
+    and are never touched, so they cannot fault."""
+    return _sem.codegen.load(pointer, mask, other, boundary_check, padding_option)
+
+
+@builtin
+def store(pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy="", _sem=None):
+    """Store ``value`` (broadcast to the pointer's shape, cast to its dtype) where ``mask`` holds."""
+    return _sem.codegen.store(pointer, value, mask, boundary_check)
+
+
+def _atomic(name, doc):
+    def fn(pointer, val, mask=None, sem=None, scope=None, _sem=None):
+        return _sem.atomic(name, pointer, val, mask)
+    fn.__name__ = f"atomic_{name}"
+    fn.__qualname__ = fn.__name__
+    fn.__doc__ = doc
+    return builtin(fn)
+
+
+atomic_add = _atomic("add", "Atomically add ``val`` in global memory; returns the old values.")
+atomic_max = _atomic("max", "Atomic maximum; returns the old values.")
+atomic_min = _atomic("min", "Atomic minimum; returns the old values.")
+atomic_xchg = _atomic("xchg", "Atomic exchange; returns the old values.")
+atomic_and = _atomic("and", "Atomic bitwise and; returns the old values.")
+atomic_or = _atomic("or", "Atomic bitwise or; returns the old values.")
+atomic_xor = _atomic("xor", "Atomic bitwise xor; returns the old values.")
+
+
+@builtin
+def atomic_cas(pointer, cmp, val, sem=None, scope=None, _sem=None):
+    """Where the current value equals ``cmp``, write ``val``; returns the old values."""
+    return _sem.atomic("cas", pointer, val, None, cmp)
+
+
+# ---- matrix ----------------------------------------------------------------------------------------------
+
+@builtin
+def dot(input, other, acc=None, out_dtype=None, allow_tf32=None, input_precision=None, _sem=None):
+    """Matrix product on the cube unit: fp16/bf16 inputs accumulate in fp32; ``acc`` is added."""
+    return _sem.dot(input, other, acc, out_dtype)
+
+
+# ---- compile time and debugging --------------------------------------------------------------------------
+
+@builtin
+def static_assert(cond, msg="", _sem=None):
+    """Fail compilation when a compile-time condition is false."""
+    return _sem.codegen.static_assert(cond, msg)
+
+
+@builtin
+def static_print(*values, _sem=None):
+    """Print compile-time values once, while the kernel is built."""
+    return _sem.codegen.static_print(values)
+
+
+@builtin
+def device_print(prefix, *values, hex=False, _sem=None):
+    """Print runtime values once per program, prefixed with the program id, in program order."""
+    return _sem.codegen.device_print(prefix, values, bool(unwrap(hex)))
+
+
+@builtin
+def multiple_of(x, values, _sem=None):
+    """A hint (accepted for Triton compatibility; the analysis does not need it)."""
+    return x
+
+
+@builtin
+def max_contiguous(x, values, _sem=None):
+    """A hint (accepted for Triton compatibility)."""
+    return x
+
+
+@builtin
+def debug_barrier(_sem=None):
+    """Accepted for Triton compatibility: programs of dvmlang synchronise through pipe events."""
+    return None
+
+
+class static_range:
+    """``for i in dl.static_range(n)``: unrolled at compile time; ``i`` is a compile-time integer."""
+
+    def __init__(self, arg1, arg2=None, step=1):
+        self.args = (arg1, arg2, step)
+
+
+class range:  # noqa: A001 - mirrors tl.range
+    """``for i in dl.range(a, b, step, num_stages=...)``: a runtime loop (hints accepted and ignored)."""
+
+    def __init__(self, arg1, arg2=None, step=1, num_stages=None, loop_unroll_factor=None, **_hints):
+        self.args = (arg1, arg2, step)
+
+
+TENSOR_METHODS = {
+    "to": "cast", "reshape": "reshape", "view": "reshape", "broadcast_to": "broadcast_to",
+    "expand_dims": "expand_dims", "trans": "trans", "permute": "permute", "sum": "sum", "max": "max",
+    "min": "min", "argmax": "argmax", "argmin": "argmin", "cumsum": "cumsum", "cumprod": "cumprod",
+    "exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt", "abs": "abs",
+    "sigmoid": "sigmoid", "reduce": "reduce", "associative_scan": "associative_scan",
+}

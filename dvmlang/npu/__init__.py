@@ -1,0 +1,7 @@
+"""The simulated Ascend-class NPU: profiles, the device decoder, and cycle accounting."""
+
+from .device import Device, LaunchRecord, default_device, set_default_device, use
+from .profile import PROFILES, Profile, get_profile
+
+__all__ = ["Device", "LaunchRecord", "Profile", "PROFILES", "get_profile", "default_device", "set_default_device",
+           "use"]

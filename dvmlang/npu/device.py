@@ -1,0 +1,422 @@
+"""The simulated device: runs a validated bytecode over its grid and accounts the cycles.
+
+Programs are executed in batches (many programs per virtual instruction) sized so the working set
+stays cache-sized; each program's pipes are timed with their events; programs are then placed on the
+cores (program p runs on core p mod cores, in waves), consecutive programs on a core overlapping as
+far as pipe availability and UB double buffering allow. HBM bandwidth is shared by the active cores,
+and every launch pays a fixed overhead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import DeviceError, DvmError, InvalidBytecodeError, LaunchError, ResourceError, WatchdogTimeout
+from ..vm import isa
+from .machine import Batch, Launch, Machine, loc_lookup
+from .profile import Profile, get_profile
+
+N_PIPES = isa.N_PIPES
+
+
+@dataclass
+class LaunchRecord:
+    """What a kernel launch did on the device. ``cycles`` is simulated; ``wall_s`` is host time."""
+
+    name: str
+    grid: tuple
+    cycles: int
+    bytes_read: int
+    bytes_written: int
+    trace: object = None
+    time_us: float = 0.0
+    cores: int = 0
+    waves: int = 0
+    kind: str = "vector"
+    double_buffer: bool = False
+    launch_overhead: int = 0
+    pipe_busy: dict = field(default_factory=dict)
+    wall_s: float = 0.0
+    encode_s: float = 0.0
+    profile: Profile | None = None
+    prints: list = field(default_factory=list)
+    diagnostics: list = field(default_factory=list)
+    group: str | None = None
+    bytecode: object = None
+    instructions: int = 0
+
+    def __repr__(self) -> str:
+        return (f"<Launch {self.name} grid={self.grid} cycles={self.cycles} ({self.time_us:.2f} us) "
+                f"read={self.bytes_read} written={self.bytes_written}>")
+
+
+class Device:
+    """A simulated NPU. ``Device(profile="910B3")`` or ``Device(profile=Profile(...))``.
+
+    Options: ``debug`` (poison reads of unwritten on-chip memory are reported; ``"raise"`` makes them
+    errors), ``race_detection`` (report programs writing the same GM bytes without atomics),
+    ``watchdog`` (instructions one program may execute), ``batch_bytes`` (host working set per batch),
+    ``sequential`` (run one program at a time: the reference path)."""
+
+    def __init__(self, profile=None, *, debug=False, race_detection=False, watchdog: int = 1 << 24,
+                 batch_bytes: int = 8 << 20, sequential: bool = False):
+        self.profile = get_profile(profile)
+        self.debug = debug
+        self.race_detection = race_detection
+        if not isinstance(watchdog, int) or watchdog < 1:
+            raise DvmError(f"watchdog must be a positive instruction count, got {watchdog!r}")
+        self.watchdog = watchdog
+        self.batch_bytes = batch_bytes
+        self.sequential = sequential
+        self._machines: dict = {}
+
+    def __repr__(self) -> str:
+        return f"<dvmlang.npu.Device {self.profile.name}>"
+
+    def __enter__(self):
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _stack().pop()
+        return False
+
+    # ---- running ----------------------------------------------------------------------------------------
+    def machine(self, bc, k: int = 0) -> Machine:
+        key = (bc.template_key, k) if bc.template_key is not None else None
+        m = self._machines.get(key) if key is not None else None
+        if m is None:
+            m = Machine(bc, k, self.profile)
+            if key is not None:
+                if len(self._machines) > 512:
+                    self._machines.clear()
+                self._machines[key] = m
+        return m
+
+    def run(self, bc, arrays: dict[int, np.ndarray], *, trace=None, name: str | None = None,
+            alias_groups=None) -> LaunchRecord:
+        """Execute every kernel of ``bc`` (validated) on ``arrays`` (param index -> flat array)."""
+        t0 = time.perf_counter()
+        bc.validate()
+        self._check_fits(bc)
+        total = None
+        for k in range(len(bc.kernels)):
+            rec = self._run_kernel(bc, k, arrays, trace, name, alias_groups)
+            if total is None:
+                total = rec
+            else:
+                total.cycles += rec.cycles
+                total.bytes_read += rec.bytes_read
+                total.bytes_written += rec.bytes_written
+        total.wall_s = time.perf_counter() - t0
+        return total
+
+    def _check_fits(self, bc):
+        p = self.profile
+        caps = {"ub": p.ub_bytes, "l1": p.l1_bytes, "l0a": p.l0a_bytes, "l0b": p.l0b_bytes, "l0c": p.l0c_bytes}
+        for k in bc.kernels:
+            for space, need in k.footprint.items():
+                bank = need * (2 if k.double_buffer and space == "ub" else 1)
+                if bank > caps[space]:
+                    raise ResourceError(f"kernel `{k.name}` needs {bank / 1024:.1f} KiB of {space.upper()} but "
+                                        f"device {p.name} has {caps[space] / 1024:.0f} KiB; re-encode it for this "
+                                        "device")
+            g = k.grid[0] * k.grid[1] * k.grid[2]
+            if g > p.max_programs:
+                raise LaunchError(f"grid {k.grid} has {g} programs; {p.name} runs at most {p.max_programs} per "
+                                  "launch. Use a larger BLOCK, or loop inside the kernel over several tiles")
+
+    def _run_kernel(self, bc, k, arrays, trace, name, alias_groups) -> LaunchRecord:
+        kern = bc.kernels[k]
+        prof = self.profile
+        m = self.machine(bc, k)
+        cores = prof.cube_cores if kern.mix else prof.vector_cores
+        P = kern.grid[0] * kern.grid[1] * kern.grid[2]
+        active = min(P, cores)
+        L = Launch(bc, kern, arrays, prof, debug=self.debug, watchdog=self.watchdog, kernel_name=name or kern.name,
+                   active_cores=active, alias_groups=alias_groups, loc_of_pc=loc_lookup(bc), mix=kern.mix)
+        L.imm = _imm_reader(bc.code)
+        L.races = _RaceLog() if self.race_detection else None
+        per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
+        B = 1 if self.sequential else max(1, min(P, self.batch_bytes // max(per_prog, 1), 4096))
+        T = np.zeros(P)
+        first = np.full((N_PIPES, P), np.inf)
+        last = np.zeros((N_PIPES, P))
+        busy = np.zeros((N_PIPES, P))
+        issue_end = np.zeros(P)
+        bytes_r = 0.0
+        bytes_w = 0.0
+        instrs = 0
+        rec = trace.begin(bc, k, m, P) if trace is not None else None
+        dispatch = prof.scalar_dispatch
+        nregs = len(kern.reg_types)
+        steps = m.steps
+        with np.errstate(all="ignore"):
+            for lo in range(0, P, B):
+                pids = np.arange(lo, min(P, lo + B), dtype=np.int64)
+                batch = Batch(pids, kern.grid, nregs, kern.reg_types)
+                for b in _execute(steps, batch, L, dispatch, rec):
+                    idx = b.pids
+                    end = np.maximum(b.pipe_free.max(axis=0), b.t_issue)
+                    T[idx] = end
+                    first[:, idx] = b.pipe_first
+                    last[:, idx] = b.pipe_free
+                    busy[:, idx] = b.pipe_busy
+                    issue_end[idx] = b.t_issue
+                    bytes_r += float(b.bytes_read.sum())
+                    bytes_w += float(b.bytes_written.sum())
+                    instrs += b.count
+        if L.races is not None:
+            L.races.check(L)
+        # the scalar unit issues for the whole program: it is busy from 0 to the issue end
+        first[0] = 0.0
+        last[0] = np.maximum(last[0], issue_end)
+        offsets, core_end = _compose(T, first, last, cores, kern.double_buffer)
+        overhead = prof.launch_overhead_cycles
+        cycles = int(round(overhead + (core_end.max() if len(core_end) else 0)))
+        waves = -(-P // cores)
+        pipe_busy = {isa.PIPE_NAMES[isa.Pipe(q)]: float(busy[q].sum()) for q in range(N_PIPES)}
+        record = LaunchRecord(name=name or kern.name, grid=kern.grid, cycles=cycles, bytes_read=int(bytes_r),
+                              bytes_written=int(bytes_w), time_us=cycles / prof.clock_hz * 1e6, cores=active,
+                              waves=waves, kind="mix" if kern.mix else "vector", double_buffer=kern.double_buffer,
+                              launch_overhead=overhead, pipe_busy=pipe_busy, profile=prof,
+                              prints=_format_prints(L.prints), diagnostics=L.diagnostics, bytecode=bc,
+                              instructions=instrs)
+        if rec is not None:
+            record.trace = rec.finish(offsets, cores, record, T)
+        for line in record.prints:
+            print(line)
+        if L.diagnostics:
+            import warnings
+            from ..errors import DvmWarning
+            for msg in L.diagnostics[:8]:
+                warnings.warn(f"{record.name}: {msg}", DvmWarning, stacklevel=4)
+        return record
+
+
+def _imm_reader(code):
+    cache: dict = {}
+
+    def imm(w: int, npdt):
+        key = (w, npdt)
+        v = cache.get(key)
+        if v is None:
+            raw = np.array([code[w]], dtype=np.uint64).view(np.uint8)
+            v = raw[:np.dtype(npdt).itemsize].view(npdt)[0] if npdt != np.bool_ else np.bool_(raw[0] != 0)
+            cache[key] = v
+        return v
+    return imm
+
+
+def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):
+    """Run one batch to completion, splitting where programs diverge; yields finished parts."""
+    work = [(0, batch)]
+    limit = L.watchdog
+    while work:
+        i, b = work.pop()
+        while True:
+            s = steps[i]
+            b.count += 1
+            if b.count > limit:
+                loc = L.loc_of_pc(s.pc)
+                raise WatchdogTimeout(
+                    f"kernel `{L.name}`: program(s) {b.pids[:4].tolist()} executed more than {limit} instructions "
+                    f"(a runaway loop?) — stopped at pc {s.pc} ({s.ins.name})" + (f"\n  at {loc}" if loc else "") +
+                    "\nhint: check the loop condition, or raise the limit with dvmlang.npu.Device(watchdog=N)")
+            try:
+                r = s.fn(b, L)
+            except DvmError:
+                raise
+            except (ValueError, IndexError, TypeError, OverflowError, MemoryError, FloatingPointError,
+                    ZeroDivisionError, KeyError) as e:
+                raise InvalidBytecodeError(f"{s.ins.name} at pc {s.pc} cannot execute: {e}", section="code",
+                                           offset=s.pc * 8) from None
+            kind = s.kind
+            if kind == "br_z" or kind == "br_nz":
+                cost = s.cost
+            else:
+                cost = s.cost if s.cost is not None else (r if r is not None else 1)
+            # ---- timing of this instruction for every program of the batch ----
+            p = s.pipe
+            issue = b.t_issue + dispatch
+            if kind == "barrier":
+                mask = s.cost
+                sel = [q for q in range(N_PIPES) if mask >> q & 1] or list(range(N_PIPES))
+                t = np.max(b.pipe_free[sel], axis=0)
+                t = np.maximum(t, issue)
+                for q in sel:
+                    b.pipe_free[q] = t
+                b.t_issue = t
+                cost = 0
+                start = t
+            else:
+                start = np.maximum(issue, b.pipe_free[p])
+                if s.wait is not None:
+                    f = b.flags.get((s.wait[0], p, s.wait[1]))
+                    if f is not None:
+                        start = np.maximum(start, f)
+                end = start + cost
+                b.pipe_free[p] = end
+                b.pipe_busy[p] += cost
+                np.minimum(b.pipe_first[p], start, out=b.pipe_first[p])
+                if s.set is not None:
+                    b.flags[(p, s.set[0], s.set[1])] = end
+                b.t_issue = end if p == 0 else issue
+            if rec is not None:
+                rec.add(s, b, start, cost)
+            if kind == "op" or kind == "set" or kind == "wait" or kind == "barrier":
+                i += 1
+            elif kind == "end":
+                yield b
+                break
+            elif kind == "jmp":
+                i = s.target
+            else:
+                c = r
+                if np.ndim(c) == 0:
+                    take = bool(c) == (kind == "br_nz")
+                    i = s.target if take else i + 1
+                else:
+                    cb = np.asarray(c).astype(bool)
+                    if kind == "br_z":
+                        cb = ~cb
+                    if cb.all():
+                        i = s.target
+                    elif not cb.any():
+                        i += 1
+                    else:
+                        taken = b.subset(cb)
+                        rest = b.subset(~cb)
+                        parts = [(s.target, taken), (i + 1, rest)]
+                        parts.sort(key=lambda x: -int(x[1].pids[0]))  # lowest program id runs first
+                        work.append(parts[0])
+                        i, b = parts[1]
+
+
+def _compose(T, first, last, cores: int, double_buffer: bool):
+    """Place programs on cores (p -> core p % cores) and overlap consecutive ones where legal."""
+    P = len(T)
+    offsets = np.zeros(P)
+    core_end = np.zeros(min(P, cores))
+    if P == 0:
+        return offsets, core_end
+    prev_o = np.zeros(cores)
+    prev_T = np.zeros(cores)
+    prev_last = np.zeros((N_PIPES, cores))
+    prev2_end = np.zeros(cores)
+    waves = -(-P // cores)
+    for w in range(waves):
+        lo, hi = w * cores, min(P, (w + 1) * cores)
+        c = np.arange(hi - lo)
+        if w == 0:
+            o = np.zeros(hi - lo)
+        else:
+            f = first[:, lo:hi]
+            finite = np.isfinite(f)
+            cand = np.where(finite, prev_o[c] + prev_last[:, c] - np.where(finite, f, 0), -np.inf).max(axis=0)
+            bank = prev2_end[c] if double_buffer else prev_o[c] + prev_T[c]
+            o = np.maximum(np.maximum(cand, bank), prev_o[c])
+        offsets[lo:hi] = o
+        prev2_end[c] = prev_o[c] + prev_T[c]
+        prev_o[c] = o
+        prev_T[c] = T[lo:hi]
+        prev_last[:, c] = last[:, lo:hi]
+        core_end[c] = np.maximum(core_end[c], o + T[lo:hi])
+    return offsets, core_end
+
+
+def _format_prints(prints) -> list[str]:
+    out = []
+    for pid, seq, prefix, val, hexa, npdt in sorted(prints, key=lambda x: (x[0], x[1])):
+        if val is None:
+            text = ""
+        else:
+            arr = np.asarray(val)
+            if hexa and arr.dtype.kind in "iu":
+                text = np.array2string(arr, formatter={"int": lambda x: hex(int(x))}) if arr.ndim else hex(int(arr))
+            else:
+                text = np.array2string(arr, threshold=64) if arr.ndim else str(arr.item() if hasattr(arr, "item") else arr)
+        sep = " " if prefix and text else ""
+        out.append(f"pid ({pid}) {prefix}{sep}{text}")
+    return out
+
+
+class _RaceLog:
+    """Debug aid: which programs wrote which GM elements without atomics."""
+
+    def __init__(self):
+        self.writes: dict[int, list] = {}
+
+    def record_dma(self, b, t, desc):
+        from .machine import _strided  # noqa: F401 - same index arithmetic as the DMA
+        n = b.n
+        base = np.broadcast_to(desc.base, (n,))
+        sts = [np.broadcast_to(s, (n,)) for s in desc.strides]
+        los = [np.broadcast_to(x, (n,)) for x in desc.lo]
+        his = [np.broadcast_to(x, (n,)) for x in desc.hi]
+        for i in range(n):
+            idx = np.array([int(base[i])], dtype=np.int64)
+            for s, lo, hi in zip(sts, los, his):
+                r = np.arange(int(lo[i]), int(hi[i]), dtype=np.int64) * int(s[i])
+                idx = (idx[:, None] + r[None, :]).reshape(-1)
+            self.writes.setdefault(t, []).append((int(b.pids[i]), idx))
+
+    def record_elements(self, b, t, off, m):
+        for i in range(b.n):
+            self.writes.setdefault(t, []).append((int(b.pids[i]), off[i][m[i]].reshape(-1)))
+
+    def check(self, L):
+        from ..errors import RaceDetected
+        for t, items in self.writes.items():
+            owner: dict[int, int] = {}
+            for pid, idx in items:
+                for e in np.unique(idx).tolist():
+                    o = owner.get(e)
+                    if o is not None and o != pid:
+                        name = L.bc.params[t].name
+                        raise RaceDetected(f"kernel `{L.name}`: programs {o} and {pid} both wrote element {e} of "
+                                           f"`{name}` without atomics; the result depends on their order. Use "
+                                           "dl.atomic_* or give each program its own elements")
+                    owner[e] = pid
+
+
+_local = threading.local()
+
+
+def _stack() -> list:
+    s = getattr(_local, "stack", None)
+    if s is None:
+        s = _local.stack = []
+    return s
+
+
+_DEFAULT: Device | None = None
+
+
+def default_device() -> Device:
+    s = _stack()
+    if s:
+        return s[-1]
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = Device()
+    return _DEFAULT
+
+
+def set_default_device(device: Device) -> None:
+    global _DEFAULT
+    _DEFAULT = device
+
+
+@contextlib.contextmanager
+def use(device: Device):
+    with device:
+        yield device
+
+
+_ = (DeviceError,)

@@ -1,0 +1,121 @@
+"""Device profiles: every number the simulator uses, in one place.
+
+``SOURCES`` says for each field whether it is a published figure for Ascend 910B-class parts or a
+model assumption of dvmlang (``docs/device.md`` is generated from it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+KiB = 1024
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str = "910B2-like"
+    cube_cores: int = 24
+    vector_cores: int = 48
+    clock_hz: float = 1.8e9
+    ub_bytes: int = 192 * KiB
+    l1_bytes: int = 512 * KiB
+    l0a_bytes: int = 64 * KiB
+    l0b_bytes: int = 64 * KiB
+    l0c_bytes: int = 128 * KiB
+    l2_bytes: int = 192 * MiB
+    alignment: int = 32
+    vector_bytes_per_cycle: int = 256
+    vector_startup: int = 16
+    reduce_tree_step: int = 4
+    cube_macs_per_cycle: int = 4096
+    cube_startup: int = 32
+    cube_fp32_factor: int = 4
+    hbm_bytes_per_s: float = 1.6e12
+    mte_bytes_per_cycle: float = 32.0
+    dma_latency: int = 240
+    burst_overhead: int = 2
+    gather_cycles_per_element: float = 1.0
+    atomic_cycles_per_element: float = 4.0
+    mte1_bytes_per_cycle: int = 256
+    mte1_startup: int = 16
+    fixpipe_bytes_per_cycle: int = 128
+    fixpipe_startup: int = 16
+    scalar_dispatch: int = 2
+    scalar_gm_latency: int = 120
+    branch_refetch: int = 4
+    launch_overhead_us: float = 3.0
+    max_programs: int = 65535
+    events_per_pipe_pair: int = 8
+
+    @property
+    def hbm_bytes_per_cycle(self) -> float:
+        return self.hbm_bytes_per_s / self.clock_hz
+
+    @property
+    def launch_overhead_cycles(self) -> int:
+        return int(round(self.launch_overhead_us * 1e-6 * self.clock_hz))
+
+    def with_(self, **changes) -> "Profile":
+        return replace(self, **changes)
+
+
+SOURCES = {
+    "name": ("", "label"),
+    "cube_cores": ("published", "Ascend 910B2: 24 AI Cube cores (AIC)"),
+    "vector_cores": ("published", "Ascend 910B2: 48 AI Vector cores (AIV), two per AIC"),
+    "clock_hz": ("published (approximate)", "about 1.8 GHz"),
+    "ub_bytes": ("published", "Unified Buffer per AIV"),
+    "l1_bytes": ("published", "L1 buffer per AIC"),
+    "l0a_bytes": ("published", "L0A per AIC"),
+    "l0b_bytes": ("published", "L0B per AIC"),
+    "l0c_bytes": ("published", "L0C per AIC (fp32 accumulators)"),
+    "l2_bytes": ("published", "shared L2 (not modelled beyond its size)"),
+    "alignment": ("published", "UB/L1 operand alignment; L0A/L0B 512 B, L0C 64 B"),
+    "vector_bytes_per_cycle": ("published", "one 256-byte repeat per cycle (128 fp16 / 64 fp32 lanes)"),
+    "vector_startup": ("assumption", "issue-to-first-repeat latency of a vector instruction"),
+    "reduce_tree_step": ("assumption", "cycles per level of a reduction tree"),
+    "cube_macs_per_cycle": ("published", "16x16x16 fp16 multiply-accumulates per cycle"),
+    "cube_startup": ("assumption", "cube instruction latency"),
+    "cube_fp32_factor": ("assumption", "fp32 inputs run the cube this many times slower than fp16"),
+    "hbm_bytes_per_s": ("published range 1.2-1.8 TB/s", "1.6 TB/s shared by all active cores"),
+    "mte_bytes_per_cycle": ("assumption (order of magnitude published)", "per-core MTE2/MTE3 cap"),
+    "dma_latency": ("assumption", "first-byte latency of a GM transfer"),
+    "burst_overhead": ("assumption", "cycles per contiguous burst of a DMA"),
+    "gather_cycles_per_element": ("assumption", "element-wise addressed transfers"),
+    "atomic_cycles_per_element": ("assumption", "read-modify-write in GM per element"),
+    "mte1_bytes_per_cycle": ("assumption", "L1 -> L0A/L0B bandwidth"),
+    "mte1_startup": ("assumption", "MTE1 latency"),
+    "fixpipe_bytes_per_cycle": ("assumption", "L0C -> UB/GM bandwidth"),
+    "fixpipe_startup": ("assumption", "FixPipe latency"),
+    "scalar_dispatch": ("assumption", "scalar-unit cycles to decode and dispatch one virtual instruction"),
+    "scalar_gm_latency": ("assumption", "scalar-unit read of UB/GM"),
+    "branch_refetch": ("assumption", "taken-branch penalty"),
+    "launch_overhead_us": ("assumption (a few microseconds is typical)", "fixed cost per kernel launch"),
+    "max_programs": ("published", "at most 65535 programs (blockDim) per launch"),
+    "events_per_pipe_pair": ("published (medium confidence)", "event ids per pipe pair"),
+}
+
+PROFILES = {
+    "910B2": Profile(),
+    "910B3": Profile(name="910B3-like", cube_cores=20, vector_cores=40),
+}
+PROFILES["910B2-like"] = PROFILES["910B2"]
+PROFILES["910B3-like"] = PROFILES["910B3"]
+
+
+def get_profile(p) -> Profile:
+    from ..errors import DvmError
+    if isinstance(p, Profile):
+        return p
+    if p is None:
+        return PROFILES["910B2"]
+    if isinstance(p, str) and p in PROFILES:
+        return PROFILES[p]
+    if isinstance(p, dict):
+        base = PROFILES["910B2"]
+        unknown = set(p) - {f.name for f in fields(Profile)}
+        if unknown:
+            raise DvmError(f"unknown profile fields: {', '.join(sorted(unknown))}")
+        return replace(base, **p)
+    raise DvmError(f"unknown device profile {p!r}; choose one of {sorted(PROFILES)} or pass a Profile")

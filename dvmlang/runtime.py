@@ -1,0 +1,420 @@
+"""Kernels on the host: argument binding, the build and instance caches, and launches.
+
+``kernel[grid](*args, **constexprs)`` binds the arguments, finds (or makes) the build for the
+constexpr values, dtypes and ranks, finds (or encodes) the instance for the runtime values and
+shapes, and runs it on the device. A new runtime value or shape only encodes; it never rebuilds.
+"""
+
+from __future__ import annotations
+
+import functools
+import linecache
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import dtypes as dt
+from .errors import ArgumentError, CompilationError, DvmError, LaunchError
+from .vm.container import ParamInfo, TargetInfo
+
+MAX_INSTANCES = 256
+LAUNCH_KWARGS = ("trace", "device", "name")
+
+
+@dataclass
+class CacheInfo:
+    """How often a kernel was built, encoded, and launched from a cached instance."""
+
+    builds: int = 0
+    encodes: int = 0
+    hits: int = 0
+    launches: int = 0
+
+
+class Build:
+    """One specialisation of a kernel: its IR, instruction template and instance encoder."""
+
+    def __init__(self, kernel: "Kernel", specs, profile):
+        from .frontend.build import build_ir
+        from .vm.bytecode import Encoder
+        from .vm.lower import lower
+        t0 = time.perf_counter()
+        self.fn, ctx = build_ir(kernel.source, specs)
+        self.global_reads = list(ctx.global_reads.values())
+        self.template = lower(self.fn, profile)
+        ub = self.template.footprint.get("ub", 0)
+        self.template.double_buffer = 2 * ub <= profile.ub_bytes
+        self.params = [p for p in self.fn.params]
+        self.tensor_params = [i for i, p in enumerate(self.params) if p.kind == "tensor"]
+        self.written = _written_params(self.fn)
+        sources = _embedded_sources(self.template.debug)
+        target = TargetInfo(profile.name, profile.vector_cores, profile.cube_cores, profile.ub_bytes,
+                            profile.l1_bytes, profile.l0a_bytes, profile.l0b_bytes, profile.l0c_bytes)
+        infos = [ParamInfo(p.kind, p.name, p.dtype, p.rank) for p in self.params]
+        self.encoder = Encoder(self.template, infos, target, sources)
+        self.build_s = time.perf_counter() - t0
+
+    def still_valid(self) -> bool:
+        for globs, name, value in self.global_reads:
+            cur = globs.get(name)
+            cur = getattr(cur, "value", cur) if type(cur).__name__ == "constexpr" else cur
+            if type(cur) is not type(value) or cur != value:
+                return False
+        return True
+
+
+def _written_params(fn) -> set[int]:
+    out = set()
+    for op in fn.walk():
+        if op.kind in ("dma_store", "scatter", "atomic", "store"):
+            out.add(op.attrs["tensor"])
+    return out
+
+
+def _embedded_sources(debug) -> dict:
+    spans: dict[str, list[int]] = {}
+    for _, loc in debug:
+        s = spans.setdefault(loc.file, [loc.line, loc.line])
+        s[0] = min(s[0], loc.line)
+        s[1] = max(s[1], loc.line)
+    out = {}
+    for f, (lo, hi) in spans.items():
+        lines = linecache.getlines(f)
+        if lines:
+            lo = max(1, lo - 3)
+            out[f] = (lo, "".join(lines[lo - 1:hi]))
+    return out
+
+
+class Kernel:
+    """A ``@dvmlang.kernel`` function. Launch with ``kernel[grid](*args, **constexprs)``."""
+
+    def __init__(self, fn):
+        if not callable(fn):
+            raise DvmError("@dvmlang.kernel decorates a function")
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self._source = None
+        self._builds: dict = {}
+        self._instances: OrderedDict = OrderedDict()
+        self.stats = CacheInfo()
+
+    @property
+    def source(self):
+        if self._source is None:
+            from .frontend.codegen import KernelSource
+            self._source = KernelSource(self.fn)
+        return self._source
+
+    def __repr__(self) -> str:
+        return f"<dvmlang.kernel {self.fn.__qualname__}>"
+
+    def __getitem__(self, grid):
+        return _Launcher(self, grid)
+
+    def __call__(self, *args, **kwargs):
+        raise DvmError(f"launch `{self.__name__}` with a grid: {self.__name__}[grid](...); inside another kernel "
+                       "a call is inlined")
+
+    def cache_info(self) -> CacheInfo:
+        return self.stats
+
+    # ---- binding -------------------------------------------------------------------------------------------
+    def _bind(self, args, kwargs):
+        src = self.source
+        names = src.params
+        if len(args) > len(names):
+            raise ArgumentError(f"`{self.__name__}` takes {len(names)} arguments ({', '.join(names)}) but "
+                                f"{len(args)} were given")
+        values = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise LaunchError(f"`{self.__name__}` has no parameter `{k}`; its parameters are {', '.join(names)}")
+            if k in values:
+                raise ArgumentError(f"`{self.__name__}` got two values for `{k}`")
+            values[k] = v
+        specs = []
+        key = []
+        for name in names:
+            if name not in values:
+                if name in src.defaults:
+                    values[name] = src.defaults[name]
+                else:
+                    what = "the dl.constexpr" if name in src.constexpr_params else "the argument"
+                    raise LaunchError(f"`{self.__name__}` is missing {what} `{name}`"
+                                      + (f"; pass it as a keyword: {self.__name__}[grid](..., {name}=...)"
+                                         if name in src.constexpr_params else ""))
+            v = values[name]
+            if name in src.constexpr_params:
+                spec = ("constexpr", _constexpr_value(self.__name__, name, v))
+                specs.append(spec)
+                key.append((type(spec[1]).__name__, spec[1]))
+                continue
+            spec = _classify(self.__name__, name, v)
+            specs.append(spec)
+            key.append(spec)
+        return values, specs, tuple(key)
+
+    def _build(self, specs, key, profile) -> Build:
+        bkey = (key, profile.name, profile.ub_bytes, profile.l1_bytes, profile.l0c_bytes)
+        b = self._builds.get(bkey)
+        if b is not None and (not b.global_reads or b.still_valid()):
+            return b
+        b = Build(self, specs, profile)
+        self.stats.builds += 1
+        self._builds[bkey] = b
+        return b
+
+    def _instance(self, build: Build, bkey, specs, values, grid):
+        names = self.source.params
+        infos = []
+        scalars = {}
+        arrays = {}
+        shapes = []
+        idx = 0
+        for name, spec in zip(names, specs):
+            if spec[0] == "constexpr":
+                continue
+            v = values[name]
+            p = build.params[idx]
+            if spec[0] == "tensor":
+                infos.append(ParamInfo("tensor", p.name, p.dtype, v.ndim, v.shape,
+                                       tuple(s // v.itemsize for s in v.strides)))
+                arrays[idx] = v
+                shapes.append(v.shape)
+            else:
+                infos.append(ParamInfo("scalar", p.name, p.dtype))
+                scalars[idx] = v
+                shapes.append(_scalar_key(v))
+            idx += 1
+        ikey = (bkey, tuple(shapes), grid)
+        bc = self._instances.get(ikey)
+        if bc is not None:
+            self._instances.move_to_end(ikey)
+            self.stats.hits += 1
+            return bc, arrays
+        t0 = time.perf_counter()
+        bc = build.encoder.encode(infos, scalars, grid)
+        bc.encode_s = time.perf_counter() - t0
+        self.stats.encodes += 1
+        self._instances[ikey] = bc
+        if len(self._instances) > MAX_INSTANCES:
+            self._instances.popitem(last=False)
+        return bc, arrays
+
+    def _prepare(self, grid, args, kwargs, device):
+        from .npu.device import default_device
+        device = device or default_device()
+        values, specs, key = self._bind(args, kwargs)
+        grid = _grid(self.__name__, grid, values)
+        try:
+            build = self._build(specs, key, device.profile)
+        except CompilationError:
+            raise
+        bc, arrays = self._instance(build, (key, device.profile.name), specs, values, grid)
+        return device, build, bc, arrays
+
+    # ---- public entry points ----------------------------------------------------------------------------
+    def run(self, grid, *args, trace=False, device=None, name=None, **kwargs):
+        """Same as ``kernel[grid](*args, ...)``."""
+        from .trace.record import Session, active_session
+        device, build, bc, arrays = self._prepare(grid, args, kwargs, device)
+        for i in build.written:
+            a = arrays.get(i)
+            if a is not None and not a.flags.writeable:
+                raise ArgumentError(f"`{build.params[i].name}` is read-only but `{self.__name__}` stores to it; "
+                                    "pass a writeable array")
+        flat = {i: a.reshape(-1) for i, a in arrays.items()}
+        alias = _alias_groups(arrays)
+        session = active_session()
+        local = None
+        if trace:
+            local = Session() if not isinstance(trace, Session) else trace
+            session = local
+        self.stats.launches += 1
+        rec = device.run(bc, flat, trace=session, name=name or self.__name__, alias_groups=alias)
+        rec.encode_s = getattr(bc, "encode_s", 0.0)
+        return rec
+
+    def encode(self, grid, *args, device=None, **kwargs):
+        """The ``Bytecode`` of one launch instance, without running it."""
+        _, _, bc, _ = self._prepare(grid, args, kwargs, device)
+        return bc
+
+    def export(self, path, grid, *args, device=None, **kwargs):
+        """Encode an instance and save it as a ``.dvmb`` file (ahead-of-time export)."""
+        bc = self.encode(grid, *args, device=device, **kwargs)
+        return bc.save(path)
+
+    def ir(self, *args, device=None, **kwargs) -> str:
+        """The tile IR of the build these arguments select, as text."""
+        from .ir.printer import print_function
+        from .npu.device import default_device
+        device = device or default_device()
+        _, specs, key = self._bind(args, kwargs)
+        return print_function(self._build(specs, key, device.profile).fn)
+
+    def build_for(self, *args, device=None, **kwargs) -> Build:
+        from .npu.device import default_device
+        device = device or default_device()
+        _, specs, key = self._bind(args, kwargs)
+        return self._build(specs, key, device.profile)
+
+
+class _Launcher:
+    __slots__ = ("kernel", "grid")
+
+    def __init__(self, kernel, grid):
+        self.kernel = kernel
+        self.grid = grid
+
+    def __call__(self, *args, trace=False, device=None, name=None, **kwargs):
+        return self.kernel.run(self.grid, *args, trace=trace, device=device, name=name, **kwargs)
+
+
+def kernel(fn=None, **options):
+    """Decorator: ``@dvmlang.kernel`` turns a Python function into a dvmlang kernel."""
+    if fn is None:
+        return lambda f: Kernel(f)
+    return Kernel(fn)
+
+
+# ---- argument classification -------------------------------------------------------------------------------
+
+_CONSTEXPR_TYPES = (bool, int, float, str, type(None), dt.DType, tuple)
+
+
+def _constexpr_value(kname, name, v):
+    from .frontend.values import constexpr
+    if isinstance(v, constexpr):
+        v = v.value
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
+        d = dt.from_numpy(v)
+        if d is not None:
+            return d
+    if not isinstance(v, _CONSTEXPR_TYPES) and not callable(v):
+        raise ArgumentError(f"constexpr `{name}` of `{kname}` must be a compile-time value (int, float, bool, str, "
+                            f"dtype, tuple), got {type(v).__name__}")
+    return v
+
+
+def _classify(kname, name, v):
+    if isinstance(v, np.ndarray):
+        d = dt.from_numpy(v.dtype)
+        if d is None:
+            raise ArgumentError(f"argument `{name}` of `{kname}` has dtype {v.dtype}, which dvmlang does not support; "
+                                f"use one of {', '.join(x.name for x in dt.ARRAY_DTYPES)}")
+        if not v.flags.c_contiguous:
+            raise ArgumentError(f"argument `{name}` of `{kname}` is not C-contiguous (strides {v.strides}); kernels "
+                                "address arrays as flat memory. Pass np.ascontiguousarray(x) and copy results back")
+        return ("tensor", d, v.ndim)
+    if isinstance(v, bool):
+        return ("scalar", dt.bool_)
+    if isinstance(v, int):
+        if dt.int_fits(v, dt.int32):
+            return ("scalar", dt.int32)
+        if dt.int_fits(v, dt.int64):
+            return ("scalar", dt.int64)
+        raise ArgumentError(f"argument `{name}` of `{kname}` = {v} does not fit a 64-bit integer")
+    if isinstance(v, float):
+        return ("scalar", dt.float32)
+    if isinstance(v, np.generic):
+        d = dt.from_numpy(v.dtype)
+        if d is None:
+            raise ArgumentError(f"argument `{name}` of `{kname}` has dtype {v.dtype}, which dvmlang does not support")
+        return ("scalar", d)
+    if hasattr(v, "__dvm_array__"):
+        return _classify(kname, name, v.__dvm_array__())
+    kind = type(v).__name__
+    hint = "pass np.asarray(x)" if isinstance(v, (list, tuple)) else "pass a numpy array or a number"
+    raise ArgumentError(f"argument `{name}` of `{kname}` must be a numpy array or a number, got {kind}; {hint}")
+
+
+def _scalar_key(v):
+    if isinstance(v, float) and v != v:
+        return ("nan",)
+    return (type(v).__name__, v)
+
+
+def _grid(kname, grid, values):
+    if callable(grid):
+        meta = dict(values)
+        try:
+            grid = grid(meta)
+        except Exception as e:  # noqa: BLE001
+            raise LaunchError(f"the grid function of `{kname}` failed: {type(e).__name__}: {e}") from None
+    if isinstance(grid, (int, np.integer)):
+        grid = (grid,)
+    if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3:
+        raise LaunchError(f"the grid of `{kname}` must be an int or a tuple of 1 to 3 ints, got {grid!r}")
+    out = []
+    for i, g in enumerate(grid):
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
+            raise LaunchError(f"grid dimension {i} of `{kname}` must be an int, got {type(g).__name__} {g!r}")
+        g = int(g)
+        if g < 1:
+            raise LaunchError(f"grid dimension {i} of `{kname}` is {g}; every grid dimension must be at least 1 "
+                              "(an empty launch has nothing to run)")
+        out.append(g)
+    while len(out) < 3:
+        out.append(1)
+    return tuple(out)
+
+
+def _alias_groups(arrays: dict[int, np.ndarray]) -> dict[int, int]:
+    keys = list(arrays)
+    group = {k: k for k in keys}
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            if group[b] == b and np.may_share_memory(arrays[a], arrays[b]):
+                group[b] = group[a]
+    return group
+
+
+def run(bytecode, *args, device=None, trace=False):
+    """Run a ``Bytecode`` (for example one loaded from a ``.dvmb`` file) on new arrays and scalars of the same
+    signature: one argument per runtime parameter, in order."""
+    from .npu.device import default_device
+    from .trace.record import Session, active_session
+    from .vm.bytecode import Bytecode
+    if not isinstance(bytecode, Bytecode):
+        raise ArgumentError(f"dvmlang.run expects a dvmlang.Bytecode, got {type(bytecode).__name__}")
+    bytecode.validate()
+    params = bytecode.params
+    if len(args) != len(params):
+        names = ", ".join(p.name for p in params)
+        raise ArgumentError(f"`{bytecode.name}` takes {len(params)} arguments ({names}) but {len(args)} were given")
+    infos, scalars, arrays = [], {}, {}
+    for i, (p, v) in enumerate(zip(params, args)):
+        spec = _classify(bytecode.name, p.name, v)
+        if p.kind == "tensor":
+            if spec[0] != "tensor" or spec[1] is not p.dtype or spec[2] != p.rank:
+                raise ArgumentError(f"argument `{p.name}` must be a {p.rank}-d {p.dtype.name} array, got "
+                                    f"{_describe(v)}")
+            infos.append(ParamInfo("tensor", p.name, p.dtype, v.ndim, v.shape,
+                                   tuple(s // v.itemsize for s in v.strides)))
+            arrays[i] = v
+        else:
+            if spec[0] != "scalar":
+                raise ArgumentError(f"argument `{p.name}` must be a {p.dtype.name} scalar, got {_describe(v)}")
+            if p.dtype.is_int and not isinstance(v, (int, np.integer)):
+                raise ArgumentError(f"argument `{p.name}` must be an integer, got {type(v).__name__}")
+            if p.dtype.is_int and not dt.int_fits(int(v), p.dtype):
+                raise ArgumentError(f"argument `{p.name}` = {v} does not fit {p.dtype.name}")
+            infos.append(ParamInfo("scalar", p.name, p.dtype))
+            scalars[i] = v
+    bc = bytecode.rebind(infos, scalars)
+    device = device or default_device()
+    session = Session() if trace else active_session()
+    return device.run(bc, {i: a.reshape(-1) for i, a in arrays.items()}, trace=session, name=bc.name,
+                      alias_groups=_alias_groups(arrays))
+
+
+def _describe(v) -> str:
+    if isinstance(v, np.ndarray):
+        return f"a {v.ndim}-d {v.dtype} array"
+    return f"{type(v).__name__} {v!r}"

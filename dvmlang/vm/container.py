@@ -1,0 +1,376 @@
+"""The ``.dvmb`` container: reading and writing bytes, with WebAssembly-style safety.
+
+Layout: a 12-byte header (magic, major, minor, flags, header CRC-32), then sections ``id (u8) | size
+(LEB128) | payload`` in a fixed order; custom sections (id 0) may appear anywhere and are skipped.
+Everything is checked against the bytes that remain before anything is allocated, varints must be
+canonical, and every failure is a ``MalformedBytecodeError`` naming section and offset.
+``docs/bytecode.md`` is the full specification.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+from .. import dtypes as dt
+from ..errors import MalformedBytecodeError, VersionError
+
+MAGIC = b"\x00dvm"
+VERSION_MAJOR = 1
+VERSION_MINOR = 0
+HEADER_SIZE = 12
+FLAG_CHECKSUM = 1
+FLAG_SOURCES = 2
+
+SECTION_IDS = {"custom": 0, "target": 1, "symbols": 2, "params": 3, "layouts": 4, "kernels": 5, "code": 6,
+               "relocs": 7, "debug": 8, "checksum": 9}
+SECTION_NAMES = {v: k for k, v in SECTION_IDS.items()}
+REQUIRED = ("target", "symbols", "params", "layouts", "kernels", "code", "relocs")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Implementation limits applied to every container read from outside."""
+
+    max_file_bytes: int = 64 << 20
+    max_sections: int = 64
+    max_code_words: int = 1 << 20
+    max_strings: int = 1 << 16
+    max_string_bytes: int = 1 << 16
+    max_params: int = 255
+    max_layouts: int = 1 << 16
+    max_rank: int = 8
+    max_kernels: int = 16
+    max_registers: int = 256
+    max_relocs: int = 1 << 20
+    max_debug_entries: int = 1 << 20
+    max_dim: int = 1 << 40
+    max_grid: int = 1 << 31
+
+
+LIMITS = Limits()
+
+
+@dataclass
+class ParamInfo:
+    kind: str  # "tensor" | "scalar"
+    name: str
+    dtype: dt.DType
+    rank: int = 0
+    shape: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    grid: tuple[int, int, int]
+    code_start: int
+    code_words: int
+    reg_types: list[dt.DType]
+    footprint: dict[str, int]
+    double_buffer: bool = False
+    mix: bool = False
+
+
+@dataclass
+class TargetInfo:
+    name: str
+    vector_cores: int
+    cube_cores: int
+    ub_bytes: int
+    l1_bytes: int
+    l0a_bytes: int
+    l0b_bytes: int
+    l0c_bytes: int
+
+
+@dataclass
+class DebugInfo:
+    files: list[str] = field(default_factory=list)
+    lines: list[tuple[int, int, int, int]] = field(default_factory=list)  # (pc, file index, line, col)
+    sources: dict[int, tuple[int, str]] = field(default_factory=dict)  # file index -> (first line, text)
+
+
+SPACES = ("ub", "l1", "l0a", "l0b", "l0c")
+
+
+# ---- writing -----------------------------------------------------------------------------------------------
+
+
+def uleb(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def sleb(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if (n == 0 and not b & 0x40) or (n == -1 and b & 0x40):
+            out.append(b)
+            return bytes(out)
+        out.append(b | 0x80)
+
+
+def string(s: str) -> bytes:
+    raw = s.encode("utf-8")
+    return uleb(len(raw)) + raw
+
+
+def section(name: str, payload: bytes) -> bytes:
+    return bytes([SECTION_IDS[name]]) + uleb(len(payload)) + payload
+
+
+def header(flags: int, major: int = VERSION_MAJOR, minor: int = VERSION_MINOR) -> bytes:
+    first = MAGIC + struct.pack("<BBH", major, minor, flags)
+    return first + struct.pack("<I", zlib.crc32(first))
+
+
+def encode_target(t: TargetInfo) -> bytes:
+    return string(t.name) + b"".join(uleb(x) for x in (t.vector_cores, t.cube_cores, t.ub_bytes, t.l1_bytes,
+                                                       t.l0a_bytes, t.l0b_bytes, t.l0c_bytes))
+
+
+def encode_symbols(strings: list[str]) -> bytes:
+    return uleb(len(strings)) + b"".join(string(s) for s in strings)
+
+
+def encode_params(params: list[ParamInfo], sid: dict[str, int]) -> bytes:
+    out = [uleb(len(params))]
+    for p in params:
+        out.append(bytes([0 if p.kind == "tensor" else 1]) + uleb(sid[p.name]) + bytes([p.dtype.code, p.rank]))
+        if p.kind == "tensor":
+            out.extend(uleb(d) for d in p.shape)
+            out.extend(sleb(s) for s in p.strides)
+    return b"".join(out)
+
+
+def encode_layouts(layouts) -> bytes:
+    out = [uleb(len(layouts))]
+    for d, shape in layouts:
+        out.append(bytes([d.code, len(shape)]) + b"".join(uleb(x) for x in shape))
+    return b"".join(out)
+
+
+def encode_kernels(kernels: list[KernelInfo], sid: dict[str, int]) -> bytes:
+    out = [uleb(len(kernels))]
+    for k in kernels:
+        out.append(uleb(sid[k.name]) + b"".join(uleb(g) for g in k.grid) + uleb(k.code_start) + uleb(k.code_words))
+        out.append(uleb(len(k.reg_types)) + bytes(d.code for d in k.reg_types))
+        out.append(b"".join(uleb(k.footprint.get(s, 0)) for s in SPACES))
+        out.append(bytes([int(k.double_buffer) | (int(k.mix) << 1)]))
+    return b"".join(out)
+
+
+def encode_relocs(relocs) -> bytes:
+    return uleb(len(relocs)) + b"".join(uleb(w) + bytes([kind]) + uleb(p) for w, kind, p in relocs)
+
+
+def encode_debug(info: DebugInfo, sid: dict[str, int], with_sources: bool) -> bytes:
+    out = [uleb(len(info.files))]
+    out.extend(uleb(sid[f]) for f in info.files)
+    out.append(uleb(len(info.lines)))
+    last = 0
+    for pc, fi, line, col in info.lines:
+        out.append(uleb(pc - last) + uleb(fi) + uleb(line) + uleb(col))
+        last = pc
+    if with_sources:
+        out.append(uleb(len(info.sources)))
+        for fi, (first, text) in sorted(info.sources.items()):
+            out.append(uleb(fi) + uleb(first) + string(text))
+    return b"".join(out)
+
+
+def checksum_section(data: bytes) -> bytes:
+    return section("checksum", struct.pack("<I", zlib.crc32(data)))
+
+
+# ---- reading -------------------------------------------------------------------------------------------------
+
+
+class Reader:
+    """Bounds-checked reading of one section's payload."""
+
+    __slots__ = ("data", "pos", "end", "section", "base")
+
+    def __init__(self, data: bytes, start: int, end: int, section: str):
+        self.data = data
+        self.pos = start
+        self.end = end
+        self.section = section
+        self.base = start
+
+    def fail(self, msg, expected=None, found=None):
+        raise MalformedBytecodeError(msg, section=self.section, offset=self.pos, expected=expected, found=found)
+
+    def byte(self) -> int:
+        if self.pos >= self.end:
+            self.fail("unexpected end of section", "1 more byte", "none")
+        b = self.data[self.pos]
+        self.pos += 1
+        return b
+
+    def uleb(self, max_bits: int = 64) -> int:
+        result = shift = 0
+        start = self.pos
+        max_bytes = -(-max_bits // 7)
+        for i in range(max_bytes):
+            b = self.byte()
+            result |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                if i == max_bytes - 1 and max_bits % 7 and b >> (max_bits % 7):
+                    self.pos = start
+                    self.fail("integer too large", f"at most {max_bits} bits", f"byte {b:#x}")
+                if i > 0 and b == 0:
+                    self.pos = start
+                    self.fail("non-canonical LEB128 (trailing zero byte)")
+                return result
+        self.pos = start
+        self.fail("LEB128 integer is too long", f"at most {max_bytes} bytes", "more")
+
+    def sleb(self, max_bits: int = 64) -> int:
+        result = shift = 0
+        start = self.pos
+        max_bytes = -(-max_bits // 7)
+        for _ in range(max_bytes):
+            b = self.byte()
+            result |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                if b & 0x40:
+                    result -= 1 << shift
+                return result
+        self.pos = start
+        self.fail("signed LEB128 integer is too long", f"at most {max_bytes} bytes", "more")
+
+    def count(self, limit: int, what: str, min_item_bytes: int = 1) -> int:
+        n = self.uleb(32)
+        if n > limit:
+            self.fail(f"too many {what}", f"at most {limit}", str(n))
+        if n * min_item_bytes > self.end - self.pos:
+            self.fail(f"{what} count exceeds the section", f"at most {(self.end - self.pos) // max(1, min_item_bytes)}",
+                      str(n))
+        return n
+
+    def string(self, limit: int) -> str:
+        n = self.uleb(32)
+        if n > limit:
+            self.fail("string too long", f"at most {limit} bytes", str(n))
+        if self.pos + n > self.end:
+            self.fail("string runs past the end of the section", f"{n} bytes", f"{self.end - self.pos}")
+        raw = self.data[self.pos:self.pos + n]
+        self.pos += n
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.pos -= n
+            self.fail("string is not valid UTF-8")
+
+    def dtype(self) -> dt.DType:
+        code = self.byte()
+        d = dt.BY_CODE.get(code)
+        if d is None:
+            self.pos -= 1
+            self.fail("unknown dtype code", "0-14", str(code))
+        return d
+
+    def done(self):
+        if self.pos != self.end:
+            self.fail("section has trailing bytes", "end of section", f"{self.end - self.pos} more bytes")
+
+
+def split_sections(data: bytes, limits: Limits = LIMITS):
+    """Check the header and return ``(major, minor, flags, {name: (start, end)}, checksum_offset)``."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise MalformedBytecodeError(f"expected bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if len(data) > limits.max_file_bytes:
+        raise MalformedBytecodeError("file too large", expected=f"at most {limits.max_file_bytes} bytes",
+                                     found=str(len(data)))
+    if len(data) < HEADER_SIZE:
+        raise MalformedBytecodeError("truncated header", section="header", offset=len(data),
+                                     expected=f"{HEADER_SIZE} bytes", found=f"{len(data)}")
+    if data[:4] != MAGIC:
+        raise MalformedBytecodeError("bad magic: not a dvmlang bytecode file", section="header", offset=0,
+                                     expected=repr(MAGIC), found=repr(data[:4]))
+    major, minor, flags = struct.unpack_from("<BBH", data, 4)
+    (crc,) = struct.unpack_from("<I", data, 8)
+    if zlib.crc32(data[:8]) != crc:
+        raise MalformedBytecodeError("header CRC mismatch", section="header", offset=8,
+                                     expected=f"{zlib.crc32(data[:8]):#010x}", found=f"{crc:#010x}")
+    if major != VERSION_MAJOR:
+        if major > VERSION_MAJOR:
+            raise VersionError(f"this file was written by bytecode version {major}.{minor}, newer than this "
+                               f"dvmlang reads ({VERSION_MAJOR}.{VERSION_MINOR}); upgrade dvmlang",
+                               section="header", offset=4, expected=f"major {VERSION_MAJOR}", found=f"major {major}")
+        raise VersionError(f"bytecode version {major}.{minor} is older than this dvmlang supports "
+                           f"({VERSION_MAJOR}.x); re-export it", section="header", offset=4,
+                           expected=f"major {VERSION_MAJOR}", found=f"major {major}")
+    if flags & ~(FLAG_CHECKSUM | FLAG_SOURCES):
+        raise MalformedBytecodeError("unknown header flags", section="header", offset=6,
+                                     expected="bits 0-1 only", found=f"{flags:#06x}")
+    pos = HEADER_SIZE
+    sections: dict[str, tuple[int, int]] = {}
+    last_id = 0
+    n = 0
+    checksum_at = None
+    while pos < len(data):
+        n += 1
+        if n > limits.max_sections:
+            raise MalformedBytecodeError("too many sections", offset=pos, expected=f"at most {limits.max_sections}")
+        sid = data[pos]
+        r = Reader(data, pos + 1, len(data), SECTION_NAMES.get(sid, f"#{sid}"))
+        size = r.uleb(32)
+        start = r.pos
+        end = start + size
+        if end > len(data):
+            raise MalformedBytecodeError("section runs past the end of the file", section=r.section, offset=pos,
+                                         expected=f"{size} bytes", found=f"{len(data) - start}")
+        if sid not in SECTION_NAMES:
+            raise MalformedBytecodeError("unknown section id", offset=pos, expected="0-9", found=str(sid))
+        if sid != 0:
+            if sid <= last_id:
+                raise MalformedBytecodeError("sections out of order or repeated", section=SECTION_NAMES[sid],
+                                             offset=pos, expected=f"after {SECTION_NAMES[last_id]}",
+                                             found=SECTION_NAMES[sid])
+            last_id = sid
+            sections[SECTION_NAMES[sid]] = (start, end)
+            if sid == SECTION_IDS["checksum"]:
+                checksum_at = pos
+        else:
+            # custom section: a name, then opaque bytes
+            cr = Reader(data, start, end, "custom")
+            cr.string(limits.max_string_bytes)
+        if checksum_at is not None and end != len(data):
+            raise MalformedBytecodeError("bytes after the checksum section", section="checksum", offset=end)
+        pos = end
+    for name in REQUIRED:
+        if name not in sections:
+            raise MalformedBytecodeError(f"missing required section `{name}`", offset=len(data))
+    if flags & FLAG_CHECKSUM:
+        if checksum_at is None:
+            raise MalformedBytecodeError("header promises a checksum section but there is none", offset=len(data))
+        s, e = sections["checksum"]
+        if e - s != 4:
+            raise MalformedBytecodeError("checksum section must hold 4 bytes", section="checksum", offset=s,
+                                         expected="4", found=str(e - s))
+        (want,) = struct.unpack_from("<I", data, s)
+        got = zlib.crc32(data[:checksum_at])
+        if want != got:
+            raise MalformedBytecodeError("checksum mismatch: the file is corrupted", section="checksum", offset=s,
+                                         expected=f"{got:#010x}", found=f"{want:#010x}")
+    elif checksum_at is not None:
+        raise MalformedBytecodeError("checksum section present but the header flag is not set", section="checksum",
+                                     offset=checksum_at)
+    return major, minor, flags, sections, data
