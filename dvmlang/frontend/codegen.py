@@ -200,6 +200,9 @@ class CodeGen(ast.NodeVisitor):
             raise
         except CompilationError as e:
             if e.loc is None:
+                note = self._constexpr_note(node)
+                if note:
+                    e = type(e)(e.message + note, None, e.hint, e.call_chain)
                 raise e.with_context(self.loc(node), self.call_chain) from None
             raise
         except DvmError as e:
@@ -211,6 +214,19 @@ class CodeGen(ast.NodeVisitor):
             raise self.error(CompilationError, node, f"{type(e).__name__}: {e}") from None
         finally:
             self.b.loc = saved
+
+    def _constexpr_note(self, node) -> str:
+        """Name the constexpr parameters an offending expression uses, with their values."""
+        found = []
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and n.id in self.src.constexpr_params and n.id in self.names and \
+                    n.id not in [f[0] for f in found]:
+                v = unwrap(self.names[n.id])
+                if not _runtime(v):
+                    found.append((n.id, v))
+        if not found:
+            return ""
+        return " (" + ", ".join(f"dl.constexpr parameter `{k}` = {v!r}, a {type(v).__name__}" for k, v in found) + ")"
 
     def generic_visit(self, node):
         name = type(node).__name__
@@ -567,7 +583,7 @@ class CodeGen(ast.NodeVisitor):
                 t = types[k]
                 if t is None:
                     placeholders[k] = init if not isinstance(unwrap(init), PY_NUMBER) else \
-                        _placeholder(self.sem.to_tensor(init).handle.type)
+                        tensor(_placeholder(ScalarType(dt.scalar_dtype_of_python(unwrap(init)))))
                 else:
                     placeholders[k] = _placeholder_like(t)
             ends, exits = self._dry_body(stmts, candidates, placeholders, bind_iv_type, cond)

@@ -309,7 +309,7 @@ class Semantic:
         start, end = unwrap(start), unwrap(end)
         if not isinstance(start, int) or not isinstance(end, int):
             raise ConstexprError("dl.arange bounds must be compile-time integers",
-                                 hint="declare the size as a `dl.constexpr` parameter")
+                                 hint="sizes must be integers known at compile time: pass an int to a `dl.constexpr` parameter")
         if end <= start:
             raise KernelTypeError(f"dl.arange({start}, {end}) is empty: end must be greater than start")
         self._numel_check((end - start,))
@@ -547,9 +547,14 @@ class Semantic:
             raise KernelTypeError("cannot store a pointer", hint="store a loaded or computed value")
         v = self.to_tensor(value, ptr.dtype) if not isinstance(value, tensor) else value
         m = unwrap(mask)
+        if ptr.shape == () and v.is_tile and v.numel == 1 and not (isinstance(m, tensor) and m.is_tile and m.numel > 1):
+            # one element from the vector unit: a one-element DMA (no round trip through the scalar unit)
+            off = ptr.offset if ptr.offset is not None else self.const(0)
+            ptr = pointer(ptr.param, ptr.dtype, self.splat(off, (1,)), ptr.name)
+            v = self.reshape(v, (1,))
+            if isinstance(m, tensor):
+                m = self.reshape(m, (1,)) if m.is_tile else self.splat(self.truth(m), (1,))
         shape = self._mem_shapes(ptr, v, m if isinstance(m, tensor) else None)
-        if v.is_tile and shape != ptr.shape and ptr.shape == ():
-            pass
         offs = self._offsets(ptr, shape)
         v = self.cast(v, ptr.dtype)
         if shape and v.shape != shape:

@@ -1357,9 +1357,20 @@ def _insert_sync(items: list) -> None:
         scan(range(start, end + 1), state)
     counters: dict = {}
     set_by: dict = {}
-    for i in sorted(deps):
+    block_starts = set(label_pos.values())
+    synced: dict = {}  # (consumer pipe, producer pipe) -> rank of the producer already waited for
+    for i in range(len(instrs)):
+        if i in block_starts:
+            synced.clear()
+        if i not in deps:
+            continue
         e = instrs[i]
         for q, widx in sorted(deps[i].items()):
+            rank = widx if widx < i else widx - 1_000_000
+            key_sync = (int(e.ins.pipe), int(q))
+            if key_sync in synced and synced[key_sync] >= rank:
+                continue  # the pipes run in order: an earlier wait already covers this producer
+            synced[key_sync] = rank
             prod = instrs[widx]
             key = (widx, int(e.ins.pipe))
             ev = set_by.get(key)

@@ -1,0 +1,19 @@
+import numpy as np
+import pytest
+
+import dvmlang
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def sequential_device():
+    """The one-program-at-a-time reference path of the simulator."""
+    return dvmlang.npu.Device(sequential=True)
+
+
+def pytest_configure(config):
+    import dvmlang.npu  # noqa: F401 - make dvmlang.npu importable as an attribute
