@@ -29,7 +29,7 @@ def test_trace_true_records_every_instruction():
     assert {r["opcode"] for r in rows} >= {"DMA_LOAD1", "VMULS", "DMA_STORE1", "END"}
     assert all(r["dur"] >= 0 for r in rows)
     lines = {r["line"] for r in rows if r["opcode"] == "DMA_LOAD1"}
-    assert lines == {14}
+    assert lines == {15}
 
 
 def test_trace_context_collects_launches_and_prints():
