@@ -332,6 +332,57 @@ def atomic_cas(pointer, cmp, val, sem=None, scope=None, _sem=None):
     return _sem.atomic("cas", pointer, val, None, cmp)
 
 
+@builtin
+def make_block_ptr(base, shape, strides, offsets, block_shape, order=None, _sem=None):
+    """A block pointer: a ``block_shape`` window at ``offsets`` into a tensor of runtime ``shape`` and
+    ``strides`` (in elements). Load it with ``dl.load(bp, boundary_check=(0, 1), padding_option="zero")``."""
+    from .frontend.blockptr import make_block_ptr as mk
+    return mk(_sem, base, shape, strides, offsets, block_shape, order)
+
+
+@builtin
+def advance(base, offsets, _sem=None):
+    """A block pointer moved by ``offsets`` elements along each dimension."""
+    from .frontend.blockptr import advance as adv
+    return adv(_sem, base, offsets)
+
+
+@builtin
+def make_tensor_descriptor(base, shape, strides, block_shape, _sem=None):
+    """Triton's tensor descriptor: ``desc.load([i, j])`` / ``desc.store([i, j], v)`` with bounds handled."""
+    from .frontend.blockptr import make_tensor_descriptor as mk
+    return mk(_sem, base, shape, strides, block_shape)
+
+
+@builtin
+def load_tile(x, index, shape, padding=0, _sem=None):
+    """Tile number ``index`` (in units of ``shape``) of array parameter ``x``, padded past the edges:
+    ``dl.load_tile(x, index=(i, j), shape=(BM, BN))``. No masks: it maps 1:1 onto a DMA descriptor."""
+    from .frontend.blockptr import load_tile as lt
+    return lt(_sem, x, index, shape, padding)
+
+
+@builtin
+def store_tile(x, index, value, _sem=None):
+    """Store ``value`` as tile number ``index`` of array parameter ``x``; elements past the edges are
+    dropped."""
+    from .frontend.blockptr import store_tile as st
+    return st(_sem, x, index, value)
+
+
+@builtin
+def reduce(input, axis, combine_fn, keep_dims=False, _sem=None):
+    """Reduce along ``axis`` with an associative ``combine_fn`` (a ``@dvmlang.kernel`` taking two values,
+    or two tuples, and returning one). ``input`` may be a tuple of tiles of one shape."""
+    return _sem.codegen.combine_reduce(input, axis, combine_fn, bool(unwrap(keep_dims)))
+
+
+@builtin
+def associative_scan(input, axis, combine_fn, reverse=False, _sem=None):
+    """Inclusive scan along ``axis`` with an associative ``combine_fn`` (``reverse`` scans from the end)."""
+    return _sem.codegen.combine_scan(input, axis, combine_fn, bool(unwrap(reverse)))
+
+
 # ---- matrix ----------------------------------------------------------------------------------------------
 
 @builtin

@@ -185,6 +185,8 @@ class CodeGen(ast.NodeVisitor):
 
     # ---- errors and locations -----------------------------------------------------------------------
     def loc(self, node) -> SourceLoc:
+        if isinstance(node, SourceLoc):
+            return node
         return self.src.loc(node)
 
     def error(self, cls, node, msg, hint=None):
@@ -664,9 +666,21 @@ class CodeGen(ast.NodeVisitor):
             dtypes = {o.dtype for o in offs}
             d = dt.int64 if dt.int64 in dtypes else next(iter(dtypes))
             return pointer(first.param, first.dtype, _placeholder(_mk_type(offs[0].shape, d, offs[0].is_tile)), first.name)
-        if isinstance(first, block_pointer):
-            raise self.error(UnsupportedSyntaxError, node, f"block pointer `{name}` cannot be reassigned inside "
-                             "runtime control flow yet", "advance it with dl.advance outside the branch")
+        if isinstance(first, block_pointer) or any(isinstance(v, block_pointer) for v in runtime):
+            if consts or not all(isinstance(v, block_pointer) and v.param == first.param and
+                                 v.block_shape == first.block_shape for v in runtime):
+                raise self.error(KernelTypeError, node, f"`{name}` must stay a block pointer into {first.name} with "
+                                 f"block shape {first.block_shape} {where}")
+            parts = []
+            for comp in zip(*[_bp_parts(v) for v in runtime]):
+                if all(not isinstance(c, tensor) for c in comp) and all(c == comp[0] for c in comp):
+                    parts.append(comp[0])
+                    continue
+                wide = any(isinstance(c, tensor) and c.dtype is dt.int64 for c in comp)
+                parts.append(tensor(Value(ScalarType(dt.int64 if wide else dt.int32))))
+            r = len(first.block_shape)
+            return block_pointer(first.param, first.dtype, tuple(parts[:r]), tuple(parts[r:2 * r]),
+                                 tuple(parts[2 * r:]), first.block_shape, first.order, first.name)
         kinds = {v.is_tile for v in runtime}
         shapes = {v.shape for v in runtime}
         dtypes = [v.dtype for v in runtime]
@@ -691,6 +705,17 @@ class CodeGen(ast.NodeVisitor):
         v = unwrap(v)
         if isinstance(v, Undefined) or v is None:
             raise self.error(KernelTypeError, node, f"`{name}` is not defined {where}")
+        if isinstance(template, block_pointer):
+            if not isinstance(v, block_pointer) or v.param != template.param:
+                raise self.error(KernelTypeError, node, f"`{name}` must stay a block pointer into {template.name} {where}")
+            parts = []
+            for c, t in zip(_bp_parts(v), _bp_parts(template)):
+                if isinstance(t, tensor):
+                    c = self.sem.cast(c if isinstance(c, tensor) else self.sem.const(c, t.dtype), t.dtype)
+                parts.append(c)
+            r = len(v.block_shape)
+            return block_pointer(v.param, v.dtype, tuple(parts[:r]), tuple(parts[r:2 * r]), tuple(parts[2 * r:]),
+                                 v.block_shape, v.order, v.name)
         if isinstance(template, pointer):
             if not isinstance(v, pointer) or v.param != template.param:
                 raise self.error(KernelTypeError, node, f"`{name}` must stay a pointer into {template.name} {where}")
@@ -760,7 +785,7 @@ class CodeGen(ast.NodeVisitor):
         base = self.visit(node.value)
         attr = node.attr
         base_u = unwrap(base)
-        if isinstance(base_u, (tensor, pointer, block_pointer)):
+        if _runtime(base_u):
             return self._tensor_attr(base_u, attr, node)
         if isinstance(base_u, dt.DType):
             if attr in ("is_floating", "is_fp"):
@@ -776,6 +801,15 @@ class CodeGen(ast.NodeVisitor):
 
     def _tensor_attr(self, t, attr, node):
         from .. import language as dl
+        from .blockptr import descriptor_load, descriptor_store, tensor_descriptor
+        if isinstance(t, tensor_descriptor):
+            if attr == "load":
+                return _method(lambda offsets: descriptor_load(self.sem, t, offsets))
+            if attr == "store":
+                return _method(lambda offsets, value: descriptor_store(self.sem, t, offsets, value))
+            if attr == "block_shape":
+                return t.block_shape
+            raise self.error(KernelTypeError, node, f"a tensor descriptor has no attribute `{attr}`")
         if attr == "dtype":
             return t.dtype
         if attr == "shape":
@@ -1132,6 +1166,96 @@ class CodeGen(ast.NodeVisitor):
         outs = tuple(_rebuild(t, [next(it) for _ in _handles(t)]) for t in templates)
         return outs if isinstance(values[0], tuple) else outs[0]
 
+    # ---- combine functions (reduce / associative_scan) --------------------------------------------------
+    def _combine_inputs(self, input, what):
+        from ..runtime import Kernel
+        single = not isinstance(unwrap(input), (tuple, list))
+        xs = [self.sem.to_tensor(v) for v in ((input,) if single else unwrap(input))]
+        if not xs or any(x.is_scalar for x in xs):
+            raise KernelTypeError(f"{what} needs tiles")
+        if any(x.shape != xs[0].shape for x in xs):
+            raise KernelTypeError(f"{what}: all inputs must have one shape, got {[x.shape for x in xs]}")
+        return single, xs
+
+    def _combine(self, fn, a, b, single, what):
+        from ..runtime import Kernel
+        if not isinstance(fn, Kernel):
+            raise KernelTypeError(f"{what}: combine_fn must be a @dvmlang.kernel function, got {fn!r}",
+                                  hint="decorate the combine function with @dvmlang.kernel")
+        out = self.inline(fn, list(a) + list(b), {}, self.b.loc)
+        outs = [out] if single else list(unwrap(out)) if isinstance(unwrap(out), (tuple, list)) else [out]
+        if len(outs) != len(a):
+            raise KernelTypeError(f"{what}: combine_fn returned {len(outs)} values, expected {len(a)}")
+        res = []
+        for o, x in zip(outs, a):
+            o = self.sem.to_tensor(o)
+            if o.shape != x.shape:
+                o = self.sem.broadcast_to(o, x.shape)
+            res.append(self.sem.cast(o, x.dtype))
+        return res
+
+    def _cut(self, x, axis, start, size):
+        starts = [0] * len(x.shape)
+        sizes = list(x.shape)
+        starts[axis] = start
+        sizes[axis] = size
+        if tuple(sizes) == x.shape:
+            return x
+        return self.sem.slice(x, starts, sizes)
+
+    def combine_reduce(self, input, axis, fn, keep_dims):
+        single, xs = self._combine_inputs(input, "dl.reduce")
+        axis = unwrap(axis)
+        if axis is None:
+            xs = [self.sem.reshape(x, (x.numel,)) for x in xs]
+            axis = 0
+        rank = len(xs[0].shape)
+        if not isinstance(axis, int) or not -rank <= axis < rank:
+            raise KernelTypeError(f"dl.reduce axis {axis!r} is out of range for shape {xs[0].shape}")
+        axis %= rank
+        shape = xs[0].shape
+        n = shape[axis]
+        while n > 1:
+            h = n // 2
+            evens = [self._cut(x, axis, 0, 2 * h) for x in xs]
+            paired = shape[:axis] + (h, 2) + shape[axis + 1:]
+            halves = []
+            for j in (0, 1):
+                part = []
+                for x in evens:
+                    y = self.sem.reshape(x, paired)
+                    y = self._cut(y, axis + 1, j, 1)
+                    part.append(self.sem.reshape(y, shape[:axis] + (h,) + shape[axis + 1:]))
+                halves.append(part)
+            combined = self._combine(fn, halves[0], halves[1], single, "dl.reduce")
+            if n % 2:
+                combined = [self.sem.cat(c, self._cut(x, axis, n - 1, 1), axis) for c, x in zip(combined, xs)]
+            xs = combined
+            n = h + n % 2
+            shape = xs[0].shape
+        out = [self.sem.reshape(x, shape[:axis] + shape[axis + 1:]) if not keep_dims else x for x in xs]
+        return out[0] if single else tuple(out)
+
+    def combine_scan(self, input, axis, fn, reverse):
+        single, xs = self._combine_inputs(input, "dl.associative_scan")
+        rank = len(xs[0].shape)
+        axis = unwrap(axis)
+        if not isinstance(axis, int) or not -rank <= axis < rank:
+            raise KernelTypeError(f"dl.associative_scan axis {axis!r} is out of range for shape {xs[0].shape}")
+        axis %= rank
+        n = xs[0].shape[axis]
+        k = 1
+        while k < n:
+            lo = [self._cut(x, axis, 0, n - k) for x in xs]
+            hi = [self._cut(x, axis, k, n - k) for x in xs]
+            c = self._combine(fn, lo, hi, single, "dl.associative_scan")
+            if reverse:
+                xs = [self.sem.cat(cc, self._cut(x, axis, n - k, k), axis) for cc, x in zip(c, xs)]
+            else:
+                xs = [self.sem.cat(self._cut(x, axis, 0, k), cc, axis) for cc, x in zip(c, xs)]
+            k *= 2
+        return xs[0] if single else tuple(xs)
+
     # ---- builtins that need the code generator -------------------------------------------------------
     def dry_run(self) -> bool:
         return self.build is not None and self.build.dry_depth > 0
@@ -1194,6 +1318,14 @@ class CodeGen(ast.NodeVisitor):
         return self.sem.store(ptr, value, mask)
 
 
+def _method(f):
+    """A compiler-provided method of a kernel value, callable with runtime arguments."""
+    def m(*args, _sem=None, **kw):
+        return f(*args, **kw)
+    m.__dvm_builtin__ = True
+    return m
+
+
 class _BoundMethod:
     __slots__ = ("fn", "self")
 
@@ -1206,7 +1338,8 @@ class _BoundMethod:
 
 
 def _runtime(v) -> bool:
-    return isinstance(unwrap(v), (tensor, pointer, block_pointer))
+    from .blockptr import tensor_descriptor
+    return isinstance(unwrap(v), (tensor, pointer, block_pointer, tensor_descriptor))
 
 
 def _kind(v) -> str:
@@ -1235,18 +1368,30 @@ def _common_number(consts):
     return consts[0]
 
 
+def _bp_parts(bp):
+    return list(bp.shape_vals) + list(bp.strides) + list(bp.offsets)
+
+
 def _handles(v) -> list[Value]:
     v = unwrap(v)
     if isinstance(v, tensor):
         return [v.handle]
     if isinstance(v, pointer):
         return [v.offset.handle] if v.offset is not None else []
+    if isinstance(v, block_pointer):
+        return [p.handle for p in _bp_parts(v) if isinstance(p, tensor)]
     return []
 
 
 def _rebuild(template, handles):
     if isinstance(template, pointer):
         return pointer(template.param, template.dtype, tensor(handles[0]), template.name)
+    if isinstance(template, block_pointer):
+        it = iter(handles)
+        parts = [tensor(next(it)) if isinstance(p, tensor) else p for p in _bp_parts(template)]
+        r = len(template.block_shape)
+        return block_pointer(template.param, template.dtype, tuple(parts[:r]), tuple(parts[r:2 * r]),
+                             tuple(parts[2 * r:]), template.block_shape, template.order, template.name)
     return tensor(handles[0])
 
 
@@ -1255,12 +1400,16 @@ def _placeholder(t) -> Value:
 
 
 def _placeholder_like(template):
+    if isinstance(template, block_pointer):
+        return _rebuild(template, [Value(h.type) for h in _handles(template)])
     if isinstance(template, pointer):
         return pointer(template.param, template.dtype, tensor(Value(template.offset.handle.type)), template.name)
     return tensor(Value(template.handle.type))
 
 
 def _type_sig(t):
+    if isinstance(t, block_pointer):
+        return ("bp", t.param, tuple(p.handle.type if isinstance(p, tensor) else ("c", p) for p in _bp_parts(t)))
     if isinstance(t, pointer):
         return ("ptr", t.param, t.offset.handle.type)
     return ("t", t.handle.type)

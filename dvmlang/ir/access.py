@@ -212,20 +212,20 @@ def _mask_box(m: Value, shape: tuple[int, ...], em: _Emitter, box: Box) -> None:
         d = varying[0]
         # Normalise to  base + c*i  <cc>  0  with c a positive constant.
         c = em.sub(fa.coeffs[d], fb.coeffs[d])
-        base = em.sub(fa.base, fb.base)
         if not isinstance(c, int) or c == 0:
             raise _NotAffine
-        if c < 0:
-            c, base = -c, em.sub(0, base)
+        # the condition is  c*i <cc> neg  with  neg = b.base - a.base
+        if c > 0:
+            neg = em.sub(fb.base, fa.base)
+        else:
+            c, neg = -c, em.sub(fa.base, fb.base)
             cc = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}[cc]
-        # base + c*i < 0  <=>  i < ceil(-base / c)
-        neg = em.sub(0, base)
         if cc == "lt":
             _merge(box, d, None, em.cdiv(neg, c), em)
         elif cc == "le":
             _merge(box, d, None, em.cdiv(em.add(neg, 1), c), em)
         elif cc == "gt":
-            # base + c*i > 0  <=>  i >= floor(-base / c) + 1
+            # c*i > neg  <=>  i >= floor(neg / c) + 1
             _merge(box, d, _floordiv(em, neg, c, plus=1), None, em)
         elif cc == "ge":
             _merge(box, d, em.cdiv(neg, c), None, em)

@@ -175,6 +175,10 @@ class Lowering:
     def _extend_loop_uses(self, block: Block, loops: list):
         """A value defined outside a loop and used inside it stays live until the loop ends."""
         for op in block.ops:
+            if op.kind == "for":
+                # the bound and the step are read again at every iteration
+                for v in op.operands[1:3]:
+                    self.last_use[v.id] = max(self.last_use[v.id], self.op_end[id(op)])
             for v in op.operands:
                 dpos = self.def_pos.get(v.id, -1)
                 for lp in loops:

@@ -1,0 +1,199 @@
+"""Block pointers (``make_block_ptr``/``advance``), tensor descriptors, and tile-indexed memory
+(``load_tile``/``store_tile``).
+
+All three become ordinary pointer arithmetic plus a bounds mask here; access analysis then turns them
+into one DMA descriptor each (a box along every checked dimension), so they cost nothing extra.
+"""
+
+from __future__ import annotations
+
+from .. import dtypes as dt
+from ..errors import ConstexprError, KernelTypeError
+from .values import block_pointer, pointer, tensor, unwrap
+
+
+def _ints(sem, values, what, n=None):
+    values = unwrap(values)
+    if not isinstance(values, (tuple, list)):
+        values = (values,)
+    if n is not None and len(values) != n:
+        raise KernelTypeError(f"{what} needs {n} entries, got {len(values)}")
+    out = []
+    for v in values:
+        v = unwrap(v)
+        if isinstance(v, tensor):
+            v = sem.as_scalar(v, what)
+            if not (v.dtype.is_int or v.dtype.is_bool):
+                raise KernelTypeError(f"{what} must be integers, got {v.dtype}")
+            v = sem.cast(v, dt.int32) if v.dtype is not dt.int64 else v
+        elif not isinstance(v, int):
+            raise KernelTypeError(f"{what} must be integers, got {type(v).__name__} {v!r}")
+        out.append(v)
+    return tuple(out)
+
+
+def make_block_ptr(sem, base, shape, strides, offsets, block_shape, order=None) -> block_pointer:
+    base = unwrap(base)
+    if not isinstance(base, pointer) or base.is_tile:
+        raise KernelTypeError("make_block_ptr needs a tensor parameter (a scalar pointer) as its base")
+    block_shape = sem.shape_arg(block_shape, "block_shape")
+    r = len(block_shape)
+    shape_v = _ints(sem, shape, "make_block_ptr shape", r)
+    strides_v = _ints(sem, strides, "make_block_ptr strides", r)
+    offsets_v = _ints(sem, offsets, "make_block_ptr offsets", r)
+    if base.offset is not None:
+        raise KernelTypeError("make_block_ptr needs the tensor parameter itself as its base",
+                              hint="put the offset into `offsets` instead of adding it to the pointer")
+    return block_pointer(base.param, base.dtype, shape_v, strides_v, offsets_v, block_shape, order, base.name)
+
+
+def advance(sem, bp, offsets) -> block_pointer:
+    bp = unwrap(bp)
+    if not isinstance(bp, block_pointer):
+        raise KernelTypeError("dl.advance needs a block pointer from dl.make_block_ptr")
+    delta = _ints(sem, offsets, "dl.advance offsets", len(bp.block_shape))
+    new = tuple(sem.binary("add", a, b) for a, b in zip(bp.offsets, delta))
+    return block_pointer(bp.param, bp.dtype, bp.shape_vals, bp.strides, new, bp.block_shape, bp.order, bp.name)
+
+
+def _addresses(sem, param, dtype, name, shape_v, strides_v, offsets_v, block_shape, check_dims):
+    """Offsets tile and bounds mask of a block at ``offsets_v``."""
+    r = len(block_shape)
+    offs = None
+    mask = None
+    for d in range(r):
+        idx = sem.binary("add", offsets_v[d], sem.arange(0, block_shape[d]))
+        view = tuple(block_shape[d] if i == d else 1 for i in range(r))
+        idx = sem.reshape(idx, view)
+        term = sem.binary("mul", idx, strides_v[d])
+        offs = term if offs is None else sem.binary("add", offs, term)
+        if d in check_dims:
+            ok = sem.binary("and", sem.compare("ge", idx, 0), sem.compare("lt", idx, shape_v[d]))
+            mask = ok if mask is None else sem.binary("and", mask, ok)
+    offs = sem.broadcast_to(offs, block_shape)
+    if mask is not None:
+        mask = sem.broadcast_to(mask, block_shape)
+    return pointer(param, dtype, offs, name), mask
+
+
+def _check_dims(bp_rank, boundary_check):
+    dims = unwrap(boundary_check)
+    if dims is None:
+        dims = ()
+    if isinstance(dims, int):
+        dims = (dims,)
+    dims = tuple(unwrap(d) for d in dims)
+    for d in dims:
+        if not isinstance(d, int) or not 0 <= d < bp_rank:
+            raise KernelTypeError(f"boundary_check dimension {d!r} is out of range for a rank-{bp_rank} block")
+    return dims
+
+
+def _padding(dtype, padding_option):
+    p = unwrap(padding_option)
+    if p in ("", None, "zero"):
+        return 0
+    if p == "nan":
+        if not dtype.is_float:
+            raise KernelTypeError("padding_option='nan' needs a floating-point tensor")
+        return float("nan")
+    raise KernelTypeError(f"padding_option must be '', 'zero' or 'nan', got {p!r}")
+
+
+def load_block(sem, bp: block_pointer, boundary_check=(), padding_option=""):
+    dims = _check_dims(len(bp.block_shape), boundary_check)
+    ptr, mask = _addresses(sem, bp.param, bp.dtype, bp.name, bp.shape_vals, bp.strides, bp.offsets,
+                           bp.block_shape, dims)
+    other = _padding(bp.dtype, padding_option) if mask is not None else None
+    return sem.load(ptr, mask, other)
+
+
+def store_block(sem, bp: block_pointer, value, boundary_check=()):
+    dims = _check_dims(len(bp.block_shape), boundary_check)
+    ptr, mask = _addresses(sem, bp.param, bp.dtype, bp.name, bp.shape_vals, bp.strides, bp.offsets,
+                           bp.block_shape, dims)
+    return sem.store(ptr, value, mask)
+
+
+class tensor_descriptor:
+    """``dl.make_tensor_descriptor(base, shape, strides, block_shape)``: Triton's newer spelling of a block
+    pointer. ``desc.load([i, j])`` reads the block at element offsets (i, j), zero-filling out-of-range
+    elements; ``desc.store([i, j], value)`` drops them."""
+
+    __slots__ = ("param", "dtype", "shape_vals", "strides", "block_shape", "name")
+
+    def __init__(self, param, dtype, shape_vals, strides, block_shape, name):
+        self.param = param
+        self.dtype = dtype
+        self.shape_vals = shape_vals
+        self.strides = strides
+        self.block_shape = tuple(block_shape)
+        self.name = name
+
+    def __repr__(self):
+        return f"<tensor descriptor of {self.name} block {self.block_shape}>"
+
+
+def make_tensor_descriptor(sem, base, shape, strides, block_shape):
+    base = unwrap(base)
+    if not isinstance(base, pointer) or base.is_tile or base.offset is not None:
+        raise KernelTypeError("make_tensor_descriptor needs a tensor parameter as its base")
+    block_shape = sem.shape_arg(block_shape, "block_shape")
+    r = len(block_shape)
+    return tensor_descriptor(base.param, base.dtype, _ints(sem, shape, "shape", r), _ints(sem, strides, "strides", r),
+                             block_shape, base.name)
+
+
+def descriptor_load(sem, desc, offsets):
+    offsets_v = _ints(sem, offsets, "descriptor offsets", len(desc.block_shape))
+    ptr, mask = _addresses(sem, desc.param, desc.dtype, desc.name, desc.shape_vals, desc.strides, offsets_v,
+                           desc.block_shape, tuple(range(len(desc.block_shape))))
+    return sem.load(ptr, mask, 0)
+
+
+def descriptor_store(sem, desc, offsets, value):
+    offsets_v = _ints(sem, offsets, "descriptor offsets", len(desc.block_shape))
+    ptr, mask = _addresses(sem, desc.param, desc.dtype, desc.name, desc.shape_vals, desc.strides, offsets_v,
+                           desc.block_shape, tuple(range(len(desc.block_shape))))
+    return sem.store(ptr, value, mask)
+
+
+def _tensor_geometry(sem, x, shape, what):
+    x = unwrap(x)
+    if not isinstance(x, pointer) or x.offset is not None:
+        raise KernelTypeError(f"{what} takes a tensor parameter (the array itself), got {x!r}",
+                              hint="pass the kernel parameter, not pointer arithmetic on it")
+    param = sem.params[x.param]
+    shape = sem.shape_arg(shape, f"{what} shape")
+    if len(shape) != param.rank:
+        raise KernelTypeError(f"{what}: `{x.name}` has rank {param.rank} but the tile shape {shape} has rank "
+                              f"{len(shape)}", hint="give one tile size per dimension of the array")
+    dims = tuple(tensor(sem.b.tensor_dim(x.param, d)) for d in range(param.rank))
+    strides = tuple(tensor(sem.b.tensor_dim(x.param, d, stride=True)) for d in range(param.rank))
+    return x, shape, dims, strides
+
+
+def load_tile(sem, x, index, shape, padding=0):
+    """The tile number ``index`` (in tile units) of an array, padded where it runs past the edge."""
+    x, shape, dims, strides = _tensor_geometry(sem, x, shape, "dl.load_tile")
+    idx = _ints(sem, index, "dl.load_tile index", len(shape))
+    offsets = tuple(sem.binary("mul", i, s) for i, s in zip(idx, shape))
+    ptr, mask = _addresses(sem, x.param, x.dtype, x.name, dims, strides, offsets, shape, tuple(range(len(shape))))
+    pad = unwrap(padding)
+    if isinstance(pad, str):
+        pad = _padding(x.dtype, pad)
+    if not isinstance(pad, (int, float, bool)):
+        raise ConstexprError("dl.load_tile padding must be a compile-time number (or 'zero'/'nan')")
+    return sem.load(ptr, mask, pad)
+
+
+def store_tile(sem, x, index, value):
+    """Store ``value`` as tile number ``index`` of an array; elements past the edge are dropped."""
+    value = sem.to_tensor(value)
+    if value.is_scalar:
+        raise KernelTypeError("dl.store_tile needs a tile value")
+    x, shape, dims, strides = _tensor_geometry(sem, x, value.shape, "dl.store_tile")
+    idx = _ints(sem, index, "dl.store_tile index", len(shape))
+    offsets = tuple(sem.binary("mul", i, s) for i, s in zip(idx, shape))
+    ptr, mask = _addresses(sem, x.param, x.dtype, x.name, dims, strides, offsets, shape, tuple(range(len(shape))))
+    return sem.store(ptr, value, mask)
