@@ -269,14 +269,16 @@ xor_sum = _reduction("xor_sum", "Bitwise xor along ``axis``.")
 
 
 @builtin
-def argmax(input, axis, keep_dims=False, _sem=None):
-    """Index of the maximum along ``axis`` (the first one on ties), as int32."""
+def argmax(input, axis=None, keep_dims=False, _sem=None):
+    """Index of the maximum along ``axis`` (the first one on ties), as int32; with ``axis=None`` the index
+    into the flattened tile."""
     return _sem.reduce(input, "argmax", axis, keep_dims)
 
 
 @builtin
-def argmin(input, axis, keep_dims=False, _sem=None):
-    """Index of the minimum along ``axis`` (the first one on ties), as int32."""
+def argmin(input, axis=None, keep_dims=False, _sem=None):
+    """Index of the minimum along ``axis`` (the first one on ties), as int32; with ``axis=None`` the index
+    into the flattened tile."""
     return _sem.reduce(input, "argmin", axis, keep_dims)
 
 

@@ -67,6 +67,10 @@ class _Exit(Exception):
     """Internal: the rest of a block is unreachable."""
 
 
+class _NeedScope(Exception):
+    """Internal: an inlined kernel returns from inside runtime control flow."""
+
+
 class LoopContext:
     def __init__(self, op: Op | None, names: list[str], templates: list, kind: str):
         self.op = op
@@ -173,6 +177,7 @@ class CodeGen(ast.NodeVisitor):
         self.ret: ReturnContext | None = None
         self.is_top = not call_chain
         self.return_value = None
+        self.rt_depth = 0  # how many runtime ifs/loops enclose the code being compiled
         self.globals = src.fn.__globals__
         self.closure = {}
         if src.fn.__closure__:
@@ -198,7 +203,7 @@ class CodeGen(ast.NodeVisitor):
             self.b.loc = self.loc(node)
         try:
             return super().visit(node)
-        except _Exit:
+        except (_Exit, _NeedScope):
             raise
         except CompilationError as e:
             if e.loc is None:
@@ -312,8 +317,10 @@ class CodeGen(ast.NodeVisitor):
                 raise _Exit()
             self.b.exit("return", None, [])
             raise _Exit()
-        # inlined callee
+        # inlined callee: a return outside runtime control flow simply ends the inlined body
         if self.ret is None:
+            if self.rt_depth > 0:
+                raise _NeedScope()
             self.return_value = value
             raise _Exit()
         self.ret.exits.append((None, value, self.b.block))
@@ -365,13 +372,17 @@ class CodeGen(ast.NodeVisitor):
         """Build an ``if`` op: visit both branches, merge the names they change."""
         before = dict(self.names)
         then_block, else_block = Block(), Block()
-        with self.b.at(then_block):
-            then_exit = then_fn()
-        then_names = self.names
-        self.names = dict(before)
-        with self.b.at(else_block):
-            else_exit = else_fn()
-        else_names = self.names
+        self.rt_depth += 1
+        try:
+            with self.b.at(then_block):
+                then_exit = then_fn()
+            then_names = self.names
+            self.names = dict(before)
+            with self.b.at(else_block):
+                else_exit = else_fn()
+            else_names = self.names
+        finally:
+            self.rt_depth -= 1
         if then_exit and else_exit:
             self.names = before
             self.b.op("if", [cond.handle], [], regions=[then_block, else_block])
@@ -497,6 +508,7 @@ class CodeGen(ast.NodeVisitor):
     def _visit_loop_body(self, op, node, stmts, body, carried, templates, kind):
         ctx = LoopContext(op, carried, templates, kind)
         self.loops.append(ctx)
+        self.rt_depth += 1
         try:
             with self.b.at(body):
                 exited = self.visit_block(stmts)
@@ -506,6 +518,7 @@ class CodeGen(ast.NodeVisitor):
                     self.b.yield_([h for v in vals for h in _handles(v)])
         finally:
             self.loops.pop()
+            self.rt_depth -= 1
 
     def _after_loop(self, node, before, op, carried, templates, loop_var=None):
         inner = self.names
@@ -625,6 +638,7 @@ class CodeGen(ast.NodeVisitor):
         saved_names = dict(self.names)
         saved_loops = self.loops
         ctx = LoopContext(None, candidates, [], "dry")
+        self.rt_depth += 1
         try:
             with self.b.at(scratch), self.build.dry():
                 self.names = dict(saved_names)
@@ -639,6 +653,7 @@ class CodeGen(ast.NodeVisitor):
         finally:
             self.names = saved_names
             self.loops = saved_loops
+            self.rt_depth -= 1
         return ends, [e for e in ctx.exit_values]
 
     # ---- merging values from several paths -------------------------------------------------------------
@@ -1119,10 +1134,16 @@ class CodeGen(ast.NodeVisitor):
 
     def run_inlined(self):
         body = self.src.tree.body
-        returns = [n for n in ast.walk(self.src.tree) if isinstance(n, ast.Return)]
-        simple = all(r is body[-1] for r in returns)
-        if simple:
-            self.visit_block(body)
+        initial = dict(self.names)
+        scratch = Block()
+        try:
+            with self.b.at(scratch):
+                self.visit_block(body)
+        except _NeedScope:
+            self.names = initial
+        else:
+            for op in scratch.ops:
+                self.b.block.append(op)
             return self.return_value
         # Early returns: collect them into a scope whose results are the returned values.
         self.ret = ReturnContext()
