@@ -41,7 +41,7 @@ def make_block_ptr(sem, base, shape, strides, offsets, block_shape, order=None) 
     shape_v = _ints(sem, shape, "make_block_ptr shape", r)
     strides_v = _ints(sem, strides, "make_block_ptr strides", r)
     offsets_v = _ints(sem, offsets, "make_block_ptr offsets", r)
-    if base.offset is not None:
+    if not base.is_base:
         raise KernelTypeError("make_block_ptr needs the tensor parameter itself as its base",
                               hint="put the offset into `offsets` instead of adding it to the pointer")
     return block_pointer(base.param, base.dtype, shape_v, strides_v, offsets_v, block_shape, order, base.name)
@@ -136,7 +136,7 @@ class tensor_descriptor:
 
 def make_tensor_descriptor(sem, base, shape, strides, block_shape):
     base = unwrap(base)
-    if not isinstance(base, pointer) or base.is_tile or base.offset is not None:
+    if not isinstance(base, pointer) or not base.is_base:
         raise KernelTypeError("make_tensor_descriptor needs a tensor parameter as its base")
     block_shape = sem.shape_arg(block_shape, "block_shape")
     r = len(block_shape)
@@ -160,7 +160,7 @@ def descriptor_store(sem, desc, offsets, value):
 
 def _tensor_geometry(sem, x, shape, what):
     x = unwrap(x)
-    if not isinstance(x, pointer) or x.offset is not None:
+    if not isinstance(x, pointer) or not x.is_base:
         raise KernelTypeError(f"{what} takes a tensor parameter (the array itself), got {x!r}",
                               hint="pass the kernel parameter, not pointer arithmetic on it")
     param = sem.params[x.param]

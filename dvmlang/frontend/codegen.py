@@ -24,6 +24,7 @@ from ..errors import (CompilationError, ConstexprError, DvmError, KernelTypeErro
                       UnsupportedSyntaxError)
 from ..ir.builder import Builder
 from ..ir.core import Block, Function, Op, Param, ScalarType, TileType, Value
+from . import carry
 from .semantic import PY_NUMBER, Semantic
 from .values import Undefined, block_pointer, constexpr, pointer, tensor, unwrap
 
@@ -343,9 +344,8 @@ class CodeGen(ast.NodeVisitor):
         if loop.op is None:  # dry run: remember the values for type discovery
             loop.exit_values.append(dict(zip(loop.names, current)))
             raise _Exit()
-        values = [self.coerce(v, t, n, node, f"at this `{kind}`") for v, t, n in
-                  zip(current, loop.templates, loop.names)]
-        self.b.exit(kind, loop.op, [h for v in values for h in _handles(v)])
+        values = [self._coerce(v, t, n, node) for v, t, n in zip(current, loop.templates, loop.names)]
+        self.b.exit(kind, loop.op, [h for v, t in zip(values, loop.templates) for h in carry.handles(v, t)])
         raise _Exit()
 
     def visit_Assert(self, node):
@@ -404,22 +404,21 @@ class CodeGen(ast.NodeVisitor):
                 merged[k] = Undefined(k, f"`{k}` is assigned in only {where} of the `if` at line "
                                          f"{self.loc(node).line}; assign it before the `if` or in every branch")
                 continue
-            if all(not _runtime(v) for v in vals) and all(_same_const(v, vals[0]) for v in vals):
+            t = self._unify(vals, k, node)
+            if not t.any_carried:
                 merged[k] = vals[0]
                 continue
-            template = self.unify(vals, k, node, "after the `if`")
             carried.append(k)
-            templates.append(template)
+            templates.append(t)
         for names, block in live:
             with self.b.at(block):
-                vals = [self.coerce(names[k], t, k, node, "at the end of this branch")
-                        for k, t in zip(carried, templates)]
-                self.b.yield_([h for v in vals for h in _handles(v)])
-        result_types = [h.type for t in templates for h in _handles(t)]
+                vals = [self._coerce(names[k], t, k, node) for k, t in zip(carried, templates)]
+                self.b.yield_([h for v, t in zip(vals, templates) for h in carry.handles(v, t)])
+        result_types = [ty for t in templates for ty in carry.types(t)]
         op = self.b.op("if", [cond.handle], result_types, regions=[then_block, else_block])
         it = iter(op.results)
         for k, t in zip(carried, templates):
-            merged[k] = _rebuild(t, [next(it) for _ in _handles(t)])
+            merged[k] = carry.rebuild(t, it)
         self.names = merged
         return op
 
@@ -493,14 +492,11 @@ class CodeGen(ast.NodeVisitor):
             self.names[var] = tensor(block_arg)
 
         carried, templates = self._discover_carried(node, node.body, bind_iv_type=(var, iv_type))
-        inits = [self.coerce(self.names[k], t, k, node, "before the loop") for k, t in zip(carried, templates)]
-        init_handles = [h for v in inits for h in _handles(v)]
+        init_handles = self._init_handles(carried, templates, node)
         op = self.b.for_op(lo_t.handle, hi_t.handle, st_t.handle, init_handles)
         body = op.regions[0]
         before = dict(self.names)
-        args_it = iter(body.args[1:])
-        for k, t in zip(carried, templates):
-            self.names[k] = _rebuild(t, [next(args_it) for _ in _handles(t)])
+        self._bind_block(body.args[1:], carried, templates)
         bind_iv(body.args[0])
         self._visit_loop_body(op, node, node.body, body, carried, templates, "for")
         self._after_loop(node, before, op, carried, templates, var)
@@ -513,9 +509,8 @@ class CodeGen(ast.NodeVisitor):
             with self.b.at(body):
                 exited = self.visit_block(stmts)
                 if not exited:
-                    vals = [self.coerce(self.names.get(k), t, k, node, "at the end of the loop body")
-                            for k, t in zip(carried, templates)]
-                    self.b.yield_([h for v in vals for h in _handles(v)])
+                    vals = [self._coerce(self.names.get(k), t, k, node) for k, t in zip(carried, templates)]
+                    self.b.yield_([h for v, t in zip(vals, templates) for h in carry.handles(v, t)])
         finally:
             self.loops.pop()
             self.rt_depth -= 1
@@ -523,9 +518,7 @@ class CodeGen(ast.NodeVisitor):
     def _after_loop(self, node, before, op, carried, templates, loop_var=None):
         inner = self.names
         self.names = dict(before)
-        it = iter(op.results)
-        for k, t in zip(carried, templates):
-            self.names[k] = _rebuild(t, [next(it) for _ in _handles(t)])
+        self._bind_block(op.results, carried, templates)
         line = self.loc(node).line
         for k, v in inner.items():
             if k not in before and k != loop_var:
@@ -547,18 +540,17 @@ class CodeGen(ast.NodeVisitor):
             if probe is not None and not probe:
                 return None
         carried, templates = self._discover_carried(node, node.body, cond=node.test)
-        inits = [self.coerce(self.names[k], t, k, node, "before the loop") for k, t in zip(carried, templates)]
-        init_handles = [h for v in inits for h in _handles(v)]
+        init_handles = self._init_handles(carried, templates, node)
         op = self.b.while_op(init_handles)
         cond_block, body = op.regions
         before = dict(self.names)
-        self._bind_block(cond_block, carried, templates)
+        self._bind_block(cond_block.args, carried, templates)
         with self.b.at(cond_block):
             c = self.visit(node.test)
             c = self.sem.truth(self.sem.as_scalar(c, "a `while` condition") if _runtime(c) else self.sem.const(bool(unwrap(c)), dt.bool_))
             self.b.yield_([c.handle])
         self.names = dict(before)
-        self._bind_block(body, carried, templates)
+        self._bind_block(body.args, carried, templates)
         self._visit_loop_body(op, node, node.body, body, carried, templates, "while")
         self._after_loop(node, before, op, carried, templates)
 
@@ -573,65 +565,43 @@ class CodeGen(ast.NodeVisitor):
             self.names = saved_names
         return None if _runtime(v) else bool(v)
 
-    def _bind_block(self, block, carried, templates):
-        it = iter(block.args)
+    def _bind_block(self, values, carried, templates):
+        it = iter(values)
         for k, t in zip(carried, templates):
-            self.names[k] = _rebuild(t, [next(it) for _ in _handles(t)])
+            self.names[k] = carry.rebuild(t, it)
+
+    def _init_handles(self, carried, templates, node):
+        vals = [self._coerce(self.names[k], t, k, node) for k, t in zip(carried, templates)]
+        return [h for v, t in zip(vals, templates) for h in carry.handles(v, t)]
 
     def _discover_carried(self, node, stmts, bind_iv_type=None, cond=None):
-        """Dry-run the loop body to find which names are loop-carried and with what types."""
+        """Dry-run the loop body to find which names (and which parts of them) it changes, and their types."""
         assigned = _assigned_names(stmts)
         if bind_iv_type is not None and bind_iv_type[0] in assigned:
             assigned.remove(bind_iv_type[0])
         candidates = [n for n in assigned if n in self.names and not isinstance(self.names[n], Undefined)]
-        if not candidates:
-            return [], []
-        types: dict[str, object] = {}
-        for k in candidates:
-            v = self.names[k]
-            types[k] = v if _runtime(v) else None
-        final = None
-        for attempt in range(4):
-            placeholders = {}
-            for k in candidates:
-                init = self.names[k]
-                t = types[k]
-                if t is None:
-                    placeholders[k] = init if not isinstance(unwrap(init), PY_NUMBER) else \
-                        tensor(_placeholder(ScalarType(dt.scalar_dtype_of_python(unwrap(init)))))
-                else:
-                    placeholders[k] = _placeholder_like(t)
+        tmpl: dict = {k: None for k in candidates}
+        for _ in range(6):
+            placeholders = {k: self.names[k] if tmpl[k] is None else carry.placeholder(tmpl[k]) for k in candidates}
             ends, exits = self._dry_body(stmts, candidates, placeholders, bind_iv_type, cond)
-            changed = False
-            new_types = {}
+            new = {}
             for k in candidates:
-                init = self.names[k]
                 observed = [e[k] for e in ends + exits if k in e]
-                if not observed:
-                    new_types[k] = types[k]
+                if not observed or all(carry.same(o, placeholders[k]) for o in observed):
+                    new[k] = tmpl[k]
                     continue
-                if all(o is placeholders[k] for o in observed):
-                    new_types[k] = types[k]
+                if any(o is None or isinstance(o, Undefined) for o in observed):
+                    new[k] = tmpl[k]
                     continue
-                if not _runtime(init) and all((not _runtime(o)) and _same_const(o, init) for o in observed):
-                    new_types[k] = None
-                    continue
-                vals = ([init] if types[k] is None else [types[k]]) + observed
-                t = self.unify(vals, k, node, "in the loop", loop=True, initial=init)
-                new_types[k] = t
-            for k in candidates:
-                a, b = types[k], new_types[k]
-                if (a is None) != (b is None) or (a is not None and _type_sig(a) != _type_sig(b)):
-                    changed = True
-            types = new_types
-            if not changed:
-                final = types
+                t = self._unify([self.names[k]] + observed, k, node, loop=True)
+                new[k] = t if t.any_carried else None
+            stable = all((new[k] is None) == (tmpl[k] is None) and
+                         (new[k] is None or new[k].sig() == tmpl[k].sig()) for k in candidates)
+            tmpl = new
+            if stable:
                 break
-        if final is None:
-            final = types
-        carried = [k for k in candidates if final[k] is not None]
-        templates = [final[k] for k in carried]
-        return carried, templates
+        carried = [k for k in candidates if tmpl[k] is not None]
+        return carried, [tmpl[k] for k in carried]
 
     def _dry_body(self, stmts, candidates, placeholders, bind_iv_type, cond):
         scratch = Block()
@@ -657,104 +627,19 @@ class CodeGen(ast.NodeVisitor):
         return ends, [e for e in ctx.exit_values]
 
     # ---- merging values from several paths -------------------------------------------------------------
-    def unify(self, vals, name, node, where, loop=False, initial=None):
-        """A template value whose type all of ``vals`` can be converted to (Python numbers adapt)."""
-        runtime = [unwrap(v) for v in vals if _runtime(v)]
-        consts = [unwrap(v) for v in vals if not _runtime(v)]
-        for c in consts:
-            if not isinstance(c, PY_NUMBER):
-                raise self.error(KernelTypeError, node, f"`{name}` is {_kind(c)} on one path and "
-                                 f"{_kind(runtime[0]) if runtime else 'a different constant'} on another {where}",
-                                 "compile-time values other than numbers cannot change inside runtime control flow")
-        if not runtime:
-            return self.sem.to_tensor(_common_number(consts))
-        first = runtime[0]
-        if isinstance(first, pointer) or any(isinstance(v, pointer) for v in runtime):
-            if not all(isinstance(v, pointer) and v.param == first.param for v in runtime) or consts:
-                raise self.error(KernelTypeError, node, f"`{name}` points into different tensors on different paths "
-                                 f"{where}", "keep one pointer per tensor")
-            offs = [v.offset if v.offset is not None else self.sem.const(0) for v in runtime]
-            shapes = {o.shape for o in offs}
-            if len(shapes) > 1:
-                raise self.error(KernelTypeError, node, f"pointer `{name}` changes shape {where}: "
-                                 f"{' vs '.join(str(s) for s in shapes)}")
-            dtypes = {o.dtype for o in offs}
-            d = dt.int64 if dt.int64 in dtypes else next(iter(dtypes))
-            return pointer(first.param, first.dtype, _placeholder(_mk_type(offs[0].shape, d, offs[0].is_tile)), first.name)
-        if isinstance(first, block_pointer) or any(isinstance(v, block_pointer) for v in runtime):
-            if consts or not all(isinstance(v, block_pointer) and v.param == first.param and
-                                 v.block_shape == first.block_shape for v in runtime):
-                raise self.error(KernelTypeError, node, f"`{name}` must stay a block pointer into {first.name} with "
-                                 f"block shape {first.block_shape} {where}")
-            parts = []
-            for comp in zip(*[_bp_parts(v) for v in runtime]):
-                if all(not isinstance(c, tensor) for c in comp) and all(c == comp[0] for c in comp):
-                    parts.append(comp[0])
-                    continue
-                wide = any(isinstance(c, tensor) and c.dtype is dt.int64 for c in comp)
-                parts.append(tensor(Value(ScalarType(dt.int64 if wide else dt.int32))))
-            r = len(first.block_shape)
-            return block_pointer(first.param, first.dtype, tuple(parts[:r]), tuple(parts[r:2 * r]),
-                                 tuple(parts[2 * r:]), first.block_shape, first.order, first.name)
-        kinds = {v.is_tile for v in runtime}
-        shapes = {v.shape for v in runtime}
-        dtypes = [v.dtype for v in runtime]
-        if len(kinds) > 1 or len(shapes) > 1:
-            desc = " vs ".join(sorted({_kind(v) for v in runtime}))
-            hint = ("initialise it with the final shape, for example dl.zeros((BLOCK,), dl.float32)" if loop
-                    else "give it the same shape on every path")
-            raise self.error(KernelTypeError, node, f"`{name}` changes shape {where}: {desc}", hint)
-        if len(set(dtypes)) > 1:
-            if loop:
-                raise self.error(KernelTypeError, node, f"loop-carried `{name}` changes type {where}: it is "
-                                 f"{_kind(runtime[0])} before the loop and {_kind(runtime[-1])} in the body",
-                                 f"cast it explicitly, for example {name} = {name}.to({dtypes[0]!r}), or "
-                                 "initialise it with the type the loop produces")
-            raise self.error(KernelTypeError, node, f"`{name}` has different types {where}: "
-                             f"{', '.join(sorted({str(d) for d in dtypes}))}", "cast one branch with .to(...)")
-        v = runtime[0]
-        return tensor(_placeholder(v.handle.type))
+    def _unify(self, vals, name, node, loop=False) -> carry.Tmpl:
+        try:
+            return carry.unify(vals, name, loop)
+        except KernelTypeError as e:
+            raise self.error(KernelTypeError, node, e.message, e.hint) from None
 
-    def coerce(self, v, template, name, node, where):
-        """Convert ``v`` to the type of ``template`` (numbers adapt, scalars fill tiles)."""
-        v = unwrap(v)
+    def _coerce(self, v, t: carry.Tmpl, name, node):
         if isinstance(v, Undefined) or v is None:
-            raise self.error(KernelTypeError, node, f"`{name}` is not defined {where}")
-        if isinstance(template, block_pointer):
-            if not isinstance(v, block_pointer) or v.param != template.param:
-                raise self.error(KernelTypeError, node, f"`{name}` must stay a block pointer into {template.name} {where}")
-            parts = []
-            for c, t in zip(_bp_parts(v), _bp_parts(template)):
-                if isinstance(t, tensor):
-                    c = self.sem.cast(c if isinstance(c, tensor) else self.sem.const(c, t.dtype), t.dtype)
-                parts.append(c)
-            r = len(v.block_shape)
-            return block_pointer(v.param, v.dtype, tuple(parts[:r]), tuple(parts[r:2 * r]), tuple(parts[2 * r:]),
-                                 v.block_shape, v.order, v.name)
-        if isinstance(template, pointer):
-            if not isinstance(v, pointer) or v.param != template.param:
-                raise self.error(KernelTypeError, node, f"`{name}` must stay a pointer into {template.name} {where}")
-            off = v.offset if v.offset is not None else self.sem.const(0)
-            t = template.offset
-            off = self._coerce_tensor(off, t, name, node, where)
-            return pointer(v.param, v.dtype, off, v.name)
-        return self._coerce_tensor(v, template, name, node, where)
-
-    def _coerce_tensor(self, v, template: tensor, name, node, where):
-        if isinstance(v, (pointer, block_pointer)):
-            raise self.error(KernelTypeError, node, f"`{name}` is a pointer {where} but a value elsewhere")
-        if not isinstance(v, tensor):
-            if not isinstance(v, PY_NUMBER):
-                raise self.error(KernelTypeError, node, f"`{name}` is {_kind(v)} {where}, expected {_kind(template)}")
-            s = self.sem.const(v, template.dtype)
-            return self.sem.splat(s, template.shape) if template.is_tile else s
-        if v.is_tile != template.is_tile or v.shape != template.shape:
-            if v.is_scalar and template.is_tile:
-                return self.sem.splat(self.sem.cast(v, template.dtype), template.shape)
-            raise self.error(KernelTypeError, node, f"`{name}` is {_kind(v)} {where}, expected {_kind(template)}")
-        if v.dtype is not template.dtype:
-            return self.sem.cast(v, template.dtype)
-        return v
+            raise self.error(KernelTypeError, node, f"`{name}` is not defined on every path here")
+        try:
+            return carry.coerce(self.sem, v, t, name)
+        except KernelTypeError as e:
+            raise self.error(KernelTypeError, node, e.message, e.hint) from None
 
     # ---- expressions ------------------------------------------------------------------------------------
     def visit_Constant(self, node):
@@ -969,8 +854,7 @@ class CodeGen(ast.NodeVisitor):
             idx = (idx,)
         if isinstance(base, pointer):
             if all(i is None or (isinstance(i, slice) and i == slice(None)) for i in idx):
-                off = base.offset if base.offset is not None else self.sem.const(0)
-                return pointer(base.param, base.dtype, self._index_tensor(off, idx, node), base.name)
+                return self.sem._ptr_with(base, lambda off: self._index_tensor(off, idx, node))
             raise self.error(UnsupportedSyntaxError, node, "pointer tiles only support [:, None]-style indexing")
         shape = list(base.shape)
         if base.is_scalar and all(i is None for i in idx):
@@ -1169,14 +1053,14 @@ class CodeGen(ast.NodeVisitor):
         flat = [_as_tuple(v) for v in values]
         if len({len(f) for f in flat}) != 1:
             raise self.error(KernelTypeError, node, f"`{self.src.name}` returns different numbers of values")
-        templates = [self.unify([f[i] for f in flat], f"return value {i}", node, "between its returns")
+        templates = [self._unify([f[i] for f in flat], f"return value {i} of {self.src.name}", node)
                      for i in range(len(flat[0]))]
         pending = []
         for f, (_, _, blk) in zip(flat, self.ret.exits):
             with self.b.at(blk):
-                vals = [self.coerce(v, t, "the return value", node, "at this return") for v, t in zip(f, templates)]
-                pending.append((blk, [h for v in vals for h in _handles(v)]))
-        op = self.b.op("scope", [], [h.type for t in templates for h in _handles(t)], regions=[block])
+                vals = [self._coerce(v, t, "the return value", node) for v, t in zip(f, templates)]
+                pending.append((blk, [h for v, t in zip(vals, templates) for h in carry.handles(v, t)]))
+        op = self.b.op("scope", [], [ty for t in templates for ty in carry.types(t)], regions=[block])
         for blk, hs in pending:
             with self.b.at(blk):
                 if blk is block and not exited:
@@ -1184,7 +1068,7 @@ class CodeGen(ast.NodeVisitor):
                 else:
                     self.b.exit("return", op, hs)
         it = iter(op.results)
-        outs = tuple(_rebuild(t, [next(it) for _ in _handles(t)]) for t in templates)
+        outs = tuple(carry.rebuild(t, it) for t in templates)
         return outs if isinstance(values[0], tuple) else outs[0]
 
     # ---- combine functions (reduce / associative_scan) --------------------------------------------------
@@ -1376,68 +1260,6 @@ def _kind(v) -> str:
     if v is None:
         return "None"
     return f"a {type(v).__name__}"
-
-
-def _same_const(a, b) -> bool:
-    a, b = unwrap(a), unwrap(b)
-    return type(a) is type(b) and a == b
-
-
-def _common_number(consts):
-    if any(isinstance(c, float) for c in consts):
-        return float(consts[0])
-    return consts[0]
-
-
-def _bp_parts(bp):
-    return list(bp.shape_vals) + list(bp.strides) + list(bp.offsets)
-
-
-def _handles(v) -> list[Value]:
-    v = unwrap(v)
-    if isinstance(v, tensor):
-        return [v.handle]
-    if isinstance(v, pointer):
-        return [v.offset.handle] if v.offset is not None else []
-    if isinstance(v, block_pointer):
-        return [p.handle for p in _bp_parts(v) if isinstance(p, tensor)]
-    return []
-
-
-def _rebuild(template, handles):
-    if isinstance(template, pointer):
-        return pointer(template.param, template.dtype, tensor(handles[0]), template.name)
-    if isinstance(template, block_pointer):
-        it = iter(handles)
-        parts = [tensor(next(it)) if isinstance(p, tensor) else p for p in _bp_parts(template)]
-        r = len(template.block_shape)
-        return block_pointer(template.param, template.dtype, tuple(parts[:r]), tuple(parts[r:2 * r]),
-                             tuple(parts[2 * r:]), template.block_shape, template.order, template.name)
-    return tensor(handles[0])
-
-
-def _placeholder(t) -> Value:
-    return Value(t)
-
-
-def _placeholder_like(template):
-    if isinstance(template, block_pointer):
-        return _rebuild(template, [Value(h.type) for h in _handles(template)])
-    if isinstance(template, pointer):
-        return pointer(template.param, template.dtype, tensor(Value(template.offset.handle.type)), template.name)
-    return tensor(Value(template.handle.type))
-
-
-def _type_sig(t):
-    if isinstance(t, block_pointer):
-        return ("bp", t.param, tuple(p.handle.type if isinstance(p, tensor) else ("c", p) for p in _bp_parts(t)))
-    if isinstance(t, pointer):
-        return ("ptr", t.param, t.offset.handle.type)
-    return ("t", t.handle.type)
-
-
-def _mk_type(shape, d, is_tile):
-    return TileType(shape, d) if is_tile else ScalarType(d)
 
 
 def _as_tuple(v):

@@ -281,13 +281,30 @@ class Semantic:
             raise KernelTypeError("pointer offsets must be integers, got a float")
         if opname == "sub":
             off = self.unary("neg", off)
-        if a.offset is None:
-            new = self.to_tensor(off, dt.int32) if not isinstance(off, tensor) else off
-        else:
-            new = self.binary("add", a.offset, off)
-        if isinstance(new, tensor) and new.dtype.is_bool:
-            new = self.cast(new, dt.int32)
-        return pointer(a.param, a.dtype, new, a.name)
+        if isinstance(off, tensor) and off.dtype.is_bool:
+            off = self.cast(off, dt.int32)
+        if isinstance(off, tensor) and off.is_tile:
+            new = off if a.offset is None else self.binary("add", a.offset, off)
+            return pointer(a.param, a.dtype, new, a.name, a.scalar)
+        # a scalar increment stays apart from the offset tile
+        s = off if a.scalar is None else self.binary("add", a.scalar, off)
+        if not isinstance(s, tensor):
+            s = self.to_tensor(s, dt.int32)
+        return pointer(a.param, a.dtype, a.offset, a.name, s)
+
+    def ptr_offsets(self, ptr: pointer) -> tensor:
+        """The full element offset of a pointer (tile part plus scalar part)."""
+        off, s = ptr.offset, ptr.scalar
+        if off is None:
+            return s if s is not None else self.const(0)
+        if s is None:
+            return off
+        return self.binary("add", off, s)
+
+    def _ptr_with(self, ptr: pointer, fn) -> pointer:
+        """Apply a shape operation to the tile part of a pointer (a scalar-only pointer becomes a tile)."""
+        off = ptr.offset if ptr.offset is not None else self.const(0)
+        return pointer(ptr.param, ptr.dtype, fn(off), ptr.name, ptr.scalar)
 
     # ---- creation -------------------------------------------------------------------------------------
     def shape_arg(self, shape, what="shape") -> tuple[int, ...]:
@@ -339,8 +356,7 @@ class Semantic:
         shape = self.shape_arg(shape)
         x = unwrap(x)
         if isinstance(x, pointer):
-            off = x.offset if x.offset is not None else self.const(0)
-            return pointer(x.param, x.dtype, self.broadcast_to(off, shape), x.name)
+            return self._ptr_with(x, lambda off: self.broadcast_to(off, shape))
         x = self.to_tensor(x)
         if x.is_scalar:
             return tensor(self.b.full(shape, x.handle))
@@ -357,7 +373,7 @@ class Semantic:
         shape = tuple(unwrap(s) for s in shape)
         x = unwrap(x)
         if isinstance(x, pointer):
-            return pointer(x.param, x.dtype, self.reshape(x.offset, shape), x.name)
+            return self._ptr_with(x, lambda off: self.reshape(off, shape))
         x = self.to_tensor(x)
         if -1 in shape:
             known = 1
@@ -383,8 +399,7 @@ class Semantic:
         axes = unwrap(axis)
         axes = [unwrap(a) for a in axes] if isinstance(axes, (tuple, list)) else [axes]
         if isinstance(x, pointer):
-            off = x.offset if x.offset is not None else self.const(0)
-            return pointer(x.param, x.dtype, self.expand_dims(off, tuple(axes)), x.name)
+            return self._ptr_with(x, lambda off: self.expand_dims(off, tuple(axes)))
         x = self.to_tensor(x)
         shape = list(x.shape)
         for a in axes:
@@ -501,7 +516,7 @@ class Semantic:
         return shape
 
     def _offsets(self, ptr: pointer, shape) -> tensor:
-        off = ptr.offset if ptr.offset is not None else self.const(0)
+        off = self.ptr_offsets(ptr)
         if shape and off.shape != shape:
             off = self.broadcast_to(off, shape)
         return off
@@ -549,8 +564,7 @@ class Semantic:
         m = unwrap(mask)
         if ptr.shape == () and v.is_tile and v.numel == 1 and not (isinstance(m, tensor) and m.is_tile and m.numel > 1):
             # one element from the vector unit: a one-element DMA (no round trip through the scalar unit)
-            off = ptr.offset if ptr.offset is not None else self.const(0)
-            ptr = pointer(ptr.param, ptr.dtype, self.splat(off, (1,)), ptr.name)
+            ptr = pointer(ptr.param, ptr.dtype, self.splat(self.ptr_offsets(ptr), (1,)), ptr.name)
             v = self.reshape(v, (1,))
             if isinstance(m, tensor):
                 m = self.reshape(m, (1,)) if m.is_tile else self.splat(self.truth(m), (1,))

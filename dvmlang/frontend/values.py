@@ -77,16 +77,18 @@ class tensor:
 
 
 class pointer:
-    """A pointer into a tensor parameter: ``param`` indexes the kernel's parameters, ``offset`` is an
-    integer scalar or tile (None means offset 0)."""
+    """A pointer into a tensor parameter: ``param`` indexes the kernel's parameters; the element offset is
+    ``offset`` (an integer tile or scalar, None for 0) plus ``scalar`` (an integer scalar, None for 0).
+    Keeping scalar increments apart lets ``ptrs += BLOCK * stride`` in a loop carry one scalar."""
 
-    __slots__ = ("param", "dtype", "offset", "name")
+    __slots__ = ("param", "dtype", "offset", "name", "scalar")
 
-    def __init__(self, param: int, dtype: DType, offset: tensor | None, name: str):
+    def __init__(self, param: int, dtype: DType, offset: tensor | None, name: str, scalar: tensor | None = None):
         self.param = param
         self.dtype = dtype
         self.offset = offset
         self.name = name
+        self.scalar = scalar
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -95,6 +97,11 @@ class pointer:
     @property
     def is_tile(self) -> bool:
         return self.offset is not None and self.offset.is_tile
+
+    @property
+    def is_base(self) -> bool:
+        """The tensor parameter itself, with no offset applied."""
+        return self.offset is None and self.scalar is None
 
     def __repr__(self) -> str:
         return f"<pointer to {self.name} ({self.dtype}) shape {self.shape}>"
