@@ -947,7 +947,16 @@ def _check_dma(L, b: Batch, t: int, desc: _Desc, pc: int, size: int) -> None:
         z = s * np.maximum(h - 1, l)
         lo_idx = lo_idx + np.minimum(a, z)
         hi_idx = hi_idx + np.maximum(a, z)
-    bad = ((lo_idx < 0) | (hi_idx >= size)) & ~desc.empty
+    # int64 address arithmetic can wrap (a stride near 2**63 maps an out-of-range middle element between two
+    # in-range end points): check the same extremes in float64, which cannot wrap, before anything is touched.
+    flo = fhi = desc.base.astype(np.float64)
+    for s, l, h in zip(desc.strides, desc.lo, desc.hi):
+        fs = s.astype(np.float64)
+        a = fs * l
+        z = fs * np.maximum(h - 1, l)
+        flo = flo + np.minimum(a, z)
+        fhi = fhi + np.maximum(a, z)
+    bad = ((lo_idx < 0) | (hi_idx >= size) | (flo < 0) | (fhi >= size)) & ~desc.empty
     if np.any(bad):
         i = int(np.argmax(np.broadcast_to(bad, (b.n,))))
         lo = int(np.broadcast_to(lo_idx, (b.n,))[i])

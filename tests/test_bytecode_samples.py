@@ -1,0 +1,169 @@
+"""Real bytecodes the bytecode and fuzz suites work on, and a harness that runs any parsed bytecode on
+small arrays built from its own parameter table.
+
+The samples cover the instruction families the fuzzer should reach: DMA with masks (vector add),
+reductions and transcendental vector ops (softmax), scalar control flow with a runtime loop and an
+``if`` (loop_if), and the cube path with ``dl.dot`` (matmul).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import dvmlang
+import dvmlang.language as dl
+from dvmlang.npu import Device
+
+
+@dvmlang.kernel
+def vector_add(x_ptr, y_ptr, out_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    mask = offs < n
+    dl.store(out_ptr + offs, dl.load(x_ptr + offs, mask=mask) + dl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@dvmlang.kernel
+def softmax(out_ptr, in_ptr, stride, n_cols, BLOCK: dl.constexpr):
+    row = dl.program_id(0)
+    cols = dl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = dl.load(in_ptr + row * stride + cols, mask=mask, other=-float("inf"))
+    x = x - dl.max(x, axis=0)
+    num = dl.exp(x)
+    dl.store(out_ptr + row * stride + cols, num / dl.sum(num, axis=0), mask=mask)
+
+
+@dvmlang.kernel
+def loop_if(x_ptr, out_ptr, n_cols, stride, BLOCK: dl.constexpr):
+    row = dl.program_id(0)
+    acc = dl.zeros((BLOCK,), dl.float32)
+    count = 0
+    for start in range(0, n_cols, BLOCK):
+        cols = start + dl.arange(0, BLOCK)
+        acc += dl.load(x_ptr + row * stride + cols, mask=cols < n_cols, other=0.0)
+        count += 1
+    total = dl.sum(acc, axis=0)
+    if count > 2:
+        total = total + 1000.0
+    else:
+        total = total - 1000.0
+    dl.store(out_ptr + row, total)
+
+
+@dvmlang.kernel
+def matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: dl.constexpr, BN: dl.constexpr, BK: dl.constexpr):
+    rm = dl.program_id(0) * BM + dl.arange(0, BM)
+    rn = dl.program_id(1) * BN + dl.arange(0, BN)
+    acc = dl.zeros((BM, BN), dl.float32)
+    for k in range(0, K, BK):
+        rk = k + dl.arange(0, BK)
+        a = dl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        b = dl.load(b_ptr + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += dl.dot(a, b)
+    dl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _arrays(name: str):
+    """(grid, args, constexprs, check) for one small launch of a sample; ``check(args)`` compares with numpy."""
+    rng = np.random.default_rng(7)
+    if name == "vector_add":
+        n = 300
+        x, y = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+        args = (x, y, np.zeros(n, np.float32), n)
+        return (3,), args, {"BLOCK": 128}, lambda a: np.testing.assert_array_equal(a[2], a[0] + a[1])
+    if name == "softmax":
+        x = rng.standard_normal((4, 50), dtype=np.float32)
+
+        def check(a):
+            e = np.exp(a[1] - a[1].max(1, keepdims=True))
+            np.testing.assert_allclose(a[0], e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+        return (4,), (np.zeros_like(x), x, 50, 50), {"BLOCK": 64}, check
+    if name == "loop_if":
+        x = rng.random((3, 100), dtype=np.float32)
+
+        def check(a):
+            np.testing.assert_allclose(a[1], a[0].sum(1) + 1000.0, rtol=1e-5)
+        return (3,), (x, np.zeros(3, np.float32), 100, 100), {"BLOCK": 32}, check
+    if name == "matmul":
+        M, N, K = 20, 12, 40
+        a = rng.random((M, K)).astype(np.float16)
+        b = rng.random((K, N)).astype(np.float16)
+
+        def check(x):
+            np.testing.assert_allclose(x[2], x[0].astype(np.float32) @ x[1].astype(np.float32), rtol=1e-3)
+        return (2, 1), (a, b, np.zeros((M, N), np.float32), M, N, K), {"BM": 16, "BN": 16, "BK": 16}, check
+    raise KeyError(name)
+
+
+KERNELS = {"vector_add": vector_add, "softmax": softmax, "loop_if": loop_if, "matmul": matmul}
+SAMPLES = tuple(KERNELS)
+
+
+@functools.lru_cache(maxsize=None)
+def sample_bytes(name: str) -> bytes:
+    """The ``.dvmb`` bytes of one launch instance of a sample kernel."""
+    grid, args, meta, _ = _arrays(name)
+    return KERNELS[name].encode(grid, *args, **meta).to_bytes()
+
+
+def sample_args(name: str):
+    grid, args, meta, check = _arrays(name)
+    return args, check
+
+
+def small_args(bc: dvmlang.Bytecode, rng=None):
+    """Arguments for ``dvmlang.run(bc, ...)`` made from the bytecode's own parameter table: a small array of
+    each tensor parameter's dtype and rank, and a small value of each scalar parameter's dtype."""
+    rng = rng or np.random.default_rng(0)
+    out = []
+    for p in bc.params:
+        if p.kind == "tensor":
+            shape = tuple(min(int(s), 64) for s in p.shape) if len(p.shape) == p.rank else (4,) * p.rank
+            a = rng.random(shape if shape else ()) * 4
+            out.append(np.ascontiguousarray(np.asarray(a).astype(p.dtype.np)))
+        else:
+            d = p.dtype
+            if d.is_bool:
+                out.append(True)
+            elif d.is_float:
+                out.append(d.np.type(1.5))
+            else:
+                out.append(d.np.type(5))
+    return out
+
+
+FUZZ_DEVICE = Device(watchdog=4000)
+
+
+def run_parsed(bc: dvmlang.Bytecode):
+    """Run a parsed bytecode the way a user would run a loaded file. A ``DeviceError`` (a memory fault, the
+    watchdog, a trap) is a safe outcome for a mutated program and is returned rather than raised."""
+    try:
+        return dvmlang.run(bc, *small_args(bc), device=FUZZ_DEVICE)
+    except dvmlang.DeviceError as e:
+        return e
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_samples_compute_the_right_answer(name):
+    grid, args, meta, check = _arrays(name)
+    KERNELS[name][grid](*args, **meta)
+    check(args)
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_loaded_samples_run_on_new_arrays(name):
+    bc = dvmlang.Bytecode.from_bytes(sample_bytes(name))
+    args, check = sample_args(name)
+    dvmlang.run(bc, *args)
+    check(args)
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_run_parsed_harness_runs_every_sample(name):
+    rec = run_parsed(dvmlang.Bytecode.from_bytes(sample_bytes(name)))
+    assert not isinstance(rec, Exception), rec
+    assert rec.cycles > 0
