@@ -44,14 +44,12 @@ def cmd_gallery(args) -> int:
     console = Console()
     d = _examples_dir(args.dir)
     if d is None:
-        console.print(Text("dvmlang gallery: no examples directory found (pass --dir or run from the repository)"))
-        return 2
+        return _fail("gallery", "no examples directory found (pass --dir or run from the repository)", 2)
     files = sorted(p for p in d.glob("*.py") if not p.name.startswith("_"))
     if args.only:
         files = [f for f in files if any(o in f.stem for o in args.only)]
     if not files:
-        console.print(Text("dvmlang gallery: no examples matched"))
-        return 2
+        return _fail("gallery", f"no example in {d} matched {' '.join(args.only)}", 2)
     table = Table(title=Text(f"dvmlang gallery ({d})"))
     for col, just in (("example", "left"), ("correct", "center"), ("launches", "right"),
                       ("simulated cycles", "right"), ("simulated time", "right"), ("wall time", "right")):
@@ -100,43 +98,96 @@ def cmd_gallery(args) -> int:
     return 1 if failures else 0
 
 
+def _fail(command: str, reason: str, code: int = 1) -> int:
+    """Print a one-line reason on stderr and return the exit status."""
+    Console(stderr=True, highlight=False).print(Text(f"dvmlang {command}: {reason}"), soft_wrap=True)
+    return code
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+
+
+def _parse_cycles(text: str | None):
+    if text is None:
+        return None
+    lo, sep, hi = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return (float(lo.replace(",", "").replace("_", "")), float(hi.replace(",", "").replace("_", "")))
+    except ValueError:
+        raise ValueError(f"--cycles wants START:END in cycles (for example 0:5000), got {text!r}") from None
+
+
+def _parse_cores(text: str | None):
+    if text is None:
+        return None
+    try:
+        if "," in text or "-" in text:
+            ids = []
+            for part in text.split(","):
+                a, sep, b = part.partition("-")
+                ids.extend(range(int(a), int(b) + 1) if sep else [int(a)])
+            return ids
+        return int(text)
+    except ValueError:
+        raise ValueError(f"--cores wants a count (4) or core ids (0,2,5 or 0-3), got {text!r}") from None
+
+
+def _view_options(args) -> dict:
+    options = {"cycles": _parse_cycles(args.cycles), "cores": _parse_cores(args.cores)}
+    if args.width is not None:
+        options["width"] = args.width
+    return {k: v for k, v in options.items() if v is not None}
+
+
 def cmd_trace(args) -> int:
-    import dvmlang
-    console = Console()
+    from .errors import DvmError
+    from .trace.record import Session
     script = Path(args.script)
     if not script.is_file():
-        console.print(Text(f"dvmlang trace: no such script: {script}"))
-        return 2
-    with dvmlang.trace(max_events=args.max_events) as t:
+        return _fail("trace", f"no such script: {script}", 2)
+    try:
+        options = _view_options(args)
+    except ValueError as e:
+        return _fail("trace", str(e), 2)
+    console = Console(width=args.width) if args.width else Console()
+    try:
+        session = Session(max_events=None if args.max_events < 0 else args.max_events, sample=args.sample,
+                          summary_only=args.summary_only, progress=True)
+    except DvmError as e:
+        return _fail("trace", str(e), 2)
+    with session as t:
         old_argv = sys.argv
         sys.argv = [str(script)] + list(args.script_args)
         try:
             runpy.run_path(str(script), run_name="__main__")
         except SystemExit as e:
             if e.code not in (0, None):
-                console.print(Text(f"dvmlang trace: {script} exited with status {e.code}"))
-                return 1
-        except Exception as e:  # noqa: BLE001
-            console.print(Text(f"dvmlang trace: {script} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
-            return 1
+                return _fail("trace", f"{script} exited with status {e.code}")
+        except Exception as e:  # noqa: BLE001 - the script's failure, reported in one line
+            return _fail("trace", f"{script} failed: {_first_line(e)}")
         finally:
             sys.argv = old_argv
     launches = t.launches
+    if not launches:
+        return _fail("trace", f"{script} launched no kernel (nothing to show)")
     if args.kernel:
+        names = sorted({launch.name for launch in launches})
         launches = [launch for launch in launches if launch.name == args.kernel]
         if not launches:
-            console.print(Text(f"dvmlang trace: no launch of a kernel named {args.kernel!r}"))
-            return 1
+            return _fail("trace", f"no launch of a kernel named {args.kernel!r}; launched: {', '.join(names)}")
     from .trace.views import render
     try:
-        render(launches, args.view, console=console)
-    except dvmlang.DvmError as e:
-        console.print(Text(f"dvmlang trace: {e}"))
-        return 2
-    if args.chrome:
-        from .trace.chrome import save_chrome
-        save_chrome(launches, args.chrome)
-        console.print(Text(f"wrote {args.chrome} (open it at https://ui.perfetto.dev)"))
+        render(launches, args.view, console=console, **options)
+        if args.chrome:
+            from .trace.chrome import save_chrome
+            save_chrome(launches, args.chrome)
+            console.print(Text(f"wrote {args.chrome} (open it at https://ui.perfetto.dev)"))
+    except DvmError as e:
+        return _fail("trace", str(e).splitlines()[0], 2)
     return 0
 
 
@@ -146,39 +197,70 @@ def cmd_disasm(args) -> int:
     try:
         data = path.read_bytes()
     except OSError as e:
-        print(f"dvmlang disasm: cannot read {path}: {e.strerror}", file=sys.stderr)
-        return 2
+        return _fail("disasm", f"cannot read {path}: {e.strerror}", 2)
     result = disassemble_bytes(data, source=not args.no_source)
     print(result.text)
     if not result.ok:
-        print(f"dvmlang disasm: {path} is not valid bytecode: {result.errors[0]}", file=sys.stderr)
-        return 1
+        return _fail("disasm", f"{path} is not valid bytecode: {result.errors[0]}")
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (plus the hint to ask for --help) and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="dvmlang", description="dvmlang: NPU kernels on a bytecode VM")
-    sub = parser.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("gallery", help="run every example, check it against numpy, and print a table")
+    from .trace.views import VIEWS
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if "--" in argv:  # `dvmlang trace SCRIPT.py [options] -- ARGS...`: ARGS go to the script
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1:]
+    parser = _Parser(prog="dvmlang", description="dvmlang: NPU kernels on a bytecode VM")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    g = sub.add_parser("gallery", help="run every example, check it against numpy, and print a table",
+                       description="Run every example of the gallery (examples/*.py, each with a run() function), "
+                                   "check it against numpy, and print a table of simulated cycles and wall time. "
+                                   "Exits 1 when an example is wrong or fails.")
     g.add_argument("--dir", help="examples directory (default: ./examples or the repository's)")
     g.add_argument("--trace", action="store_true", help="record and show a trace of every launch")
-    g.add_argument("--view", default="summary", help="trace view to show with --trace (default: summary)")
+    g.add_argument("--view", default="summary", choices=[v for v in VIEWS if v != "compare"],
+                   help="trace view to show with --trace (default: summary)")
     g.add_argument("--only", nargs="*", help="run only examples whose name contains one of these")
     g.add_argument("-v", "--verbose", action="store_true", help="print tracebacks of failing examples")
     g.set_defaults(func=cmd_gallery)
-    t = sub.add_parser("trace", help="run a script and show a trace of every launch it makes")
-    t.add_argument("script")
-    t.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed to the script")
-    t.add_argument("--view", default="summary", help="summary, table, source, timeline, disasm or all")
+    t = sub.add_parser("trace", help="run a script and show a trace of every launch it makes",
+                       description="Run SCRIPT.py (as __main__) with tracing on, then show every kernel launch it "
+                                   "made. Arguments after `--` are passed to the script.",
+                       epilog="views: summary (cycles, bandwidth vs roofline, what bounds the kernel), source "
+                              "(lines with their share of cycles), timeline (per core and pipe), disasm, table, "
+                              "compare (the first two launches side by side), all.")
+    t.add_argument("script", help="the Python script to run")
+    t.add_argument("--view", default="summary", choices=VIEWS, help="what to show (default: summary)")
     t.add_argument("--kernel", help="only launches of this kernel")
-    t.add_argument("--chrome", help="also write a Chrome/Perfetto trace JSON here")
-    t.add_argument("--max-events", type=int, default=2_000_000, help="stop recording rows after this many")
+    t.add_argument("--chrome", metavar="OUT.json", help="also write a Chrome/Perfetto trace JSON here")
+    t.add_argument("--cycles", metavar="START:END", help="timeline cycle range (default: the whole launch)")
+    t.add_argument("--cores", help="timeline cores: a count (default 4) or ids such as 0,2,5 or 0-3")
+    t.add_argument("--width", type=int, help="render width in characters (default: the terminal's)")
+    t.add_argument("--max-events", type=int, default=2_000_000,
+                   help="stop recording rows after this many (-1: no limit; totals stay exact)")
+    t.add_argument("--sample", type=int, default=1, help="record the rows of every n-th program only")
+    t.add_argument("--summary-only", action="store_true", help="record exact totals but no rows")
     t.set_defaults(func=cmd_trace)
-    d = sub.add_parser("disasm", help="disassemble a .dvmb file")
-    d.add_argument("file")
+    d = sub.add_parser("disasm", help="disassemble a .dvmb file",
+                       description="Disassemble a .dvmb bytecode file: line | offset | pipe | OPNAME | operands | "
+                                   "; comment, with the kernel's source lines interleaved. Exits 1 when the file "
+                                   "is not valid bytecode (the listing goes as far as it can).")
+    d.add_argument("file", help="a .dvmb file (kernel.export(...) or Bytecode.save(...) writes one)")
     d.add_argument("--no-source", action="store_true", help="do not interleave kernel source lines")
     d.set_defaults(func=cmd_disasm)
     args = parser.parse_args(argv)
+    if args.command != "trace" and script_args:
+        parser.error(f"`--` passes arguments to a traced script; `{args.command}` takes none")
+    args.script_args = script_args
     return args.func(args)
 
 

@@ -1,45 +1,78 @@
 """Trace records: one row per executed virtual instruction per program, kept as numpy columns.
 
 ``dvmlang.trace()`` opens a ``Session``; every launch inside it is recorded (a ``LaunchTrace`` per
-launch, reachable as ``launch.trace``). Limits keep huge grids in bounds: ``max_events`` stops
-recording rows (the summary stays exact), ``sample`` keeps every n-th program, ``summary_only``
-records no rows at all.
+launch, reachable as ``launch.trace``). The device calls ``Recorder.add`` once per executed instruction
+for a whole batch of programs, so recording costs a few numpy operations per instruction and batch, and
+nothing at all when no session is open.
+
+Two kinds of data are kept:
+
+* exact per-instruction totals (executions, cycles, bytes) over *every* program, always — the summary,
+  source and table views never depend on how many rows were kept;
+* rows (program, instruction, start, duration, bytes) and the set -> wait pairs between them, for the
+  timeline and the Chrome export. Limits keep huge grids in bounds: ``max_events`` caps the rows of the
+  whole session (recording stops at the cap; ``truncated`` says so), ``sample=n`` keeps the rows of every
+  n-th program only, ``summary_only`` keeps no rows at all.
 """
 
 from __future__ import annotations
 
+import linecache
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
+from ..errors import DvmError
 from ..vm import isa
+
+ROW_BYTES = 4 + 4 + 8 + 8 + 4  # step, pid, start, dur, nbytes: what one recorded row costs in memory
 
 
 @dataclass
 class StepInfo:
-    """Static facts about one instruction of the traced kernel."""
+    """Static facts about one instruction of the traced kernel (shared by every program that runs it)."""
 
+    index: int
     pc: int
     name: str
     pipe: int
     line: int | None
     file: str | None
-    ub: tuple | None
-    set: tuple | None
-    wait: tuple | None
+    ub: tuple | None  # (lo, hi) UB byte range the instruction writes, else the first UB range it reads
+    set: tuple | None  # (dst pipe, event): signals dst when it retires
+    wait: tuple | None  # (src pipe, event): starts only after src's latest matching set
+    work: float = 0.0  # per execution: vector repeats (VECTOR) or multiply-accumulates (CUBE)
+
+    @property
+    def pipe_name(self) -> str:
+        return isa.PIPE_NAMES[isa.Pipe(self.pipe)]
+
+    @property
+    def where(self) -> str:
+        if self.line is None:
+            return ""
+        short = self.file.rsplit("/", 1)[-1] if self.file else "?"
+        return f"{short}:{self.line}"
 
 
 @dataclass
 class LaunchTrace:
-    """The recorded instructions of one launch (columns of equal length) plus exact per-pipe totals."""
+    """The recorded instructions of one launch.
+
+    Row columns (``pid``, ``step``, ``start``, ``dur``, ``nbytes``) have equal length and are ordered by
+    program, then by the order the program dispatched them. ``start`` is in cycles from the moment the
+    first program starts (the launch overhead comes before it); ``core`` is ``pid % cores``.
+    ``flow_src``/``flow_dst`` are row indices of set -> wait pairs. ``step_count``/``step_cycles``/
+    ``step_bytes`` are exact totals per instruction over every program, whatever was recorded.
+    """
 
     name: str
     grid: tuple
     cycles: int
     steps: list[StepInfo]
     pid: np.ndarray
-    core: np.ndarray
     step: np.ndarray
     start: np.ndarray
     dur: np.ndarray
@@ -52,6 +85,22 @@ class LaunchTrace:
     program_time: np.ndarray | None = None
     source: dict = field(default_factory=dict)  # file -> (first line, list of lines)
     group: str | None = None
+    step_count: np.ndarray | None = None
+    step_cycles: np.ndarray | None = None
+    step_bytes: np.ndarray | None = None
+    flow_src: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    flow_dst: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    summary_only: bool = False
+    programs: int = 0
+    overhead: int = 0
+
+    @cached_property
+    def core(self) -> np.ndarray:
+        return (self.pid % max(1, self.cores)).astype(np.int32)
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.start + self.dur
 
     @property
     def pipe(self) -> np.ndarray:
@@ -63,118 +112,264 @@ class LaunchTrace:
         table = np.array([s.pc for s in self.steps], dtype=np.int64)
         return table[self.step] if len(self.step) else np.zeros(0, dtype=np.int64)
 
+    @property
+    def makespan(self) -> float:
+        """Cycles from the first program's start to the last program's end (the launch minus overhead)."""
+        return float(max(0, self.cycles - self.overhead))
+
+    @property
+    def recorded_programs(self) -> int:
+        return int(len(np.unique(self.pid))) if len(self.pid) else 0
+
     def __len__(self) -> int:
         return len(self.step)
 
+    def source_line(self, file: str | None, line: int | None) -> str:
+        """The text of ``file:line`` as the kernel's debug info (or the file on disk) has it."""
+        if file is None or line is None:
+            return ""
+        src = self.source.get(file)
+        if src is not None:
+            first, lines = src
+            i = line - first
+            if 0 <= i < len(lines):
+                return lines[i]
+        return linecache.getline(file, line).rstrip("\n")
+
     def rows(self):
         """Iterate rows as dicts (convenient in tests and small traces)."""
+        core = self.core
         for i in range(len(self.step)):
             s = self.steps[int(self.step[i])]
-            yield {"pid": int(self.pid[i]), "core": int(self.core[i]), "pipe": isa.PIPE_NAMES[isa.Pipe(s.pipe)],
+            yield {"pid": int(self.pid[i]), "core": int(core[i]), "pipe": s.pipe_name, "kernel": self.name,
                    "pc": s.pc, "opcode": s.name, "start": float(self.start[i]), "dur": float(self.dur[i]),
-                   "bytes": int(self.nbytes[i]), "line": s.line, "ub": s.ub}
+                   "bytes": int(self.nbytes[i]), "line": s.line, "file": s.file, "ub": s.ub, "group": self.group}
+
+    def syncs(self):
+        """Iterate the recorded set -> wait pairs as dicts (``src``/``dst`` are row indices)."""
+        for a, b in zip(self.flow_src.tolist(), self.flow_dst.tolist()):
+            s = self.steps[int(self.step[a])]
+            w = self.steps[int(self.step[b])]
+            yield {"src": a, "dst": b, "pid": int(self.pid[a]), "from": s.pipe_name, "to": w.pipe_name,
+                   "event": s.set[1] if s.set else None, "set_end": float(self.start[a] + self.dur[a]),
+                   "wait_start": float(self.start[b])}
+
+
+def _tile_bytes(bc, ref: int) -> tuple[int, int] | None:
+    from ..vm.decode import tile_parts
+    addr, li = tile_parts(ref)
+    if li >= len(bc.layouts):
+        return None
+    d, shape = bc.layouts[li]
+    n = 1
+    for s in shape:
+        n *= s
+    return addr, n * d.itemsize
+
+
+def _static_info(bc, d, st, profile) -> tuple[tuple | None, float]:
+    """(UB range, work per execution) of one decoded instruction."""
+    ins = d.ins
+    spaces = {"dst": ins.extra.get("space", "ub")}
+    if ins.family == "copy_space":
+        spaces = {"dst": ins.extra["spaces"][0], "src": ins.extra["spaces"][1]}
+    elif ins.family == "mmad":
+        spaces = {"dst": "l0c", "a": "l0a", "b": "l0b"}
+    ub = None
+    largest = 0
+    shapes = {}
+    for f in ins.fields:
+        if f.kind != "tile" or d.vals.get(f.name) is None:
+            continue
+        if f.name in ("mask", "offsets") and not d.vals.get("masked", 1):
+            continue
+        got = _tile_bytes(bc, d.vals[f.name])
+        if got is None:
+            continue
+        addr, nbytes = got
+        largest = max(largest, nbytes)
+        from ..vm.decode import tile_parts
+        shapes[f.name] = bc.layouts[tile_parts(d.vals[f.name])[1]][1]
+        if spaces.get(f.name, "ub") == "ub" and (ub is None or f.name == "dst"):
+            ub = (addr, addr + nbytes)
+    work = 0.0
+    if st.pipe == int(isa.Pipe.VECTOR) and largest:
+        work = float(-(-largest // profile.vector_bytes_per_cycle))
+    elif ins.family == "mmad" and "a" in shapes and "b" in shapes:
+        a, b = shapes["a"], shapes["b"]
+        if len(a) >= 2 and len(b) >= 2:
+            work = float(a[-2] * a[-1] * b[-1])
+    return ub, work
 
 
 class Recorder:
-    """Collects rows for one kernel launch while the device runs it."""
+    """Collects one kernel launch while the device runs it (``Session.begin`` makes one)."""
 
     def __init__(self, session: "Session", bc, k: int, machine, programs: int):
         self.session = session
+        self.programs = programs
         self.chunks: list = []
         self.events = 0
         self.truncated = False
-        self.sample = max(1, session.sample)
-        self.summary_only = session.summary_only
-        self.limit = session.max_events - session.events if session.max_events else None
+        self.sample = session.sample
+        self.rows_on = not session.summary_only
+        self.limit = None if session.max_events is None else max(0, session.max_events - session.events)
+        if self.limit == 0 and self.rows_on:
+            self.rows_on = False
+            self.truncated = True
         from ..npu.machine import loc_lookup
         find = loc_lookup(bc)
-        self.steps = []
+        profile = machine.profile
+        self.steps: list[StepInfo] = []
         files = set()
         for st in machine.steps:
             loc = find(st.pc)
-            ub = None
-            d = bc.decoded[k][st.index]
-            for f in d.ins.fields:
-                if f.kind == "tile" and f.name in ("dst", "src", "a") and d.vals.get(f.name):
-                    from ..vm.decode import tile_parts
-                    addr, li = tile_parts(d.vals[f.name])
-                    if li < len(bc.layouts):
-                        dd, shape = bc.layouts[li]
-                        n = 1
-                        for s_ in shape:
-                            n *= s_
-                        ub = (addr, addr + n * dd.itemsize)
-                    break
-            self.steps.append(StepInfo(st.pc, st.ins.name, st.pipe, loc.line if loc else None,
-                                       loc.file if loc else None, ub, st.set, st.wait))
+            ub, work = _static_info(bc, bc.decoded[k][st.index], st, profile)
+            self.steps.append(StepInfo(st.index, st.pc, st.ins.name, st.pipe, loc.line if loc else None,
+                                       loc.file if loc else None, ub, st.set, st.wait, work))
             if loc is not None:
                 files.add(loc.file)
+        n = len(self.steps)
+        self.count = np.zeros(n, dtype=np.int64)
+        self.cycles = np.zeros(n)
+        self.bytes = np.zeros(n)
+        self.last_set: dict = {}  # (src pipe, dst pipe, event) -> per-program index of the latest set row
+        self.flows: list = []
         self.source = {}
         for fi, (first, text) in bc.debug.sources.items():
             self.source[bc.debug.files[fi]] = (first, text.splitlines())
         for f in files:
             if f not in self.source:
-                import linecache
                 lines = linecache.getlines(f)
                 if lines:
                     self.source[f] = (1, [x.rstrip("\n") for x in lines])
+        self.progress = session._progress_for(programs) if session.progress else None
 
     def add(self, step, b, start, cost):
-        if self.summary_only or self.truncated:
+        """One instruction executed by every program of batch ``b``: ``start`` and ``cost`` in cycles."""
+        n = b.n
+        i = step.index
+        nb = b.last_bytes
+        b.last_bytes = 0
+        self.count[i] += n
+        if np.ndim(cost):
+            self.cycles[i] += float(np.sum(cost))
+        else:
+            self.cycles[i] += float(cost) * n
+        if nb is not None and np.any(nb):
+            self.bytes[i] += float(np.sum(nb)) if np.ndim(nb) else float(nb) * n
+        if self.progress is not None:
+            self.progress.update(int(b.pids[-1]) + 1)
+        if not self.rows_on:
             return
         pids = b.pids
-        n = len(pids)
+        keep = None
         if self.sample > 1:
             keep = (pids % self.sample) == 0
             if not keep.any():
                 return
-        else:
-            keep = None
-        if self.limit is not None and self.events + n > self.limit:
+            pids = pids[keep]
+        m = len(pids)
+        if self.limit is not None and self.events + m > self.limit:
+            # the cap falls inside this batch: keep the first rows that fit, then stop recording rows
+            cut = self.limit - self.events
             self.truncated = True
-            return
-        start = np.broadcast_to(start, (n,)).copy()
-        dur = np.broadcast_to(np.asarray(cost, dtype=float), (n,)).copy()
-        nb = np.broadcast_to(np.asarray(b.last_bytes, dtype=float), (n,)).copy() if b.last_bytes is not None else 0
-        b.last_bytes = 0
+            self.rows_on = False
+            if cut <= 0:
+                return
+            chosen = np.flatnonzero(keep) if keep is not None else np.arange(n)
+            keep = np.zeros(n, dtype=bool)
+            keep[chosen[:cut]] = True
+            pids = b.pids[keep]
+            m = cut
+        start = np.broadcast_to(np.asarray(start, dtype=np.float64), (n,))
+        dur = np.broadcast_to(np.asarray(cost, dtype=np.float64), (n,))
+        nbs = np.broadcast_to(np.asarray(nb if nb is not None else 0), (n,))
         if keep is not None:
-            pids, start, dur, nb = pids[keep], start[keep], dur[keep], nb[keep]
-        self.chunks.append((step.index, pids, start, dur, nb))
-        self.events += len(pids)
+            start, dur, nbs = start[keep], dur[keep], nbs[keep]
+        else:
+            start, dur = start.copy(), dur.copy()
+        rows = np.arange(self.events, self.events + m, dtype=np.int64)
+        if step.wait is not None:
+            last = self.last_set.get((step.wait[0], step.pipe, step.wait[1]))
+            if last is not None:
+                src = last[pids]
+                ok = src >= 0
+                if ok.any():
+                    self.flows.append((src[ok], rows[ok]))
+        if step.set is not None:
+            key = (step.pipe, step.set[0], step.set[1])
+            last = self.last_set.get(key)
+            if last is None:
+                last = self.last_set[key] = np.full(self.programs, -1, dtype=np.int64)
+            last[pids] = rows
+        self.chunks.append((i, pids.astype(np.int32), start, dur, nbs.astype(np.int32)))
+        self.events += m
 
     def finish(self, offsets, cores, record, T) -> LaunchTrace:
+        """Place the rows on the cores (``offsets`` per program, from the device's composition)."""
+        if self.progress is not None:
+            self.progress.close()
         if self.chunks:
             step = np.concatenate([np.full(len(c[1]), c[0], dtype=np.int32) for c in self.chunks])
             pid = np.concatenate([c[1] for c in self.chunks])
-            start = np.concatenate([c[2] for c in self.chunks]) + offsets[pid]
+            start = np.concatenate([c[2] for c in self.chunks]) + np.asarray(offsets)[pid]
             dur = np.concatenate([c[3] for c in self.chunks])
-            nb = np.concatenate([c[4] for c in self.chunks]).astype(np.int64)
-            order = np.lexsort((start, pid))
+            nb = np.concatenate([c[4] for c in self.chunks])
+            order = np.argsort(pid, kind="stable")  # per program, dispatch order is kept
             step, pid, start, dur, nb = step[order], pid[order], start[order], dur[order], nb[order]
+            inverse = np.empty_like(order)
+            inverse[order] = np.arange(len(order))
         else:
             step = np.zeros(0, dtype=np.int32)
-            pid = np.zeros(0, dtype=np.int64)
-            start = dur = np.zeros(0)
-            nb = np.zeros(0, dtype=np.int64)
-        tr = LaunchTrace(record.name, record.grid, record.cycles, self.steps, pid, pid % cores, step, start, dur, nb,
-                         cores, record, self.truncated, self.sample, offsets, T, self.source, record.group)
+            pid = np.zeros(0, dtype=np.int32)
+            start = np.zeros(0)
+            dur = np.zeros(0)
+            nb = np.zeros(0, dtype=np.int32)
+            inverse = np.zeros(0, dtype=np.int64)
+        self.chunks = []
+        if self.flows:
+            fs = inverse[np.concatenate([f[0] for f in self.flows])]
+            fd = inverse[np.concatenate([f[1] for f in self.flows])]
+        else:
+            fs = fd = np.zeros(0, dtype=np.int64)
+        tr = LaunchTrace(record.name, record.grid, record.cycles, self.steps, pid, step, start, dur, nb, cores,
+                         record, self.truncated, self.sample, np.asarray(offsets), T, self.source, record.group,
+                         self.count, self.cycles, self.bytes, fs, fd, self.session.summary_only, self.programs,
+                         record.launch_overhead)
         self.session.events += len(step)
         self.session.launches.append(record)
         return tr
 
 
 class Session:
-    """``with dvmlang.trace() as t:`` — records every launch made inside the block."""
+    """``with dvmlang.trace() as t:`` — records every launch made inside the block.
 
-    def __init__(self, max_events: int | None = 2_000_000, sample: int = 1, summary_only: bool = False):
+    ``max_events`` caps the rows of the whole session (``None``: no cap), ``sample=n`` records the rows of
+    every n-th program, ``summary_only`` records totals only. ``progress=True`` shows a progress bar on
+    stderr for launches that run longer than about a second (only on a terminal).
+    """
+
+    def __init__(self, max_events: int | None = 2_000_000, sample: int = 1, summary_only: bool = False,
+                 progress: bool = False):
+        if max_events is not None and (not isinstance(max_events, (int, np.integer)) or max_events < 0):
+            raise DvmError(f"max_events must be a non-negative row count or None, got {max_events!r}")
+        if not isinstance(sample, (int, np.integer)) or sample < 1:
+            raise DvmError(f"sample must be a positive integer (record every n-th program), got {sample!r}")
         self.max_events = max_events
-        self.sample = sample
-        self.summary_only = summary_only
+        self.sample = int(sample)
+        self.summary_only = bool(summary_only)
+        self.progress = progress
         self.launches: list = []
         self.events = 0
 
     def begin(self, bc, k, machine, programs) -> Recorder:
         return Recorder(self, bc, k, machine, programs)
+
+    def _progress_for(self, programs: int):
+        from .progress import LazyProgress
+        bar = LazyProgress("tracing", programs, "programs")
+        return bar if bar.enabled else None
 
     def __enter__(self):
         _sessions().append(self)
@@ -184,11 +379,19 @@ class Session:
         _sessions().remove(self)
         return False
 
-    def print(self, view: str = "summary", console=None, **kw):
+    @property
+    def truncated(self) -> bool:
+        return any(launch.trace is not None and launch.trace.truncated for launch in self.launches)
+
+    def print(self, view: str = "summary", console=None, **options):
+        """Render the recorded launches: ``view`` is summary, source, timeline, disasm, table, compare or
+        all. Options: ``cycles=(lo, hi)``, ``cores=4`` or ``cores=[0, 5]``, ``width=100``, ``kernel=NAME``,
+        ``top=8`` (hot spots), ``labels=("A", "B")`` (compare)."""
         from .views import render
-        render(self.launches, view, console=console, **kw)
+        render(self.launches, view, console=console, **options)
 
     def save_chrome(self, path):
+        """Write every recorded launch as a Chrome trace JSON that Perfetto opens; returns the path."""
         from .chrome import save_chrome
         return save_chrome(self.launches, path)
 
