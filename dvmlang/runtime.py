@@ -41,11 +41,12 @@ class Build:
         from .vm.bytecode import Encoder
         from .vm.lower import lower
         t0 = time.perf_counter()
+        self.profile = profile
         self.fn, ctx = build_ir(kernel.source, specs)
         self.global_reads = list(ctx.global_reads.values())
         self.template = lower(self.fn, profile)
         ub = self.template.footprint.get("ub", 0)
-        self.template.double_buffer = 2 * ub <= profile.ub_bytes
+        self.template.double_buffer = profile.double_buffer and 2 * ub <= profile.ub_bytes
         self.params = [p for p in self.fn.params]
         self.tensor_params = [i for i, p in enumerate(self.params) if p.kind == "tensor"]
         self.written = _written_params(self.fn)
@@ -158,9 +159,9 @@ class Kernel:
         return values, specs, tuple(key)
 
     def _build(self, specs, key, profile) -> Build:
-        bkey = (key, profile.name, profile.ub_bytes, profile.l1_bytes, profile.l0c_bytes)
+        bkey = (key, id(profile))
         b = self._builds.get(bkey)
-        if b is not None and (not b.global_reads or b.still_valid()):
+        if b is not None and b.profile is profile and (not b.global_reads or b.still_valid()):
             return b
         b = Build(self, specs, profile)
         self.stats.builds += 1
@@ -213,7 +214,7 @@ class Kernel:
             build = self._build(specs, key, device.profile)
         except CompilationError:
             raise
-        bc, arrays = self._instance(build, (key, device.profile.name), specs, values, grid)
+        bc, arrays = self._instance(build, (key, id(device.profile)), specs, values, grid)
         return device, build, bc, arrays
 
     # ---- public entry points ----------------------------------------------------------------------------

@@ -145,8 +145,9 @@ class Device:
         per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
         B = 1 if self.sequential else max(1, min(P, self.batch_bytes // max(per_prog, 1), 4096))
         T = np.zeros(P)
-        first = np.full((N_PIPES, P), np.inf)
-        last = np.zeros((N_PIPES, P))
+        # per program: first start and last end on each pipe, plus the GM port (row N_PIPES)
+        first = np.full((N_PIPES + 1, P), np.inf)
+        last = np.zeros((N_PIPES + 1, P))
         busy = np.zeros((N_PIPES, P))
         issue_end = np.zeros(P)
         bytes_r = 0.0
@@ -162,10 +163,12 @@ class Device:
                 batch = Batch(pids, kern.grid, nregs, kern.reg_types)
                 for b in _execute(steps, batch, L, dispatch, rec):
                     idx = b.pids
-                    end = np.maximum(b.pipe_free.max(axis=0), b.t_issue)
+                    end = np.maximum(np.maximum(b.pipe_free.max(axis=0), b.t_issue), b.done)
                     T[idx] = end
-                    first[:, idx] = b.pipe_first
-                    last[:, idx] = b.pipe_free
+                    first[:N_PIPES, idx] = b.pipe_first
+                    last[:N_PIPES, idx] = b.pipe_free
+                    first[N_PIPES, idx] = np.min(b.pipe_first[[1, 6]], axis=0)
+                    last[N_PIPES, idx] = b.port_free
                     busy[:, idx] = b.pipe_busy
                     issue_end[idx] = b.t_issue
                     bytes_r += float(b.bytes_read.sum())
@@ -256,14 +259,21 @@ def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):
                 start = t
             else:
                 start = np.maximum(issue, b.pipe_free[p])
+                if s.port:
+                    start = np.maximum(start, b.port_free)
                 if s.wait is not None:
                     f = b.flags.get((s.wait[0], p, s.wait[1]))
                     if f is not None:
                         start = np.maximum(start, f)
                 end = start + cost
                 b.pipe_free[p] = end
+                if s.port:
+                    b.port_free = end
                 b.pipe_busy[p] += cost
                 np.minimum(b.pipe_first[p], start, out=b.pipe_first[p])
+                if s.latency:
+                    end = end + s.latency
+                    b.done = np.maximum(b.done, end)
                 if s.set is not None:
                     b.flags[(p, s.set[0], s.set[1])] = end
                 b.t_issue = end if p == 0 else issue
@@ -307,7 +317,7 @@ def _compose(T, first, last, cores: int, double_buffer: bool):
         return offsets, core_end
     prev_o = np.zeros(cores)
     prev_T = np.zeros(cores)
-    prev_last = np.zeros((N_PIPES, cores))
+    prev_last = np.zeros((first.shape[0], cores))
     prev2_end = np.zeros(cores)
     waves = -(-P // cores)
     for w in range(waves):

@@ -42,7 +42,7 @@ class Batch:
     """The state of a group of programs executing in lockstep."""
 
     __slots__ = ("pids", "coords", "regs", "mem", "n", "count", "t_issue", "pipe_free", "pipe_first", "pipe_busy",
-                 "flags", "print_seq", "bytes_read", "bytes_written", "last_bytes")
+                 "flags", "print_seq", "bytes_read", "bytes_written", "last_bytes", "done", "port_free")
 
     def __init__(self, pids: np.ndarray, grid, nregs: int, reg_types):
         self.pids = pids
@@ -65,6 +65,8 @@ class Batch:
         self.bytes_read = np.zeros(n)
         self.bytes_written = np.zeros(n)
         self.last_bytes = 0
+        self.done = np.zeros(n)  # completion time of the latest transfer (results land after the pipe frees)
+        self.port_free = np.zeros(n)  # when the core's GM port can take the next transfer
 
     def subset(self, mask: np.ndarray) -> "Batch":
         b = Batch.__new__(Batch)
@@ -89,6 +91,8 @@ class Batch:
         b.bytes_read = self.bytes_read[mask]
         b.bytes_written = self.bytes_written[mask]
         b.last_bytes = 0
+        b.done = self.done[mask]
+        b.port_free = self.port_free[mask]
         return b
 
 
@@ -110,7 +114,7 @@ def _as_bytes(arr: np.ndarray) -> np.ndarray:
 
 class Step:
     __slots__ = ("fn", "pipe", "cost", "wait", "set", "dispatch", "kind", "target", "pc", "index", "ins", "loc",
-                 "scalar_unit")
+                 "scalar_unit", "latency", "port")
 
     def __init__(self, d: Decoded, fn, cost, kind="op"):
         self.fn = fn
@@ -125,6 +129,8 @@ class Step:
         self.index = 0
         self.loc = None
         self.scalar_unit = self.pipe == 0
+        self.latency = 0  # cycles after the pipe is free until the result is visible (DMA first-byte latency)
+        self.port = False  # uses the core's global-memory port (shared by MTE2 and MTE3)
 
 
 class Launch:
@@ -143,10 +149,30 @@ class Launch:
         self.loc_of_pc = loc_of_pc or (lambda pc: None)
         self.prints: list = []
         self.diagnostics: list[str] = []
-        rate = min(profile.mte_bytes_per_cycle, profile.hbm_bytes_per_cycle / max(1, active_cores))
-        self.dma_rate = rate
+        cores = max(1, active_cores)
+        self.dma_rate = min(profile.mte_bytes_per_cycle, profile.hbm_bytes_per_cycle / cores)
+        self.l2_rate = min(profile.mte_bytes_per_cycle, profile.l2_bytes_per_cycle / cores)
+        # L2 model: each byte of a tensor comes from HBM the first time it is read in a launch and from L2
+        # after that, as long as the tensor fits L2 (counted in bytes, per tensor or group of aliases)
+        self.hbm_left: dict = {}
+        for p, a in arrays.items():
+            g = self.alias[p] if alias_groups else p
+            size = a.size * a.itemsize
+            self.hbm_left[g] = max(self.hbm_left.get(g, 0), size if size <= profile.l2_bytes else float("inf"))
         self.mix = mix
         self.code = bc.code
+
+    def read_cost(self, t: int, nbytes, n: int):
+        """Cycles to stream ``nbytes`` (per program) of tensor ``t`` in: first reads from HBM, re-reads from L2."""
+        g = self.alias[t]
+        left = self.hbm_left.get(g, float("inf"))
+        if left == float("inf"):
+            return nbytes / self.dma_rate
+        nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), (n,))
+        before = np.cumsum(nb) - nb
+        hbm = np.clip(left - before, 0.0, nb)
+        self.hbm_left[g] = max(0.0, left - float(hbm.sum()))
+        return hbm / self.dma_rate + (nb - hbm) / self.l2_rate
 
 
 class Machine:
@@ -696,8 +722,8 @@ class Machine:
             nbytes = desc.count * g.itemsize
             b.bytes_read += nbytes
             b.last_bytes = nbytes
-            return prof.dma_latency + desc.bursts * prof.burst_overhead + nbytes / L.dma_rate
-        return Step(d, fn, None)
+            return desc.bursts * prof.burst_overhead + L.read_cost(t, nbytes, b.n)
+        return _dma_step(d, fn, prof)
 
     def _m_dma_store(self, d):
         rank = d.ins.extra["rank"]
@@ -724,8 +750,8 @@ class Machine:
             nbytes = desc.count * g.itemsize
             b.bytes_written += nbytes
             b.last_bytes = nbytes
-            return prof.dma_latency + desc.bursts * prof.burst_overhead + nbytes / L.dma_rate
-        return Step(d, fn, None)
+            return desc.bursts * prof.burst_overhead + nbytes / L.dma_rate
+        return _dma_step(d, fn, prof)
 
     def _m_gather(self, d):
         _, dd, shape = self._layout(d.vals["dst"])
@@ -751,8 +777,8 @@ class Machine:
             cnt = m.reshape(b.n, -1).sum(axis=1)
             b.bytes_read += cnt * g.itemsize
             b.last_bytes = cnt * g.itemsize
-            return prof.dma_latency + cnt * prof.gather_cycles_per_element + cnt * g.itemsize / L.dma_rate
-        return Step(d, fn, None)
+            return cnt * prof.gather_cycles_per_element + L.read_cost(t, cnt * g.itemsize, b.n)
+        return _dma_step(d, fn, prof)
 
     def _m_scatter(self, d):
         _, _, shape = self._layout(d.vals["src"])
@@ -776,8 +802,8 @@ class Machine:
             cnt = m.reshape(b.n, -1).sum(axis=1)
             b.bytes_written += cnt * g.itemsize
             b.last_bytes = cnt * g.itemsize
-            return prof.dma_latency + cnt * prof.gather_cycles_per_element + cnt * g.itemsize / L.dma_rate
-        return Step(d, fn, None)
+            return cnt * prof.gather_cycles_per_element + cnt * g.itemsize / L.dma_rate
+        return _dma_step(d, fn, prof)
 
     def _m_atomic(self, d):
         _, _, shape = self._layout(d.vals["src"])
@@ -807,8 +833,8 @@ class Machine:
             b.bytes_written += cnt * g.itemsize
             b.bytes_read += cnt * g.itemsize
             b.last_bytes = cnt * g.itemsize
-            return prof.dma_latency + cnt * prof.atomic_cycles_per_element
-        return Step(d, fn, None)
+            return cnt * prof.atomic_cycles_per_element
+        return _dma_step(d, fn, prof)
 
     # ---- cube -----------------------------------------------------------------------------------------------
     def _m_copy_space(self, d):
@@ -824,14 +850,14 @@ class Machine:
         def fn(b, L):
             w(b, r(b, L).astype(npdt, copy=False))
             if kind == "dma":
-                return p.dma_latency + nb / L.dma_rate
+                return nb / L.dma_rate
             return None
         if kind == "mte1":
             cost = p.mte1_startup + nb / p.mte1_bytes_per_cycle
         elif kind == "fixpipe":
             cost = p.fixpipe_startup + nb / p.fixpipe_bytes_per_cycle
         else:
-            cost = None
+            return _dma_step(d, fn, p)
         return Step(d, fn, cost)
 
     def _m_mmad(self, d):
@@ -859,6 +885,15 @@ class Machine:
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------
+
+
+def _dma_step(d, fn, prof) -> Step:
+    """A transfer: its pipe is busy for the bursts and bytes it moves (the cost ``fn`` returns); its result is
+    visible ``dma_latency`` cycles later, so back-to-back transfers overlap their latencies."""
+    st = Step(d, fn, None)
+    st.latency = prof.dma_latency
+    st.port = True
+    return st
 
 
 def _uniform(v):

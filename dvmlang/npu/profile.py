@@ -32,9 +32,10 @@ class Profile:
     cube_startup: int = 32
     cube_fp32_factor: int = 4
     hbm_bytes_per_s: float = 1.6e12
-    mte_bytes_per_cycle: float = 32.0
+    l2_bytes_per_s: float = 4.8e12
+    mte_bytes_per_cycle: float = 128.0
     dma_latency: int = 240
-    burst_overhead: int = 2
+    burst_overhead: int = 1
     gather_cycles_per_element: float = 1.0
     atomic_cycles_per_element: float = 4.0
     mte1_bytes_per_cycle: int = 256
@@ -47,10 +48,15 @@ class Profile:
     launch_overhead_us: float = 3.0
     max_programs: int = 65535
     events_per_pipe_pair: int = 8
+    double_buffer: bool = True
 
     @property
     def hbm_bytes_per_cycle(self) -> float:
         return self.hbm_bytes_per_s / self.clock_hz
+
+    @property
+    def l2_bytes_per_cycle(self) -> float:
+        return self.l2_bytes_per_s / self.clock_hz
 
     @property
     def launch_overhead_cycles(self) -> int:
@@ -79,7 +85,8 @@ SOURCES = {
     "cube_startup": ("assumption", "cube instruction latency"),
     "cube_fp32_factor": ("assumption", "fp32 inputs run the cube this many times slower than fp16"),
     "hbm_bytes_per_s": ("published range 1.2-1.8 TB/s", "1.6 TB/s shared by all active cores"),
-    "mte_bytes_per_cycle": ("assumption (order of magnitude published)", "per-core MTE2/MTE3 cap"),
+    "l2_bytes_per_s": ("assumption", "L2 hit bandwidth shared by the active cores (3x HBM)"),
+    "mte_bytes_per_cycle": ("assumption", "per-core cap on MTE2/MTE3 transfers between GM and on-chip memory"),
     "dma_latency": ("assumption", "first-byte latency of a GM transfer"),
     "burst_overhead": ("assumption", "cycles per contiguous burst of a DMA"),
     "gather_cycles_per_element": ("assumption", "element-wise addressed transfers"),
@@ -94,6 +101,8 @@ SOURCES = {
     "launch_overhead_us": ("assumption (a few microseconds is typical)", "fixed cost per kernel launch"),
     "max_programs": ("published", "at most 65535 programs (blockDim) per launch"),
     "events_per_pipe_pair": ("published (medium confidence)", "event ids per pipe pair"),
+    "double_buffer": ("model choice", "ping-pong buffers: in loops with loads (the body is emitted twice) and "
+                                      "between consecutive programs on a core, when the footprint fits twice"),
 }
 
 PROFILES = {

@@ -142,6 +142,11 @@ class Lowering:
         self._loop_homes: dict = {}
         self._reg_home_span: dict = {}
         self._pending_init: dict = {}
+        self.alt: dict = {}  # id(buffer) -> its alternate in the second copy of an unrolled loop body
+        self.alt_active = False
+        self.unrolled: set = set()  # ids of loops emitted twice per trip (double-buffered)
+        self.l0c_shadow: dict = {}  # loop id -> [(L0C home, UB copy, result)] made at the loop exit
+        self.profile_double_buffer = getattr(profile, "double_buffer", True)
 
     # ---- entry ---------------------------------------------------------------------------------------
     def run(self) -> Template:
@@ -236,6 +241,8 @@ class Lowering:
                     src = op.operands[0]
                     buf = self.places[src.id].buf
                     self._place(r, buf=buf)
+                elif k == "dma_load" and self._only_dot_operand(r):
+                    self._place(r, "l1")
                 elif k == "broadcast" and self._all_elementwise_users(r):
                     src = op.operands[0]
                     buf = self.places[src.id].buf
@@ -244,6 +251,32 @@ class Lowering:
                     buf.end = max(buf.end, e)
                 else:
                     self._place(r)
+
+    def _only_dot_operand(self, v: Value) -> bool:
+        """A loaded tile used only as a matrix operand is loaded straight into L1 (no UB round trip)."""
+        users = self._users.get(v.id, [])
+        return len(v.shape) == 2 and bool(users) and all(
+            u.kind == "dot" and v in u.operands[:2] and (len(u.operands) < 3 or u.operands[2] is not v)
+            for u in users)
+
+    def _l0c_accumulator(self, op: Op, i: int, args: list) -> bool:
+        """A carried tile that only feeds the accumulator of one dot whose result is yielded back stays in L0C
+        for the whole loop (MMAD accumulates in place; no copies per iteration)."""
+        if op.kind != "for" or len(op.regions) != 1:
+            return False
+        body = op.regions[0]
+        arg = args[i]
+        term = body.terminator
+        if term is None or term.kind != "yield" or arg.dtype not in (dt.float32, dt.int32):
+            return False
+        users = self._users.get(arg.id, [])
+        if len(users) != 1 or users[0].kind != "dot" or users[0].parent is not body:
+            return False
+        d = users[0]
+        if len(d.operands) < 3 or d.operands[2] is not arg or d.operands[0] is arg or d.operands[1] is arg:
+            return False
+        y = term.operands[i]
+        return y is d.result and self._users.get(y.id) == [term]
 
     def _all_elementwise_users(self, v: Value) -> bool:
         users = self._users.get(v.id, [])
@@ -284,6 +317,20 @@ class Lowering:
             lo, hi = start, max(end, re_)
             # the init may be computed directly in the home when the loop is its only user
             init = inits[i]
+            if isinstance(h, Buffer) and self._l0c_accumulator(op, i, carried_args[0]):
+                h.space = "l0c"
+                h.name = "accumulator (L0C)"
+                h.start, h.end = lo, end
+                for args in carried_args:
+                    self._attach(args[i], h, lo, end)
+                self.places[res.id] = Place("l0c", h, res.shape, res.dtype)
+                if self._users.get(res.id):
+                    # results are read after the loop through a UB copy made once, at the loop exit
+                    shadow = self._new_buffer("ub", _nbytes(res.shape, res.dtype), end, max(end, re_),
+                                              "accumulator result", op.loc)
+                    self.l0c_shadow.setdefault(id(op), []).append((h, shadow, res))
+                    self.places[res.id] = Place("ub", shadow, res.shape, res.dtype)
+                continue
             if isinstance(h, Buffer):
                 h.start, h.end = lo, hi
                 for args in carried_args:
@@ -299,10 +346,33 @@ class Lowering:
             if isinstance(h, Buffer) and init.op is not None and self._users.get(init.id) == [op] and \
                     _coalescible_def(init.op):
                 self._pending_init[init.id] = h
+        first_body_buffer = len(self.buffers)
         for r in body_blocks:
             self._plan_block(r)
             self._coalesce_yield(r, homes, carried_args[body_blocks.index(r)] if op.kind == "for" else r.args,
                                  op)
+        if self._double_buffer_loop(op):
+            # the body is emitted twice per trip; the second copy uses alternate buffers so the loads of one
+            # iteration overlap the compute of the previous one (ping-pong)
+            for b in self.buffers[first_body_buffer:]:
+                if b.nbytes > 0 and id(b) not in self.alt and b.name != "carried":
+                    alt = Buffer(b.space, b.nbytes, b.start, b.end, b.name + " (ping-pong)", b.loc)
+                    self.alt[id(b)] = alt
+                    self.buffers.append(alt)
+            self.unrolled.add(id(op))
+
+    def _double_buffer_loop(self, op: Op) -> bool:
+        if op.kind != "for" or not self.profile_double_buffer:
+            return False
+        body = op.regions[0]
+        has_load = False
+        for o in body.ops:
+            for inner in o.walk():
+                if inner.kind in ("for", "while"):
+                    return False
+                if inner.kind in ("dma_load", "gather"):
+                    has_load = True
+        return has_load
 
     def _coalesce_yield(self, block: Block, homes, args, op):
         term = block.terminator
@@ -344,7 +414,10 @@ class Lowering:
         return any(p.buf is buf for vid, p in self.places.items() if vid != v.id)
 
     def _inplace_ok(self, op: Op, arg: Value) -> bool:
-        """An elementwise op may overwrite an operand that has the result's exact shape."""
+        """An elementwise op may overwrite an operand that has the result's exact shape; a dot accumulates
+        into its accumulator."""
+        if op.kind == "dot":
+            return len(op.operands) == 3 and op.operands[2] is arg and arg not in op.operands[:2]
         if op.kind not in ELEMENTWISE and op.kind not in ("unary", "cast"):
             return False
         if op.kind == "cast" and op.operands[0].dtype.itemsize != op.results[0].dtype.itemsize:
@@ -374,19 +447,35 @@ class Lowering:
     def _allocate_memory(self):
         for vid, home in self._pending_init.items():
             p = self.places.get(vid)
+            if home.space != "ub":
+                continue
             if p is not None and p.buf is not home and not self._buffer_shared_id(p.buf, vid):
                 p.buf.nbytes = 0
                 self.places[vid] = Place(home.space, home, p.shape, p.dtype)
                 home.start = min(home.start, p.buf.start)
         spaces = {"ub": self.profile.ub_bytes, "l1": self.profile.l1_bytes, "l0a": self.profile.l0a_bytes,
                   "l0b": self.profile.l0b_bytes, "l0c": self.profile.l0c_bytes}
-        self.footprint = {}
-        for space, cap in spaces.items():
-            bufs = [b for b in self.buffers if b.space == space and b.nbytes > 0]
-            self.footprint[space] = _linear_scan(bufs, cap, space, self.fn.name, self.profile)
+        try:
+            self.footprint = self._scan_all(spaces)
+        except ResourceError:
+            if not self.alt:
+                raise
+            # ping-pong buffers do not fit: fall back to single buffering
+            alts = {id(a) for a in self.alt.values()}
+            self.buffers = [b for b in self.buffers if id(b) not in alts]
+            self.alt.clear()
+            self.unrolled.clear()
+            self.footprint = self._scan_all(spaces)
         for b in self.buffers:
             if b.nbytes == 0:
                 b.addr = 0
+
+    def _scan_all(self, spaces) -> dict:
+        fp = {}
+        for space, cap in spaces.items():
+            bufs = [b for b in self.buffers if b.space == space and b.nbytes > 0]
+            fp[space] = _linear_scan(bufs, cap, space, self.fn.name, self.profile)
+        return fp
 
     def _buffer_shared_id(self, buf, vid) -> bool:
         return any(p.buf is buf for k, p in self.places.items() if k != vid)
@@ -470,15 +559,25 @@ class Lowering:
             self.layout_list.append((dtype, tuple(shape)))
         return idx
 
-    def tile(self, v: Value) -> int:
+    def place(self, v: Value) -> Place:
+        """Where ``v`` lives in the code being emitted (the second copy of an unrolled loop body uses the
+        alternate buffers)."""
         p = self.places[v.id]
+        if self.alt_active:
+            alt = self.alt.get(id(p.buf))
+            if alt is not None:
+                return Place(alt.space, alt, p.shape, p.dtype)
+        return p
+
+    def tile(self, v: Value) -> int:
+        p = self.place(v)
         return self._tile_ref(p.buf.addr, p.dtype, p.shape)
 
     def _tile_ref(self, addr, dtype, shape) -> int:
         return (addr // isa.TILE_ADDR_UNIT) | (self.layout(dtype, shape) << 16)
 
     def rng(self, v: Value):
-        p = self.places[v.id]
+        p = self.place(v)
         return (p.space, p.buf.addr, p.buf.addr + max(p.buf.nbytes, 1))
 
     def reg(self, v: Value) -> int:
@@ -681,7 +780,7 @@ class Lowering:
     def _op_broadcast(self, op):
         r = op.result
         src = op.operands[0]
-        if self.places[r.id].buf is self.places[src.id].buf and self.places[r.id].shape == src.shape:
+        if self.place(r).buf is self.place(src).buf and self.place(r).shape == src.shape:
             return  # consumed by elementwise ops directly (numpy broadcasting)
         self._emit(isa.BY_NAME["VCOPY"], {"dst": self.tile(r), "a": self.tile(src)}, r.dtype, op.loc,
                    reads=[self.rng(src)], writes=[self.rng(r)])
@@ -689,8 +788,8 @@ class Lowering:
     def _op_reshape(self, op):
         r = op.result
         src = op.operands[0]
-        if self.places[r.id].buf is not self.places[src.id].buf:
-            self._emit(isa.BY_NAME["VCOPY"], {"dst": self._tile_ref(self.places[r.id].buf.addr, src.dtype, src.shape),
+        if self.place(r).buf is not self.place(src).buf:
+            self._emit(isa.BY_NAME["VCOPY"], {"dst": self._tile_ref(self.place(r).buf.addr, src.dtype, src.shape),
                                               "a": self.tile(src)}, r.dtype, op.loc,
                        reads=[self.rng(src)], writes=[self.rng(r)])
 
@@ -782,7 +881,7 @@ class Lowering:
         vals = self._dims_fields(op.operands, rank)
         vals.update({"dst": self.tile(r), "gm": 0, "pad": self._pad_sop(other, r.dtype),
                      "tensor": op.attrs["tensor"]})
-        place = self.places[r.id]
+        place = self.place(r)
         ins = isa.DMA_LOAD_L1[rank] if place.space == "l1" else isa.DMA_LOAD[rank]
         e = self._emit(ins, vals, r.dtype, op.loc, reads=[("gm", op.attrs["tensor"], 0)], writes=[self.rng(r)])
         e.reloc_param = op.attrs["tensor"]
@@ -884,42 +983,58 @@ class Lowering:
 
     # ---- cube ------------------------------------------------------------------------------------------------
     def _op_dot(self, op):
+        """GM/UB -> L1 -> L0A/L0B -> MMAD into L0C -> FixPipe to UB. Operands loaded from GM arrive in L1
+        directly; a loop-carried accumulator lives in L0C and MMAD accumulates into it in place."""
         self.uses_cube = True
         a, b = op.operands[0], op.operands[1]
         acc = op.operands[2] if len(op.operands) > 2 else None
         r = op.result
         M, K = a.shape
         N = b.shape[1]
-        l1a = self._cube_buf("l1", a.dtype, a.shape)
-        l1b = self._cube_buf("l1", b.dtype, b.shape)
-        l0a = self._cube_buf("l0a", a.dtype, a.shape)
-        l0b = self._cube_buf("l0b", b.dtype, b.shape)
         cdt = dt.float32 if r.dtype.is_float else dt.int32
+        l0_refs = []
+        for src, space, mv in ((a, "l0a", "L1_TO_L0A"), (b, "l0b", "L1_TO_L0B")):
+            p = self.place(src)
+            if p.space == "l1":
+                ref1, rng1 = self.tile(src), self.rng(src)
+            else:
+                l1 = self._cube_buf("l1", src.dtype, src.shape)
+                ref1 = self._tile_ref(l1.addr, src.dtype, src.shape)
+                rng1 = ("l1", l1.addr, l1.addr + l1.nbytes)
+                self._emit(isa.BY_NAME["UB_TO_L1"], {"dst": ref1, "src": self.tile(src)}, src.dtype, op.loc,
+                           reads=[self.rng(src)], writes=[rng1])
+            l0 = self._cube_buf(space, src.dtype, src.shape)
+            ref0 = self._tile_ref(l0.addr, src.dtype, src.shape)
+            rng0 = (space, l0.addr, l0.addr + l0.nbytes)
+            self._emit(isa.BY_NAME[mv], {"dst": ref0, "src": ref1}, src.dtype, op.loc, reads=[rng1], writes=[rng0])
+            l0_refs.append((ref0, rng0))
+        (aref, arng), (bref, brng) = l0_refs
+        rp = self.place(r)
+        if rp.space == "l0c":
+            # accumulate in place into the loop's L0C accumulator
+            cref, crng = self.tile(r), self.rng(r)
+            init = acc is None
+            if acc is not None and self.place(acc).buf is not rp.buf:
+                self._emit(isa.BY_NAME["UB_TO_L0C"], {"dst": cref, "src": self.tile(acc)}, cdt, op.loc,
+                           reads=[self.rng(acc)], writes=[crng])
+            self._emit(isa.BY_NAME["MMAD"], {"init": int(init), "dst": cref, "a": aref, "b": bref}, a.dtype, op.loc,
+                       reads=[arng, brng] + ([crng] if not init else []), writes=[crng])
+            return
         l0c = self._cube_buf("l0c", cdt, (M, N))
-        for src, l1, l0, mv in ((a, l1a, l0a, "L1_TO_L0A"), (b, l1b, l0b, "L1_TO_L0B")):
-            ref1 = self._tile_ref(l1.addr, src.dtype, src.shape)
-            self._emit(isa.BY_NAME["UB_TO_L1"], {"dst": ref1, "src": self.tile(src)}, src.dtype, op.loc,
-                       reads=[self.rng(src)], writes=[("l1", l1.addr, l1.addr + l1.nbytes)])
-            self._emit(isa.BY_NAME[mv], {"dst": self._tile_ref(l0.addr, src.dtype, src.shape), "src": ref1},
-                       src.dtype, op.loc, reads=[("l1", l1.addr, l1.addr + l1.nbytes)],
-                       writes=[(l0.space, l0.addr, l0.addr + l0.nbytes)])
         cref = self._tile_ref(l0c.addr, cdt, (M, N))
         crng = ("l0c", l0c.addr, l0c.addr + l0c.nbytes)
         if acc is not None:
             self._emit(isa.BY_NAME["UB_TO_L0C"], {"dst": cref, "src": self.tile(acc)}, cdt, op.loc,
                        reads=[self.rng(acc)], writes=[crng])
-        self._emit(isa.BY_NAME["MMAD"], {"init": int(acc is None), "dst": cref,
-                                         "a": self._tile_ref(l0a.addr, a.dtype, a.shape),
-                                         "b": self._tile_ref(l0b.addr, b.dtype, b.shape)}, a.dtype, op.loc,
-                   reads=[("l0a", l0a.addr, l0a.addr + l0a.nbytes), ("l0b", l0b.addr, l0b.addr + l0b.nbytes)],
-                   writes=[crng])
+        self._emit(isa.BY_NAME["MMAD"], {"init": int(acc is None), "dst": cref, "a": aref, "b": bref}, a.dtype,
+                   op.loc, reads=[arng, brng], writes=[crng])
         self._emit(isa.BY_NAME["FIX_L0C_TO_UB"], {"dst": self.tile(r), "src": cref}, r.dtype, op.loc,
                    reads=[crng], writes=[self.rng(r)])
 
     def _cube_buf(self, space, dtype, shape) -> Buffer:
         """Cube staging buffers: one per (space, layout), allocated above the space's live data."""
         self._cube = getattr(self, "_cube", {})
-        key = (space, dtype.code, tuple(shape))
+        key = (space, dtype.code, tuple(shape), self.alt_active)
         b = self._cube.get(key)
         if b is None:
             top = self._cube_top = getattr(self, "_cube_top", {})
@@ -957,12 +1072,17 @@ class Lowering:
     def _move(self, dst_home, src: Value, loc):
         """Copy ``src`` into a home (register or buffer) unless it already lives there."""
         if isinstance(dst_home, Buffer):
-            p = self.places[src.id]
+            p = self.place(src)
             if p.buf is dst_home:
                 return
             ref_dst = self._tile_ref(dst_home.addr, src.dtype, src.shape)
+            dst_rng = (dst_home.space, dst_home.addr, dst_home.addr + dst_home.nbytes)
+            if dst_home.space == "l0c":
+                self._emit(isa.BY_NAME["UB_TO_L0C"], {"dst": ref_dst, "src": self.tile(src)}, src.dtype, loc,
+                           reads=[self.rng(src)], writes=[dst_rng])
+                return
             self._emit(isa.BY_NAME["VCOPY"], {"dst": ref_dst, "a": self.tile(src)}, src.dtype, loc,
-                       reads=[self.rng(src)], writes=[(dst_home.space, dst_home.addr, dst_home.addr + dst_home.nbytes)])
+                       reads=[self.rng(src)], writes=[dst_rng])
         else:
             rd = dst_home
             rs = self.reg(src)
@@ -998,12 +1118,12 @@ class Lowering:
 
     def _already(self, h, v) -> bool:
         if isinstance(h, Buffer):
-            return self.places[v.id].buf is h
+            return self.place(v).buf is h
         return self.reg(v) == h
 
     def _home_of_value(self, v: Value):
         if v.is_tile:
-            return self.places[v.id].buf
+            return self.place(v).buf
         return self.reg(v)
 
     def _save_temp(self, v: Value, loc) -> Value:
@@ -1027,27 +1147,39 @@ class Lowering:
         body = op.regions[0]
         homes = self._home_targets(op)
         iv = body.args[0]
-        iv_reg = self.reg(iv) if iv.id in self.regs else self._alloc_iv(op, iv)
+        iv_reg = self.reg(iv)
         self._parallel_move(homes, inits, op.loc)
         self._emit(isa.BY_NAME["MOV"], {"rd": iv_reg, "rs": self.reg(lb)}, iv.dtype, op.loc)
-        head, latch, exit_ = Label("head"), Label("latch"), Label("exit")
-        self.out.append(head)
+        head, exit_ = Label("head"), Label("exit")
         cond = self._loop_cond_reg(op)
-        # cond = step > 0 ? iv < ub : iv > ub
-        self._range_cond(cond, iv_reg, self.reg(ub), step, op.loc, iv.dtype)
-        e = self._emit(isa.BY_NAME["BRZ"], {"rc": cond, "target": 0}, None, op.loc)
-        e.target = exit_
-        self.scopes.append(_Scope(op, exit_, latch, homes))
-        self._emit_block(body)
-        self.scopes.pop()
-        self.out.append(latch)
-        self._emit(isa.SCALAR_BINARY["add"], {"rd": iv_reg, "ra": iv_reg, "rb": self.reg(step)}, iv.dtype, op.loc)
+        copies = 2 if id(op) in self.unrolled else 1
+        self.out.append(head)
+        for copy in range(copies):
+            latch = Label("latch")
+            # cond = step > 0 ? iv < ub : iv > ub
+            self._range_cond(cond, iv_reg, self.reg(ub), step, op.loc, iv.dtype)
+            e = self._emit(isa.BY_NAME["BRZ"], {"rc": cond, "target": 0}, None, op.loc)
+            e.target = exit_
+            self.scopes.append(_Scope(op, exit_, latch, homes))
+            saved = self.alt_active
+            self.alt_active = saved or copy == 1
+            try:
+                self._emit_block(body)
+            finally:
+                self.alt_active = saved
+                self.scopes.pop()
+            self.out.append(latch)
+            self._emit(isa.SCALAR_BINARY["add"], {"rd": iv_reg, "ra": iv_reg, "rb": self.reg(step)}, iv.dtype,
+                       op.loc)
         e = self._emit(isa.BY_NAME["JMP"], {"target": 0}, None, op.loc)
         e.target = head
         self.out.append(exit_)
-
-    def _alloc_iv(self, op, iv):
-        return self.reg(iv)
+        for home, shadow, res in self.l0c_shadow.get(id(op), []):
+            self._emit(isa.BY_NAME["FIX_L0C_TO_UB"],
+                       {"dst": self._tile_ref(shadow.addr, res.dtype, res.shape),
+                        "src": self._tile_ref(home.addr, res.dtype, res.shape)}, res.dtype, op.loc,
+                       reads=[("l0c", home.addr, home.addr + home.nbytes)],
+                       writes=[("ub", shadow.addr, shadow.addr + shadow.nbytes)])
 
     def _loop_cond_reg(self, op) -> int:
         key = ("cond", id(op))
