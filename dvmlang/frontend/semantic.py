@@ -283,6 +283,8 @@ class Semantic:
             off = self.unary("neg", off)
         if isinstance(off, tensor) and off.dtype.is_bool:
             off = self.cast(off, dt.int32)
+        if isinstance(off, tensor) and off.is_tile and off.shape == ():
+            off = self.as_scalar(off)  # a 0-d tile (a reduction result) offsets the whole pointer: a scalar
         if isinstance(off, tensor) and off.is_tile:
             new = off if a.offset is None else self.binary("add", a.offset, off)
             return pointer(a.param, a.dtype, new, a.name, a.scalar)
@@ -539,18 +541,33 @@ class Semantic:
                                   hint="pass a tensor parameter plus offsets, for example x_ptr + offs")
         m = unwrap(mask)
         o = unwrap(other)
+        if ptr.shape == () and isinstance(m, tensor) and m.numel == 1 and not (isinstance(o, tensor) and o.numel > 1):
+            # a masked scalar load: one masked element through the vector unit, then into a register
+            one = self._one_element(ptr)
+            m1 = self.reshape(m, (1,)) if m.is_tile else self.splat(self.truth(m), (1,))
+            o1 = self.reshape(o, (1,)) if isinstance(o, tensor) and o.is_tile else o
+            return self.as_scalar(self.load(one, m1, o1, attrs))
         shape = self._mem_shapes(ptr, m if isinstance(m, tensor) else None, o if isinstance(o, tensor) else None)
         offs = self._offsets(ptr, shape)
         mk = self._mask(m, shape)
         oth = None
-        if o is not None:
+        if o is not None and mk is not None:
             oth = self.cast(self.to_tensor(o, ptr.dtype) if not isinstance(o, tensor) else o, ptr.dtype)
-            if oth.is_tile:
+            if oth.is_tile and oth.handle.op is not None and oth.handle.op.kind == "full":
+                oth = tensor(oth.handle.op.operands[0])  # a splat: its scalar is the fill value
+            elif oth.is_tile:
+                # a fill value that varies per element: load the masked elements, then select
                 if shape and oth.shape != shape:
                     oth = self.broadcast_to(oth, shape)
+                h = self.b.load(ptr.param, ptr.dtype, offs.handle, mk.handle, None, attrs)
+                return self.where(mk, tensor(h), oth)
         h = self.b.load(ptr.param, ptr.dtype, offs.handle, mk.handle if mk is not None else None,
                         oth.handle if oth is not None else None, attrs)
         return tensor(h)
+
+    def _one_element(self, ptr: pointer) -> pointer:
+        """A scalar pointer as a pointer tile of shape (1,)."""
+        return pointer(ptr.param, ptr.dtype, self.splat(self.ptr_offsets(ptr), (1,)), ptr.name)
 
     def store(self, ptr, value, mask=None, attrs=None):
         ptr = unwrap(ptr)
@@ -562,10 +579,11 @@ class Semantic:
             raise KernelTypeError("cannot store a pointer", hint="store a loaded or computed value")
         v = self.to_tensor(value, ptr.dtype) if not isinstance(value, tensor) else value
         m = unwrap(mask)
-        if ptr.shape == () and v.is_tile and v.numel == 1 and not (isinstance(m, tensor) and m.is_tile and m.numel > 1):
-            # one element from the vector unit: a one-element DMA (no round trip through the scalar unit)
-            ptr = pointer(ptr.param, ptr.dtype, self.splat(self.ptr_offsets(ptr), (1,)), ptr.name)
-            v = self.reshape(v, (1,))
+        if ptr.shape == () and v.numel == 1 and (v.is_tile or isinstance(m, tensor)) and \
+                not (isinstance(m, tensor) and m.is_tile and m.numel > 1):
+            # one element from the vector unit, or a masked scalar store: a one-element DMA
+            ptr = self._one_element(ptr)
+            v = self.reshape(v, (1,)) if v.is_tile else self.splat(v, (1,))
             if isinstance(m, tensor):
                 m = self.reshape(m, (1,)) if m.is_tile else self.splat(self.truth(m), (1,))
         shape = self._mem_shapes(ptr, v, m if isinstance(m, tensor) else None)
@@ -583,6 +601,11 @@ class Semantic:
         v = self.to_tensor(unwrap(val), ptr.dtype)
         m = unwrap(mask)
         c = self.to_tensor(unwrap(cmp), ptr.dtype) if cmp is not None else None
+        if ptr.shape == () and all(x is None or not isinstance(x, tensor) or x.numel == 1 for x in (v, m, c)):
+            # a scalar atomic: a one-element tile atomic, its old value read back into a register
+            one = lambda x: x if not isinstance(x, tensor) else \
+                self.reshape(x, (1,)) if x.is_tile else self.splat(x, (1,))  # noqa: E731
+            return self.as_scalar(self.atomic(opname, self._one_element(ptr), one(v), one(m), one(c)))
         shape = self._mem_shapes(ptr, v, m if isinstance(m, tensor) else None, c)
         offs = self._offsets(ptr, shape)
         v = self.cast(v, ptr.dtype)

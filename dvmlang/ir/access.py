@@ -97,6 +97,19 @@ def _align(shape: tuple[int, ...], rank: int) -> int:
 
 def _affine(v: Value, shape: tuple[int, ...], em: _Emitter) -> Affine:
     """The affine form of ``v`` broadcast to ``shape`` (raises _NotAffine)."""
+    try:
+        return _affine_form(v, shape, em)
+    except _NotAffine:
+        if isinstance(v.type, TileType) and all(s == 1 for s in v.type.shape) and \
+                (v.dtype.is_int or v.dtype.is_bool) and len(v.type.shape) <= len(shape):
+            # a one-element tile (a reduction result, say) is the same for every element: read it into a
+            # scalar register and address with that
+            one = v if v.type.shape == () else em.b.reshape(v, ())
+            return Affine(em.b.to_scalar(one), [0] * len(shape))
+        raise
+
+
+def _affine_form(v: Value, shape: tuple[int, ...], em: _Emitter) -> Affine:
     rank = len(shape)
     if isinstance(v.type, ScalarType):
         if not (v.dtype.is_int or v.dtype.is_bool):

@@ -1,0 +1,87 @@
+"""Regression tests for frontend and IR bugs found while writing the gallery and the language reference."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import dvmlang
+import dvmlang.language as dl
+
+
+def _no_gather_warnings(fn):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        result = fn()
+    assert not [x for x in w if issubclass(x.category, dvmlang.PerformanceWarning)], [str(x.message) for x in w]
+    return result
+
+
+@dvmlang.kernel
+def other_tile_k(x_ptr, out_ptr, n, N: dl.constexpr, MODE: dl.constexpr):
+    o = dl.arange(0, N)
+    if MODE == "computed":
+        other = o.to(dl.float32) * 10.0
+    else:  # a reduction result (a 0-d tile) broadcast as the fill value
+        other = dl.max(dl.load(x_ptr + o), axis=0)
+    dl.store(out_ptr + o, dl.load(x_ptr + o, mask=o < n, other=other))
+
+
+@pytest.mark.parametrize("mode", ["computed", "reduced"])
+def test_load_with_a_tile_other_on_the_dma_path(mode):
+    # used to fail with "internal: scalar ... has no register": DMA loads took `other` as a scalar only
+    x = np.arange(1, 9, dtype=np.float32)
+    out = np.zeros(8, np.float32)
+    _no_gather_warnings(lambda: other_tile_k[(1,)](x, out, 5, N=8, MODE=mode))
+    fill = np.arange(8) * 10.0 if mode == "computed" else np.full(8, x.max())
+    np.testing.assert_array_equal(out, np.where(np.arange(8) < 5, x, fill))
+
+
+@dvmlang.kernel
+def reduced_offset_k(x_ptr, out_ptr, MODE: dl.constexpr):
+    o = dl.arange(0, 4)
+    s = dl.sum(dl.load(x_ptr + o), axis=0)  # a 0-d tile on the vector unit
+    if MODE == "ptr_plus_scalar":
+        v = dl.load(x_ptr + s + o)
+    elif MODE == "ptr_plus_tile":
+        v = dl.load(x_ptr + (s + o))
+    else:  # the reduction result as a mask bound
+        v = dl.load(x_ptr + 4 + o, mask=o < s - 4, other=-1)
+    dl.store(out_ptr + s + o, v)
+
+
+@pytest.mark.parametrize("mode", ["ptr_plus_scalar", "ptr_plus_tile", "mask_bound"])
+def test_reduction_results_as_offsets_stay_dma(mode):
+    # used to become gathers/scatters: a one-element tile offset was not recognised as uniform
+    x = np.array([0, 1, 2, 3, 10, 11, 12, 13, 14, 15], np.int32)  # the first four sum to 6
+    out = np.zeros(12, np.int32)
+    _no_gather_warnings(lambda: reduced_offset_k[(1,)](x, out, MODE=mode))
+    want = np.zeros(12, np.int32)
+    want[6:10] = x[6:10] if mode != "mask_bound" else [10, 11, -1, -1]
+    np.testing.assert_array_equal(out, want)
+
+
+@dvmlang.kernel
+def scalar_mem_k(x_ptr, out_ptr, cnt_ptr, old_ptr, n):
+    pid = dl.program_id(0)
+    v = dl.load(x_ptr + pid, mask=pid < n, other=-1.0)
+    dl.store(out_ptr + pid, v * 2.0, mask=pid % 2 == 0)
+    old = dl.atomic_add(cnt_ptr, 1)
+    dl.store(old_ptr + pid, old)
+    if old == 0:  # exactly one program saw the counter at zero
+        dl.atomic_max(cnt_ptr + 1, pid + 100)
+
+
+def test_masked_scalar_loads_stores_and_scalar_atomics():
+    # used to be rejected by the lowering ("masked scalar loads/stores are not supported", "scalar atomics
+    # are not supported"); Triton kernels use all three, so they go through one-element tiles
+    P, n = 7, 4
+    x = np.arange(P, dtype=np.float32) + 1
+    out = np.full(P, 5.0, np.float32)
+    cnt = np.zeros(2, np.int32)
+    old = np.full(P, -1, np.int32)
+    scalar_mem_k[(P,)](x, out, cnt, old, n)
+    v = np.where(np.arange(P) < n, x, -1.0)
+    np.testing.assert_array_equal(out, np.where(np.arange(P) % 2 == 0, v * 2, 5.0))
+    assert cnt[0] == P and sorted(old.tolist()) == list(range(P))
+    assert cnt[1] == 100 + int(np.argmin(old))
