@@ -9,6 +9,7 @@ reductions and transcendental vector ops (softmax), scalar control flow with a r
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 import pytest
@@ -66,6 +67,18 @@ def matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: dl.constexpr, BN: dl.constexpr, BK:
     dl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
+@dvmlang.kernel
+def gather_scan(x_ptr, idx_ptr, out_ptr, cnt_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    m = offs < n
+    idx = dl.load(idx_ptr + offs, mask=m, other=0)
+    g = dl.load(x_ptr + idx, mask=m, other=0).to(dl.float32)
+    c = dl.cumsum(g, axis=0)
+    dl.atomic_add(cnt_ptr + idx, 1, mask=m)
+    dl.device_print("argmax", dl.argmax(c, axis=0))
+    dl.store(out_ptr + offs, dl.where(c > 100.0, c, -c), mask=m)
+
+
 def _arrays(name: str):
     """(grid, args, constexprs, check) for one small launch of a sample; ``check(args)`` compares with numpy."""
     rng = np.random.default_rng(7)
@@ -95,10 +108,23 @@ def _arrays(name: str):
         def check(x):
             np.testing.assert_allclose(x[2], x[0].astype(np.float32) @ x[1].astype(np.float32), rtol=1e-3)
         return (2, 1), (a, b, np.zeros((M, N), np.float32), M, N, K), {"BM": 16, "BN": 16, "BK": 16}, check
+    if name == "gather_scan":
+        n = 40
+        x = rng.integers(-100, 100, 64).astype(np.int8)
+        idx = rng.integers(0, 64, n).astype(np.int32)
+
+        def check(a):
+            g = np.zeros(64, np.float32)
+            g[:n] = a[0][a[1]]
+            c = np.cumsum(g.reshape(2, 32), axis=1).reshape(-1)[:n]
+            np.testing.assert_allclose(a[2], np.where(c > 100, c, -c))
+            np.testing.assert_array_equal(a[3], np.bincount(a[1], minlength=64))
+        return (2,), (x, idx, np.zeros(n, np.float32), np.zeros(64, np.int32), n), {"BLOCK": 32}, check
     raise KeyError(name)
 
 
-KERNELS = {"vector_add": vector_add, "softmax": softmax, "loop_if": loop_if, "matmul": matmul}
+KERNELS = {"vector_add": vector_add, "softmax": softmax, "loop_if": loop_if, "matmul": matmul,
+           "gather_scan": gather_scan}
 SAMPLES = tuple(KERNELS)
 
 
@@ -106,7 +132,9 @@ SAMPLES = tuple(KERNELS)
 def sample_bytes(name: str) -> bytes:
     """The ``.dvmb`` bytes of one launch instance of a sample kernel."""
     grid, args, meta, _ = _arrays(name)
-    return KERNELS[name].encode(grid, *args, **meta).to_bytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dvmlang.PerformanceWarning)  # gather_scan gathers on purpose
+        return KERNELS[name].encode(grid, *args, **meta).to_bytes()
 
 
 def sample_args(name: str):
@@ -134,6 +162,8 @@ def small_args(bc: dvmlang.Bytecode, rng=None):
                 out.append(d.np.type(5))
     return out
 
+
+pytestmark = pytest.mark.filterwarnings("ignore::dvmlang.PerformanceWarning")
 
 FUZZ_DEVICE = Device(watchdog=4000)
 

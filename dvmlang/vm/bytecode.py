@@ -7,6 +7,7 @@ with scalar immediates and tensor addresses patched in, and a checksum.
 
 from __future__ import annotations
 
+import os
 import struct
 import sys
 import zlib
@@ -14,7 +15,7 @@ from array import array
 from pathlib import Path
 
 from .. import dtypes as dt
-from ..errors import BytecodeError, DvmError, MalformedBytecodeError
+from ..errors import BytecodeError, DvmError, MalformedBytecodeError, VersionError
 from . import container as C
 from .container import DebugInfo, KernelInfo, ParamInfo, Reader, TargetInfo
 
@@ -38,23 +39,54 @@ def gm_addresses(params: list[ParamInfo]) -> list[int | None]:
     return out
 
 
+_F32 = struct.Struct("<f")
+_F64 = struct.Struct("<d")
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+
+def _bits_f32(value) -> int:
+    try:
+        return _U32.unpack(_F32.pack(value))[0]
+    except OverflowError:  # beyond float32: round to infinity the way numpy does
+        return _U32.unpack(_F32.pack(float("inf") if value > 0 else float("-inf")))[0]
+
+
+def _bits_f64(value) -> int:
+    return _U64.unpack(_F64.pack(value))[0]
+
+
+def _bits_converter(dtype: dt.DType):
+    """A function value -> the raw bits a MOVI immediate of ``dtype`` holds."""
+    if dtype is dt.float32:
+        return _bits_f32
+    if dtype is dt.float64:
+        return _bits_f64
+    if dtype.is_float:
+        import numpy as np
+        npdt, view = dtype.np, f"u{dtype.itemsize}"
+        return lambda value: int(np.array([value], dtype=npdt).view(view)[0])
+    mask = (1 << (dtype.itemsize * 8)) - 1
+    return lambda value: int(value) & mask
+
+
+_CONVERTERS = {d: _bits_converter(d) for d in dt.ALL}
+
+
 def scalar_bits(value, dtype: dt.DType) -> int:
     """The raw bits a MOVI immediate holds for ``value`` of ``dtype``."""
-    if dtype.is_float:
-        if dtype is dt.float32:
-            return struct.unpack("<I", struct.pack("<f", value))[0]
-        if dtype is dt.float64:
-            return struct.unpack("<Q", struct.pack("<d", value))[0]
-        import numpy as np
-        return int(np.array([value], dtype=dtype.np).view(f"u{dtype.itemsize}")[0])
-    return int(value) & ((1 << (dtype.itemsize * 8)) - 1)
+    return _CONVERTERS[dtype](value)
 
 
 class Bytecode:
     """An encoded launch instance. Build one with ``kernel.encode(grid, *args)`` or
-    ``Bytecode.from_bytes(data)``; run it with ``dvmlang.run(bytecode, *args)``."""
+    ``Bytecode.from_bytes(data)`` / ``Bytecode.load(path)``; run it with ``dvmlang.run(bytecode, *args)``.
 
-    def __init__(self, *, major, minor, flags, target, strings, params, layouts, kernels, code, relocs, debug):
+    Two bytecodes are equal when every field of the container is equal (the cached bytes and the
+    validator's results are not compared)."""
+
+    def __init__(self, *, major, minor, flags, target, strings, params, layouts, kernels, code, relocs, debug,
+                 custom=()):
         self.major = major
         self.minor = minor
         self.flags = flags
@@ -66,6 +98,7 @@ class Bytecode:
         self.code: array = code
         self.relocs = relocs
         self.debug: DebugInfo = debug
+        self.custom: list[tuple[int, str, bytes]] = list(custom)  # (id of the section before it, name, payload)
         self._bytes: bytes | None = None
         self.decoded = None  # per-kernel decoded instructions, set once validated
         self.program = None  # the device decoder's cache
@@ -86,31 +119,42 @@ class Bytecode:
         return (f"<dvmlang.Bytecode {self.name} grid={k.grid if k else ()} v{self.major}.{self.minor} "
                 f"{len(self.code)} words, {size} bytes>")
 
+    def _fields(self) -> tuple:
+        return (self.major, self.minor, self.flags, self.target, self.strings, self.params, self.layouts,
+                self.kernels, self.code, self.relocs, self.debug, self.custom)
+
     def __eq__(self, other) -> bool:
         if not isinstance(other, Bytecode):
             return NotImplemented
-        return (self.major, self.minor, self.flags, self.target, self.strings, self.params, self.layouts,
-                self.kernels, list(self.code), self.relocs, self.debug) == \
-               (other.major, other.minor, other.flags, other.target, other.strings, other.params, other.layouts,
-                other.kernels, list(other.code), other.relocs, other.debug)
+        return self._fields() == other._fields()
 
     __hash__ = None
 
     # ---- serialisation ------------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
+        """The container bytes (serialised once, then cached)."""
         if self._bytes is None:
             self._bytes = _serialise(self)
         return self._bytes
 
+    def serialise(self) -> bytes:
+        """Serialise the fields afresh, ignoring any cached bytes. For a bytecode read with ``from_bytes``
+        this reproduces the input byte for byte: the reader accepts only the canonical encoding."""
+        return _serialise(self)
+
     @classmethod
     def from_bytes(cls, data, limits: C.Limits = C.LIMITS) -> "Bytecode":
-        """Parse and validate. Any byte string gives a Bytecode or a ``BytecodeError``."""
+        """Parse and validate bytes from outside. Any byte string gives a valid ``Bytecode`` or raises a
+        ``BytecodeError``: ``MalformedBytecodeError`` when it cannot be decoded (``VersionError`` for an
+        unsupported major version), ``InvalidBytecodeError`` when it decodes but is unsafe to run."""
         try:
             bc = _parse(data, limits)
             bc.validate()
-        except BytecodeError:
+        except VersionError:
             raise
-        except RecursionError:  # pragma: no cover - defensive
+        except BytecodeError as e:
+            raise _with_version_note(e, data) from None
+        except RecursionError:  # pragma: no cover - nothing recurses on the input; belt and braces
             raise MalformedBytecodeError("structure nests too deeply") from None
         bc._bytes = bytes(data)
         return bc
@@ -123,23 +167,35 @@ class Bytecode:
         return self
 
     def save(self, path) -> Path:
+        """Write the container to ``path`` (conventionally ``*.dvmb``). The file is written under a temporary
+        name and renamed, so a reader never sees half a file."""
         path = Path(path)
-        path.write_bytes(self.to_bytes())
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            tmp.write_bytes(self.to_bytes())
+            os.replace(tmp, path)
+        except OSError as e:
+            raise DvmError(f"cannot write {path}: {e.strerror}") from None
         return path
 
     @classmethod
     def load(cls, path, limits: C.Limits = C.LIMITS) -> "Bytecode":
+        """Read and validate a ``.dvmb`` file. Loading is safe on untrusted files: the bytes are parsed by
+        the bounds-checked reader and validated; nothing is unpickled or evaluated."""
         path = Path(path)
         try:
             size = path.stat().st_size
+            if size > limits.max_file_bytes:
+                raise MalformedBytecodeError(f"{path} is too large", expected=f"at most {limits.max_file_bytes} "
+                                             "bytes", found=str(size))
+            with open(path, "rb") as f:
+                data = f.read(limits.max_file_bytes + 1)  # the file may grow between stat and read
         except OSError as e:
             raise DvmError(f"cannot read {path}: {e.strerror}") from None
-        if size > limits.max_file_bytes:
-            raise MalformedBytecodeError(f"{path} is too large", expected=f"at most {limits.max_file_bytes} bytes",
-                                         found=str(size))
-        return cls.from_bytes(path.read_bytes(), limits)
+        return cls.from_bytes(data, limits)
 
     def disassemble(self, *, source: bool = True) -> str:
+        """The program as text, ``dis``-style: line | offset | pipe | OPNAME | operands | ; comment."""
         from .disasm import disassemble
         return disassemble(self, source=source).text
 
@@ -155,18 +211,37 @@ class Bytecode:
                 code[w] = scalar_bits(scalars[p], params[p].dtype)
         bc = Bytecode(major=self.major, minor=self.minor, flags=self.flags, target=self.target, strings=self.strings,
                       params=params, layouts=self.layouts, kernels=self.kernels, code=code, relocs=self.relocs,
-                      debug=self.debug)
+                      debug=self.debug, custom=self.custom)
         bc.decoded = self.decoded
         bc.program = self.program
         bc.template_key = self.template_key
         return bc
 
 
+def _with_version_note(e: BytecodeError, data) -> BytecodeError:
+    """Errors in a file from a newer minor version say so: the file may use something this reader lacks."""
+    try:
+        raw = bytes(data[:6])
+    except Exception:  # noqa: BLE001 - not bytes at all; nothing to add
+        return e
+    if len(raw) == 6 and raw[:4] == C.MAGIC and raw[4] == C.VERSION_MAJOR and raw[5] > C.VERSION_MINOR:
+        note = (f" (the file is bytecode version {raw[4]}.{raw[5]}, newer than this dvmlang's "
+                f"{C.VERSION_MAJOR}.{C.VERSION_MINOR}; it may use a feature this version does not know)")
+        return type(e)(e.reason + note, section=e.section, offset=e.offset, expected=e.expected, found=e.found)
+    return e
+
+
 # ---- encoder ---------------------------------------------------------------------------------------------------
 
 
 class Encoder:
-    """Encodes launch instances of one build. Static sections are serialised once, here."""
+    """Encodes launch instances of one build.
+
+    Everything that depends only on the build is prepared here, once: the static sections are
+    serialised, the per-parameter prefixes of the parameter table are laid out, and the template is
+    validated (with placeholder shapes; a launch instance differs from it only in immediate words and
+    metadata the validator does not depend on). ``encode`` then only patches words and writes the
+    per-instance parameter table, grid and checksum."""
 
     def __init__(self, template, params: list[ParamInfo], target: TargetInfo, sources: dict | None = None):
         self.t = template
@@ -182,8 +257,7 @@ class Encoder:
             return sid[s]
 
         for s in template.strings:
-            strings.append(s)
-            sid.setdefault(s, len(strings) - 1)
+            intern(s)
         intern(template.name)
         for p in params:
             intern(p.name)
@@ -203,55 +277,74 @@ class Encoder:
         self.sid = sid
         self.flags = C.FLAG_CHECKSUM | (C.FLAG_SOURCES if self.debug.sources else 0)
         self.relocs = sorted(list(template.relocs) + [(w, 1, p) for w, p, _ in template.scalar_slots])
-        self.gm_relocs = [(w, p) for w, k, p in template.relocs]
-        self.scalar_slots = [(w, p, d) for w, p, d in template.scalar_slots]
         self.layouts = template.layouts
         self.reg_types = template.reg_types
+        self._words = array("Q", template.words)
+        self._scalar_slots = [(w, p, _CONVERTERS[d]) for w, p, d in template.scalar_slots]
+        self._gm_relocs = [(w, p) for w, k, p in template.relocs]
         self._head = C.header(self.flags)
-        self._pre = b"".join([
-            C.section("target", C.encode_target(target)),
-            C.section("symbols", C.encode_symbols(strings)),
-        ])
-        self._layouts_sec = C.section("layouts", C.encode_layouts(template.layouts))
-        self._post = b"".join([
-            C.section("relocs", C.encode_relocs(self.relocs)),
-            C.section("debug", C.encode_debug(self.debug, sid, bool(self.debug.sources))),
-        ])
+        self._pre = b"".join([C.section("target", C.encode_target(target)),
+                              C.section("symbols", C.encode_symbols(strings))])
+        self._param_head = C.uleb(len(params))
+        self._param_pre = [(p.kind == "tensor", bytes([0 if p.kind == "tensor" else 1]) + C.uleb(sid[p.name]) +
+                            bytes([p.dtype.code, p.rank]), p.dtype.itemsize) for p in params]
+        self._mid = C.section("layouts", C.encode_layouts(template.layouts)) + bytes([C.SECTION_IDS["kernels"]])
+        self._kernel_head = b"\x01" + C.uleb(sid[template.name])
         self._kernel_tail = (C.uleb(0) + C.uleb(len(template.words)) + C.uleb(len(template.reg_types)) +
                              bytes(d.code for d in template.reg_types) +
                              b"".join(C.uleb(template.footprint.get(s, 0)) for s in C.SPACES) +
                              bytes([int(template.double_buffer) | (int(template.kind == "mix") << 1)]))
-        self._kernel_name = C.uleb(sid[template.name])
-        self._template_kernel = KernelInfo(template.name, (1, 1, 1), 0, len(template.words), list(template.reg_types),
-                                           {s: template.footprint.get(s, 0) for s in C.SPACES},
-                                           template.double_buffer, template.kind == "mix")
         self._code_hdr = bytes([C.SECTION_IDS["code"]]) + C.uleb(8 * len(template.words))
-        self.decoded = None  # validated decoded instructions of the template (shared by all instances)
+        self._post = (C.section("relocs", C.encode_relocs(self.relocs)) +
+                      C.section("debug", C.encode_debug(self.debug, sid, bool(self.debug.sources))))
+        self._checksum_hdr = bytes([C.SECTION_IDS["checksum"]]) + C.uleb(4)
+        self._kernel = KernelInfo(template.name, (1, 1, 1), 0, len(template.words), list(template.reg_types),
+                                  {s: template.footprint.get(s, 0) for s in C.SPACES}, template.double_buffer,
+                                  template.kind == "mix")
+        self._little = sys.byteorder == "little"
         self.program = None
+        placeholder = [ParamInfo(p.kind, p.name, p.dtype, p.rank, (1,) * p.rank if p.kind == "tensor" else (),
+                                 (1,) * p.rank if p.kind == "tensor" else ()) for p in params]
+        scalars = {i: 0 for i, p in enumerate(params) if p.kind == "scalar"}
+        self.decoded = None
+        self.decoded = self.encode(placeholder, scalars, (1, 1, 1)).validate().decoded
 
     def encode(self, params: list[ParamInfo], scalars: dict[int, object], grid: tuple[int, int, int]) -> Bytecode:
-        """One launch instance: patch scalars and addresses, serialise, checksum."""
-        code = array("Q", self.t.words)
-        for w, p, d in self.scalar_slots:
-            code[w] = scalar_bits(scalars[p], d)
-        addrs = gm_addresses(params)
-        for w, p in self.gm_relocs:
+        """One launch instance: patch scalars and addresses, write the parameter table and grid, checksum."""
+        code = self._words[:]
+        for w, p, bits in self._scalar_slots:
+            code[w] = bits(scalars[p])
+        uleb, sleb = C.uleb, C.sleb
+        addrs = []
+        cur = GM_BASE
+        parts = [self._param_head]
+        for p, (is_tensor, pre, itemsize) in zip(params, self._param_pre):
+            parts.append(pre)
+            if is_tensor:
+                n = 1
+                for d in p.shape:
+                    parts.append(uleb(d))
+                    n *= d
+                for st in p.strides:
+                    parts.append(sleb(st))
+                addrs.append(cur)
+                cur += (max(1, n) * itemsize + GM_ALIGN - 1) // GM_ALIGN * GM_ALIGN
+            else:
+                addrs.append(None)
+        for w, p in self._gm_relocs:
             code[w] = addrs[p]
-        kernel = KernelInfo(self._template_kernel.name, grid, 0, self._template_kernel.code_words,
-                            self._template_kernel.reg_types, self._template_kernel.footprint,
-                            self._template_kernel.double_buffer, self._template_kernel.mix)
-        ksec = b"\x01" + self._kernel_name + C.uleb(grid[0]) + C.uleb(grid[1]) + C.uleb(grid[2]) + self._kernel_tail
-        code_bytes = code.tobytes() if sys.byteorder == "little" else _swapped(code)
-        body = b"".join([self._head, self._pre, C.section("params", C.encode_params(params, self.sid)),
-                         self._layouts_sec, C.section("kernels", ksec), self._code_hdr, code_bytes, self._post])
-        data = body + C.checksum_section(body)
+        ptab = b"".join(parts)
+        ksec = self._kernel_head + uleb(grid[0]) + uleb(grid[1]) + uleb(grid[2]) + self._kernel_tail
+        body = b"".join((self._head, self._pre, b"\x03", uleb(len(ptab)), ptab, self._mid, uleb(len(ksec)), ksec,
+                         self._code_hdr, code.tobytes() if self._little else _swapped(code), self._post))
+        data = body + self._checksum_hdr + _U32.pack(zlib.crc32(body))
+        k = self._kernel
         bc = Bytecode(major=C.VERSION_MAJOR, minor=C.VERSION_MINOR, flags=self.flags, target=self.target,
-                      strings=self.strings, params=params, layouts=self.layouts, kernels=[kernel], code=code,
-                      relocs=self.relocs, debug=self.debug)
+                      strings=self.strings, params=params, layouts=self.layouts,
+                      kernels=[KernelInfo(k.name, grid, 0, k.code_words, k.reg_types, k.footprint, k.double_buffer,
+                                          k.mix)],
+                      code=code, relocs=self.relocs, debug=self.debug)
         bc._bytes = data
-        if self.decoded is None:
-            bc.validate()
-            self.decoded = bc.decoded
         bc.decoded = self.decoded
         bc.program = self.program
         bc.template_key = id(self)
@@ -271,16 +364,27 @@ def _serialise(bc: Bytecode) -> bytes:
     sid: dict[str, int] = {}
     for i, s in enumerate(bc.strings):
         sid.setdefault(s, i)
-    parts = [C.header(bc.flags, bc.major, bc.minor),
-             C.section("target", C.encode_target(bc.target)),
-             C.section("symbols", C.encode_symbols(bc.strings)),
-             C.section("params", C.encode_params(bc.params, sid)),
-             C.section("layouts", C.encode_layouts(bc.layouts)),
-             C.section("kernels", C.encode_kernels(bc.kernels, sid)),
-             C.section("code", bc.code.tobytes() if sys.byteorder == "little" else _swapped(bc.code)),
-             C.section("relocs", C.encode_relocs(bc.relocs))]
-    if bc.debug is not None and (bc.debug.files or bc.debug.lines):
-        parts.append(C.section("debug", C.encode_debug(bc.debug, sid, bool(bc.flags & C.FLAG_SOURCES))))
+    known = [("target", C.encode_target(bc.target)),
+             ("symbols", C.encode_symbols(bc.strings)),
+             ("params", C.encode_params(bc.params, sid)),
+             ("layouts", C.encode_layouts(bc.layouts)),
+             ("kernels", C.encode_kernels(bc.kernels, sid)),
+             ("code", bc.code.tobytes() if sys.byteorder == "little" else _swapped(bc.code)),
+             ("relocs", C.encode_relocs(bc.relocs))]
+    if bc.debug is not None and bc.debug.present:
+        known.append(("debug", C.encode_debug(bc.debug, sid, bool(bc.flags & C.FLAG_SOURCES))))
+    parts = [C.header(bc.flags, bc.major, bc.minor)]
+    customs = list(bc.custom)
+
+    def customs_after(section_id: int):
+        for after, name, payload in customs:
+            if after == section_id:
+                parts.append(C.custom_section(name, payload))
+
+    customs_after(0)
+    for name, payload in known:
+        parts.append(C.section(name, payload))
+        customs_after(C.SECTION_IDS[name])
     body = b"".join(parts)
     if bc.flags & C.FLAG_CHECKSUM:
         body += C.checksum_section(body)
@@ -288,7 +392,8 @@ def _serialise(bc: Bytecode) -> bytes:
 
 
 def _parse(data, limits: C.Limits) -> Bytecode:
-    major, minor, flags, sections, data = C.split_sections(data, limits)
+    lay = C.split_sections(data, limits)
+    sections, data, flags = lay.sections, lay.data, lay.flags
 
     def reader(name):
         s, e = sections[name]
@@ -299,12 +404,23 @@ def _parse(data, limits: C.Limits) -> Bytecode:
     r.done()
     r = reader("symbols")
     n = r.count(limits.max_strings, "strings")
-    strings = [r.string(limits.max_string_bytes) for _ in range(n)]
+    strings = []
+    seen: set[str] = set()
+    for _ in range(n):
+        at = r.pos
+        s = r.string(limits.max_string_bytes)
+        if s in seen:
+            r.pos = at
+            r.fail("duplicate string in the symbol table", "each string once", repr(s[:40]))
+        seen.add(s)
+        strings.append(s)
     r.done()
 
     def sym(rd: Reader) -> str:
+        at = rd.pos
         i = rd.uleb(32)
         if i >= len(strings):
+            rd.pos = at
             rd.fail("string index out of range", f"< {len(strings)}", str(i))
         return strings[i]
 
@@ -314,18 +430,25 @@ def _parse(data, limits: C.Limits) -> Bytecode:
     for _ in range(n):
         kind = r.byte()
         if kind not in (0, 1):
-            r.fail("unknown parameter kind", "0 or 1", str(kind))
+            r.pos -= 1
+            r.fail("unknown parameter kind", "0 (tensor) or 1 (scalar)", str(kind))
         name = sym(r)
         d = r.dtype()
         rank = r.byte()
         if rank > limits.max_rank or (kind == 1 and rank):
-            r.fail("parameter rank out of range", f"<= {limits.max_rank}", str(rank))
+            r.pos -= 1
+            r.fail("parameter rank out of range", "0 for a scalar" if kind else f"<= {limits.max_rank}", str(rank))
         if kind == 0:
-            shape = tuple(r.uleb(48) for _ in range(rank))
-            if any(s > limits.max_dim for s in shape):
-                r.fail("dimension too large", f"<= {limits.max_dim}")
+            shape = []
+            for _ in range(rank):
+                at = r.pos
+                x = r.uleb(48)
+                if x > limits.max_dim:
+                    r.pos = at
+                    r.fail("dimension too large", f"<= {limits.max_dim}", str(x))
+                shape.append(x)
             strides = tuple(r.sleb(48) for _ in range(rank))
-            params.append(ParamInfo("tensor", name, d, rank, shape, strides))
+            params.append(ParamInfo("tensor", name, d, rank, tuple(shape), strides))
         else:
             params.append(ParamInfo("scalar", name, d))
     r.done()
@@ -333,18 +456,23 @@ def _parse(data, limits: C.Limits) -> Bytecode:
     n = r.count(limits.max_layouts, "layouts", 2)
     layouts = []
     for _ in range(n):
+        at = r.pos
         d = r.dtype()
         rank = r.byte()
         if rank > limits.max_rank:
+            r.pos -= 1
             r.fail("layout rank out of range", f"<= {limits.max_rank}", str(rank))
         shape = tuple(r.uleb(32) for _ in range(rank))
         if any(s == 0 for s in shape):
-            r.fail("layout has an empty dimension")
+            r.pos = at
+            r.fail("layout has an empty dimension", "every dimension >= 1", str(shape))
         numel = 1
         for s in shape:
             numel *= s
-        if numel * d.itemsize > 1 << 24:
-            r.fail("layout larger than any on-chip memory", "<= 16 MiB", str(numel * d.itemsize))
+        if numel * d.itemsize > limits.max_layout_bytes:
+            r.pos = at
+            r.fail("layout larger than any on-chip memory", f"<= {limits.max_layout_bytes} bytes",
+                   str(numel * d.itemsize))
         layouts.append((d, shape))
     r.done()
     s, e = sections["code"]
@@ -352,7 +480,7 @@ def _parse(data, limits: C.Limits) -> Bytecode:
         raise MalformedBytecodeError("code section is not a whole number of 64-bit words", section="code", offset=s,
                                      expected="a multiple of 8 bytes", found=str(e - s))
     if (e - s) // 8 > limits.max_code_words:
-        raise MalformedBytecodeError("too many instruction words", section="code",
+        raise MalformedBytecodeError("too many instruction words", section="code", offset=s,
                                      expected=f"<= {limits.max_code_words}", found=str((e - s) // 8))
     code = array("Q")
     code.frombytes(data[s:e])
@@ -363,9 +491,11 @@ def _parse(data, limits: C.Limits) -> Bytecode:
     kernels = []
     for _ in range(n):
         name = sym(r)
+        at = r.pos
         grid = tuple(r.uleb(32) for _ in range(3))
         g = grid[0] * grid[1] * grid[2]
         if g > limits.max_grid:
+            r.pos = at
             r.fail("grid too large", f"<= {limits.max_grid} programs", str(g))
         start = r.uleb(32)
         words = r.uleb(32)
@@ -374,6 +504,7 @@ def _parse(data, limits: C.Limits) -> Bytecode:
         fp = {sp: r.uleb(32) for sp in C.SPACES}
         fl = r.byte()
         if fl & ~3:
+            r.pos -= 1
             r.fail("unknown kernel flags", "bits 0-1", f"{fl:#x}")
         kernels.append(KernelInfo(name, grid, start, words, regs, fp, bool(fl & 1), bool(fl & 2)))
     r.done()
@@ -386,27 +517,40 @@ def _parse(data, limits: C.Limits) -> Bytecode:
         p = r.uleb(32)
         relocs.append((w, kind, p))
     r.done()
-    debug = DebugInfo()
-    if "debug" in sections:
+    debug = DebugInfo(present="debug" in sections)
+    if debug.present:
         r = reader("debug")
         nf = r.count(limits.max_strings, "files")
         debug.files = [sym(r) for _ in range(nf)]
         ne = r.count(limits.max_debug_entries, "line entries", 4)
         pc = 0
+        ncode = len(code)
         for _ in range(ne):
+            at = r.pos
             pc += r.uleb(32)
+            if pc >= ncode:
+                r.pos = at
+                r.fail("line entry beyond the end of the code", f"pc < {ncode}", str(pc))
+            at = r.pos
             fi = r.uleb(32)
             if fi >= nf:
+                r.pos = at
                 r.fail("line entry names a file that does not exist", f"< {nf}", str(fi))
             debug.lines.append((pc, fi, r.uleb(32), r.uleb(32)))
         if flags & C.FLAG_SOURCES:
             ns = r.count(nf, "sources", 2)
+            last = -1
             for _ in range(ns):
+                at = r.pos
                 fi = r.uleb(32)
-                if fi >= nf:
-                    r.fail("source names a file that does not exist", f"< {nf}", str(fi))
+                if fi >= nf or fi <= last:
+                    r.pos = at
+                    r.fail("source entries must name existing files in increasing order", f"{last} < index < {nf}",
+                           str(fi))
+                last = fi
                 first = r.uleb(32)
-                debug.sources[fi] = (first, r.string(1 << 24))
+                debug.sources[fi] = (first, r.string(limits.max_source_bytes))
         r.done()
-    return Bytecode(major=major, minor=minor, flags=flags, target=target, strings=strings, params=params,
-                    layouts=layouts, kernels=kernels, code=code, relocs=relocs, debug=debug)
+    custom = [(after, name, data[cs:ce]) for after, name, cs, ce in lay.customs]
+    return Bytecode(major=lay.major, minor=lay.minor, flags=flags, target=target, strings=strings, params=params,
+                    layouts=layouts, kernels=kernels, code=code, relocs=relocs, debug=debug, custom=custom)

@@ -18,7 +18,7 @@ from ..errors import MalformedBytecodeError, VersionError
 
 MAGIC = b"\x00dvm"
 VERSION_MAJOR = 1
-VERSION_MINOR = 0
+VERSION_MINOR = 1  # 1.1: canonical form required (see docs/bytecode.md, "Versions"); 1.0 files still load
 HEADER_SIZE = 12
 FLAG_CHECKSUM = 1
 FLAG_SOURCES = 2
@@ -31,28 +31,33 @@ REQUIRED = ("target", "symbols", "params", "layouts", "kernels", "code", "relocs
 
 @dataclass(frozen=True)
 class Limits:
-    """Implementation limits applied to every container read from outside."""
+    """Implementation limits applied to every container read from outside. Exceeding one is a
+    ``MalformedBytecodeError`` naming the limit; pass your own ``Limits`` to ``Bytecode.from_bytes`` to
+    tighten them for untrusted input. The run-time limit on loop trip counts is the device's watchdog
+    (``dvmlang.npu.Device(watchdog=N)``, instructions per program)."""
 
-    max_file_bytes: int = 64 << 20
-    max_sections: int = 64
-    max_code_words: int = 1 << 20
-    max_strings: int = 1 << 16
-    max_string_bytes: int = 1 << 16
-    max_params: int = 255
-    max_layouts: int = 1 << 16
-    max_rank: int = 8
+    max_file_bytes: int = 64 << 20        # whole container
+    max_sections: int = 64                # sections, custom ones included
+    max_code_words: int = 1 << 20         # 64-bit words in the code section
+    max_strings: int = 1 << 16            # symbol table entries
+    max_string_bytes: int = 1 << 16       # one symbol (embedded source text: max_source_bytes)
+    max_source_bytes: int = 1 << 24       # one embedded source file
+    max_params: int = 255                 # tensor and scalar parameters (an instruction names one in 8 bits)
+    max_layouts: int = 1 << 16            # tile layouts (an operand names one in 16 bits)
+    max_rank: int = 8                     # dimensions of a tensor parameter or a layout
+    max_layout_bytes: int = 1 << 24       # one tile
     max_kernels: int = 16
-    max_registers: int = 256
+    max_registers: int = 256              # an operand names a register in 8 bits
     max_relocs: int = 1 << 20
     max_debug_entries: int = 1 << 20
-    max_dim: int = 1 << 40
-    max_grid: int = 1 << 31
+    max_dim: int = 1 << 40                # one tensor dimension, in elements
+    max_grid: int = 65535                 # programs per kernel (the device launches at most 65535)
 
 
 LIMITS = Limits()
 
 
-@dataclass
+@dataclass(slots=True)
 class ParamInfo:
     kind: str  # "tensor" | "scalar"
     name: str
@@ -91,6 +96,7 @@ class DebugInfo:
     files: list[str] = field(default_factory=list)
     lines: list[tuple[int, int, int, int]] = field(default_factory=list)  # (pc, file index, line, col)
     sources: dict[int, tuple[int, str]] = field(default_factory=dict)  # file index -> (first line, text)
+    present: bool = True  # whether the container has a debug section at all
 
 
 SPACES = ("ub", "l1", "l0a", "l0b", "l0c")
@@ -99,7 +105,13 @@ SPACES = ("ub", "l1", "l0a", "l0b", "l0c")
 # ---- writing -----------------------------------------------------------------------------------------------
 
 
+_SMALL = [bytes([i]) for i in range(128)]
+
+
 def uleb(n: int) -> bytes:
+    """Unsigned LEB128 (canonical: the fewest bytes)."""
+    if 0 <= n < 128:
+        return _SMALL[n]
     out = bytearray()
     while True:
         b = n & 0x7F
@@ -112,6 +124,9 @@ def uleb(n: int) -> bytes:
 
 
 def sleb(n: int) -> bytes:
+    """Signed LEB128 (canonical: the fewest bytes)."""
+    if 0 <= n < 64:
+        return _SMALL[n]
     out = bytearray()
     while True:
         b = n & 0x7F
@@ -129,6 +144,10 @@ def string(s: str) -> bytes:
 
 def section(name: str, payload: bytes) -> bytes:
     return bytes([SECTION_IDS[name]]) + uleb(len(payload)) + payload
+
+
+def custom_section(name: str, payload: bytes) -> bytes:
+    return section("custom", string(name) + payload)
 
 
 def header(flags: int, major: int = VERSION_MAJOR, minor: int = VERSION_MINOR) -> bytes:
@@ -250,6 +269,12 @@ class Reader:
             if not b & 0x80:
                 if b & 0x40:
                     result -= 1 << shift
+                if not -(1 << (max_bits - 1)) <= result < 1 << (max_bits - 1):
+                    self.pos = start
+                    self.fail("signed integer too large", f"at most {max_bits} bits", str(result))
+                if self.pos - start > 1 and len(sleb(result)) != self.pos - start:
+                    self.pos = start
+                    self.fail("non-canonical signed LEB128 (redundant sign bytes)")
                 return result
         self.pos = start
         self.fail("signed LEB128 integer is too long", f"at most {max_bytes} bytes", "more")
@@ -290,87 +315,118 @@ class Reader:
             self.fail("section has trailing bytes", "end of section", f"{self.end - self.pos} more bytes")
 
 
-def split_sections(data: bytes, limits: Limits = LIMITS):
-    """Check the header and return ``(major, minor, flags, {name: (start, end)}, checksum_offset)``."""
+@dataclass
+class Layout:
+    """Where everything is in a container that passed the structural checks."""
+
+    major: int
+    minor: int
+    flags: int
+    sections: dict[str, tuple[int, int]]  # name -> (payload start, payload end)
+    customs: list[tuple[int, str, int, int]]  # (id of the known section before it, name, data start, end)
+    data: bytes
+
+
+def check_header(data: bytes) -> tuple[int, int, int]:
+    """Magic, version and header CRC; returns ``(major, minor, flags)``."""
+    if len(data) < HEADER_SIZE:
+        raise MalformedBytecodeError("truncated header", section="header", offset=len(data),
+                                     expected=f"{HEADER_SIZE} bytes", found=f"{len(data)}")
+    if data[:4] != MAGIC:
+        raise MalformedBytecodeError("bad magic: not a dvmlang bytecode file", section="header", offset=0,
+                                     expected=repr(MAGIC), found=repr(bytes(data[:4])))
+    major, minor, flags = struct.unpack_from("<BBH", data, 4)
+    (crc,) = struct.unpack_from("<I", data, 8)
+    want = zlib.crc32(data[:8])
+    if want != crc:
+        raise MalformedBytecodeError(f"header CRC mismatch (the header reads version {major}.{minor}, flags "
+                                     f"{flags:#x}; the file is corrupted)", section="header", offset=8,
+                                     expected=f"{want:#010x}", found=f"{crc:#010x}")
+    if major != VERSION_MAJOR:
+        ours = f"{VERSION_MAJOR}.{VERSION_MINOR}"
+        if major > VERSION_MAJOR:
+            msg = (f"this file is bytecode version {major}.{minor}, newer than this dvmlang reads (version "
+                   f"{ours}); upgrade dvmlang to load it")
+        else:
+            msg = (f"this file is bytecode version {major}.{minor}, older than this dvmlang reads (version "
+                   f"{ours}); re-export it with this dvmlang")
+        raise VersionError(msg, section="header", offset=4, expected=f"major version {VERSION_MAJOR}",
+                           found=f"{major}.{minor}")
+    if flags & ~(FLAG_CHECKSUM | FLAG_SOURCES):
+        raise MalformedBytecodeError("unknown header flags", section="header", offset=6,
+                                     expected="bits 0-1 only", found=f"{flags:#06x}")
+    return major, minor, flags
+
+
+def split_sections(data, limits: Limits = LIMITS) -> Layout:
+    """Check the header and the section structure; locate every section's payload."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise MalformedBytecodeError(f"expected bytes, got {type(data).__name__}")
     data = bytes(data)
     if len(data) > limits.max_file_bytes:
         raise MalformedBytecodeError("file too large", expected=f"at most {limits.max_file_bytes} bytes",
                                      found=str(len(data)))
-    if len(data) < HEADER_SIZE:
-        raise MalformedBytecodeError("truncated header", section="header", offset=len(data),
-                                     expected=f"{HEADER_SIZE} bytes", found=f"{len(data)}")
-    if data[:4] != MAGIC:
-        raise MalformedBytecodeError("bad magic: not a dvmlang bytecode file", section="header", offset=0,
-                                     expected=repr(MAGIC), found=repr(data[:4]))
-    major, minor, flags = struct.unpack_from("<BBH", data, 4)
-    (crc,) = struct.unpack_from("<I", data, 8)
-    if zlib.crc32(data[:8]) != crc:
-        raise MalformedBytecodeError("header CRC mismatch", section="header", offset=8,
-                                     expected=f"{zlib.crc32(data[:8]):#010x}", found=f"{crc:#010x}")
-    if major != VERSION_MAJOR:
-        if major > VERSION_MAJOR:
-            raise VersionError(f"this file was written by bytecode version {major}.{minor}, newer than this "
-                               f"dvmlang reads ({VERSION_MAJOR}.{VERSION_MINOR}); upgrade dvmlang",
-                               section="header", offset=4, expected=f"major {VERSION_MAJOR}", found=f"major {major}")
-        raise VersionError(f"bytecode version {major}.{minor} is older than this dvmlang supports "
-                           f"({VERSION_MAJOR}.x); re-export it", section="header", offset=4,
-                           expected=f"major {VERSION_MAJOR}", found=f"major {major}")
-    if flags & ~(FLAG_CHECKSUM | FLAG_SOURCES):
-        raise MalformedBytecodeError("unknown header flags", section="header", offset=6,
-                                     expected="bits 0-1 only", found=f"{flags:#06x}")
+    major, minor, flags = check_header(data)
     pos = HEADER_SIZE
     sections: dict[str, tuple[int, int]] = {}
+    customs: list[tuple[int, str, int, int]] = []
     last_id = 0
     n = 0
     checksum_at = None
-    while pos < len(data):
+    size_of = len(data)
+    while pos < size_of:
         n += 1
         if n > limits.max_sections:
-            raise MalformedBytecodeError("too many sections", offset=pos, expected=f"at most {limits.max_sections}")
+            raise MalformedBytecodeError("too many sections", offset=pos, expected=f"at most {limits.max_sections}",
+                                         found="more")
+        if checksum_at is not None:
+            raise MalformedBytecodeError("bytes after the checksum section", section="checksum", offset=pos,
+                                         expected="end of file", found=f"{size_of - pos} more bytes")
         sid = data[pos]
-        r = Reader(data, pos + 1, len(data), SECTION_NAMES.get(sid, f"#{sid}"))
+        if sid not in SECTION_NAMES:
+            raise MalformedBytecodeError("unknown section id", offset=pos, expected="0-9", found=str(sid))
+        name = SECTION_NAMES[sid]
+        r = Reader(data, pos + 1, size_of, name)
         size = r.uleb(32)
         start = r.pos
         end = start + size
-        if end > len(data):
-            raise MalformedBytecodeError("section runs past the end of the file", section=r.section, offset=pos,
-                                         expected=f"{size} bytes", found=f"{len(data) - start}")
-        if sid not in SECTION_NAMES:
-            raise MalformedBytecodeError("unknown section id", offset=pos, expected="0-9", found=str(sid))
+        if end > size_of:
+            raise MalformedBytecodeError("section runs past the end of the file", section=name, offset=pos,
+                                         expected=f"{size} bytes", found=f"{size_of - start}")
         if sid != 0:
             if sid <= last_id:
-                raise MalformedBytecodeError("sections out of order or repeated", section=SECTION_NAMES[sid],
-                                             offset=pos, expected=f"after {SECTION_NAMES[last_id]}",
-                                             found=SECTION_NAMES[sid])
+                raise MalformedBytecodeError("sections out of order or repeated", section=name, offset=pos,
+                                             expected=f"a section after `{SECTION_NAMES[last_id]}`", found=name)
             last_id = sid
-            sections[SECTION_NAMES[sid]] = (start, end)
+            sections[name] = (start, end)
             if sid == SECTION_IDS["checksum"]:
                 checksum_at = pos
         else:
-            # custom section: a name, then opaque bytes
             cr = Reader(data, start, end, "custom")
-            cr.string(limits.max_string_bytes)
-        if checksum_at is not None and end != len(data):
-            raise MalformedBytecodeError("bytes after the checksum section", section="checksum", offset=end)
+            cname = cr.string(limits.max_string_bytes)
+            customs.append((last_id, cname, cr.pos, end))
         pos = end
     for name in REQUIRED:
         if name not in sections:
-            raise MalformedBytecodeError(f"missing required section `{name}`", offset=len(data))
+            raise MalformedBytecodeError(f"missing required section `{name}`", offset=size_of,
+                                         expected=f"section id {SECTION_IDS[name]}", found="end of file")
+    if flags & FLAG_SOURCES and "debug" not in sections:
+        raise MalformedBytecodeError("header flag `sources` is set but there is no debug section", section="header",
+                                     offset=6, expected="a debug section", found="none")
     if flags & FLAG_CHECKSUM:
         if checksum_at is None:
-            raise MalformedBytecodeError("header promises a checksum section but there is none", offset=len(data))
+            raise MalformedBytecodeError("header promises a checksum section but there is none", offset=size_of,
+                                         expected="a checksum section", found="end of file")
         s, e = sections["checksum"]
         if e - s != 4:
             raise MalformedBytecodeError("checksum section must hold 4 bytes", section="checksum", offset=s,
                                          expected="4", found=str(e - s))
         (want,) = struct.unpack_from("<I", data, s)
-        got = zlib.crc32(data[:checksum_at])
+        got = zlib.crc32(memoryview(data)[:checksum_at])
         if want != got:
             raise MalformedBytecodeError("checksum mismatch: the file is corrupted", section="checksum", offset=s,
                                          expected=f"{got:#010x}", found=f"{want:#010x}")
     elif checksum_at is not None:
         raise MalformedBytecodeError("checksum section present but the header flag is not set", section="checksum",
-                                     offset=checksum_at)
-    return major, minor, flags, sections, data
+                                     offset=checksum_at, expected="no checksum section", found="one")
+    return Layout(major, minor, flags, sections, customs, data)
