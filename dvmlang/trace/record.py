@@ -44,6 +44,7 @@ class StepInfo:
     set: tuple | None  # (dst pipe, event): signals dst when it retires
     wait: tuple | None  # (src pipe, event): starts only after src's latest matching set
     work: float = 0.0  # per execution: vector repeats (VECTOR) or multiply-accumulates (CUBE)
+    latency: float = 0.0  # cycles after the pipe is free until the result is visible (DMA first-byte latency)
 
     @property
     def pipe_name(self) -> str:
@@ -146,13 +147,15 @@ class LaunchTrace:
                    "bytes": int(self.nbytes[i]), "line": s.line, "file": s.file, "ub": s.ub, "group": self.group}
 
     def syncs(self):
-        """Iterate the recorded set -> wait pairs as dicts (``src``/``dst`` are row indices)."""
+        """Iterate the recorded set -> wait pairs as dicts: ``src``/``dst`` are row indices, ``set_end`` when
+        the setter left its pipe, ``signal`` when its result (and the flag) became visible, ``wait_start``
+        when the waiter started."""
         for a, b in zip(self.flow_src.tolist(), self.flow_dst.tolist()):
             s = self.steps[int(self.step[a])]
             w = self.steps[int(self.step[b])]
             yield {"src": a, "dst": b, "pid": int(self.pid[a]), "from": s.pipe_name, "to": w.pipe_name,
                    "event": s.set[1] if s.set else None, "set_end": float(self.start[a] + self.dur[a]),
-                   "wait_start": float(self.start[b])}
+                   "signal": float(self.start[a] + self.dur[a] + s.latency), "wait_start": float(self.start[b])}
 
 
 def _tile_bytes(bc, ref: int) -> tuple[int, int] | None:
@@ -226,7 +229,8 @@ class Recorder:
             loc = find(st.pc)
             ub, work = _static_info(bc, bc.decoded[k][st.index], st, profile)
             self.steps.append(StepInfo(st.index, st.pc, st.ins.name, st.pipe, loc.line if loc else None,
-                                       loc.file if loc else None, ub, st.set, st.wait, work))
+                                       loc.file if loc else None, ub, st.set, st.wait, work,
+                                       float(getattr(st, "latency", 0) or 0)))
             if loc is not None:
                 files.add(loc.file)
         n = len(self.steps)

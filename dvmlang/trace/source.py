@@ -104,6 +104,8 @@ def source_view(launch, top: int = 5, instructions: bool = True) -> Group:
         lo, hi = first, first + len(text) - 1
         if first == 1:  # the whole file: show the traced lines and what lies between them
             lo, hi = traced[0], traced[-1]
+        else:  # the kernel's own text (maybe with context above it): start at its decorators
+            lo = _function_start(text, first, traced[0] if traced else hi)
         while lo < hi and not text[lo - first].strip():
             lo += 1
         while hi > lo and not text[hi - first].strip():
@@ -116,3 +118,14 @@ def source_view(launch, top: int = 5, instructions: bool = True) -> Group:
             for ln in outside:
                 add_line(by_line[(f, ln)], str(ln), one_line(tr.source_line(f, ln).rstrip()))
     return Group(title, note, hot_spots(launch, top), t)
+
+
+def _function_start(text: list[str], first: int, limit: int) -> int:
+    """The line where the kernel function begins (its first decorator), at or before line ``limit``."""
+    for i in range(min(limit - first, len(text) - 1), -1, -1):
+        stripped = text[i].lstrip()
+        if stripped.startswith(("def ", "async def ")):
+            while i > 0 and text[i - 1].lstrip().startswith("@"):
+                i -= 1
+            return first + i
+    return first
