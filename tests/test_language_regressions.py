@@ -85,3 +85,34 @@ def test_masked_scalar_loads_stores_and_scalar_atomics():
     np.testing.assert_array_equal(out, np.where(np.arange(P) % 2 == 0, v * 2, 5.0))
     assert cnt[0] == P and sorted(old.tolist()) == list(range(P))
     assert cnt[1] == 100 + int(np.argmin(old))
+
+
+@dvmlang.kernel
+def ifexp_types_k(x_ptr, n):
+    o = dl.arange(0, 4)
+    r = dl.load(x_ptr + o) if n > 2 else o
+    dl.store(x_ptr + o, r)
+
+
+def test_conditional_expression_type_error_names_the_expression():
+    # the message used to name an internal variable (`__ifexp_<id>`)
+    with pytest.raises(dvmlang.KernelTypeError) as info:
+        ifexp_types_k[(1,)](np.zeros(4, np.float32), 3)
+    msg = str(info.value)
+    assert "the conditional expression has different types" in msg and "__ifexp" not in msg
+    assert "dl.load(x_ptr + o) if n > 2 else o" in msg and "^^^" in msg
+
+
+@dvmlang.kernel
+def print_order_k(x_ptr):
+    i = dl.program_id(0)
+    print("i", i, "x", dl.load(x_ptr + i), "done")
+    print("dtype", dl.float32)
+
+
+def test_print_keeps_text_beside_the_value_it_labels(capsys):
+    # text after the first value used to be moved in front of all values ("i x 0" / "0.0")
+    print_order_k[(2,)](np.array([1.5, 2.5], np.float32))
+    assert capsys.readouterr().out.splitlines() == [
+        "pid (0) i 0", "pid (0) x 1.5", "pid (0) done", "pid (0) dtype dl.float32",
+        "pid (1) i 1", "pid (1) x 2.5", "pid (1) done", "pid (1) dtype dl.float32"]

@@ -787,7 +787,14 @@ class CodeGen(ast.NodeVisitor):
                 return False
             return run
 
-        self._runtime_if(node, cond, branch(node.body), branch(node.orelse))
+        try:
+            self._runtime_if(node, cond, branch(node.body), branch(node.orelse))
+        except KernelTypeError as e:
+            if f"`{key}`" not in e.message:
+                raise
+            # the merge names the value by its internal key: name the expression instead
+            raise self.error(KernelTypeError, node, e.message.replace(f"`{key}`", "the conditional expression"),
+                             e.hint) from None
         value = self.names.pop(key)
         if isinstance(value, Undefined):
             raise self.error(KernelTypeError, node, "both sides of a conditional expression must give a value")
@@ -1184,28 +1191,27 @@ class CodeGen(ast.NodeVisitor):
         return None
 
     def device_print(self, prefix, values, hex):
+        """One line per runtime value, each led by the text written before it (so ``print("a", x, "b", y)``
+        prints ``a <x>`` then ``b <y>``); text after the last value gets a line of its own."""
+        from .blockptr import tensor_descriptor
         prefix = unwrap(prefix)
         if not isinstance(prefix, str):
             values = (prefix,) + tuple(values)
             prefix = ""
-        handles = []
         parts = [prefix] if prefix else []
+        printed = False
         for v in values:
             v = unwrap(v)
-            if isinstance(v, str):
-                parts.append(v)
-                continue
-            if isinstance(v, PY_NUMBER) or v is None:
-                parts.append(str(v))
-                continue
-            if isinstance(v, (pointer, block_pointer)):
+            if isinstance(v, (pointer, block_pointer, tensor_descriptor)):
                 raise KernelTypeError("cannot print a pointer", hint="print the offsets or the loaded values")
-            handles.append(v.handle)
-        if not handles:
-            text = " ".join(parts)
-            self.b.print(text, [], hex)
-            return None
-        self.b.print(" ".join(parts), handles, hex)
+            if not isinstance(v, tensor):
+                parts.append(v if isinstance(v, str) else str(v))
+                continue
+            self.b.print(" ".join(parts), [v.handle], hex)
+            parts = []
+            printed = True
+        if parts or not printed:
+            self.b.print(" ".join(parts), [], hex)
         return None
 
     def load(self, ptr, mask, other, boundary_check, padding_option):
