@@ -19,8 +19,9 @@ from rich.text import Text
 
 def _examples_dir(explicit: str | None) -> Path | None:
     candidates = []
-    if explicit:
-        candidates.append(Path(explicit))
+    if explicit:  # an explicit directory is the only candidate
+        c = Path(explicit)
+        return c if c.is_dir() and any(c.glob("*.py")) else None
     if os.environ.get("DVMLANG_EXAMPLES"):
         candidates.append(Path(os.environ["DVMLANG_EXAMPLES"]))
     candidates.append(Path.cwd() / "examples")
@@ -44,7 +45,8 @@ def cmd_gallery(args) -> int:
     console = Console()
     d = _examples_dir(args.dir)
     if d is None:
-        return _fail("gallery", "no examples directory found (pass --dir or run from the repository)", 2)
+        where = f"in {args.dir}" if args.dir else "(pass --dir or run from the repository)"
+        return _fail("gallery", f"no examples directory found {where}", 2)
     files = sorted(p for p in d.glob("*.py") if not p.name.startswith("_"))
     if args.only:
         files = [f for f in files if any(o in f.stem for o in args.only)]
