@@ -16,6 +16,7 @@ from .errors import (ArgumentError, BytecodeError, CompilationError, ConstexprEr
                      DvmWarning, InvalidBytecodeError, IRVerificationError, KernelTypeError, LaunchError,
                      MalformedBytecodeError, MemoryFault, PerformanceWarning, RaceDetected, ResourceError,
                      UninitializedRead, UnsupportedSyntaxError, VersionError, WatchdogTimeout)
+from . import npu
 from .runtime import CacheInfo, Kernel, kernel, run
 from .trace.record import Session as _Session
 from .vm.bytecode import Bytecode

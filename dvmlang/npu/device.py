@@ -64,7 +64,7 @@ class Device:
     ``sequential`` (run one program at a time: the reference path)."""
 
     def __init__(self, profile=None, *, debug=False, race_detection=False, watchdog: int = 1 << 24,
-                 batch_bytes: int = 8 << 20, sequential: bool = False):
+                 batch_bytes: int = 16 << 20, sequential: bool = False):
         self.profile = get_profile(profile)
         self.debug = debug
         self.race_detection = race_detection

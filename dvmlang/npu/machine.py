@@ -29,13 +29,100 @@ N_PIPES = isa.N_PIPES
 SPACE_OF_FIELD_DEFAULT = "ub"
 
 
-class Slot:
-    __slots__ = ("arr", "nbytes", "gm")
+CHUNK_BYTES = 512 << 10  # pending computations are evaluated in row chunks of about this size (cache-sized)
 
-    def __init__(self, arr, nbytes, gm=None):
-        self.arr = arr
+
+class Slot:
+    """A tile in on-chip memory: an array (rows, *shape), or an elementwise computation not yet evaluated.
+
+    Evaluation is deferred so that a chain of elementwise instructions is computed in cache-sized chunks
+    of programs, and a result that is only stored is computed straight into global memory (numerically
+    identical either way: the same numpy operations on the same values). ``gm`` names the alias groups of
+    tensors the array views (or the pending computation reads), which must be materialised before those
+    tensors change."""
+
+    __slots__ = ("_arr", "nbytes", "gm", "lazy", "dtype", "rows", "shape")
+
+    def __init__(self, arr, nbytes, gm=None, lazy=None, dtype=None, rows=1, shape=None):
+        self._arr = arr
         self.nbytes = nbytes
-        self.gm = gm  # alias group of the tensor this array views, or None
+        self.gm = gm
+        self.lazy = lazy  # (fn, args, finish) with args arrays or (Slot, shape) pairs
+        self.dtype = arr.dtype if arr is not None else dtype
+        self.rows = arr.shape[0] if arr is not None else rows
+        self.shape = arr.shape[1:] if arr is not None else shape
+
+    @property
+    def arr(self) -> np.ndarray:
+        if self.lazy is not None:
+            self._arr = evaluate(self)
+            self.lazy = None
+        return self._arr
+
+    @arr.setter
+    def arr(self, value):
+        self._arr = value
+        self.lazy = None
+
+
+def _arg_value(a):
+    if isinstance(a, tuple):
+        s, shape = a
+        v = s.arr
+        return v if v.shape[1:] == shape else v.reshape((v.shape[0],) + shape)
+    return a
+
+
+def _rows_of(a) -> int:
+    return a[0].rows if isinstance(a, tuple) else a.shape[0]
+
+
+def _eval_rows(node, r0: int, r1: int, memo: dict):
+    """The rows [r0, r1) of a pending computation (arrays with one row broadcast to every program)."""
+    if isinstance(node, tuple):
+        s, shape = node
+        v = _eval_rows(s, r0, r1, memo)
+        return v if v.shape[1:] == shape else v.reshape((v.shape[0],) + shape)
+    if isinstance(node, np.ndarray):
+        return node if node.shape[0] == 1 else node[r0:r1]
+    if node.lazy is None:
+        v = node._arr
+        return v if v.shape[0] == 1 else v[r0:r1]
+    key = id(node)
+    v = memo.get(key)
+    if v is None:
+        fn, args, finish = node.lazy
+        v = finish(fn(*[_eval_rows(a, r0, r1, memo) for a in args]))
+        memo[key] = v
+    return v
+
+
+def chunks(slot: Slot):
+    """Row ranges that keep one chunk of the computation cache-sized (one range when there is no pending
+    intermediate to keep in cache)."""
+    n = slot.rows
+    if not any(isinstance(a, tuple) and a[0].lazy is not None for a in slot.lazy[1]):
+        return [(0, n)]
+    row_bytes = max(1, slot.nbytes)
+    step = max(1, CHUNK_BYTES // row_bytes)
+    return [(r, min(n, r + step)) for r in range(0, n, step)]
+
+
+def evaluate(slot: Slot, out: np.ndarray | None = None) -> np.ndarray:
+    """Evaluate a pending computation chunk by chunk (into ``out`` when given)."""
+    fn, args, finish = slot.lazy
+    parts = chunks(slot)
+    if len(parts) == 1:
+        v = finish(fn(*[_eval_rows(a, 0, slot.rows, {}) for a in args]))
+        if out is not None:
+            out[...] = v
+            return out
+        return v
+    if out is None:
+        out = np.empty((slot.rows,) + tuple(slot.shape), dtype=slot.dtype)
+    for r0, r1 in parts:
+        out[r0:r1] = finish(fn(*[_eval_rows(a, r0, r1, {}) for a in args]))
+    return out
 
 
 class Batch:
@@ -212,13 +299,26 @@ class Machine:
 
         def read(b: Batch, L: Launch):
             slot = b.mem[space].get(addr)
-            if slot is not None and slot.nbytes == nbytes and slot.arr.dtype == npdt:
+            if slot is not None and slot.nbytes == nbytes and slot.dtype == npdt:
                 arr = slot.arr
                 if arr.shape[1:] != full:
                     arr = arr.reshape((arr.shape[0],) + full)
                 return arr
             return launch_box._read_slow(b, L, space, addr, nbytes, npdt, full)
 
+        def source(b: Batch, L: Launch):
+            """Like read, but a pending computation stays pending (returned as (slot, shape))."""
+            slot = b.mem[space].get(addr)
+            if slot is not None and slot.nbytes == nbytes and slot.dtype == npdt:
+                if slot.lazy is not None:
+                    return (slot, full), slot.gm
+                arr = slot.arr
+                if arr.shape[1:] != full:
+                    arr = arr.reshape((arr.shape[0],) + full)
+                return arr, slot.gm
+            return launch_box._read_slow(b, L, space, addr, nbytes, npdt, full), None
+
+        read.source = source
         return read
 
     def _read_slow(self, b: Batch, L, space, addr, nbytes, npdt, shape):
@@ -255,20 +355,41 @@ class Machine:
         npdt = d.np
         shape = tuple(shape)
 
-        def write(b: Batch, arr: np.ndarray, gm=None):
+        def finish(arr):
             if arr.dtype != npdt:
                 arr = arr.astype(npdt)
             if arr.shape[1:] != shape:
                 arr = np.broadcast_to(arr, (arr.shape[0],) + shape) if arr.ndim - 1 == len(shape) else \
                     arr.reshape((arr.shape[0],) + shape)
+            return arr
+
+        def place(b: Batch, slot: Slot):
             d = b.mem[space]
             end = addr + nbytes
             stale = [a for a, s in d.items() if a < end and addr < a + s.nbytes and
                      not (a == addr and s.nbytes == nbytes)]
             for a in stale:
                 _trim(d, a, addr, end)
-            d[addr] = Slot(arr, nbytes, gm)
+            d[addr] = slot
 
+        def write(b: Batch, arr: np.ndarray, gm=None):
+            place(b, Slot(finish(arr), nbytes, frozenset((gm,)) if gm is not None else None))
+
+        def write_lazy(b: Batch, fn, sources):
+            """Record ``fn(*args)`` as the tile's value, evaluated when first read (or straight into GM)."""
+            args = []
+            deps = None
+            rows = 1
+            for a, g in sources:
+                args.append(a)
+                rows = max(rows, _rows_of(a))
+                if g:
+                    deps = g if deps is None else deps | g
+            place(b, Slot(None, nbytes, deps, (fn, args, finish), np.dtype(npdt), rows, shape))
+
+        write.lazy = write_lazy
+        write.npdt = np.dtype(npdt)
+        write.shape = shape
         return write
 
     # ---- scalar operands --------------------------------------------------------------------------------------
@@ -497,8 +618,10 @@ class Machine:
         w = self._writer(d.vals["dst"])
         f = d.ins.fn
 
+        sa, sb, lazy = ra.source, rb.source, w.lazy
+
         def fn(b, L):
-            w(b, f(ra(b, L), rb(b, L)))
+            lazy(b, f, (sa(b, L), sb(b, L)))
         return Step(d, fn, self._vec_cost(d.ins.cost.k, d.vals["dst"], d.vals["a"], d.vals["b"]))
 
     def _m_vbins(self, d):
@@ -509,10 +632,12 @@ class Machine:
         rank = len(self._layout(d.vals["a"])[2])
         npdt = self._layout(d.vals["a"])[1].np
 
+        sa, lazy = ra.source, w.lazy
+
         def fn(b, L):
-            s = _lift(b.regs[rs], rank, npdt)
-            a = ra(b, L)
-            w(b, f(s, a) if rev else f(a, s))
+            s = (_lift(b.regs[rs], rank, npdt), None)
+            a = sa(b, L)
+            lazy(b, f, (s, a) if rev else (a, s))
         return Step(d, fn, self._vec_cost(d.ins.cost.k, d.vals["dst"], d.vals["a"]))
 
     def _m_vcmp(self, d):
@@ -544,8 +669,10 @@ class Machine:
         w = self._writer(d.vals["dst"])
         f = d.ins.fn
 
+        sa, lazy = ra.source, w.lazy
+
         def fn(b, L):
-            w(b, f(ra(b, L)))
+            lazy(b, f, (sa(b, L),))
         return Step(d, fn, self._vec_cost(d.ins.cost.k, d.vals["dst"]))
 
     def _m_vsel(self, d):
@@ -623,8 +750,7 @@ class Machine:
         npdt = dd.np
         dshape = tuple(dshape)
 
-        def fn(b, L):
-            a = ra(b, L)
+        def reduce(a):
             if op in ("argmax", "argmin"):
                 r = (np.argmax if op == "argmax" else np.argmin)(a, axis=axis).astype(np.int32)
             elif op == "xor_sum":
@@ -633,7 +759,21 @@ class Machine:
                 x = a.astype(acc) if acc is not None else a
                 r = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[op](x, axis=axis)
                 r = r.astype(npdt, copy=False)
-            w(b, r.reshape((r.shape[0],) + dshape))
+            return r.reshape((r.shape[0],) + dshape)
+
+        source = ra.source
+
+        def fn(b, L):
+            a, _ = source(b, L)
+            if isinstance(a, tuple) and a[0].rows > 1 and len(chunks(a[0])) > 1:
+                # reduce a pending computation chunk by chunk, without materialising it
+                s0 = a[0]
+                out = np.empty((s0.rows,) + dshape, dtype=npdt)
+                for r0, r1 in chunks(s0):
+                    out[r0:r1] = reduce(_eval_rows(a, r0, r1, {}))
+                w(b, out)
+                return
+            w(b, reduce(_arg_value(a)))
         n = ashape[d.vals["axis"]] if d.vals["axis"] < len(ashape) else 1
         cost = self._vec_cost(1, d.vals["a"]) + self.profile.reduce_tree_step * max(1, math.ceil(math.log2(max(2, n))))
         return Step(d, fn, cost)
@@ -738,13 +878,29 @@ class Machine:
         pc = d.pc
         prof = self.profile
 
+        src_addr, src_dt, _ = self._layout(d.vals["src"])
+        src_bytes = _prod(shape) * src_dt.itemsize
+
         def fn(b, L):
             g = L.arrays[t]
             desc = _Desc(b, base, strides, los, his, shape)
             _check_dma(L, b, t, desc, pc, g.size)
             _materialise_views(b, L, t)
-            src = r(b, L)
-            _dma_write(g, desc, shape, src, b.n)
+            slot = b.mem["ub"].get(src_addr)
+            view = None
+            if slot is not None and slot.lazy is not None and slot.nbytes == src_bytes and \
+                    isinstance(slot.lazy[0], np.ufunc) and slot.dtype == g.dtype:
+                view = _full_store_view(g, desc, shape, b.n)
+            if view is not None:
+                # compute the pending elementwise result straight into global memory
+                f, args, _ = slot.lazy
+                rows = slot.rows
+                for r0, r1 in chunks(slot):
+                    f(*[_eval_rows(a, r0, r1, {}) for a in args], out=view[r0:r1] if rows > 1 else view)
+                slot.arr = view
+                slot.gm = frozenset((L.alias[t],))
+            else:
+                _dma_write(g, desc, shape, r(b, L), b.n)
             if L.races is not None:
                 L.races.record_dma(b, t, desc)
             nbytes = desc.count * g.itemsize
@@ -929,11 +1085,26 @@ def _trim(d: dict, a: int, lo: int, hi: int) -> None:
     end = a + s.nbytes
     if a >= lo and end <= hi:
         return
-    raw = _as_bytes(s.arr)
+    # the surviving bytes are cut out only if something reads them (valid programs never do)
     if a < lo:
-        d[a] = Slot(raw[:, :lo - a].copy(), lo - a)
+        d[a] = Slot(None, lo - a, s.gm, (_piece(s, 0, lo - a), (), _same), np.dtype(np.uint8))
     if end > hi:
-        d[hi] = Slot(raw[:, hi - a:].copy(), end - hi)
+        d[hi] = Slot(None, end - hi, s.gm, (_piece(s, hi - a, end - a), (), _same), np.dtype(np.uint8))
+
+
+def _piece(s: Slot, lo: int, hi: int):
+    def cut():
+        return _as_bytes(s.arr)[:, lo:hi].copy()
+    return cut
+
+
+def _same(x):
+    return x
+
+
+def _owns(v: np.ndarray) -> bool:
+    """Whether an array owns its memory (a fresh result, not a view of something else)."""
+    return v.base is None and v.flags.writeable
 
 
 def _materialise_views(b: Batch, L, t: int) -> None:
@@ -941,8 +1112,12 @@ def _materialise_views(b: Batch, L, t: int) -> None:
     group = L.alias[t]
     for d in b.mem.values():
         for a, s in d.items():
-            if s.gm is not None and s.gm == group:
-                s.arr = s.arr.copy()
+            if s.gm is not None and group in s.gm:
+                if s.lazy is not None:
+                    v = s.arr  # evaluate now, while the inputs still hold their values
+                    s.arr = v if _owns(v) else v.copy()
+                else:
+                    s.arr = s.arr.copy()
                 s.gm = None
 
 
@@ -1134,6 +1309,26 @@ def _dma_write(g: np.ndarray, desc: _Desc, shape, src: np.ndarray, n):
         start = int(base[i]) + sum(s * l for s, l in zip(st, lo))
         view = _strided(g, start, tuple(ext), tuple(st), writeable=True)
         view[...] = src[(i if rows_src > 1 else 0,) + tuple(slice(l, h) for l, h in zip(lo, hi))]
+
+
+def _full_store_view(g: np.ndarray, desc: _Desc, shape, n):
+    """A writable (n, *shape) view of the destination when every program stores its whole tile at a base
+    that steps uniformly and the programs do not overlap; otherwise None."""
+    for x in desc.strides + desc.lo + desc.hi:
+        if np.ndim(x) and not (x == x.flat[0]).all():
+            return None
+    lo = [int(np.asarray(x).flat[0]) for x in desc.lo]
+    hi = [int(np.asarray(x).flat[0]) for x in desc.hi]
+    if any(l != 0 for l in lo) or tuple(hi) != tuple(shape):
+        return None
+    prog = _progression(desc.base, n)
+    if prog is None or (n > 1 and np.ndim(desc.base) == 0):
+        return None
+    first, step = prog
+    st = [int(np.asarray(x).flat[0]) for x in desc.strides]
+    if _overlapping(step, st, list(shape), n):
+        return None
+    return _strided(g, first, (n,) + tuple(shape), (step,) + tuple(st), writeable=True)
 
 
 def _overlapping(step, st, ext, n) -> bool:
