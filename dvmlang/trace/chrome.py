@@ -209,16 +209,20 @@ def _launch_rows(w, launch, tr, n, origin_ns, ns_per_cycle, named_pids, named_ti
     nb_o = tr.nbytes[order].tolist()
     dur_o = tr.dur[order].tolist()
     cyc_o = start.tolist()
-    ts_l, te_l = ts.tolist(), te.tolist()
+    # whole nanoseconds / 1000 is a correctly rounded float whose shortest repr has at most three decimals
+    ts_l, dur_l = (ts / 1000).tolist(), ((te - ts) / 1000).tolist()
     pid_l = [_core_pid(kind, c) for c in pids.tolist()]
     tid_l = tids.tolist()
-    for i in range(len(step_o)):
-        name, cat, extra = frag[step_o[i]]
-        w.raw(f'{{"name":{name},"cat":"{cat}","ph":"X","ts":{_us(ts_l[i])},"dur":{_us(te_l[i] - ts_l[i])},'
-              f'"pid":{pid_l[i]},"tid":{tid_l[i]},"args":{{"program":{prog_o[i]},"start_cycle":{cyc_o[i]:.3f},'
-              f'"cycles":{dur_o[i]:.3f},"bytes":{nb_o[i]},"launch":{n},{extra}}}}}')
-        if i % 65536 == 65535:
-            bar.update(done + i + 1)
+    head = [f'{{"name":{name},"cat":"{cat}","ph":"X","ts":' for name, cat, _ in frag]
+    tail = [f',"launch":{n},{extra}}}}}' for _, _, extra in frag]
+    write = w.out.write
+    for lo in range(0, len(step_o), 65536):
+        hi = min(len(step_o), lo + 65536)
+        write("".join(
+            f',\n{head[k]}{ts_l[i]!r},"dur":{dur_l[i]!r},"pid":{pid_l[i]},"tid":{tid_l[i]},"args":{{"program":'
+            f'{prog_o[i]},"start_cycle":{cyc_o[i]:.3f},"cycles":{dur_o[i]:.3f},"bytes":{nb_o[i]}{tail[k]}'
+            for i, k in zip(range(lo, hi), step_o[lo:hi])))
+        bar.update(done + hi)
     stats["slices"] += len(step_o)
     done += len(step_o)
     bar.update(done)

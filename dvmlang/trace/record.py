@@ -234,9 +234,9 @@ class Recorder:
             if loc is not None:
                 files.add(loc.file)
         n = len(self.steps)
-        self.count = np.zeros(n, dtype=np.int64)
-        self.cycles = np.zeros(n)
-        self.bytes = np.zeros(n)
+        self.count = [0] * n
+        self.cycles = [0.0] * n
+        self.bytes = [0.0] * n
         self.last_set: dict = {}  # (src pipe, dst pipe, event) -> per-program index of the latest set row
         self.flows: list = []
         self.source = {}
@@ -250,18 +250,22 @@ class Recorder:
         self.progress = session._progress_for(programs) if session.progress else None
 
     def add(self, step, b, start, cost):
-        """One instruction executed by every program of batch ``b``: ``start`` and ``cost`` in cycles."""
+        """One instruction executed by every program of batch ``b``: ``start`` and ``cost`` in cycles.
+
+        Kept lean (it runs once per instruction and batch): totals go to Python lists, scalar costs and
+        byte counts stay scalars until ``finish`` expands them."""
         n = b.n
         i = step.index
         nb = b.last_bytes
         b.last_bytes = 0
         self.count[i] += n
-        if np.ndim(cost):
-            self.cycles[i] += float(np.sum(cost))
-        else:
-            self.cycles[i] += float(cost) * n
-        if nb is not None and np.any(nb):
-            self.bytes[i] += float(np.sum(nb)) if np.ndim(nb) else float(nb) * n
+        cost_array = type(cost) is np.ndarray and cost.ndim > 0
+        self.cycles[i] += float(cost.sum()) if cost_array else float(cost) * n
+        nb_array = type(nb) is np.ndarray and nb.ndim > 0
+        if nb_array:
+            self.bytes[i] += float(nb.sum())
+        elif nb:
+            self.bytes[i] += float(nb) * n
         if self.progress is not None:
             self.progress.update(int(b.pids[-1]) + 1)
         if not self.rows_on:
@@ -286,13 +290,14 @@ class Recorder:
             keep[chosen[:cut]] = True
             pids = b.pids[keep]
             m = cut
-        start = np.broadcast_to(np.asarray(start, dtype=np.float64), (n,))
-        dur = np.broadcast_to(np.asarray(cost, dtype=np.float64), (n,))
-        nbs = np.broadcast_to(np.asarray(nb if nb is not None else 0), (n,))
+        if type(start) is not np.ndarray or start.shape != (n,):
+            start = np.broadcast_to(np.asarray(start, dtype=np.float64), (n,))
         if keep is not None:
-            start, dur, nbs = start[keep], dur[keep], nbs[keep]
-        else:
-            start, dur = start.copy(), dur.copy()
+            start = start[keep]
+            cost = cost[keep] if cost_array else cost
+            nb = nb[keep] if nb_array else nb
+        elif step.kind == "barrier":
+            start = start.copy()  # the device keeps using this array as its issue time
         rows = np.arange(self.events, self.events + m, dtype=np.int64)
         if step.wait is not None:
             last = self.last_set.get((step.wait[0], step.pipe, step.wait[1]))
@@ -307,19 +312,35 @@ class Recorder:
             if last is None:
                 last = self.last_set[key] = np.full(self.programs, -1, dtype=np.int64)
             last[pids] = rows
-        self.chunks.append((i, pids.astype(np.int32), start, dur, nbs.astype(np.int32)))
+        self.chunks.append((i, pids, start, cost, nb if nb_array else (nb or 0)))
         self.events += m
+
+    def _columns(self):
+        """Concatenate the chunks into row columns (scalar costs and byte counts expanded in bulk)."""
+        chunks = self.chunks
+        lengths = np.fromiter((len(c[1]) for c in chunks), dtype=np.int64, count=len(chunks))
+        step = np.repeat(np.fromiter((c[0] for c in chunks), dtype=np.int32, count=len(chunks)), lengths)
+        pid = np.concatenate([c[1] for c in chunks]).astype(np.int32)
+        start = np.concatenate([c[2] for c in chunks]).astype(np.float64, copy=False)
+        ends = np.cumsum(lengths)
+
+        def expand(k, dtype):
+            scalar = [0 if type(c[k]) is np.ndarray else c[k] for c in chunks]
+            out = np.repeat(np.asarray(scalar, dtype=np.float64), lengths)
+            for j, c in enumerate(chunks):
+                if type(c[k]) is np.ndarray:
+                    out[ends[j] - lengths[j]:ends[j]] = c[k]
+            return out.astype(dtype, copy=False)
+
+        return step, pid, start, expand(3, np.float64), expand(4, np.int32)
 
     def finish(self, offsets, cores, record, T) -> LaunchTrace:
         """Place the rows on the cores (``offsets`` per program, from the device's composition)."""
         if self.progress is not None:
             self.progress.close()
         if self.chunks:
-            step = np.concatenate([np.full(len(c[1]), c[0], dtype=np.int32) for c in self.chunks])
-            pid = np.concatenate([c[1] for c in self.chunks])
-            start = np.concatenate([c[2] for c in self.chunks]) + np.asarray(offsets)[pid]
-            dur = np.concatenate([c[3] for c in self.chunks])
-            nb = np.concatenate([c[4] for c in self.chunks])
+            step, pid, start, dur, nb = self._columns()
+            start = start + np.asarray(offsets)[pid]
             order = np.argsort(pid, kind="stable")  # per program, dispatch order is kept
             step, pid, start, dur, nb = step[order], pid[order], start[order], dur[order], nb[order]
             inverse = np.empty_like(order)
@@ -339,8 +360,9 @@ class Recorder:
             fs = fd = np.zeros(0, dtype=np.int64)
         tr = LaunchTrace(record.name, record.grid, record.cycles, self.steps, pid, step, start, dur, nb, cores,
                          record, self.truncated, self.sample, np.asarray(offsets), T, self.source, record.group,
-                         self.count, self.cycles, self.bytes, fs, fd, self.session.summary_only, self.programs,
-                         record.launch_overhead)
+                         np.asarray(self.count, dtype=np.int64), np.asarray(self.cycles, dtype=np.float64),
+                         np.asarray(self.bytes, dtype=np.float64), fs, fd, self.session.summary_only,
+                         self.programs, record.launch_overhead)
         self.session.events += len(step)
         self.session.launches.append(record)
         return tr
