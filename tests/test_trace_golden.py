@@ -104,6 +104,10 @@ def test_table_at_80_columns_puts_source_on_its_own_rows(softmax_trace):
     check_golden("softmax_table_80", render_text(softmax_trace.launches, "table", width=80))
 
 
+def test_disasm_at_80_columns_puts_operands_on_their_own_lines(softmax_trace):
+    check_golden("softmax_disasm_80", render_text(softmax_trace.launches, "disasm", width=80))
+
+
 def test_compare_block_512_with_1024(add_pair):
     check_golden("add_compare_512_1024",
                  render_text(add_pair.launches, "compare", labels=("BLOCK=512", "BLOCK=1024")))

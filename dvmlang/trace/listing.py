@@ -3,9 +3,7 @@ and the per-instruction table."""
 
 from __future__ import annotations
 
-from rich import box
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from .source import PIPE_STYLE
@@ -20,9 +18,13 @@ def _costs(tr):
     return {s.pc: (int(tr.step_count[s.index]), float(tr.step_cycles[s.index])) for s in tr.steps}, total
 
 
-def disasm_view(launch) -> Group:
+DIS_HEADS = ("count", "cycles", "share", "line", "offset", "pipe", "OPNAME")
+
+
+def disasm_view(launch, width: int = 100) -> Group:
     """The launch's bytecode as ``dvmlang disasm`` prints it (line | offset | pipe | OPNAME | operands |
-    ; comment), source lines interleaved, with executions, cycles and share per instruction."""
+    ; comment), source lines interleaved, with executions, cycles and share per instruction. Operands wrap
+    with a hanging indent; when fewer than 40 columns are left for them they go on lines of their own."""
     from ..vm.disasm import disassemble
     title = Text(f"{launch.name}: disassembly", style="bold")
     bc = getattr(launch, "bytecode", None)
@@ -33,37 +35,64 @@ def disasm_view(launch) -> Group:
     costs, total = _costs(tr)
     pcs = sorted(costs)
     lo, hi = (pcs[0], pcs[-1]) if pcs else (None, None)
-    head = [ln for ln in dis.text.splitlines() if ln.startswith("; kernel")]
-    if head:
-        title.append("  " + head[0][2:] if len(head) == 1 else "", style="")
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
-    t.add_column("count", justify="right", no_wrap=True)
-    t.add_column("cycles", justify="right", no_wrap=True)
-    t.add_column("share", justify="right", no_wrap=True)
-    t.add_column("line", justify="right", no_wrap=True)
-    t.add_column("offset", justify="right", no_wrap=True)
-    t.add_column("pipe", no_wrap=True)
-    t.add_column("OPNAME", no_wrap=True)
-    t.add_column("operands ; comment", min_width=24, overflow="fold")
-    last_line = None
+    heads = [ln[2:] for ln in dis.text.splitlines() if ln.startswith("; kernel")]
+    out = [title]
+    for h in heads if len(heads) == 1 else []:
+        out.append(Text(h, style="dim"))
     source_of = {s.pc: (s.file, s.line) for s in tr.steps} if tr is not None else {}
+    rows = []
     for line, offset, pipe, name, operands, comment in dis.rows:
         if lo is not None and not lo <= offset <= hi:
             continue  # another kernel of the same bytecode
+        n, c = costs.get(offset, (0, 0.0))
+        cells = (fmt_count(n) if costs else "", fmt_count(c) if costs else "",
+                 f"{100 * c / total:.1f}%" if costs else "", str(line), str(offset), pipe, name)
+        rows.append((offset, cells, operands + (f"  ; {comment}" if comment else "")))
+    widths = [max([len(h)] + [len(r[1][i]) for r in rows]) for i, h in enumerate(DIS_HEADS)]
+    right = {"count", "cycles", "share", "line", "offset"}
+
+    def cells_text(values, bold=False) -> Text:
+        t = Text()
+        for i, (h, v) in enumerate(zip(DIS_HEADS, values)):
+            if i:
+                t.append("  ")
+            style = "bold" if bold or h == "OPNAME" else PIPE_STYLE.get(v, "") if h == "pipe" else ""
+            t.append(v.rjust(widths[i]) if h in right else v.ljust(widths[i]), style=style)
+        return t
+
+    indent = sum(widths) + 2 * len(widths)
+    room = width - indent
+    inline = room >= 40
+    head = cells_text(DIS_HEADS, bold=True)
+    head.append("  operands ; comment", style="bold")
+    head.truncate(width, overflow="ellipsis")
+    out.append(head)
+    out.append(Text("─" * width, style="dim"))
+    last_line = None
+    for offset, values, ops in rows:
         loc = source_of.get(offset)
         if loc is not None and loc[1] is not None and loc != last_line:
-            text = tr.source_line(*loc).strip()
-            t.add_row("", "", "", "", "", "", "", Text(f"; {loc[1]}: {text}", style="dim italic", no_wrap=True,
-                                                       overflow="ellipsis"))
+            src = Text(" " * (indent if inline else 2) + f"; {loc[1]}: {tr.source_line(*loc).strip()}",
+                       style="dim italic")
+            src.truncate(width, overflow="ellipsis")
+            out.append(src)
             last_line = loc
-        n, c = costs.get(offset, (0, 0.0))
-        ops = Text(operands)
-        if comment:
-            ops.append(f"  ; {comment}", style="dim")
-        t.add_row(fmt_count(n) if costs else "", fmt_count(c) if costs else "",
-                  f"{100 * c / total:.1f}%" if costs else "", Text(str(line)), str(offset),
-                  Text(pipe, style=PIPE_STYLE.get(pipe, "")), Text(name, style="bold"), ops)
-    return Group(title, t)
+        line = cells_text(values)
+        if inline:
+            parts = _wrap(ops, room)
+            line.append("  " + parts[0] if parts else "")
+            out.append(line)
+            out.extend(Text(" " * indent + p) for p in parts[1:])
+        else:
+            out.append(line)
+            out.extend(Text("      " + p) for p in _wrap(ops, width - 6))
+    return Group(*out)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """Break an operand list after its commas (never inside ``ub[...]`` unless it alone is too long)."""
+    import textwrap
+    return textwrap.wrap(text, width=max(10, width), break_on_hyphens=False) if text else []
 
 
 def _columns(tr, max_rows: int):

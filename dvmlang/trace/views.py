@@ -58,7 +58,7 @@ def view_of(launch, view: str, width: int = 100, **options):
     if view == "timeline":
         return timeline_view(launch, cycles=options.get("cycles"), cores=options.get("cores"), width=width)
     if view == "disasm":
-        return disasm_view(launch)
+        return disasm_view(launch, width=width)
     if view == "table":
         return instruction_table(launch, max_rows=options.get("max_rows", 60), width=width)
     raise DvmError(f"unknown trace view {view!r}; choose one of {', '.join(VIEWS)}")
