@@ -203,3 +203,23 @@ def test_helpers():
     got = busy_per_bin(np.array([0.0]), np.array([10.0]), edges, weight=np.array([2.0]))
     np.testing.assert_allclose(got, [10.0, 10.0, 0.0])
     assert nice_step(23_000, 8) == 5000
+
+
+@pytest.mark.parametrize("busy, cycles, expected", [
+    (dict(MTE2=48 * 9000.0, VECTOR=48 * 2000.0), 5400 + 9500, "memory (HBM / DMA)"),
+    (dict(MTE2=48 * 1000.0, VECTOR=48 * 9000.0), 5400 + 9500, "vector"),
+    (dict(CUBE=48 * 9000.0), 5400 + 9500, "cube"),
+    (dict(MTE2=48 * 100.0, VECTOR=48 * 100.0), 5400 + 600, "launch overhead"),
+    (dict(MTE2=48 * 1000.0, VECTOR=48 * 1000.0), 5400 + 20000, "latency (pipes waiting)"),
+])
+def test_what_bounds_a_launch_follows_the_busiest_limit(busy, cycles, expected):
+    from types import SimpleNamespace
+
+    from dvmlang.npu.profile import Profile
+    p = Profile()
+    launch = SimpleNamespace(profile=p, cycles=cycles, launch_overhead=p.launch_overhead_cycles, cores=48,
+                             grid=(480, 1, 1), bytes_read=1000, bytes_written=1000, pipe_busy=busy, kind="vector",
+                             waves=10, trace=None, instructions=100, time_us=cycles / p.clock_hz * 1e6, name="k")
+    a = analyse(launch)
+    assert a.bound == expected
+    assert a.bounds == sorted(a.bounds, key=lambda b: -b.cycles)

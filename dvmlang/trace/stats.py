@@ -118,6 +118,9 @@ def analyse(launch) -> Analysis:
               f"{executed:,} instructions decoded at {p.scalar_dispatch} cycles each, plus scalar work"),
         Bound("launch overhead", float(overhead), f"{p.launch_overhead_us:g} us fixed cost per launch"),
     ]
+    units = max(b.cycles for b in bounds[:4])
+    bounds.append(Bound("latency (pipes waiting)", max(0.0, body - units),
+                        "time no unit is busy enough to explain: DMA latency, set/wait chains"))
     bounds.sort(key=lambda b: -b.cycles)
     return Analysis(
         name=launch.name, cycles=int(launch.cycles), time_us=float(launch.time_us), overhead=overhead, body=body,

@@ -83,7 +83,7 @@ def summary_view(launch) -> Group:
         pipes.add_row(Text(name), f"{busy:,.0f}", f"{100 * u:.1f}%", Text(hbar(u, 20), style="cyan"))
 
     bounds = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    bounds.add_column("lower bound on cycles", no_wrap=True)
+    bounds.add_column("what limits the kernel", no_wrap=True)
     bounds.add_column("cycles", justify="right", no_wrap=True)
     bounds.add_column("of total", justify="right", no_wrap=True)
     bounds.add_column("from")
