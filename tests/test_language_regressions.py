@@ -116,3 +116,14 @@ def test_print_keeps_text_beside_the_value_it_labels(capsys):
     assert capsys.readouterr().out.splitlines() == [
         "pid (0) i 0", "pid (0) x 1.5", "pid (0) done", "pid (0) dtype dl.float32",
         "pid (1) i 1", "pid (1) x 2.5", "pid (1) done", "pid (1) dtype dl.float32"]
+
+
+@dvmlang.kernel
+def huge_tile_k(x_ptr, B: dl.constexpr):
+    dl.store(x_ptr + dl.arange(0, B), 1.0)
+
+
+def test_constexpr_note_uses_the_right_article():
+    with pytest.raises(dvmlang.KernelTypeError) as info:
+        huge_tile_k[(1,)](np.zeros(4, np.float32), B=1 << 23)
+    assert "dl.constexpr parameter `B` = 8388608, an int" in str(info.value)

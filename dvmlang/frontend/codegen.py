@@ -234,7 +234,10 @@ class CodeGen(ast.NodeVisitor):
                     found.append((n.id, v))
         if not found:
             return ""
-        return " (" + ", ".join(f"dl.constexpr parameter `{k}` = {v!r}, a {type(v).__name__}" for k, v in found) + ")"
+        def kind(v):
+            name = type(v).__name__
+            return ("an " if name[0] in "aeiou" else "a ") + name
+        return " (" + ", ".join(f"dl.constexpr parameter `{k}` = {v!r}, {kind(v)}" for k, v in found) + ")"
 
     def generic_visit(self, node):
         name = type(node).__name__
