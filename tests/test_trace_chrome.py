@@ -185,3 +185,47 @@ def test_nothing_to_export_and_unwritable_paths_are_dvmlang_errors(tmp_path):
     t = _traced_session()
     with pytest.raises(dvmlang.DvmError, match="cannot write"):
         t.save_chrome(tmp_path / "missing-dir" / "x.json")
+
+
+@dvmlang.kernel
+def matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: dl.constexpr, BN: dl.constexpr, BK: dl.constexpr):
+    rm = dl.program_id(0) * BM + dl.arange(0, BM)
+    rn = dl.program_id(1) * BN + dl.arange(0, BN)
+    acc = dl.zeros((BM, BN), dl.float32)
+    for k in range(0, K, BK):
+        rk = k + dl.arange(0, BK)
+        a = dl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        b = dl.load(b_ptr + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += dl.dot(a, b)
+    dl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def test_cube_kernels_export_their_cube_pipes():
+    M, N, K = 32, 32, 64
+    rng = np.random.default_rng(0)
+    a, b = rng.random((M, K)).astype(np.float16), rng.random((K, N)).astype(np.float16)
+    launch = matmul[(2, 2)](a, b, np.zeros((M, N), np.float32), M, N, K, BM=16, BN=16, BK=16, trace=True)
+    doc = chrome_trace([launch])
+    validate(doc)
+    procs = {ev["args"]["name"] for ev in doc["traceEvents"] if ev["ph"] == "M" and ev["name"] == "process_name"}
+    assert "core 0 (AIC)" in procs
+    cats = {ev["cat"] for ev in doc["traceEvents"] if ev["ph"] == "X"}
+    assert "CUBE" in cats
+
+
+def test_progress_bar_appears_only_for_long_work_on_a_terminal():
+    import io
+
+    from rich.console import Console
+
+    from dvmlang.trace.progress import LazyProgress
+    term = Console(file=io.StringIO(), force_terminal=True, width=80)
+    with LazyProgress("writing", 10, "rows", console=term, delay=0.0) as bar:
+        bar.update(5)
+        assert bar.bar is not None
+    quick = LazyProgress("writing", 10, "rows", console=Console(file=io.StringIO(), force_terminal=True), delay=60)
+    quick.update(5)
+    assert quick.bar is None
+    piped = LazyProgress("writing", 10, "rows", console=Console(file=io.StringIO(), force_terminal=False), delay=0)
+    piped.update(5)
+    assert piped.bar is None and not piped.enabled
