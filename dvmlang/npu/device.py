@@ -49,6 +49,7 @@ class LaunchRecord:
     group: str | None = None
     bytecode: object = None
     instructions: int = 0
+    hbm_stretch: float = 1.0
 
     def __repr__(self) -> str:
         return (f"<Launch {self.name} grid={self.grid} cycles={self.cycles} ({self.time_us:.2f} us) "
@@ -179,9 +180,17 @@ class Device:
         # the scalar unit issues for the whole program: it is busy from 0 to the issue end
         first[0] = 0.0
         last[0] = np.maximum(last[0], issue_end)
-        offsets, core_end = _compose(T, first, last, cores, kern.double_buffer)
+        offsets, core_end = _compose(T, first, last, cores, kern.double_buffer and prof.double_buffer)
         overhead = prof.launch_overhead_cycles
-        cycles = int(round(overhead + (core_end.max() if len(core_end) else 0)))
+        body = float(core_end.max()) if len(core_end) else 0.0
+        # HBM roofline: the cores' transfers overlap, but together they cannot move more than HBM allows
+        floor = L.hbm_bytes(bytes_w) / prof.hbm_bytes_per_cycle
+        stretch = 1.0
+        if floor > body > 0:
+            stretch = floor / body
+            offsets = offsets * stretch
+            body = floor
+        cycles = int(round(overhead + body))
         waves = -(-P // cores)
         pipe_busy = {isa.PIPE_NAMES[isa.Pipe(q)]: float(busy[q].sum()) for q in range(N_PIPES)}
         record = LaunchRecord(name=name or kern.name, grid=kern.grid, cycles=cycles, bytes_read=int(bytes_r),
@@ -190,8 +199,9 @@ class Device:
                               launch_overhead=overhead, pipe_busy=pipe_busy, profile=prof,
                               prints=_format_prints(L.prints), diagnostics=L.diagnostics, bytecode=bc,
                               instructions=instrs)
+        record.hbm_stretch = stretch
         if rec is not None:
-            record.trace = rec.finish(offsets, cores, record, T)
+            record.trace = rec.finish(offsets, cores, record, T * stretch, stretch)
         for line in record.prints:
             print(line)
         if L.diagnostics:

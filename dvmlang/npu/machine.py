@@ -190,6 +190,13 @@ def _prod(shape) -> int:
     return n
 
 
+def _poison_value(npdt):
+    """The value poisoned memory reads as: all-ones bytes (NaN for floats, -1 for signed integers)."""
+    if npdt == np.bool_:
+        return True
+    return np.frombuffer(b"\xff" * np.dtype(npdt).itemsize, dtype=npdt)[0]
+
+
 def _poison(nbytes: int, rows: int) -> np.ndarray:
     return np.full((rows, nbytes), 0xFF, dtype=np.uint8)
 
@@ -239,27 +246,33 @@ class Launch:
         cores = max(1, active_cores)
         self.dma_rate = min(profile.mte_bytes_per_cycle, profile.hbm_bytes_per_cycle / cores)
         self.l2_rate = min(profile.mte_bytes_per_cycle, profile.l2_bytes_per_cycle / cores)
-        # L2 model: each byte of a tensor comes from HBM the first time it is read in a launch and from L2
-        # after that, as long as the tensor fits L2 (counted in bytes, per tensor or group of aliases)
-        self.hbm_left: dict = {}
+        # L2 model: a tensor that fits L2 streams in at the L2 rate; the launch as a whole then cannot beat
+        # the HBM roofline for the bytes that must come from HBM once (see Device._run_kernel)
+        self.group_bytes: dict = {}
+        self.group_reads: dict = {}
         for p, a in arrays.items():
-            g = self.alias[p] if alias_groups else p
-            size = a.size * a.itemsize
-            self.hbm_left[g] = max(self.hbm_left.get(g, 0), size if size <= profile.l2_bytes else float("inf"))
-        self.mix = mix
+            g = self.alias[p]
+            self.group_bytes[g] = max(self.group_bytes.get(g, 0), a.size * a.itemsize)
+        self.l2_bytes = profile.l2_bytes
         self.code = bc.code
 
     def read_cost(self, t: int, nbytes, n: int):
-        """Cycles to stream ``nbytes`` (per program) of tensor ``t`` in: first reads from HBM, re-reads from L2."""
+        """Cycles the GM port spends reading ``nbytes`` (per program) of tensor ``t``."""
         g = self.alias[t]
-        left = self.hbm_left.get(g, float("inf"))
-        if left == float("inf"):
+        total = float(np.sum(nbytes)) if np.ndim(nbytes) else float(nbytes) * n
+        self.group_reads[g] = self.group_reads.get(g, 0.0) + total
+        if self.group_bytes.get(g, 0) > self.l2_bytes:
             return nbytes / self.dma_rate
-        nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), (n,))
-        before = np.cumsum(nb) - nb
-        hbm = np.clip(left - before, 0.0, nb)
-        self.hbm_left[g] = max(0.0, left - float(hbm.sum()))
-        return hbm / self.dma_rate + (nb - hbm) / self.l2_rate
+        return nbytes / self.l2_rate
+
+    def hbm_bytes(self, written: float) -> float:
+        """Bytes that must cross HBM: every tensor read once (all re-reads when it does not fit L2), plus
+        every write."""
+        total = written
+        for g, reads in self.group_reads.items():
+            size = self.group_bytes.get(g, 0)
+            total += reads if size > self.l2_bytes else min(size, reads)
+        return total
 
 
 class Machine:
@@ -402,9 +415,14 @@ class Machine:
 
     # ---- costs -------------------------------------------------------------------------------------------
     def _vec_cost(self, k, *refs):
+        """vector_startup + k x repeats of 256 bytes; a mix kernel's program has its cube core's two vector
+        cores, which split the repeats."""
         p = self.profile
         nb = max(_prod(self._layout(r)[2]) * self._layout(r)[1].itemsize for r in refs)
-        return p.vector_startup + k * math.ceil(nb / p.vector_bytes_per_cycle)
+        repeats = math.ceil(nb / p.vector_bytes_per_cycle)
+        if self.kernel.mix:
+            repeats = math.ceil(repeats / 2)
+        return p.vector_startup + k * repeats
 
     # ---- building steps ---------------------------------------------------------------------------------------
     def _make(self, d: Decoded) -> Step:
@@ -851,12 +869,16 @@ class Machine:
         shape = tuple(shape)
         pc = d.pc
         prof = self.profile
+        undef = d.vals.get("pad_undef", 0)
+        poison = _poison_value(npdt)
 
         def fn(b, L):
             g = L.arrays[t]
             desc = _Desc(b, base, strides, los, his, shape)
             _check_dma(L, b, t, desc, pc, g.size)
             pad = b.regs[pad_v] if pad_reg else pad_v
+            if undef and L.debug:
+                pad = poison  # masked-off elements the kernel gave no value for
             arr, gm_view = _dma_read(g, desc, shape, npdt, pad, b.n)
             w(b, arr, L.alias[t] if gm_view else None)
             nbytes = desc.count * g.itemsize

@@ -880,7 +880,7 @@ class Lowering:
         other = op.operands[1 + 3 * rank] if op.attrs["has_other"] else None
         vals = self._dims_fields(op.operands, rank)
         vals.update({"dst": self.tile(r), "gm": 0, "pad": self._pad_sop(other, r.dtype),
-                     "tensor": op.attrs["tensor"]})
+                     "tensor": op.attrs["tensor"], "pad_undef": int(other is None)})
         place = self.place(r)
         ins = isa.DMA_LOAD_L1[rank] if place.space == "l1" else isa.DMA_LOAD[rank]
         e = self._emit(ins, vals, r.dtype, op.loc, reads=[("gm", op.attrs["tensor"], 0)], writes=[self.rng(r)])
@@ -1043,6 +1043,15 @@ class Lowering:
             align = 512 if space in ("l0a", "l0b") else 64 if space == "l0c" else 32
             base = (base + align - 1) // align * align
             cap = getattr(self.profile, f"{space}_bytes")
+            if base + nb > cap and self.alt_active:
+                # no room for a ping-pong copy: the second body copy shares the staging buffer
+                self.alt_active = False
+                try:
+                    b = self._cube_buf(space, dtype, shape)
+                finally:
+                    self.alt_active = True
+                self._cube[key] = b
+                return b
             if base + nb > cap:
                 raise ResourceError(f"kernel `{self.fn.name}`: the dot operand tile {tuple(shape)} {dtype} needs "
                                     f"{nb} bytes of {space.upper()} at offset {base}, but {space.upper()} has "
@@ -1454,8 +1463,18 @@ def _insert_sync(items: list) -> None:
             loops.append((label_pos[id(t)], i))
     deps: dict[int, dict[int, int]] = {}  # consumer index -> {producer pipe: producer index}
 
-    def scan(order, state):
+    back_edges = {end: start for start, end in loops}
+
+    def scan(order, state, nested=True):
         for i in order:
+            visit(i, state)
+            if nested and i in back_edges:
+                # at a back edge, go over the body once more with the state the edge carries: this finds the
+                # hazards between one iteration and the next
+                scan(range(back_edges[i], i + 1), state, nested=False)
+
+    def visit(i, state):
+        if True:
             e = instrs[i]
             p = e.ins.pipe
             need = deps.setdefault(i, {})
@@ -1486,11 +1505,7 @@ def _insert_sync(items: list) -> None:
                 state[:] = [s for s in state if not _overlap(rng, s[0])]
                 state.append((rng, i, []))
 
-    state: list = []
-    scan(range(len(instrs)), state)
-    for start, end in loops:
-        # second pass over the body with the state at its end: hazards across iterations
-        scan(range(start, end + 1), state)
+    scan(range(len(instrs)), [])
     counters: dict = {}
     set_by: dict = {}
     block_starts = set(label_pos.values())

@@ -1,0 +1,248 @@
+"""The simulated NPU: profiles, the shape of the cycle model, numerics, faults and debug aids."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import dvmlang
+import dvmlang.language as dl
+from dvmlang.npu import PROFILES, Device, Profile
+
+
+@dvmlang.kernel
+def add(x_ptr, y_ptr, out_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    m = offs < n
+    dl.store(out_ptr + offs, dl.load(x_ptr + offs, mask=m) + dl.load(y_ptr + offs, mask=m), mask=m)
+
+
+def run_add(n, block=4096, device=None):
+    x = np.ones(n, np.float32)
+    y = np.ones(n, np.float32)
+    out = np.empty_like(x)
+    return add[(dl.cdiv(n, block),)](x, y, out, n, BLOCK=block, device=device)
+
+
+def test_profiles():
+    p = PROFILES["910B2"]
+    assert (p.cube_cores, p.vector_cores, p.ub_bytes, p.l1_bytes, p.l0c_bytes) == (24, 48, 192 * 1024, 512 * 1024,
+                                                                                 128 * 1024)
+    assert p.clock_hz == 1.8e9 and p.hbm_bytes_per_s == 1.6e12
+    b3 = PROFILES["910B3"]
+    assert (b3.cube_cores, b3.vector_cores) == (20, 40)
+    assert Device(profile={"vector_cores": 8}).profile.vector_cores == 8
+    with pytest.raises(dvmlang.DvmError, match="unknown device profile .H100."):
+        Device(profile="H100")
+    with pytest.raises(dvmlang.DvmError, match="unknown profile fields"):
+        Device(profile={"warp_size": 32})
+
+
+def test_fewer_cores_take_longer_and_devices_can_be_chosen():
+    wide = run_add(1 << 20)
+    small = run_add(1 << 20, device=Device(profile="910B3"))
+    assert small.cores == 40 and wide.cores == 48
+    with Device(profile={"vector_cores": 4}) as d:
+        four = run_add(1 << 20)
+    assert four.profile is d.profile and four.cores == 4
+    assert four.cycles > 2 * wide.cycles  # 4 cores hit their per-core DMA cap; 48 share the HBM
+
+
+def test_memory_bound_kernel_approaches_hbm_roofline():
+    ratios = []
+    for n in (1 << 16, 1 << 19, 1 << 22):
+        launch = run_add(n)
+        floor = (launch.bytes_read + launch.bytes_written) / launch.profile.hbm_bytes_per_cycle
+        ratios.append(launch.cycles / floor)
+    assert ratios[0] > ratios[1] > ratios[2] >= 1.0
+    assert ratios[2] < 1.4
+
+
+def test_doubling_the_data_roughly_doubles_the_cycles():
+    a = run_add(1 << 21).cycles
+    b = run_add(1 << 22).cycles
+    assert 1.7 < b / a < 2.3
+
+
+@dvmlang.kernel
+def matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: dl.constexpr, BN: dl.constexpr, BK: dl.constexpr):
+    pm = dl.program_id(0)
+    pn = dl.program_id(1)
+    rm = pm * BM + dl.arange(0, BM)
+    rn = pn * BN + dl.arange(0, BN)
+    rk = dl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * K + rk[None, :]
+    b_ptrs = b_ptr + rk[:, None] * N + rn[None, :]
+    acc = dl.zeros((BM, BN), dl.float32)
+    for k in range(0, K, BK):
+        a = dl.load(a_ptrs, mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0)
+        b = dl.load(b_ptrs, mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = dl.dot(a, b, acc)
+        a_ptrs += BK
+        b_ptrs += BK * N
+    dl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def run_matmul(m, dtype=np.float16, blocks=(128, 128, 128), device=None, rng=None):
+    rng = rng or np.random.default_rng(0)
+    a = rng.random((m, m)).astype(dtype)
+    b = rng.random((m, m)).astype(dtype)
+    c = np.zeros((m, m), np.float32)
+    bm, bn, bk = blocks
+    launch = matmul[(dl.cdiv(m, bm), dl.cdiv(m, bn))](a, b, c, m, m, m, BM=bm, BN=bn, BK=bk, device=device)
+    return a, b, c, launch
+
+
+def test_large_matmul_approaches_cube_peak():
+    ratios = []
+    for m in (256, 1024):
+        a, b, c, launch = run_matmul(m)
+        p = launch.profile
+        floor = 2 * m ** 3 / (2 * p.cube_macs_per_cycle * p.cube_cores)
+        ratios.append(launch.cycles / floor)
+        assert launch.kind == "mix" and launch.cores == min(p.cube_cores, (m // 128) ** 2)
+    assert ratios[1] < ratios[0]
+    assert ratios[1] < 4.5
+
+
+def test_cube_accumulates_in_fp32():
+    m = 128
+    a = np.full((m, 1024), 0.1, np.float16)
+    b = np.ones((1024, m), np.float16)
+    c = np.zeros((m, m), np.float32)
+    matmul[(1, 1)](a, b, c, m, m, 1024, BM=128, BN=128, BK=128)
+    exact = 1024 * np.float64(np.float16(0.1))
+    assert abs(c[0, 0] - exact) < 1e-2  # an fp16 accumulator would stop growing near 256
+
+
+def test_fp32_inputs_on_the_cube_are_slower():
+    _, _, _, h = run_matmul(256, np.float16)
+    a, b, c, f = run_matmul(256, np.float32)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+    assert f.cycles > h.cycles
+
+
+@dvmlang.kernel
+def balanced(x_ptr, out_ptr, n_cols, BLOCK: dl.constexpr):
+    row = dl.program_id(0)
+    acc = dl.zeros((BLOCK,), dl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + dl.arange(0, BLOCK)
+        x = dl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0)
+        acc += dl.exp(dl.sin(x) * 0.5) * dl.cos(x)
+    dl.store(out_ptr + row, dl.sum(acc, axis=0))
+
+
+def test_double_buffering_cuts_cycles_of_balanced_kernel():
+    rows, cols = 96, 8192
+    x = np.random.default_rng(0).random((rows, cols), dtype=np.float32)
+    ref = (np.exp(np.sin(x) * 0.5) * np.cos(x)).sum(1)
+    results = {}
+    for db in (True, False):
+        out = np.zeros(rows, np.float32)
+        d = Device(profile=Profile(double_buffer=db))
+        results[db] = balanced[(rows,)](x, out, cols, BLOCK=1024, device=d)
+        np.testing.assert_allclose(out, ref, rtol=1e-4)
+    assert results[True].cycles < 0.85 * results[False].cycles
+
+
+@dvmlang.kernel
+def runaway(out_ptr, n):
+    i = 0
+    while i < n:
+        i = i * 1
+    dl.store(out_ptr, i)
+
+
+def test_watchdog_stops_runaway_loops():
+    out = np.zeros(1, np.int32)
+    with pytest.raises(dvmlang.WatchdogTimeout, match=r"(?s)more than 5000 instructions.*test_npu.py.*Device\(watchdog=N\)"):
+        runaway[(1,)](out, 10, device=Device(watchdog=5000))
+    with pytest.raises(dvmlang.DvmError, match="watchdog must be a positive"):
+        Device(watchdog=0)
+
+
+@dvmlang.kernel
+def race(x_ptr, out_ptr, BLOCK: dl.constexpr):
+    offs = dl.arange(0, BLOCK)
+    dl.store(out_ptr + offs, dl.load(x_ptr + dl.program_id(0) * BLOCK + offs))
+
+
+def test_race_detection():
+    x = np.arange(32, dtype=np.float32)
+    out = np.zeros(16, np.float32)
+    race[(1,)](x, out, BLOCK=16, device=Device(race_detection=True))  # one program: no race
+    with pytest.raises(dvmlang.RaceDetected, match="programs 0 and 1 both wrote element 0 of `out_ptr`"):
+        race[(2,)](x, out, BLOCK=16, device=Device(race_detection=True))
+    race[(2,)](x, out, BLOCK=16)  # off by default
+
+
+@dvmlang.kernel
+def masked_no_other(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.arange(0, BLOCK)
+    x = dl.load(x_ptr + offs, mask=offs < n)
+    dl.store(out_ptr + offs, x * 2.0)
+
+
+def test_debug_mode_poisons_elements_no_one_wrote():
+    x = np.ones(4, np.float32)
+    out = np.zeros(8, np.float32)
+    masked_no_other[(1,)](x, out, 4, BLOCK=8)
+    np.testing.assert_array_equal(out, [2, 2, 2, 2, 0, 0, 0, 0])
+    masked_no_other[(1,)](x, out, 4, BLOCK=8, device=Device(debug=True))
+    assert (out[:4] == 2).all() and np.isnan(out[4:]).all()
+
+
+def test_debug_mode_reports_reads_of_unwritten_ub():
+    x = np.ones(16, np.float32)
+    out = np.zeros(16, np.float32)
+    bc = add.encode((1,), x, x, out, 16, BLOCK=16)
+    code = bc.code
+    from dvmlang.vm import isa
+    from dvmlang.vm.decode import decode_kernel
+    vadd = next(d for d in decode_kernel(code, 0, len(code)) if d.ins.name == "VADD")
+    layout = vadd.vals["a"] >> 16
+    hole = bc.kernels[0].footprint["ub"] - 64  # inside the footprint, never written by this program
+    word = vadd.pc + vadd.ins.layout[[f.name for f in vadd.ins.fields].index("a")][0]
+    shift = vadd.ins.layout[[f.name for f in vadd.ins.fields].index("a")][1]
+    code[word] = (code[word] & ~(0xFFFFFFFF << shift)) | (((hole // 32) | (layout << 16)) << shift)
+    bc.kernels[0].footprint["ub"] = max(bc.kernels[0].footprint["ub"], hole + 64)
+    bad = dvmlang.Bytecode.from_bytes(bc._bytes) if False else dvmlang.Bytecode.from_bytes(_reencode(bc))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        dvmlang.run(bad, x, x, out, 16, device=Device(debug=True))
+    assert any("uninitialised UB" in str(m.message) for m in w)
+    assert np.isnan(out).all()
+    with pytest.raises(dvmlang.UninitializedRead):
+        dvmlang.run(bad, x, x, out, 16, device=Device(debug="raise"))
+    _ = isa
+
+
+def _reencode(bc):
+    bc._bytes = None
+    return bc.to_bytes()
+
+
+def test_batched_and_one_at_a_time_agree_on_loops_and_cube():
+    rng = np.random.default_rng(3)
+    a1, b1, c1, l1 = run_matmul(200, blocks=(64, 64, 32), rng=rng)
+    c2 = np.zeros_like(c1)
+    l2 = matmul[(4, 4)](a1, b1, c2, 200, 200, 200, BM=64, BN=64, BK=32, device=Device(sequential=True))
+    np.testing.assert_array_equal(c1, c2)
+    assert l1.cycles == l2.cycles
+    x = rng.random((7, 3000), dtype=np.float32)
+    o1, o2 = np.zeros(7, np.float32), np.zeros(7, np.float32)
+    balanced[(7,)](x, o1, 3000, BLOCK=512)
+    balanced[(7,)](x, o2, 3000, BLOCK=512, device=Device(sequential=True))
+    np.testing.assert_array_equal(o1, o2)
+
+
+def test_launch_overhead_is_paid_per_launch():
+    launch = run_add(16, block=16)
+    assert launch.cycles > launch.profile.launch_overhead_cycles
+    assert launch.launch_overhead == launch.profile.launch_overhead_cycles
+
+
+def test_ub_buffers_are_32_byte_aligned():
+    b = add.build_for(np.zeros(10, np.float32), np.zeros(10, np.float32), np.zeros(10, np.float32), 10, BLOCK=100)
+    assert b.template.buffers and all(buf.addr % 32 == 0 for buf in b.template.buffers)
