@@ -334,12 +334,16 @@ class Recorder:
 
         return step, pid, start, expand(3, np.float64), expand(4, np.int32)
 
-    def finish(self, offsets, cores, record, T) -> LaunchTrace:
-        """Place the rows on the cores (``offsets`` per program, from the device's composition)."""
+    def finish(self, offsets, cores, record, T, stretch: float = 1.0) -> LaunchTrace:
+        """Place the rows on the cores (``offsets`` per program, from the device's composition); ``stretch``
+        slows every row down uniformly when the launch is held back by the HBM roofline."""
         if self.progress is not None:
             self.progress.close()
         if self.chunks:
             step, pid, start, dur, nb = self._columns()
+            if stretch != 1.0:
+                start = start * stretch
+                dur = dur * stretch
             start = start + np.asarray(offsets)[pid]
             order = np.argsort(pid, kind="stable")  # per program, dispatch order is kept
             step, pid, start, dur, nb = step[order], pid[order], start[order], dur[order], nb[order]
