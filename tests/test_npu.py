@@ -246,3 +246,8 @@ def test_launch_overhead_is_paid_per_launch():
 def test_ub_buffers_are_32_byte_aligned():
     b = add.build_for(np.zeros(10, np.float32), np.zeros(10, np.float32), np.zeros(10, np.float32), 10, BLOCK=100)
     assert b.template.buffers and all(buf.addr % 32 == 0 for buf in b.template.buffers)
+
+
+def test_device_doc_is_generated_from_the_code():
+    from dvmlang.npu.docgen import main
+    assert main(["--check"]) == 0, "docs/device.md is stale: run python -m dvmlang.npu.docgen"
