@@ -66,6 +66,10 @@ def summary_view(launch) -> Group:
         kv.add_row("cube", Text(f"{a.cube_macs:,.0f} MACs = {100 * a.cube_peak_fraction:.1f}% of the fp16 peak "
                                 f"({a.cores} cores x {p.cube_macs_per_cycle:,} MAC/cycle)" if a.cube_macs else
                                 "not used"))
+    stretch = float(getattr(launch, "hbm_stretch", 1.0) or 1.0)
+    if stretch > 1.0:
+        kv.add_row("HBM limit", Text(f"together the cores asked for more than HBM delivers: the device slowed every "
+                                     f"program down x{stretch:.2f} (the timeline and Chrome rows show it)"))
     top = a.bounds[0]
     kv.add_row("bound by", Text(f"{top.name}: {top.why}"))
     kv.add_row("trace", Text(trace_note(launch)))
