@@ -223,3 +223,12 @@ def test_what_bounds_a_launch_follows_the_busiest_limit(busy, cycles, expected):
     a = analyse(launch)
     assert a.bound == expected
     assert a.bounds == sorted(a.bounds, key=lambda b: -b.cycles)
+
+
+def test_rows_follow_the_hbm_stretch_and_the_summary_says_so():
+    launch = _run(copy, 1 << 22, 8192)
+    tr = launch.trace
+    stretch = getattr(launch, "hbm_stretch", 1.0)
+    rows = np.bincount(tr.step, weights=tr.dur, minlength=len(tr.steps))
+    np.testing.assert_allclose(rows, tr.step_cycles * stretch, rtol=1e-9)
+    assert ("HBM limit" in text_of([launch], "summary")) == (stretch > 1.0)
