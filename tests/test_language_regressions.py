@@ -127,3 +127,26 @@ def test_constexpr_note_uses_the_right_article():
     with pytest.raises(dvmlang.KernelTypeError) as info:
         huge_tile_k[(1,)](np.zeros(4, np.float32), B=1 << 23)
     assert "dl.constexpr parameter `B` = 8388608, an int" in str(info.value)
+
+
+@dvmlang.kernel
+def scalar_or_0d_k(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
+    o = dl.arange(0, BLOCK)
+    best = dl.load(x_ptr)  # a scalar register
+    for i in range(n):
+        best = dl.maximum(best, dl.max(dl.load(x_ptr + i * BLOCK + o), axis=0))  # a 0-d tile
+    first = dl.load(x_ptr + 1)
+    if n > 1:
+        first = dl.min(dl.load(x_ptr + o), axis=0)
+    dl.store(out_ptr, best)
+    dl.store(out_ptr + 1, first)
+
+
+def test_a_scalar_and_a_0d_tile_merge_through_loops_and_ifs(rng):
+    # used to fail with "`best` changes shape: a scalar dl.float32 vs a tile tile<float32>"
+    x = rng.standard_normal(24).astype(np.float32)
+    out = np.zeros(2, np.float32)
+    scalar_or_0d_k[(1,)](x, out, 3, BLOCK=8)
+    assert out[0] == x.max() and out[1] == x[:8].min()
+    scalar_or_0d_k[(1,)](x, out, 1, BLOCK=8)
+    assert out[0] == max(x[0], x[:8].max()) and out[1] == x[1]

@@ -109,13 +109,15 @@ def _part_type(values, loop: bool, describe):
         return ScalarType(dt.int64 if big else dt.int32)
     shapes = {v.shape for v in runtime}
     tiles = {v.is_tile for v in runtime}
-    if len(shapes) > 1 or len(tiles) > 1:
+    # a scalar and a 0-d tile (a reduction result) hold one value in two places: carry the 0-d tile
+    scalar_or_0d = len(tiles) > 1 and shapes == {()}
+    if (len(shapes) > 1 or len(tiles) > 1) and not scalar_or_0d:
         desc = " vs ".join(sorted({_kind(v) for v in runtime}))
         hint = ("initialise it with the final shape, for example dl.zeros((BLOCK,), dl.float32)" if loop
                 else "give it the same shape on every path")
         raise KernelTypeError(f"{describe()} changes shape: {desc}", hint=hint)
     dtypes = {v.dtype for v in runtime}
-    first = runtime[0]
+    first = next(v for v in runtime if v.is_tile) if scalar_or_0d else runtime[0]
     if len(dtypes) > 1:
         if all(d.is_int for d in dtypes) and describe.pointer_part:
             d = dt.int64 if dt.int64 in dtypes else dt.promote(*list(dtypes)[:2])
