@@ -150,3 +150,17 @@ def test_a_scalar_and_a_0d_tile_merge_through_loops_and_ifs(rng):
     assert out[0] == x.max() and out[1] == x[:8].min()
     scalar_or_0d_k[(1,)](x, out, 1, BLOCK=8)
     assert out[0] == max(x[0], x[:8].max()) and out[1] == x[1]
+
+
+@dvmlang.kernel
+def forgot_constexpr_k(x_ptr, BLOCK):
+    o = dl.arange(0, BLOCK)
+    dl.store(x_ptr + o, 1.0)
+
+
+def test_a_forgotten_constexpr_annotation_is_named():
+    with pytest.raises(dvmlang.ConstexprError) as info:
+        forgot_constexpr_k[(1,)](np.zeros(8, np.float32), 8)
+    msg = str(info.value)
+    assert "`BLOCK` is a runtime parameter; declare it `BLOCK: dl.constexpr`" in msg
+    assert "dl.arange(0, BLOCK)" in msg and "^^^" in msg

@@ -208,7 +208,7 @@ class CodeGen(ast.NodeVisitor):
             raise
         except CompilationError as e:
             if e.loc is None:
-                note = self._constexpr_note(node)
+                note = self._constexpr_note(node, isinstance(e, ConstexprError))
                 if note:
                     e = type(e)(e.message + note, None, e.hint, e.call_chain)
                 raise e.with_context(self.loc(node), self.call_chain) from None
@@ -223,8 +223,18 @@ class CodeGen(ast.NodeVisitor):
         finally:
             self.b.loc = saved
 
-    def _constexpr_note(self, node) -> str:
-        """Name the constexpr parameters an offending expression uses, with their values."""
+    def _constexpr_note(self, node, needs_constexpr=False) -> str:
+        """Name the constexpr parameters an offending expression uses, with their values; where a
+        compile-time value was needed, also name the runtime parameters it uses (a forgotten annotation)."""
+        if needs_constexpr:
+            params = []
+            for n in ast.walk(node):
+                if isinstance(n, ast.Name) and n.id in self.src.params and n.id not in self.src.constexpr_params \
+                        and _runtime(self.names.get(n.id)) and n.id not in params:
+                    params.append(n.id)
+            if params:
+                return " (" + ", ".join(f"`{p}` is a runtime parameter; declare it `{p}: dl.constexpr` to make it a "
+                                        "compile-time value" for p in params) + ")"
         found = []
         for n in ast.walk(node):
             if isinstance(n, ast.Name) and n.id in self.src.constexpr_params and n.id in self.names and \
