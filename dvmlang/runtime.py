@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import linecache
+import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -100,6 +101,9 @@ class Kernel:
         self._source = None
         self._builds: dict = {}
         self._instances: OrderedDict = OrderedDict()
+        self._launches: dict = {}  # launch key of the raw arguments -> (build, bytecode, tensor positions)
+        self._plans: dict = {}  # argument classes -> _Plan
+        self._const = None  # (per position: is it a constexpr, the constexpr names)
         self.stats = CacheInfo()
 
     @property
@@ -168,72 +172,113 @@ class Kernel:
         self._builds[bkey] = b
         return b
 
-    def _instance(self, build: Build, bkey, specs, values, grid):
-        names = self.source.params
-        infos = []
-        scalars = {}
+    def _instance(self, build: Build, specs, values, grid):
+        runtime = []
         arrays = {}
-        shapes = []
-        idx = 0
-        for name, spec in zip(names, specs):
+        for name, spec in zip(self.source.params, specs):
             if spec[0] == "constexpr":
                 continue
             v = values[name]
-            p = build.params[idx]
             if spec[0] == "tensor":
-                infos.append(ParamInfo("tensor", p.name, p.dtype, v.ndim, v.shape,
-                                       tuple(s // v.itemsize for s in v.strides)))
-                arrays[idx] = v
-                shapes.append(v.shape)
-            else:
-                infos.append(ParamInfo("scalar", p.name, p.dtype))
-                scalars[idx] = v
-                shapes.append(_scalar_key(v))
-            idx += 1
-        ikey = (bkey, tuple(shapes), grid)
-        bc = self._instances.get(ikey)
+                arrays[len(runtime)] = v
+            runtime.append(v)
+        try:
+            ikey = (build, tuple(map(_launch_key, runtime)), grid)
+        except (TypeError, _NoLaunchKey):
+            ikey = None
+        return self._lookup_or_encode(build, ikey, runtime, grid), arrays
+
+    def _lookup_or_encode(self, build: Build, ikey, runtime: list, grid):
+        """The cached instance for ``ikey`` or a new one encoded from the runtime parameter values."""
+        bc = self._instances.get(ikey) if ikey is not None else None
         if bc is not None:
             self._instances.move_to_end(ikey)
             self.stats.hits += 1
-            return bc, arrays
+            return bc
         t0 = time.perf_counter()
-        bc = build.encoder.encode(infos, scalars, grid)
+        bc = build.encoder.encode_values(runtime, grid)
         bc.encode_s = time.perf_counter() - t0
         self.stats.encodes += 1
-        self._instances[ikey] = bc
-        if len(self._instances) > MAX_INSTANCES:
-            self._instances.popitem(last=False)
-        return bc, arrays
+        if ikey is not None:
+            self._instances[ikey] = bc
+            if len(self._instances) > MAX_INSTANCES:
+                self._instances.popitem(last=False)
+        return bc
 
     def _prepare(self, grid, args, kwargs, device):
-        from .npu.device import default_device
-        device = device or default_device()
+        if device is None:
+            device = _default_device()
+        profile = device.profile
+        # Two fast paths, keyed on the raw arguments (a grid function is never keyed: it may read anything):
+        #  * relaunch: the launch key (dtypes, shapes, strides, scalar values, constexprs, grid, device profile)
+        #    names the same build and instance as binding the arguments would;
+        #  * new shape: the argument classes (dtypes, ranks, scalar types, constexpr values) name the same build
+        #    and the same binding plan, so only the instance has to be made.
+        # Both caches are filled by the ordinary path below, after it bound the same kind of arguments.
+        lkey = ckey = None
+        const = self._const
+        if const is None:
+            src = self.source
+            const = self._const = (tuple(n in src.constexpr_params for n in src.params), src.constexpr_params)
+        if (grid.__class__ is tuple or grid.__class__ is int) and len(args) <= len(const[0]):
+            try:
+                akeys, aclasses = _arg_keys(args, const[0])
+                if kwargs:
+                    kkeys = tuple([(k, _launch_key(v)) for k, v in kwargs.items()])
+                    kclasses = tuple([(k, x if k in const[1] else _class_of(x)) for k, x in kkeys])
+                else:
+                    kkeys = kclasses = ()
+                lkey = (grid, id(profile), akeys, kkeys)
+                hit = self._launches.get(lkey)
+            except (TypeError, _NoLaunchKey):
+                lkey = hit = None
+            if hit is not None:
+                build, bc, positions = hit
+                if build.profile is profile and (not build.global_reads or build.still_valid()):
+                    self.stats.hits += 1
+                    return device, build, bc, {i: (args[pos] if pos.__class__ is int else kwargs[pos])
+                                               for i, pos in positions}
+            if lkey is not None:
+                ckey = (id(profile), aclasses, kclasses)
+                plan = self._plans.get(ckey)
+                if plan is not None and plan.build.profile is profile and \
+                        (not plan.build.global_reads or plan.build.still_valid()):
+                    bc, arrays = plan.instance(self, args, kwargs, akeys, kkeys, _grid(self.__name__, grid, None))
+                    self._remember(lkey, plan.build, bc, plan.positions)
+                    return device, plan.build, bc, arrays
         values, specs, key = self._bind(args, kwargs)
-        grid = _grid(self.__name__, grid, values)
-        try:
-            build = self._build(specs, key, device.profile)
-        except CompilationError:
-            raise
-        bc, arrays = self._instance(build, (key, id(device.profile)), specs, values, grid)
+        grid_t = _grid(self.__name__, grid, values)
+        build = self._build(specs, key, profile)
+        bc, arrays = self._instance(build, specs, values, grid_t)
+        if lkey is not None:
+            plan = _Plan.make(self.source, build, specs, len(args), kwargs)
+            if plan is not None:
+                if len(self._plans) >= MAX_INSTANCES:
+                    del self._plans[next(iter(self._plans))]
+                self._plans[ckey] = plan
+                self._remember(lkey, build, bc, plan.positions)
         return device, build, bc, arrays
+
+    def _remember(self, lkey, build, bc, positions):
+        if len(self._launches) >= MAX_INSTANCES:
+            del self._launches[next(iter(self._launches))]
+        self._launches[lkey] = (build, bc, positions)
 
     # ---- public entry points ----------------------------------------------------------------------------
     def run(self, grid, *args, trace=False, device=None, name=None, **kwargs):
         """Same as ``kernel[grid](*args, ...)``."""
-        from .trace.record import Session, active_session
         device, build, bc, arrays = self._prepare(grid, args, kwargs, device)
         for i in build.written:
             a = arrays.get(i)
             if a is not None and not a.flags.writeable:
                 raise ArgumentError(f"`{build.params[i].name}` is read-only but `{self.__name__}` stores to it; "
                                     "pass a writeable array")
-        flat = {i: a.reshape(-1) for i, a in arrays.items()}
+        flat = {i: a.ravel() for i, a in arrays.items()}  # C-contiguous (checked when bound): views, not copies
         alias = _alias_groups(arrays)
-        session = active_session()
-        local = None
+        record = _trace_record()
+        session = record.active_session()
         if trace:
-            local = Session() if not isinstance(trace, Session) else trace
-            session = local
+            session = record.Session() if not isinstance(trace, record.Session) else trace
         self.stats.launches += 1
         rec = device.run(bc, flat, trace=session, name=name or self.__name__, alias_groups=alias)
         rec.encode_s = getattr(bc, "encode_s", 0.0)
@@ -335,10 +380,119 @@ def _classify(kname, name, v):
     raise ArgumentError(f"argument `{name}` of `{kname}` must be a numpy array or a number, got {kind}; {hint}")
 
 
-def _scalar_key(v):
-    if isinstance(v, float) and v != v:
-        return ("nan",)
-    return (type(v).__name__, v)
+class _NoLaunchKey(Exception):
+    """An argument the launch fast path does not key (the launch takes the ordinary path)."""
+
+
+_KEYED_TYPES = frozenset({int, bool, str, type(None), dt.DType})
+
+
+def _launch_key(v):
+    """What of one raw launch argument selects the build and the instance: for arrays dtype, shape, strides
+    and contiguity (never their data), for numbers their type and exact value."""
+    t = v.__class__
+    if t is np.ndarray:
+        return (v.dtype, v.shape, v.strides, v.flags.c_contiguous)
+    if t in _KEYED_TYPES:
+        return (t, v)
+    if t is float:
+        return (t, v, math.copysign(1.0, v)) if v == v else (t, "nan")  # -0.0 == 0.0 but encodes differently
+    if isinstance(v, np.generic):
+        return (t, v.tobytes())
+    if t is tuple or callable(v):
+        return (t, v)  # constexpr tuples and combine functions: keyed (and kept alive) by value / identity
+    raise _NoLaunchKey
+
+
+def _arg_keys(args, const):
+    """Launch keys and argument classes of positional arguments (``const[i]``: position i is a constexpr,
+    whose class is its whole key). Arrays, the common case, are keyed inline."""
+    keys = []
+    classes = []
+    for v, c in zip(args, const):
+        if v.__class__ is np.ndarray:
+            shape = v.shape
+            contig = v.flags.c_contiguous
+            keys.append((v.dtype, shape, v.strides, contig))
+            classes.append((v.dtype, len(shape), contig))
+            continue
+        k = _launch_key(v)
+        keys.append(k)
+        classes.append(k if c else _class_of(k))
+    return tuple(keys), tuple(classes)
+
+
+def _class_of(k):
+    """The class of a runtime argument from its launch key: arrays by dtype, rank and contiguity; Python ints
+    by the integer type they bind as; other numbers by type."""
+    t = k[0]
+    if t is int:
+        v = k[1]
+        return (int, 32 if -2147483648 <= v <= 2147483647 else 64 if -(1 << 63) <= v < 1 << 63 else None)
+    if t.__class__ is not type:  # an array: (dtype, shape, strides, contiguous)
+        return (t, len(k[1]), k[3])
+    if t in _KEYED_TYPES and t is not bool:
+        return k  # strings, None, dtypes: not runtime values; keep them whole
+    return (t,)
+
+
+class _Plan:
+    """How the raw arguments of one argument class bind to a build: which argument (position or keyword)
+    feeds each runtime parameter. Made by the ordinary binding path; replaying it for arguments of the
+    same class gives the same parameter values, in the same order, that binding would."""
+
+    __slots__ = ("build", "sources", "positions")
+
+    @classmethod
+    def make(cls, src, build, specs, nargs, kwargs):
+        sources = []
+        positions = []
+        for i, (name, spec) in enumerate(zip(src.params, specs)):
+            if spec[0] == "constexpr":
+                continue
+            if i < nargs:
+                at = i
+            elif name in kwargs:
+                at = name
+            else:
+                return None  # a runtime parameter from a default value: not worth a plan
+            if spec[0] == "tensor":
+                positions.append((len(sources), at))
+            sources.append(at)
+        plan = cls()
+        plan.build, plan.sources, plan.positions = build, sources, positions
+        return plan
+
+    def instance(self, kernel, args, kwargs, akeys, kkeys, grid):
+        if kwargs:
+            kw = dict(kkeys)
+            runtime = [args[at] if at.__class__ is int else kwargs[at] for at in self.sources]
+            keys = tuple([akeys[at] if at.__class__ is int else kw[at] for at in self.sources])
+        else:
+            runtime = [args[at] for at in self.sources]
+            keys = tuple([akeys[at] for at in self.sources])
+        bc = kernel._lookup_or_encode(self.build, (self.build, keys, grid), runtime, grid)
+        return bc, {i: runtime[i] for i, _ in self.positions}
+
+
+_DEFAULT_DEVICE = None
+_TRACE_RECORD = None
+
+
+def _default_device():
+    global _DEFAULT_DEVICE
+    if _DEFAULT_DEVICE is None:
+        from .npu.device import default_device
+        _DEFAULT_DEVICE = default_device
+    return _DEFAULT_DEVICE()
+
+
+def _trace_record():
+    global _TRACE_RECORD
+    if _TRACE_RECORD is None:
+        from .trace import record
+        _TRACE_RECORD = record
+    return _TRACE_RECORD
 
 
 def _grid(kname, grid, values):
@@ -367,6 +521,8 @@ def _grid(kname, grid, values):
 
 
 def _alias_groups(arrays: dict[int, np.ndarray]) -> dict[int, int]:
+    if all(a.flags.owndata for a in arrays.values()) and len(set(map(id, arrays.values()))) == len(arrays):
+        return {k: k for k in arrays}  # distinct arrays that own their memory cannot overlap
     keys = list(arrays)
     group = {k: k for k in keys}
     for i, a in enumerate(keys):

@@ -287,7 +287,19 @@ class Encoder:
                               C.section("symbols", C.encode_symbols(strings))])
         self._param_head = C.uleb(len(params))
         self._param_pre = [(p.kind == "tensor", bytes([0 if p.kind == "tensor" else 1]) + C.uleb(sid[p.name]) +
-                            bytes([p.dtype.code, p.rank]), p.dtype.itemsize) for p in params]
+                            bytes([p.dtype.code, p.rank]), p.dtype.itemsize, p.name, p.dtype) for p in params]
+        # encode_values: each tensor's entry starts with the scalar entries before it (they never change)
+        self._tensor_pre = []
+        fixed = b""
+        for i, (is_tensor, pre, itemsize, name, dtype) in enumerate(self._param_pre):
+            if is_tensor:
+                self._tensor_pre.append((i, fixed + pre, itemsize, name, dtype))
+                fixed = b""
+            else:
+                fixed += pre
+        self._param_tail = fixed
+        self._params_fixed = [None if p.kind == "tensor" else ParamInfo("scalar", p.name, p.dtype) for p in params]
+        self._addrs_fixed = [None] * len(params)
         self._mid = C.section("layouts", C.encode_layouts(template.layouts)) + bytes([C.SECTION_IDS["kernels"]])
         self._kernel_head = b"\x01" + C.uleb(sid[template.name])
         self._kernel_tail = (C.uleb(0) + C.uleb(len(template.words)) + C.uleb(len(template.reg_types)) +
@@ -298,6 +310,8 @@ class Encoder:
         self._post = (C.section("relocs", C.encode_relocs(self.relocs)) +
                       C.section("debug", C.encode_debug(self.debug, sid, bool(self.debug.sources))))
         self._checksum_hdr = bytes([C.SECTION_IDS["checksum"]]) + C.uleb(4)
+        self._head_pre = self._head + self._pre
+        self._pre_crc = zlib.crc32(self._head_pre)  # the checksum runs on from the static prefix
         self._kernel = KernelInfo(template.name, (1, 1, 1), 0, len(template.words), list(template.reg_types),
                                   {s: template.footprint.get(s, 0) for s in C.SPACES}, template.double_buffer,
                                   template.kind == "mix")
@@ -310,34 +324,62 @@ class Encoder:
         self.decoded = self.encode(placeholder, scalars, (1, 1, 1)).validate().decoded
 
     def encode(self, params: list[ParamInfo], scalars: dict[int, object], grid: tuple[int, int, int]) -> Bytecode:
-        """One launch instance: patch scalars and addresses, write the parameter table and grid, checksum."""
+        """One launch instance from its parameter table: ``params`` (shapes and strides of the tensors),
+        ``scalars`` (parameter index -> value) and the grid."""
         code = self._words[:]
         for w, p, bits in self._scalar_slots:
             code[w] = bits(scalars[p])
-        uleb, sleb = C.uleb, C.sleb
+        parts = [self._param_head]
         addrs = []
         cur = GM_BASE
-        parts = [self._param_head]
-        for p, (is_tensor, pre, itemsize) in zip(params, self._param_pre):
+        for p, (is_tensor, pre, itemsize, _, _) in zip(params, self._param_pre):
             parts.append(pre)
             if is_tensor:
-                n = 1
-                for d in p.shape:
-                    parts.append(uleb(d))
-                    n *= d
-                for st in p.strides:
-                    parts.append(sleb(st))
-                addrs.append(cur)
-                cur += (max(1, n) * itemsize + GM_ALIGN - 1) // GM_ALIGN * GM_ALIGN
+                cur = _tensor_entry(parts, addrs, cur, p.shape, p.strides, itemsize)
             else:
                 addrs.append(None)
+        return self._finish(code, parts, addrs, params, grid)
+
+    def encode_values(self, values: list, grid: tuple[int, int, int]) -> Bytecode:
+        """One launch instance from the runtime parameters' values in order (C-contiguous numpy arrays for
+        tensors, numbers for scalars): the launch path's encoder. Only the tensors are visited; the scalar
+        parameters' table entries and ``ParamInfo`` records never change and are reused."""
+        code = self._words[:]
+        for w, p, bits in self._scalar_slots:
+            code[w] = bits(values[p])
+        params = self._params_fixed[:]
+        addrs = self._addrs_fixed[:]
+        parts = [self._param_head]
+        append = parts.append
+        small, uleb, sleb = C._SMALL, C.uleb, C.sleb
+        cur = GM_BASE
+        for i, pre, itemsize, name, dtype in self._tensor_pre:
+            v = values[i]
+            shape = v.shape
+            strides = tuple([x // itemsize for x in v.strides])
+            params[i] = ParamInfo("tensor", name, dtype, len(shape), shape, strides)
+            append(pre)
+            n = 1
+            for d in shape:
+                append(small[d] if d < 128 else bytes((d & 127 | 128, d >> 7)) if d < 16384 else uleb(d))
+                n *= d
+            for d in strides:
+                append(small[d] if 0 <= d < 64 else bytes((d & 127 | 128, d >> 7)) if 0 <= d < 8192 else sleb(d))
+            addrs[i] = cur
+            cur += (max(1, n) * itemsize + GM_ALIGN - 1) // GM_ALIGN * GM_ALIGN
+        append(self._param_tail)
+        return self._finish(code, parts, addrs, params, grid)
+
+    def _finish(self, code, parts, addrs, params, grid) -> Bytecode:
         for w, p in self._gm_relocs:
             code[w] = addrs[p]
         ptab = b"".join(parts)
+        uleb = C.uleb
         ksec = self._kernel_head + uleb(grid[0]) + uleb(grid[1]) + uleb(grid[2]) + self._kernel_tail
-        body = b"".join((self._head, self._pre, b"\x03", uleb(len(ptab)), ptab, self._mid, uleb(len(ksec)), ksec,
-                         self._code_hdr, code.tobytes() if self._little else _swapped(code), self._post))
-        data = body + self._checksum_hdr + _U32.pack(zlib.crc32(body))
+        mid = b"".join((b"\x03", uleb(len(ptab)), ptab, self._mid, uleb(len(ksec)), ksec, self._code_hdr))
+        code_bytes = code.tobytes() if self._little else _swapped(code)
+        crc = zlib.crc32(self._post, zlib.crc32(code_bytes, zlib.crc32(mid, self._pre_crc)))
+        data = b"".join((self._head_pre, mid, code_bytes, self._post, self._checksum_hdr, _U32.pack(crc)))
         k = self._kernel
         bc = Bytecode(major=C.VERSION_MAJOR, minor=C.VERSION_MINOR, flags=self.flags, target=self.target,
                       strings=self.strings, params=params, layouts=self.layouts,
@@ -349,6 +391,21 @@ class Encoder:
         bc.program = self.program
         bc.template_key = id(self)
         return bc
+
+
+def _tensor_entry(parts: list, addrs: list, cur: int, shape, strides, itemsize: int) -> int:
+    """Append a tensor's dimensions and strides to the parameter table and place it in global memory;
+    returns the next free address. One- and two-byte LEB128 values (the common ones) are written inline."""
+    append = parts.append
+    small = C._SMALL
+    n = 1
+    for d in shape:
+        append(small[d] if d < 128 else bytes((d & 127 | 128, d >> 7)) if d < 16384 else C.uleb(d))
+        n *= d
+    for d in strides:
+        append(small[d] if 0 <= d < 64 else bytes((d & 127 | 128, d >> 7)) if 0 <= d < 8192 else C.sleb(d))
+    addrs.append(cur)
+    return cur + (max(1, n) * itemsize + GM_ALIGN - 1) // GM_ALIGN * GM_ALIGN
 
 
 def _swapped(code: array) -> bytes:

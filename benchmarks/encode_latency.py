@@ -1,0 +1,252 @@
+"""Host-side latency of the bytecode path for the gallery's softmax and layernorm kernels.
+
+For each kernel it prints the median / p99 / max of
+
+* build        — a new specialisation from scratch: AST -> tile IR -> passes -> instruction template ->
+                 encoder (static sections serialised, template validated). The kernel's source is parsed
+                 once per kernel object and is not part of a build.
+* encode       — ``kernel.encode(grid, *args)`` for a shape never seen before (no rebuild): argument binding,
+                 build-cache lookup, instance-cache miss and ``Encoder.encode`` (patch words, write the
+                 parameter table, grid and checksum). Also shown: the ``Encoder.encode`` part alone.
+* relaunch     — ``kernel[grid](*args)`` with a cached instance, alternating two sets of arrays of the same
+                 shape. Split into
+                   host          everything ``Kernel.run`` does before handing the bytecode to the device
+                                 (bind via the launch key, cache lookup, writeable check, aliasing),
+                   device setup  ``Device.run`` minus program execution and core placement (validation
+                                 check, resource check, decoder lookup, launch state, launch record),
+                   overhead      host + device setup: dvmlang's own per-launch cost,
+                   simulation    executing the programs and placing them on cores (the simulated work;
+                                 shown for scale, not part of the overhead).
+* validation   — what safety costs for bytes from outside: ``Bytecode.from_bytes`` (parse + validate) of
+                 the kernel's encoded bytes, and the two halves separately.
+
+Shapes: rows and columns drawn from a fixed seed with columns in (512, 1024], so the gallery's
+``BLOCK = next_power_of_2(n_cols)`` is 1024 for all of them and every shape is an encode, never a build.
+
+    python benchmarks/encode_latency.py [--shapes N] [--builds N] [--relaunches N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+
+import layernorm  # noqa: E402
+import softmax  # noqa: E402
+
+import dvmlang  # noqa: E402
+import dvmlang.npu.device as device_mod  # noqa: E402
+from dvmlang.vm import bytecode as bytecode_mod  # noqa: E402
+from dvmlang.vm.validator import validate  # noqa: E402
+
+BLOCK = 1024
+
+
+def softmax_args(rows, cols, rng):
+    x = rng.standard_normal((rows, cols), dtype=np.float32)
+    out = np.empty_like(x)
+    return (rows,), (out, x, x.shape[1], out.shape[1], cols), {"BLOCK": BLOCK}
+
+
+def layernorm_args(rows, cols, rng):
+    x = rng.standard_normal((rows, cols), dtype=np.float32)
+    w = rng.standard_normal(cols, dtype=np.float32)
+    b = rng.standard_normal(cols, dtype=np.float32)
+    y = np.empty_like(x)
+    mean = np.empty(rows, np.float32)
+    rstd = np.empty(rows, np.float32)
+    return (rows,), (x, y, w, b, mean, rstd, x.shape[1], cols, 1e-5), {"BLOCK": BLOCK}
+
+
+KERNELS = {"softmax": (softmax.softmax, softmax_args), "layernorm": (layernorm.layernorm, layernorm_args)}
+
+
+class TimedDevice(dvmlang.npu.Device):
+    """The default device, with the wall time of each ``run`` recorded (instrumentation only)."""
+
+    last_run = 0.0
+
+    def run(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return super().run(*args, **kwargs)
+        finally:
+            self.last_run = time.perf_counter() - t0
+
+
+class SimulationClock:
+    """Accumulates the wall time spent executing programs (``_execute``) and placing them on cores
+    (``_compose``) inside ``Device.run``, by wrapping those two module functions."""
+
+    def __init__(self):
+        self.spent = 0.0
+        self._execute = device_mod._execute
+        self._compose = device_mod._compose
+
+    def __enter__(self):
+        clock = self
+        execute, compose = self._execute, self._compose
+
+        def timed_execute(*a, **k):
+            gen = execute(*a, **k)
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    item = next(gen)
+                except StopIteration:
+                    clock.spent += time.perf_counter() - t0
+                    return
+                clock.spent += time.perf_counter() - t0
+                yield item
+
+        def timed_compose(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return compose(*a, **k)
+            finally:
+                clock.spent += time.perf_counter() - t0
+
+        device_mod._execute = timed_execute
+        device_mod._compose = timed_compose
+        return self
+
+    def __exit__(self, *exc):
+        device_mod._execute = self._execute
+        device_mod._compose = self._compose
+        return False
+
+
+def _stats(samples):
+    s = sorted(samples)
+    p99 = s[min(len(s) - 1, int(round(0.99 * (len(s) - 1))))]
+    return statistics.median(s), p99, s[-1]
+
+
+def _fmt(seconds: float) -> str:
+    us = seconds * 1e6
+    return f"{us / 1000:8.2f} ms" if us >= 1000 else f"{us:8.1f} us"
+
+
+def _fresh(kernel):
+    kernel._builds.clear()
+    kernel._instances.clear()
+    kernel._launches.clear()
+
+
+def measure(name: str, n_shapes: int, n_builds: int, n_relaunch: int) -> list[tuple[str, list[float]]]:
+    kernel, make = KERNELS[name]
+    rng = np.random.default_rng(2024)
+    rows = []
+    gc.collect()
+
+    # ---- build ----------------------------------------------------------------------------------------
+    grid, args, meta = make(8, 700, rng)
+    kernel.encode(grid, *args, **meta)  # parse the kernel's source once (per kernel, not per build)
+    builds = []
+    for _ in range(n_builds):
+        _fresh(kernel)
+        t0 = time.perf_counter()
+        kernel.build_for(*args, **meta)
+        builds.append(time.perf_counter() - t0)
+    rows.append(("build", builds))
+
+    # ---- encode, new shapes ---------------------------------------------------------------------------
+    _fresh(kernel)
+    kernel.encode(grid, *args, **meta)
+    seen = set()
+    cases = []
+    while len(cases) < n_shapes:
+        r, c = int(rng.integers(1, 4097)), int(rng.integers(513, 1025))
+        if (r, c) in seen or (r, c) == (8, 700):
+            continue
+        seen.add((r, c))
+        cases.append(make(r, c, rng))
+    before = kernel.cache_info().builds, kernel.cache_info().encodes
+    encodes, inner = [], []
+    for g, a, m in cases:
+        if len(kernel._instances) >= 200:  # stay below the instance cache size: every shape must encode
+            kernel._instances.clear()
+            kernel._launches.clear()
+        t0 = time.perf_counter()
+        bc = kernel.encode(g, *a, **m)
+        encodes.append(time.perf_counter() - t0)
+        inner.append(bc.encode_s)
+    info = kernel.cache_info()
+    assert info.builds == before[0], "a new shape rebuilt the kernel"
+    assert info.encodes - before[1] == n_shapes, "a new shape did not encode"
+    rows.append(("encode (new shape)", encodes))
+    rows.append(("  of which Encoder.encode", inner))
+
+    # ---- relaunch, same shape ---------------------------------------------------------------------------
+    dev = TimedDevice()
+    g, a1, m = make(2, 700, rng)
+    _, a2, _ = make(2, 700, rng)
+    kernel[g](*a1, device=dev, **m)
+    kernel[g](*a2, device=dev, **m)
+    hits0 = kernel.cache_info().hits
+    host, setup, overhead, sim = [], [], [], []
+    with SimulationClock() as clock:
+        for i in range(n_relaunch):
+            a = a1 if i % 2 else a2
+            clock.spent = 0.0
+            t0 = time.perf_counter()
+            kernel[g](*a, device=dev, **m)
+            total = time.perf_counter() - t0
+            h = total - dev.last_run
+            d = dev.last_run - clock.spent
+            host.append(h)
+            setup.append(d)
+            overhead.append(h + d)
+            sim.append(clock.spent)
+    assert kernel.cache_info().hits - hits0 == n_relaunch, "a relaunch missed the instance cache"
+    rows.append(("relaunch: host (bind + lookup)", host))
+    rows.append(("relaunch: device setup", setup))
+    rows.append(("relaunch: dvmlang overhead", overhead))
+    rows.append(("relaunch: simulation (reference)", sim))
+
+    # ---- validation of bytes from outside ----------------------------------------------------------------
+    g, a, m = make(37, 900, rng)
+    data = kernel.encode(g, *a, **m).to_bytes()
+    parse, val, full = [], [], []
+    for _ in range(n_shapes):
+        t0 = time.perf_counter()
+        bc = bytecode_mod._parse(data, bytecode_mod.C.LIMITS)
+        t1 = time.perf_counter()
+        validate(bc)
+        t2 = time.perf_counter()
+        dvmlang.Bytecode.from_bytes(data)
+        t3 = time.perf_counter()
+        parse.append(t1 - t0)
+        val.append(t2 - t1)
+        full.append(t3 - t2)
+    rows.append((f"from_bytes ({len(data)} bytes)", full))
+    rows.append(("  parse", parse))
+    rows.append(("  validate", val))
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", type=int, default=200, help="different shapes to encode (default 200)")
+    ap.add_argument("--builds", type=int, default=100, help="builds to time (default 100)")
+    ap.add_argument("--relaunches", type=int, default=500, help="relaunches to time (default 500)")
+    args = ap.parse_args(argv)
+    print(f"dvmlang {dvmlang.__version__}, Python {sys.version.split()[0]}, numpy {np.__version__}")
+    print(f"{'kernel':<10} {'phase':<34} {'n':>5} {'median':>11} {'p99':>11} {'max':>11}")
+    for name in KERNELS:
+        for phase, samples in measure(name, args.shapes, args.builds, args.relaunches):
+            med, p99, mx = _stats(samples)
+            print(f"{name:<10} {phase:<34} {len(samples):>5} {_fmt(med)} {_fmt(p99)} {_fmt(mx)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
