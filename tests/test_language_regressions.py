@@ -164,3 +164,25 @@ def test_a_forgotten_constexpr_annotation_is_named():
     msg = str(info.value)
     assert "`BLOCK` is a runtime parameter; declare it `BLOCK: dl.constexpr`" in msg
     assert "dl.arange(0, BLOCK)" in msg and "^^^" in msg
+
+
+SCALE_FOR_REBUILD = 3
+
+
+@dvmlang.kernel
+def reads_a_global_k(out_ptr):
+    dl.store(out_ptr, SCALE_FOR_REBUILD * 2.0)
+
+
+def test_changing_a_global_rebuilds_and_does_not_reuse_the_old_instance():
+    # used to rebuild but then launch the instance encoded from the old build (same shapes): stale result
+    global SCALE_FOR_REBUILD
+    out = np.zeros(1, np.float32)
+    reads_a_global_k[(1,)](out)
+    assert out[0] == 6.0
+    SCALE_FOR_REBUILD = 5
+    try:
+        reads_a_global_k[(1,)](out)
+        assert out[0] == 10.0 and reads_a_global_k.cache_info().builds == 2
+    finally:
+        SCALE_FOR_REBUILD = 3
