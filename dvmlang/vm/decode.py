@@ -21,6 +21,29 @@ class Decoded:
     head: int
 
 
+_HEAD_FIXED = ((1 << isa.SET_FLAG_SHIFT) - 1) | (1 << isa.SET_FLAG_SHIFT) | (1 << isa.WAIT_FLAG_SHIFT) | \
+    (0xF << isa.DTYPE_SHIFT)
+_SET_BITS = (7 << isa.SET_PIPE_SHIFT) | (7 << isa.SET_EVENT_SHIFT)
+_WAIT_BITS = (7 << isa.WAIT_PIPE_SHIFT) | (7 << isa.WAIT_EVENT_SHIFT)
+
+
+def field_masks(ins: isa.Instr) -> tuple[int, tuple[int, ...]]:
+    """The bits an instruction's row defines: (head word mask without the set/wait event fields, one mask
+    per operand word). Every other bit is reserved and must be zero."""
+    head = _HEAD_FIXED
+    ops = [0] * (ins.words - 1)
+    for f, (w, shift) in zip(ins.fields, ins.layout):
+        m = ((1 << f.bits) - 1) << shift
+        if f.head:
+            head |= m
+        else:
+            ops[w - 1] |= m
+    return head, tuple(ops)
+
+
+MASKS = {ins.opcode: field_masks(ins) for ins in isa.TABLE}
+
+
 def decode_one(code, pc: int, end: int) -> Decoded:
     """Decode the instruction at ``pc``; ``end`` bounds the kernel's code (exclusive)."""
     head = code[pc]
@@ -40,6 +63,18 @@ def decode_one(code, pc: int, end: int) -> Decoded:
     if pc + length > end:
         raise MalformedBytecodeError(f"{ins.name} is truncated by the end of the kernel's code", section="code",
                                      offset=pc * 8, expected=f"{length} words", found=f"{end - pc}")
+    head_mask, op_masks = MASKS[opcode]
+    if head >> isa.SET_FLAG_SHIFT & 1:
+        head_mask |= _SET_BITS
+    if head >> isa.WAIT_FLAG_SHIFT & 1:
+        head_mask |= _WAIT_BITS
+    if head & ~head_mask:
+        raise MalformedBytecodeError(f"reserved bits set in the head word of {ins.name}", section="code",
+                                     offset=pc * 8, expected="0", found=f"{head & ~head_mask:#x}")
+    for i, m in enumerate(op_masks, 1):
+        if code[pc + i] & ~m:
+            raise MalformedBytecodeError(f"reserved bits set in operand word {i} of {ins.name}", section="code",
+                                         offset=(pc + i) * 8, expected="0", found=f"{code[pc + i] & ~m:#x}")
     vals = {}
     for f, (w, shift) in zip(ins.fields, ins.layout):
         word = head if f.head else code[pc + w]

@@ -121,7 +121,56 @@ class _KernelValidator:
             if key not in sets:
                 self.fail(d, "wait without a matching set", f"a set of event {key[2]} from pipe "
                           f"{key[0]} to pipe {key[1]}", "none")
+        self.exits()
         return self.gm_fields, self.imm_words
+
+    def exits(self):
+        """Every instruction reachable from the entry must be able to reach END (or TRAP): a loop with no
+        way out is rejected here. Loops whose exit depends on run-time values are bounded by the device's
+        watchdog instead."""
+        instrs = self.instrs
+        index = {d.pc: i for i, d in enumerate(instrs)}
+        n = len(instrs)
+        preds: list[list[int]] = [[] for _ in range(n)]
+        succs: list[tuple[int, ...]] = []
+        for i, d in enumerate(instrs):
+            fam = d.ins.family
+            if fam in ("end", "trap"):
+                s = ()
+            elif fam == "jmp":
+                s = (index[d.vals["target"]],)
+            elif fam == "br":
+                s = (index[d.vals["target"]], i + 1)
+            else:
+                s = (i + 1,)
+            succs.append(s)
+            for j in s:
+                preds[j].append(i)
+        live = [False] * n
+        todo = [i for i, d in enumerate(instrs) if d.ins.family in ("end", "trap")]
+        for i in todo:
+            live[i] = True
+        while todo:
+            for j in preds[todo.pop()]:
+                if not live[j]:
+                    live[j] = True
+                    todo.append(j)
+        seen = [False] * n
+        seen[0] = True
+        todo = [0]
+        stuck = []
+        while todo:
+            i = todo.pop()
+            if not live[i]:
+                stuck.append(i)
+            for j in succs[i]:
+                if not seen[j]:
+                    seen[j] = True
+                    todo.append(j)
+        if stuck:
+            d = instrs[min(stuck)]
+            self.fail(d, "unbounded loop: no path from here reaches END", "a path to END or TRAP",
+                      "a cycle with no exit")
 
     def check(self, d: Decoded):
         fam = d.ins.family
