@@ -16,7 +16,9 @@ from .errors import (ArgumentError, BytecodeError, CompilationError, ConstexprEr
                      DvmWarning, InvalidBytecodeError, IRVerificationError, KernelTypeError, LaunchError,
                      MalformedBytecodeError, MemoryFault, PerformanceWarning, RaceDetected, ResourceError,
                      UninitializedRead, UnsupportedSyntaxError, VersionError, WatchdogTimeout)
-from . import npu
+from . import npu, ops
+from .fuser.api import GraphFunction, graph
+from .fuser.graph import GraphError
 from .runtime import CacheInfo, Kernel, kernel, run
 from .trace.record import Session as _Session
 from .vm.bytecode import Bytecode
@@ -30,7 +32,7 @@ def trace(max_events: int | None = 2_000_000, sample: int = 1, summary_only: boo
 
 
 __all__ = [
-    "kernel", "Kernel", "run", "trace", "Bytecode", "CacheInfo", "DvmError", "CompilationError",
+    "kernel", "Kernel", "run", "trace", "Bytecode", "CacheInfo", "graph", "GraphFunction", "GraphError", "ops", "DvmError", "CompilationError",
     "UnsupportedSyntaxError", "KernelTypeError", "ConstexprError", "IRVerificationError", "ArgumentError",
     "LaunchError", "BytecodeError", "MalformedBytecodeError", "InvalidBytecodeError", "VersionError",
     "ResourceError", "DeviceError", "MemoryFault", "WatchdogTimeout", "UninitializedRead", "RaceDetected",

@@ -265,8 +265,9 @@ class Kernel:
         self._launches[lkey] = (build, bc, positions)
 
     # ---- public entry points ----------------------------------------------------------------------------
-    def run(self, grid, *args, trace=False, device=None, name=None, **kwargs):
-        """Same as ``kernel[grid](*args, ...)``."""
+    def prepare(self, grid, *args, device=None, **kwargs):
+        """Bind, build and encode a launch without running it: ``(device, bytecode, arrays, alias groups)``,
+        ready for ``device.run`` or, with other launches, ``device.run_stack``."""
         device, build, bc, arrays = self._prepare(grid, args, kwargs, device)
         for i in build.written:
             a = arrays.get(i)
@@ -274,7 +275,11 @@ class Kernel:
                 raise ArgumentError(f"`{build.params[i].name}` is read-only but `{self.__name__}` stores to it; "
                                     "pass a writeable array")
         flat = {i: a.ravel() for i, a in arrays.items()}  # C-contiguous (checked when bound): views, not copies
-        alias = _alias_groups(arrays)
+        return device, bc, flat, _alias_groups(arrays)
+
+    def run(self, grid, *args, trace=False, device=None, name=None, **kwargs):
+        """Same as ``kernel[grid](*args, ...)``."""
+        device, bc, flat, alias = self.prepare(grid, *args, device=device, **kwargs)
         record = _trace_record()
         session = record.active_session()
         if trace:

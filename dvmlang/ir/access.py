@@ -208,7 +208,17 @@ def _mask_box(m: Value, shape: tuple[int, ...], em: _Emitter, box: Box) -> None:
             if sub.lo[a] is None and sub.hi[a] is None:
                 continue
             if s == 1:
-                raise _NotAffine
+                # a unit dimension that is masked on or off masks the whole tile on or off
+                lo = sub.lo[a] if sub.lo[a] is not None else 0
+                hi = sub.hi[a] if sub.hi[a] is not None else 1
+                if isinstance(lo, int) and isinstance(hi, int):
+                    if not lo <= 0 < hi:
+                        _merge(box, 0, None, 0, em)
+                    continue
+                ok = em.b.binary("and", em.b.compare("le", em.val(lo), em.val(0)),
+                                 em.b.compare("gt", em.val(hi), em.val(0)), dt.bool_)
+                _merge(box, 0, None, em.b.select(ok, em.val(shape[0]), em.val(0)), em)
+                continue
             _merge(box, lead + mapping[a], sub.lo[a], sub.hi[a], em)
         return
     if k == "compare":

@@ -50,6 +50,9 @@ class LaunchRecord:
     bytecode: object = None
     instructions: int = 0
     hbm_stretch: float = 1.0
+    start: float = 0.0
+    members: list = field(default_factory=list)
+    stages: list = field(default_factory=list)
 
     def __repr__(self) -> str:
         return (f"<Launch {self.name} grid={self.grid} cycles={self.cycles} ({self.time_us:.2f} us) "
@@ -117,6 +120,41 @@ class Device:
         total.wall_s = time.perf_counter() - t0
         return total
 
+    def run_stack(self, stages, *, name: str, trace=None) -> LaunchRecord:
+        """One launch of several kernels (stacking fusion): the stages run one after another; the kernels of
+        one stage run side by side on disjoint cores (cores split by their programs). ``stages`` is a list of
+        lists of ``(bytecode, arrays, name, alias_groups)``. The launch overhead is paid once."""
+        t0 = time.perf_counter()
+        prof = self.profile
+        overhead = prof.launch_overhead_cycles
+        clock = 0.0
+        members = []
+        for stage in stages:
+            for bc, _, _, _ in stage:
+                bc.validate()
+                self._check_fits(bc)
+            shares = _split_cores(stage, prof)
+            longest = 0.0
+            for (bc, arrays, kname, alias), cores in zip(stage, shares):
+                rec = self._run_kernel(bc, 0, arrays, trace, kname, alias, cores=cores, overhead=0,
+                                       start=clock, group=kname)
+                members.append(rec)
+                longest = max(longest, rec.cycles)
+            clock += longest
+        cycles = int(round(overhead + clock))
+        total = LaunchRecord(name=name, grid=(), cycles=cycles, bytes_read=sum(r.bytes_read for r in members),
+                             bytes_written=sum(r.bytes_written for r in members),
+                             time_us=cycles / prof.clock_hz * 1e6, cores=max((r.cores for r in members), default=0),
+                             kind="stack", launch_overhead=overhead, profile=prof, group=name,
+                             instructions=sum(r.instructions for r in members))
+        for r in members:
+            for q, v in r.pipe_busy.items():
+                total.pipe_busy[q] = total.pipe_busy.get(q, 0.0) + v
+        total.members = members
+        total.stages = [len(s) for s in stages]
+        total.wall_s = time.perf_counter() - t0
+        return total
+
     def _check_fits(self, bc):
         p = self.profile
         caps = {"ub": p.ub_bytes, "l1": p.l1_bytes, "l0a": p.l0a_bytes, "l0b": p.l0b_bytes, "l0c": p.l0c_bytes}
@@ -132,11 +170,13 @@ class Device:
                 raise LaunchError(f"grid {k.grid} has {g} programs; {p.name} runs at most {p.max_programs} per "
                                   "launch. Use a larger BLOCK, or loop inside the kernel over several tiles")
 
-    def _run_kernel(self, bc, k, arrays, trace, name, alias_groups) -> LaunchRecord:
+    def _run_kernel(self, bc, k, arrays, trace, name, alias_groups, cores=None, overhead=None, start=0.0,
+                    group=None) -> LaunchRecord:
         kern = bc.kernels[k]
         prof = self.profile
         m = self.machine(bc, k)
-        cores = prof.cube_cores if kern.mix else prof.vector_cores
+        if cores is None:
+            cores = prof.cube_cores if kern.mix else prof.vector_cores
         P = kern.grid[0] * kern.grid[1] * kern.grid[2]
         active = min(P, cores)
         L = Launch(bc, kern, arrays, prof, debug=self.debug, watchdog=self.watchdog, kernel_name=name or kern.name,
@@ -181,7 +221,8 @@ class Device:
         first[0] = 0.0
         last[0] = np.maximum(last[0], issue_end)
         offsets, core_end = _compose(T, first, last, cores, kern.double_buffer and prof.double_buffer)
-        overhead = prof.launch_overhead_cycles
+        if overhead is None:
+            overhead = prof.launch_overhead_cycles
         body = float(core_end.max()) if len(core_end) else 0.0
         # HBM roofline: the cores' transfers overlap, but together they cannot move more than HBM allows
         floor = L.hbm_bytes(bytes_w) / prof.hbm_bytes_per_cycle
@@ -200,8 +241,10 @@ class Device:
                               prints=_format_prints(L.prints), diagnostics=L.diagnostics, bytecode=bc,
                               instructions=instrs)
         record.hbm_stretch = stretch
+        record.group = group
+        record.start = start
         if rec is not None:
-            record.trace = rec.finish(offsets, cores, record, T * stretch, stretch)
+            record.trace = rec.finish(offsets + start, cores, record, T * stretch, stretch)
         for line in record.prints:
             print(line)
         if L.diagnostics:
@@ -210,6 +253,23 @@ class Device:
             for msg in L.diagnostics[:8]:
                 warnings.warn(f"{record.name}: {msg}", DvmWarning, stacklevel=4)
         return record
+
+
+def _split_cores(stage, prof) -> list[int]:
+    """Cores for each kernel of a stage: every kernel gets at least one, the rest go by program count."""
+    if len(stage) == 1:
+        bc = stage[0][0]
+        return [prof.cube_cores if bc.kernels[0].mix else prof.vector_cores]
+    out = []
+    progs = [bc.kernels[0].grid[0] * bc.kernels[0].grid[1] * bc.kernels[0].grid[2] for bc, _, _, _ in stage]
+    for (bc, _, _, _), p in zip(stage, progs):
+        mix = bc.kernels[0].mix
+        pool = prof.cube_cores if mix else prof.vector_cores
+        same = sum(q for (b2, _, _, _), q in zip(stage, progs) if b2.kernels[0].mix == mix)
+        n_same = sum(1 for b2, _, _, _ in stage if b2.kernels[0].mix == mix)
+        share = max(1, int(pool * p / max(1, same)))
+        out.append(min(share, max(1, pool - (n_same - 1))))
+    return out
 
 
 def _imm_reader(code):

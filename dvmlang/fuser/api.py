@@ -1,0 +1,417 @@
+"""``@dvmlang.graph``: capture once per symbolic signature, fuse once, encode per call.
+
+A call binds the symbols to the arguments' sizes, checks every deduced equality, picks the fused plan (or
+its split fallback when a guarded row does not fit UB), tiles each group for these sizes, encodes each
+group's kernel (a new shape only encodes: tile sizes come from a small set of powers of two), and runs
+all of them as one stacked launch: dependent groups in sequence through workspaces, independent groups
+side by side on disjoint cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import dtypes as dt
+from . import tiling as tl
+from .codegen import KernelText, matmul_kernel, vector_kernel
+from .fusion import VIEWS, Group, Plan, canonicalize, plan
+from .graph import Graph, GraphError, GraphValue, Node, Sym, Tracer
+
+_capture_lock = threading.RLock()
+
+
+@dataclass
+class GraphStats:
+    captures: int = 0
+    calls: int = 0
+    launches: int = 0
+    fallbacks: int = 0
+
+
+class Program:
+    """A captured graph with its fusion plan(s) and generated kernels; ``run`` executes it on arrays.
+
+    Shared by ``@dvmlang.graph`` (one Program per symbolic signature) and ``dvmlang.lazy()`` (one per
+    flushed pending graph)."""
+
+    def __init__(self, graph: Graph, fuse: bool, profile, name: str | None = None):
+        canonicalize(graph)
+        self.graph = graph
+        self.fuse = fuse
+        self.name = name or graph.name
+        self.plan = plan(graph, fuse, ub_elems_limit=profile.ub_bytes // 2 // 12)
+        self.kernels: dict = {}  # (plan id, group id) -> KernelText
+        self.fallbacks = 0
+
+    # kept for callers that used the old name
+    @property
+    def cap(self):
+        return self
+
+    def bind(self, inputs: dict[int, np.ndarray]):
+        return _bind(self.graph, [inputs[n.id] for n in self.graph.inputs])
+
+    def choose(self, env, profile) -> Plan:
+        p = self.plan
+        if p.fallback is None:
+            return p
+        for grp in p.groups:
+            if grp.mode == "row" and grp.guard is not None:
+                cols = env.value(grp.space[-1])
+                live = tl.live_bytes_per_element(grp)
+                if tl._pow2_ceil(cols) * live > profile.ub_bytes // 2 - 8192:
+                    self.fallbacks += 1
+                    return p.fallback
+        return p
+
+    def run(self, inputs: dict[int, np.ndarray], device, session=None, values: dict | None = None):
+        """Execute on ``inputs`` (input node id -> array). ``values`` may preset arrays for outputs. Returns
+        ``(values, record, launches)``: every stored value by node id, the launch record, the launch count."""
+        env = self.bind(inputs)
+        chosen = self.choose(env, device.profile)
+        values = dict(values or {})
+        values.update(inputs)
+        stages = []
+        for stage in chosen.stages:
+            items = []
+            for grp in stage:
+                items.extend(self.prepare_group(chosen, grp, env, values, device))
+            if items:
+                stages.append(items)
+        record, launches = None, 0
+        if stages:
+            if self.fuse:
+                record = device.run_stack(stages, name=self.name, trace=session)
+                launches = 1
+            else:
+                records = [device.run_stack([[item]], name=item[2], trace=session) for st in stages for item in st]
+                record = _total(self.name, records)
+                launches = len(records)
+        for o in self.graph.outputs:
+            values[o.id] = _materialise(o, values, env)
+        return values, record, launches
+
+    def kernel(self, p: Plan, grp: Group) -> KernelText:
+        key = (id(p), grp.id)
+        kt = self.kernels.get(key)
+        if kt is None:
+            kname = re.sub(r"\W", "_", f"{self.name}_{grp.name}")
+            if not kname[0].isalpha():
+                kname = "k" + kname
+            kt = matmul_kernel(self.graph, grp, kname) if grp.kind == "matmul" else \
+                vector_kernel(self.graph, grp, kname)
+            kt.compile()
+            self.kernels[key] = kt
+        return kt
+
+    def prepare_group(self, p: Plan, grp: Group, env, values, device):
+        if grp.kind == "custom":
+            return _custom(grp, env, values, device)
+        for o in grp.outputs:
+            if o.id not in values:
+                values[o.id] = np.empty(tuple(env.value(d) for d in o.shape), dtype=o.dtype.np)
+        kt = self.kernel(p, grp)
+        args = []
+        space = tuple(env.value(d) for d in grp.space)
+        for j, x in enumerate(kt.inputs):
+            if grp.kind == "matmul" and j < 2:
+                # an operand: its own matrix dims, batch dims aligned to the output's
+                shape = space[:-2] + tuple(env.value(d) for d in x.shape[-2:])
+                base, off, strides = _addressing(x, values, env, shape)
+            else:
+                base, off, strides = _addressing(x, values, env, space)
+            args += [base, off] + strides
+        for o in kt.outputs:
+            base, off, strides = _addressing(o, values, env, space)
+            args += [base, off] + strides
+        if grp.kind == "matmul":
+            mm = grp.nodes[0]
+            m, n_, k = env.value(mm.shape[-2]), env.value(mm.shape[-1]), env.value(mm.inputs[0].shape[-1])
+            bm, bn, bk = tl.choose_matmul(m, n_, k, mm.inputs[0].dtype.itemsize, device.profile)
+            nbn = -(-n_ // bn)
+            batch = space[:-2]
+            grid = ((-(-m // bm)) * nbn, batch[0] if len(batch) > 0 else 1, batch[1] if len(batch) > 1 else 1)
+            args += [m, n_, k, nbn] + [float(env.value(s)) for s in kt.dims]
+            prepared = kt.kernel.prepare(grid, *args, BM=bm, BN=bn, BK=bk, device=device)
+        else:
+            r = len(space)
+            rows = space[-2] if r >= 2 else 1
+            cols = space[-1] if r >= 1 else 1
+            outer = space[:-2] if r >= 2 else ()
+            t = tl.choose(grp, rows, cols, max(1, int(np.prod(outer))) if outer else 1, device.profile,
+                          tl.live_bytes_per_element(grp))
+            if not t.fits:
+                raise GraphError(f"group {grp.name}: a row of {cols} elements does not fit UB")
+            grid = (t.grid[0], outer[0] if len(outer) > 0 else 1, outer[1] if len(outer) > 1 else 1)
+            args += [rows, cols, t.ncb] + [float(env.value(s)) for s in kt.dims]
+            prepared = kt.kernel.prepare(grid, *args, BR=t.br, BC=t.bc, device=device)
+        _, bc, flat, alias = prepared
+        return [(bc, flat, kt.name, alias)]
+
+
+def _signature(args, static: dict, names):
+    key = []
+    for name, a in zip(names, args):
+        if isinstance(a, np.ndarray):
+            d = dt.from_numpy(a.dtype)
+            if d is None:
+                raise GraphError(f"argument `{name}` has dtype {a.dtype}, which dvmlang does not support")
+            dims = tuple(s if (s == 1 or i in static.get(name, ())) else -1 for i, s in enumerate(a.shape))
+            key.append(("t", d.code, dims))
+        elif isinstance(a, (bool, int, float)):
+            key.append(("s", type(a).__name__, a))
+        elif hasattr(a, "__dvm_array__"):
+            arr = a.__dvm_array__()
+            key.append(_signature([arr], static, [name])[0])
+        else:
+            raise GraphError(f"argument `{name}` must be a numpy array or a number, got {type(a).__name__}")
+    return tuple(key)
+
+
+class GraphFunction:
+    """A tensor program of ``dvmlang.ops`` compiled with fusion. Call it with numpy arrays."""
+
+    def __init__(self, fn, fuse: bool = True, static: dict | None = None, device=None, name: str | None = None):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.fuse = fuse
+        self.static = {k: tuple(v) for k, v in (static or {}).items()}
+        self.device = device
+        self.name = name or fn.__name__
+        self.names = list(inspect.signature(fn).parameters)
+        self._captured: dict = {}
+        self.stats = GraphStats()
+        self.last_launch = None
+
+    def __repr__(self) -> str:
+        return f"<dvmlang.graph {self.name} fuse={self.fuse}>"
+
+    # ---- capture ---------------------------------------------------------------------------------------
+    def capture(self, *args) -> Program:
+        key = _signature(args, self.static, self.names)
+        cap = self._captured.get(key)
+        if cap is None:
+            cap = self._capture(args)
+            self._captured[key] = cap
+            self.stats.captures += 1
+        return cap
+
+    def _capture(self, args) -> Program:
+        if len(args) != len(self.names):
+            raise GraphError(f"`{self.name}` takes {len(self.names)} arguments ({', '.join(self.names)}), "
+                             f"got {len(args)}")
+        g = Graph(self.name)
+        values = []
+        for name, a in zip(self.names, args):
+            if hasattr(a, "__dvm_array__"):
+                a = a.__dvm_array__()
+            if isinstance(a, np.ndarray):
+                shape = []
+                for i, s in enumerate(a.shape):
+                    if s == 1:
+                        shape.append(1)
+                    elif i in self.static.get(name, ()):
+                        shape.append(int(s))
+                    else:
+                        shape.append(g.syms.new(f"{name}.shape[{i}]"))
+                n = g.add(Node("input", [], tuple(shape), dt.from_numpy(a.dtype), {"name": name}, name))
+                g.inputs.append(n)
+                values.append(GraphValue(n, g))
+            else:
+                values.append(a)
+        with _capture_lock:
+            prev = Tracer.current
+            Tracer.current = Tracer(g)
+            try:
+                out = self.fn(*values)
+            finally:
+                Tracer.current = prev
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        g.output_tuple = isinstance(out, (tuple, list))
+        for o in outs:
+            if not isinstance(o, GraphValue) or o.graph is not g:
+                raise GraphError(f"`{self.name}` must return graph values computed from its arguments, got {o!r}")
+            g.outputs.append(o.node)
+        from ..npu.device import default_device
+        return Program(g, self.fuse, (self.device or default_device()).profile, self.name)
+
+    # ---- calls -----------------------------------------------------------------------------------------
+    def __call__(self, *args, device=None):
+        from ..npu.device import default_device
+        from ..trace.record import active_session
+        device = device or self.device or default_device()
+        prog = self.capture(*args)
+        arrays = [a.__dvm_array__() if hasattr(a, "__dvm_array__") else a for a in args]
+        inputs = {n.id: arrays[self.names.index(n.attrs["name"])] for n in prog.graph.inputs}
+        before = prog.fallbacks
+        values, record, launches = prog.run(inputs, device, active_session())
+        self.stats.calls += 1
+        self.stats.launches += launches
+        self.stats.fallbacks += prog.fallbacks - before
+        if record is not None:
+            self.last_launch = record
+        outs = [values[o.id] for o in prog.graph.outputs]
+        return tuple(outs) if prog.graph.output_tuple else outs[0]
+
+    # ---- reporting -------------------------------------------------------------------------------------
+    def explain(self, *args, device=None):
+        """A report (prints with rich) of the fusion groups for these arguments, their tiling, and why every
+        rejected pair was rejected."""
+        from ..npu.device import default_device
+        from .explain import Report
+        device = device or self.device or default_device()
+        prog = self.capture(*args)
+        arrays = [a.__dvm_array__() if hasattr(a, "__dvm_array__") else a for a in args]
+        env = _bind(prog.graph, arrays)
+        chosen = prog.choose(env, device.profile)
+        return Report(self, prog, chosen, env, device.profile)
+
+
+def _custom(grp: Group, env, values, device):
+        call = grp.nodes[0]
+        ins = iter(call.inputs)
+        args = []
+        for c in call.attrs["consts"]:
+            if c is None:
+                args.append(np.ascontiguousarray(_materialise(next(ins), values, env)))
+            else:
+                args.append(c)
+        outs = []
+        users = [o for o in grp.outputs]
+        for o in sorted(users, key=lambda x: x.attrs["index"]):
+            arr = np.empty(tuple(env.value(d) for d in o.shape), dtype=o.dtype.np)
+            values[o.id] = arr
+            outs.append(arr)
+        grid = call.attrs["grid"]
+        if callable(grid):
+            grid = grid(*[a.shape if isinstance(a, np.ndarray) else a for a in args])
+        kernel = call.attrs["kernel"]
+        _, bc, flat, alias = kernel.prepare(grid, *args, *outs, device=device, **call.attrs["constexprs"])
+        return [(bc, flat, kernel.__name__, alias)]
+
+def _total(name, records):
+    """One record summing separate launches (the unfused baseline)."""
+    from ..npu.device import LaunchRecord
+    first = records[0]
+    total = LaunchRecord(name=name, grid=(), cycles=sum(r.cycles for r in records),
+                         bytes_read=sum(r.bytes_read for r in records),
+                         bytes_written=sum(r.bytes_written for r in records),
+                         time_us=sum(r.time_us for r in records), kind="unfused",
+                         launch_overhead=sum(r.launch_overhead for r in records), profile=first.profile, group=name)
+    total.members = [m for r in records for m in r.members]
+    total.launches = len(records)
+    return total
+
+
+class _Env:
+    """Concrete sizes of one call."""
+
+    def __init__(self, g: Graph, values: dict[int, int]):
+        self.g = g
+        self.values = values
+
+    def value(self, d) -> int:
+        d = self.g.syms.find(d)
+        if isinstance(d, int):
+            return d
+        return self.values[d.id]
+
+
+def _bind(g: Graph, arrays) -> _Env:
+    values: dict[int, int] = {}
+    inputs = {n.attrs["name"]: n for n in g.inputs}
+    names = [n.attrs["name"] for n in g.inputs]
+    by_name = {}
+    for n in g.inputs:
+        by_name[n.attrs["name"]] = n
+    for n in g.inputs:
+        pass
+    # every input dimension binds its symbol (and must agree with its class)
+    for n, arr in zip(g.inputs, [a for a in arrays if isinstance(a, np.ndarray)]):
+        if arr.ndim != n.rank:
+            raise GraphError(f"argument `{n.attrs['name']}` must have rank {n.rank}, got {arr.ndim}")
+        for d, size in zip(n.shape, arr.shape):
+            if isinstance(d, Sym):
+                root = g.syms.find(d)
+                if isinstance(root, Sym):
+                    prev = values.get(root.id)
+                    if prev is not None and prev != size:
+                        raise GraphError(f"`{g.name}`: {d.origin} is {size} but it must equal {_origin_of(g, root)} "
+                                         f"= {prev} (deduced while capturing: "
+                                         f"{_why(g, root)})")
+                    values[root.id] = size
+                values.setdefault(d.id, size)
+            elif d != size:
+                raise GraphError(f"`{g.name}`: argument `{n.attrs['name']}` has shape {arr.shape}; dimension of size "
+                                 f"{d} expected")
+    for a, b, why in g.syms.deductions:
+        ra = g.syms.find(a)
+        va = values.get(ra.id, values.get(a.id)) if isinstance(ra, Sym) else ra
+        vb = b if isinstance(b, int) else values.get(g.syms.find(b).id)
+        if va is not None and vb is not None and va != vb:
+            raise GraphError(f"`{g.name}`: {a.origin} = {va} but {why} requires it to equal {vb}")
+    _ = (inputs, names, by_name)
+    return _Env(g, values)
+
+
+def _origin_of(g: Graph, sym) -> str:
+    return sym.origin
+
+
+def _why(g: Graph, sym) -> str:
+    for a, b, why in g.syms.deductions:
+        if g.syms.find(a) is sym:
+            return why
+    return "equal sizes"
+
+
+def _materialise(n: Node, values, env) -> np.ndarray:
+    """The numpy array (or view) of a stored value; views are applied to the stored array."""
+    if n.id in values:
+        return values[n.id]
+    if n.op in VIEWS:
+        base = _materialise(n.inputs[0], values, env)
+        if n.op == "reshape":
+            v = base.reshape(tuple(env.value(d) for d in n.shape))
+        else:
+            v = base.transpose(n.attrs["perm"])
+        values[n.id] = v
+        return v
+    if n.op == "broadcast_to":
+        base = _materialise(n.inputs[0], values, env)
+        return np.broadcast_to(base, tuple(env.value(d) for d in n.shape))
+    raise GraphError(f"internal: value %{n.id} ({n.op}) was never computed")
+
+
+def _addressing(n: Node, values, env, space):
+    """(base array, element offset, strides along the iteration space) of a stored value."""
+    arr = _materialise(n, values, env)
+    base = arr
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    if not base.flags.c_contiguous:
+        base = np.ascontiguousarray(arr)
+        arr = base
+    item = arr.itemsize
+    off = (arr.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // item
+    strides = [s // item for s in arr.strides]
+    if space is not None:
+        pad = len(space) - arr.ndim
+        strides = [0] * pad + strides
+        shape = (1,) * pad + arr.shape
+        strides = [0 if dim == 1 else s for dim, s in zip(shape, strides)]
+    return base.reshape(-1), off, strides
+
+
+def graph(fn=None, *, fuse: bool = True, static: dict | None = None, device=None, name: str | None = None):
+    """Decorator: ``@dvmlang.graph`` compiles a function of ``dvmlang.ops`` with fusion; ``fuse=False`` runs one
+    kernel per op (the unfused baseline). ``static={"w": (0,)}`` keeps named dimensions as constants."""
+    if fn is None:
+        return lambda f: GraphFunction(f, fuse=fuse, static=static, device=device, name=name)
+    return GraphFunction(fn, fuse=fuse, static=static, device=device, name=name)

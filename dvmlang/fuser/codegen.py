@@ -1,0 +1,386 @@
+"""Generate a ``@dvmlang.kernel`` for every fusion group, as Python source.
+
+Fused kernels go through the same frontend, encoder and device as hand-written ones, so the trace viewer
+shows their source lines and the disassembler their instructions. Tile sizes are constexpr parameters
+(``BR``, ``BC`` or ``BM``, ``BN``, ``BK``) chosen per call by the auto-tiler; everything that depends on
+the shapes of a call (extents, strides, offsets) is a runtime argument, so a new shape only encodes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+import math
+
+from .. import dtypes as dt
+from .fusion import FREE, Group
+from .graph import Graph, Node
+
+_counter = itertools.count()
+
+UNARY = {"exp": "dl.exp({})", "log": "dl.log({})", "sqrt": "dl.sqrt({})", "rsqrt": "dl.rsqrt({})",
+         "tanh": "dl.tanh({})", "sigmoid": "dl.sigmoid({})", "erf": "dl.erf({})", "sin": "dl.sin({})",
+         "cos": "dl.cos({})", "floor": "dl.floor({})", "ceil": "dl.ceil({})", "abs": "dl.abs({})",
+         "neg": "(-{})", "recip": "(1.0 / {})"}
+BINARY = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "truediv": "({} / {})", "pow": "({} ** {})",
+          "maximum": "dl.maximum({}, {})", "minimum": "dl.minimum({}, {})", "lt": "({} < {})", "le": "({} <= {})",
+          "gt": "({} > {})", "ge": "({} >= {})", "eq": "({} == {})", "ne": "({} != {})", "and": "({} & {})",
+          "or": "({} | {})"}
+
+
+class Source:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.indent = 1
+
+    def __call__(self, text: str):
+        self.lines.append("    " * self.indent + text)
+
+
+def _literal(value, d: dt.DType) -> str:
+    if d.is_float:
+        v = float(value)
+        if math.isnan(v):
+            return 'float("nan")'
+        if math.isinf(v):
+            return 'float("inf")' if v > 0 else '-float("inf")'
+        return repr(v)
+    if d.is_bool:
+        return repr(bool(value))
+    return repr(int(value))
+
+
+def _ident(op: str, d: dt.DType) -> str:
+    if op == "sum":
+        return "0.0" if d.is_float else "0"
+    if d.is_float:
+        return '-float("inf")' if op == "max" else 'float("inf")'
+    import numpy as np
+    info = np.iinfo(d.np)
+    return repr(int(info.min if op == "max" else info.max))
+
+
+class Layout:
+    """How a tensor of some shape lines up with a group's iteration space (outer..., rows, cols)."""
+
+    def __init__(self, g: Graph, shape, space):
+        self.g = g
+        r = len(space)
+        off = r - len(shape)
+        self.present = []  # per space dim: True if the tensor varies along it
+        for k in range(r):
+            j = k - off
+            if j < 0:
+                self.present.append(False)
+                continue
+            d = g.syms.find(shape[j])
+            self.present.append(not (isinstance(d, int) and d == 1))
+        self.rank = r
+
+
+def emit_value(src: Source, g: Graph, n: Node, names: dict, idx: dict) -> str:
+    """One node as an expression over tiles ``names``; ``idx`` maps rows/cols/outer to index expressions."""
+    a = [names.get(i.id) for i in n.inputs]
+    op = n.op
+    if op in UNARY:
+        return UNARY[op].format(a[0])
+    if op in BINARY:
+        return BINARY[op].format(a[0], a[1])
+    if op == "where":
+        return f"dl.where({a[0]}, {a[1]}, {a[2]})"
+    if op == "cast":
+        return f"({a[0]}).to(dl.{n.dtype.name})"
+    if op == "broadcast_to":
+        return a[0]
+    if op == "const":
+        return _literal(n.attrs["value"], n.dtype)
+    if op == "dim":
+        return idx["dim"](n.attrs["sym"])
+    if op == "iota":
+        rank = len(n.shape)
+        ax = n.attrs["axis"]
+        if ax == rank - 1:
+            return f"({idx['cols']})[None, :]"
+        if ax == rank - 2:
+            return f"({idx['rows']})[:, None]"
+        return idx["outer"](ax)
+    raise AssertionError(f"no code for {op}")
+
+
+class KernelText:
+    """Generated source plus what the runtime needs to call it."""
+
+    def __init__(self, name, text, params, inputs, outputs, dims, mode, space):
+        self.name = name
+        self.text = text
+        self.params = params  # ordered parameter names
+        self.inputs = inputs  # external input nodes, in parameter order
+        self.outputs = outputs  # output nodes, in parameter order
+        self.dims = dims  # symbols passed as runtime scalars
+        self.mode = mode
+        self.space = space
+        self.kernel = None
+
+    def compile(self):
+        """Turn the text into a ``Kernel`` (the source is registered with linecache for the frontend)."""
+        if self.kernel is None:
+            import dvmlang
+            import dvmlang.language as dl
+            filename = f"<dvmlang fused {self.name} #{next(_counter)}>"
+            lines = self.text.splitlines(True)
+            linecache.cache[filename] = (len(self.text), None, lines, filename)
+            ns = {"dl": dl, "dvmlang": dvmlang}
+            exec(compile(self.text, filename, "exec"), ns)  # noqa: S102 - our own generated code
+            self.kernel = ns[self.name]
+        return self.kernel
+
+
+def _dims_needed(nodes) -> list:
+    out = []
+    for n in nodes:
+        if n.op == "dim" and n.attrs["sym"] not in out:
+            out.append(n.attrs["sym"])
+    return out
+
+
+def _free_nodes(grp: Group):
+    seen = {n.id for n in grp.nodes}
+    free = []
+    for n in grp.nodes:
+        stack = list(n.inputs)
+        while stack:
+            x = stack.pop()
+            if x.op in FREE and x.id not in seen:
+                seen.add(x.id)
+                free.append(x)
+                stack.extend(x.inputs)
+    return free
+
+
+def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
+    space = grp.space
+    r = len(space)
+    outer = r - 2 if r >= 2 else 0
+    free = _free_nodes(grp)
+    nodes = free + list(grp.nodes)
+    ins = list(grp.inputs)
+    outs = list(grp.outputs)
+    dims = _dims_needed(nodes)
+    params = []
+    for k, _ in enumerate(ins):
+        params += [f"in{k}", f"in{k}_off"] + [f"in{k}_s{d}" for d in range(r)]
+    for k, _ in enumerate(outs):
+        params += [f"out{k}", f"out{k}_off"] + [f"out{k}_s{d}" for d in range(r)]
+    params += ["R", "C", "NCB"] + [f"dim{s.id}" for s in dims]
+    src = Source()
+    src.indent = 0
+    src("@dvmlang.kernel")
+    src(f"def {name}({', '.join(params)}, BR: dl.constexpr, BC: dl.constexpr):")
+    src.indent = 1
+    src(f'"""Fused group {grp.name} ({grp.mode} tiling) of graph `{g.name}`."""')
+    src("pid = dl.program_id(0)")
+    if outer >= 1:
+        src("o0 = dl.program_id(1)")
+    if outer >= 2:
+        src("o1 = dl.program_id(2)")
+    if grp.mode == "tiled":
+        src("rows = (pid // NCB) * BR + dl.arange(0, BR)")
+    else:
+        src("rows = pid * BR + dl.arange(0, BR)")
+    src("rmask = rows < R")
+
+    def address(kind, k, lay: Layout, rows_v, cols_v):
+        terms = [f"{kind}{k}_off"]
+        for d in range(outer):
+            if lay.present[d]:
+                terms.append(f"o{d} * {kind}{k}_s{d}")
+        if r >= 2 and lay.present[r - 2]:
+            terms.append(f"{rows_v}[:, None] * {kind}{k}_s{r - 2}")
+        if r >= 1 and lay.present[r - 1]:
+            terms.append(f"{cols_v}[None, :] * {kind}{k}_s{r - 1}")
+        expr = f"{kind}{k} + " + " + ".join(terms)
+        rr = "BR" if r >= 2 and lay.present[r - 2] else "1"
+        cc = "BC" if r >= 1 and lay.present[r - 1] else "1"
+        if rr == "1" and cc == "1":
+            expr = f"dl.broadcast_to({expr}, (1, 1))"
+        elif rr == "1":
+            expr = f"dl.broadcast_to({expr}, (1, BC))"
+        elif cc == "1":
+            expr = f"dl.broadcast_to({expr}, (BR, 1))"
+        rm = "rmask[:, None]" if rr == "BR" else None
+        cm = "cmask[None, :]" if cc == "BC" else None
+        mask = " & ".join(m for m in (rm, cm) if m) or None
+        return expr, mask, (rr, cc)
+
+    names: dict[int, str] = {}
+    idx = {"rows": "rows", "cols": "cols", "dim": lambda s: f"dim{s.id}",
+           "outer": lambda ax: f"o{ax}"}
+
+    def emit_loads(target_nodes):
+        for k, x in enumerate(ins):
+            lay = Layout(g, x.shape, space)
+            expr, mask, _ = address("in", k, lay, "rows", "cols")
+            m = f", mask={mask}, other=0" if mask else ""
+            src(f"x{k} = dl.load({expr}{m})")
+            names[x.id] = f"x{k}"
+
+    def emit_node(n: Node):
+        if n.op == "reduce":
+            op = n.attrs["op"]
+            v = names[n.inputs[0].id]
+            masked = f"dl.where(cmask[None, :], {v}, {_ident(op, n.dtype)})"
+            red = f"dl.{op}({masked}, axis=1, keep_dims=True)"
+            if grp.mode == "loop":
+                src(f"r{n.id} = {red}")
+                combine = {"sum": "acc{0} + r{0}", "max": "dl.maximum(acc{0}, r{0})",
+                           "min": "dl.minimum(acc{0}, r{0})"}[op].format(n.id)
+                src(f"acc{n.id} = {combine}")
+                names[n.id] = f"acc{n.id}"
+            else:
+                src(f"v{n.id} = {red}")
+                names[n.id] = f"v{n.id}"
+            return
+        src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
+        names[n.id] = f"v{n.id}"
+
+    def emit_store(k, n: Node):
+        lay = Layout(g, n.shape, space)
+        expr, mask, (rr, cc) = address("out", k, lay, "rows", "cols")
+        v = names[n.id]
+        val = f"dl.broadcast_to({v}, ({rr}, {cc}))"
+        m = f", mask={mask}" if mask else ""
+        src(f"dl.store({expr}, {val}{m})")
+
+    reduce_nodes = [n for n in grp.nodes if n.op == "reduce"]
+    if grp.mode == "loop":
+        after = set()
+        for n in grp.nodes:
+            if n.op != "reduce" and any(i.id in after or i.op == "reduce" and i in grp.nodes for i in n.inputs):
+                after.add(n.id)
+        for n in reduce_nodes:
+            src(f"acc{n.id} = dl.full((BR, 1), {_ident(n.attrs['op'], n.dtype)}, dl.{n.dtype.name})")
+        src("for c0 in range(0, C, BC):")
+        src.indent += 1
+        src("cols = c0 + dl.arange(0, BC)")
+        src("cmask = cols < C")
+        emit_loads(None)
+        for n in free:
+            if n.op != "iota":
+                src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
+                names[n.id] = f"v{n.id}"
+        for n in free:
+            if n.op == "iota":
+                src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
+                names[n.id] = f"v{n.id}"
+        for n in grp.nodes:
+            if n.id not in after:
+                emit_node(n)
+        for k, o in enumerate(outs):
+            if o.id not in after and o.op != "reduce":
+                emit_store(k, o)
+        src.indent -= 1
+        for n in grp.nodes:
+            if n.id in after:
+                emit_node(n)
+        for k, o in enumerate(outs):
+            if o.id in after or o.op == "reduce":
+                emit_store(k, o)
+    else:
+        if grp.mode == "tiled":
+            src("cols = (pid % NCB) * BC + dl.arange(0, BC)")
+        else:
+            src("cols = dl.arange(0, BC)")
+        src("cmask = cols < C")
+        emit_loads(None)
+        for n in free:
+            src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
+            names[n.id] = f"v{n.id}"
+        for n in grp.nodes:
+            emit_node(n)
+        for k, o in enumerate(outs):
+            emit_store(k, o)
+    text = "\n".join(src.lines) + "\n"
+    return KernelText(name, text, params, ins, outs, dims, grp.mode, space)
+
+
+def matmul_kernel(g: Graph, grp: Group, name: str) -> KernelText:
+    mm = grp.nodes[0]
+    a, b = mm.inputs
+    space = mm.shape
+    r = len(space)
+    nb = r - 2  # batch dims (<= 2)
+    if nb > 2:
+        from .graph import GraphError
+        raise GraphError("matmul supports at most two batch dimensions")
+    epilogue = grp.nodes[1:]
+    free = _free_nodes(grp)
+    ext = [i for i in grp.inputs if i is not a and i is not b]
+    outs = list(grp.outputs)
+    dims = _dims_needed(free + epilogue)
+    params = ["A", "A_off"] + [f"A_s{d}" for d in range(r)] + ["B", "B_off"] + [f"B_s{d}" for d in range(r)]
+    for k, _ in enumerate(ext):
+        params += [f"in{k}", f"in{k}_off"] + [f"in{k}_s{d}" for d in range(r)]
+    for k, _ in enumerate(outs):
+        params += [f"out{k}", f"out{k}_off"] + [f"out{k}_s{d}" for d in range(r)]
+    params += ["M", "N", "K", "NBN"] + [f"dim{s.id}" for s in dims]
+    src = Source()
+    src.indent = 0
+    src("@dvmlang.kernel")
+    src(f"def {name}({', '.join(params)}, BM: dl.constexpr, BN: dl.constexpr, BK: dl.constexpr):")
+    src.indent = 1
+    src(f'"""Fused group {grp.name}: batched matmul on the cube with an elementwise epilogue."""')
+    src("pid = dl.program_id(0)")
+    for d in range(nb):
+        src(f"o{d} = dl.program_id({d + 1})")
+    src("rm = (pid // NBN) * BM + dl.arange(0, BM)")
+    src("rn = (pid % NBN) * BN + dl.arange(0, BN)")
+    src("rk = dl.arange(0, BK)")
+
+    def batch_terms(kind, lay: Layout):
+        return "".join(f" + o{d} * {kind}_s{d}" for d in range(nb) if lay.present[d])
+
+    la = Layout(g, a.shape, space[:-2] + (a.shape[-2], a.shape[-1]))
+    lb = Layout(g, b.shape, space[:-2] + (b.shape[-2], b.shape[-1]))
+    src(f"a_ptrs = A + A_off{batch_terms('A', la)} + rm[:, None] * A_s{r - 2} + rk[None, :] * A_s{r - 1}")
+    src(f"b_ptrs = B + B_off{batch_terms('B', lb)} + rk[:, None] * B_s{r - 2} + rn[None, :] * B_s{r - 1}")
+    src("acc = dl.zeros((BM, BN), dl.float32)" if not mm.dtype.is_int else "acc = dl.zeros((BM, BN), dl.int32)")
+    src("for k in range(0, K, BK):")
+    src.indent += 1
+    src("a = dl.load(a_ptrs, mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0)")
+    src("b = dl.load(b_ptrs, mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0)")
+    src("acc = dl.dot(a, b, acc)")
+    src(f"a_ptrs += BK * A_s{r - 1}")
+    src(f"b_ptrs += BK * B_s{r - 2}")
+    src.indent -= 1
+    names = {mm.id: "v_mm"}
+    src(f"v_mm = acc.to(dl.{mm.dtype.name})")
+    src("mmask = (rm[:, None] < M) & (rn[None, :] < N)")
+    idx = {"rows": "rm", "cols": "rn", "dim": lambda s: f"dim{s.id}", "outer": lambda ax: f"o{ax}"}
+    for k, x in enumerate(ext):
+        lay = Layout(g, x.shape, space)
+        terms = [f"in{k}_off"] + [f"o{d} * in{k}_s{d}" for d in range(nb) if lay.present[d]]
+        rr = lay.present[r - 2]
+        cc = lay.present[r - 1]
+        if rr:
+            terms.append(f"rm[:, None] * in{k}_s{r - 2}")
+        if cc:
+            terms.append(f"rn[None, :] * in{k}_s{r - 1}")
+        shape = f"({'BM' if rr else 1}, {'BN' if cc else 1})"
+        mask = " & ".join(m for m in ("(rm[:, None] < M)" if rr else "", "(rn[None, :] < N)" if cc else "") if m)
+        m = f", mask={mask}, other=0" if mask else ""
+        src(f"x{k} = dl.load(dl.broadcast_to(in{k} + {' + '.join(terms)}, {shape}){m})")
+        names[x.id] = f"x{k}"
+    for n in free:
+        src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
+        names[n.id] = f"v{n.id}"
+    for n in epilogue:
+        src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
+        names[n.id] = f"v{n.id}"
+    for k, o in enumerate(outs):
+        lay = Layout(g, o.shape, space)
+        terms = [f"out{k}_off"] + [f"o{d} * out{k}_s{d}" for d in range(nb) if lay.present[d]]
+        terms += [f"rm[:, None] * out{k}_s{r - 2}", f"rn[None, :] * out{k}_s{r - 1}"]
+        src(f"dl.store(out{k} + {' + '.join(terms)}, dl.broadcast_to({names[o.id]}, (BM, BN)), mask=mmask)")
+    text = "\n".join(src.lines) + "\n"
+    kt = KernelText(name, text, params, [a, b] + ext, outs, dims, "matmul", space)
+    return kt

@@ -1,0 +1,111 @@
+"""``graph.explain(...)``: the fusion report, printable with rich (and as plain text with ``str()``)."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console, Group as RGroup
+from rich.text import Text
+from rich.tree import Tree
+
+from . import tiling as tl
+from .fusion import FREE
+
+
+class Report:
+    def __init__(self, gf, cap, plan, env, profile):
+        self.gf = gf
+        self.cap = cap
+        self.plan = plan
+        self.env = env
+        self.profile = profile
+
+    # structured access (tests and tools)
+    @property
+    def groups(self):
+        return self.plan.groups
+
+    @property
+    def rejections(self):
+        return self.plan.rejections
+
+    @property
+    def launches(self) -> int:
+        if not self.plan.fused:
+            return len(self.plan.groups)
+        return 1 if self.plan.groups else 0
+
+    def reasons(self) -> list[str]:
+        return [r.reason for r in self.plan.rejections]
+
+    def _tiling(self, grp) -> str:
+        env = self.env
+        try:
+            space = tuple(env.value(d) for d in grp.space)
+        except KeyError:
+            return ""
+        if grp.kind == "matmul":
+            mm = grp.nodes[0]
+            m, n, k = env.value(mm.shape[-2]), env.value(mm.shape[-1]), env.value(mm.inputs[0].shape[-1])
+            bm, bn, bk = tl.choose_matmul(m, n, k, mm.inputs[0].dtype.itemsize, self.profile)
+            tiles = -(-m // bm) * -(-n // bn)
+            batch = 1
+            for d in space[:-2]:
+                batch *= d
+            return f"tiles {bm}x{bn}x{bk}, {tiles * batch} programs on {self.profile.cube_cores} cube cores"
+        if grp.kind == "custom":
+            return "user kernel"
+        r = len(space)
+        rows = space[-2] if r >= 2 else 1
+        cols = space[-1] if r >= 1 else 1
+        outer = 1
+        for d in space[:-2]:
+            outer *= d
+        live = tl.live_bytes_per_element(grp)
+        t = tl.choose(grp, rows, cols, outer, self.profile, live)
+        programs = t.grid[0] * outer
+        waves = -(-programs // self.profile.vector_cores)
+        return (f"{grp.mode} tiles {t.br}x{t.bc} over {space}, {programs} programs ({waves} wave(s) on "
+                f"{self.profile.vector_cores} vector cores), {live} live bytes per element")
+
+    def __rich__(self):
+        g = self.cap.graph
+        p = self.plan
+        head = Text(f"graph {g.name}: {len(p.groups)} group(s)")
+        if p.fused:
+            head.append(f" in {len(p.stages)} stage(s), one stacked launch")
+        else:
+            head.append(" (unfused: one launch per op)")
+        if p.split_reductions:
+            head.append(" — split plan: a guarded row did not fit UB")
+        tree = Tree(head)
+        if g.syms.deductions:
+            ded = tree.add(Text("deduced equalities (checked at every call)"))
+            for a, b, why in g.syms.deductions:
+                ded.add(Text(f"{a} ({a.origin}) == {b}  [{why}]"))
+        for si, stage in enumerate(p.stages):
+            st = tree.add(Text(f"stage {si}" + (" (side by side)" if len(stage) > 1 else "")))
+            for grp in stage:
+                label = Text(f"{grp.name}  [{grp.kind}" + (f", {grp.mode}" if grp.kind == "vector" else "") + "]")
+                node = st.add(label)
+                ops = [f"%{n.id} {n.op if n.op != 'reduce' else 'reduce ' + n.attrs['op']}" for n in grp.nodes
+                       if n.op not in FREE]
+                node.add(Text("ops: " + ", ".join(ops)))
+                node.add(Text("reads: " + (", ".join(f"%{i.id}" for i in grp.inputs) or "-") + "   writes: " +
+                              (", ".join(f"%{o.id}" for o in grp.outputs) or "-")))
+                tiling = self._tiling(grp)
+                if tiling:
+                    node.add(Text("tiling: " + tiling))
+                if grp.guard is not None:
+                    node.add(Text(f"guard: a whole row of {grp.guard} elements must fit UB; otherwise the split "
+                                  "plan runs (fuse behind a launch-time guard, with an unfused fallback)"))
+        if p.rejections:
+            rej = tree.add(Text("not fused"))
+            for r in p.rejections:
+                rej.add(Text(f"{r.producer} -> {r.consumer}: {r.reason}"))
+        return RGroup(tree)
+
+    def __str__(self) -> str:
+        buf = io.StringIO()
+        Console(file=buf, width=120, color_system=None).print(self)
+        return buf.getvalue()

@@ -1,0 +1,280 @@
+"""Tensor graphs with symbolic dimensions: what ``@dvmlang.graph`` captures and the fuser works on.
+
+Every input dimension is a symbol (``s0``, ``s1``, ...) unless it is 1 or declared static. Operations that
+need two dimensions to be equal (elementwise operands, matmul inner dimensions) *deduce* it: the two
+symbols are unified, and each call checks the deduced equalities before anything runs. Shapes are tuples
+of ``Dim`` (an int, or a symbol class resolved through the graph's union-find).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import dtypes as dt
+from ..errors import DvmError
+
+
+class GraphError(DvmError, ValueError):
+    """A tensor program is malformed: shapes that cannot match, an unknown operation, a bad argument."""
+
+
+class Sym:
+    """A symbolic dimension: the size of some input dimension, known only per call."""
+
+    __slots__ = ("id", "name", "origin")
+
+    def __init__(self, id: int, name: str, origin: str):
+        self.id = id
+        self.name = name
+        self.origin = origin  # e.g. "x.shape[0]"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+Dim = int | Sym
+
+
+class SymTable:
+    """Union-find over symbols, plus the equalities deduced while capturing (each a guard at call time)."""
+
+    def __init__(self):
+        self.syms: list[Sym] = []
+        self.parent: dict[int, int] = {}
+        self.deductions: list[tuple[Sym, Sym, str]] = []
+
+    def new(self, origin: str) -> Sym:
+        s = Sym(len(self.syms), f"s{len(self.syms)}", origin)
+        self.syms.append(s)
+        self.parent[s.id] = s.id
+        return s
+
+    def find(self, d: Dim) -> Dim:
+        if isinstance(d, int):
+            return d
+        i = d.id
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return self.syms[i]
+
+    def equal(self, a: Dim, b: Dim) -> bool | None:
+        """True when proven equal, False when proven different, None when unknown."""
+        a, b = self.find(a), self.find(b)
+        if isinstance(a, int) and isinstance(b, int):
+            return a == b
+        if a is b:
+            return True
+        return None
+
+    def unify(self, a: Dim, b: Dim, why: str) -> Dim:
+        """Record that ``a`` and ``b`` must be equal (checked at every call)."""
+        a, b = self.find(a), self.find(b)
+        if a is b or (isinstance(a, int) and isinstance(b, int) and a == b):
+            return a
+        if isinstance(a, int) and isinstance(b, int):
+            raise GraphError(f"{why}: dimensions {a} and {b} differ")
+        if isinstance(a, int):
+            a, b = b, a
+        # a is a symbol; b is a symbol or an int
+        self.deductions.append((a, b, why))
+        if isinstance(b, int):
+            return a  # a guard checks a == b at call time; the symbol stays
+        self.parent[b.id] = a.id
+        return a
+
+    def text(self, d: Dim) -> str:
+        d = self.find(d)
+        return str(d)
+
+
+@dataclass(eq=False)
+class Node:
+    """One tensor operation. ``shape`` holds Dims; ``attrs`` the static parameters."""
+
+    op: str
+    inputs: list["Node"]
+    shape: tuple
+    dtype: dt.DType
+    attrs: dict = field(default_factory=dict)
+    name: str = ""
+    id: int = 0
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"%{self.id}={self.op}"
+
+
+ELEMENTWISE_UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "floor",
+                     "ceil", "recip")
+ELEMENTWISE_BINARY = ("add", "sub", "mul", "truediv", "pow", "maximum", "minimum", "lt", "le", "gt", "ge", "eq",
+                      "ne", "and", "or")
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+REDUCTIONS = ("sum", "max", "min")
+
+
+class Graph:
+    """A captured tensor program: inputs, nodes in topological order, outputs."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.syms = SymTable()
+        self.nodes: list[Node] = []
+        self.inputs: list[Node] = []
+        self.outputs: list[Node] = []
+        self.output_tuple = False
+
+    def add(self, node: Node) -> Node:
+        node.id = len(self.nodes)
+        self.nodes.append(node)
+        return node
+
+    def users(self) -> dict[int, list[Node]]:
+        out: dict[int, list[Node]] = {n.id: [] for n in self.nodes}
+        for n in self.nodes:
+            for i in n.inputs:
+                out[i.id].append(n)
+        return out
+
+    def shape_text(self, shape) -> str:
+        return "(" + ", ".join(self.syms.text(d) for d in shape) + ")"
+
+    def dump(self) -> str:
+        lines = [f"graph {self.name}"]
+        for n in self.nodes:
+            args = ", ".join(f"%{i.id}" for i in n.inputs)
+            attrs = "".join(f" {k}={v}" for k, v in n.attrs.items() if k not in ("kernel",))
+            lines.append(f"  %{n.id} = {n.op}({args}){attrs} : {self.shape_text(n.shape)} {n.dtype.name}")
+        lines.append("  return " + ", ".join(f"%{o.id}" for o in self.outputs))
+        return "\n".join(lines)
+
+
+class Tracer:
+    """The capture-time state: the graph under construction (one per thread at a time)."""
+
+    current: "Tracer | None" = None
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+
+
+class GraphValue:
+    """A tensor inside ``@dvmlang.graph``: shape (with symbols) and dtype, no data."""
+
+    __array_priority__ = 1000
+
+    def __init__(self, node: Node, graph: Graph):
+        self.node = node
+        self.graph = graph
+
+    @property
+    def shape(self):
+        return tuple(self.graph.syms.find(d) for d in self.node.shape)
+
+    @property
+    def dtype(self) -> dt.DType:
+        return self.node.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.node.rank
+
+    def __repr__(self) -> str:
+        return f"<graph value {self.graph.shape_text(self.node.shape)} {self.dtype.name}>"
+
+    def __bool__(self):
+        raise GraphError("a graph value has no truth value while the graph is captured; use ops.where for "
+                         "data-dependent choices")
+
+    # Python operators build graph nodes (ops does the work)
+    def __add__(self, o):
+        from .. import ops
+        return ops.add(self, o)
+
+    def __radd__(self, o):
+        from .. import ops
+        return ops.add(o, self)
+
+    def __sub__(self, o):
+        from .. import ops
+        return ops.sub(self, o)
+
+    def __rsub__(self, o):
+        from .. import ops
+        return ops.sub(o, self)
+
+    def __mul__(self, o):
+        from .. import ops
+        return ops.mul(self, o)
+
+    def __rmul__(self, o):
+        from .. import ops
+        return ops.mul(o, self)
+
+    def __truediv__(self, o):
+        from .. import ops
+        return ops.div(self, o)
+
+    def __rtruediv__(self, o):
+        from .. import ops
+        return ops.div(o, self)
+
+    def __pow__(self, o):
+        from .. import ops
+        return ops.pow(self, o)
+
+    def __neg__(self):
+        from .. import ops
+        return ops.neg(self)
+
+    def __abs__(self):
+        from .. import ops
+        return ops.abs(self)
+
+    def __matmul__(self, o):
+        from .. import ops
+        return ops.matmul(self, o)
+
+    def __lt__(self, o):
+        from .. import ops
+        return ops.lt(self, o)
+
+    def __le__(self, o):
+        from .. import ops
+        return ops.le(self, o)
+
+    def __gt__(self, o):
+        from .. import ops
+        return ops.gt(self, o)
+
+    def __ge__(self, o):
+        from .. import ops
+        return ops.ge(self, o)
+
+    @property
+    def T(self):
+        from .. import ops
+        return ops.transpose(self)
+
+    def reshape(self, *shape):
+        from .. import ops
+        return ops.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape)
+
+    def sum(self, axis=None, keepdims=False):
+        from .. import ops
+        return ops.sum(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        from .. import ops
+        return ops.mean(self, axis=axis, keepdims=keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        from .. import ops
+        return ops.max(self, axis=axis, keepdims=keepdims)
+
+    def astype(self, dtype):
+        from .. import ops
+        return ops.cast(self, dtype)

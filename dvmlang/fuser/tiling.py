@@ -1,0 +1,103 @@
+"""Auto-tiling of fused groups, per call, from UB capacity and the group's peak live buffers.
+
+Tile sizes are powers of two (so a handful of builds serve every shape). Among the candidates the tiler
+picks the cheapest by a small analytic model — ``waves x (work per tile + overhead per tile)`` with
+``waves = ceil(tiles / cores)`` — which prefers tile counts that are multiples of the core count and
+leaves at most one ragged tile per dimension.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .fusion import Group
+
+TILE_OVERHEAD_ELEMS = 2048  # fixed cost of a tile (DMA latency, dispatch), in element-equivalents
+
+
+@dataclass
+class Tiling:
+    br: int
+    bc: int
+    grid: tuple[int, int, int]
+    ncb: int
+    fits: bool = True
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def live_bytes_per_element(grp: Group) -> int:
+    """Peak bytes of live tiles per element of the iteration space (a liveness count over the group)."""
+    order = list(grp.nodes)
+    last_use = {}
+    for pos, n in enumerate(order):
+        for i in n.inputs:
+            last_use[i.id] = pos
+    live = {}
+    for x in grp.inputs:
+        live[x.id] = max(2, x.dtype.itemsize)
+    peak = sum(live.values())
+    for pos, n in enumerate(order):
+        live[n.id] = max(2, n.dtype.itemsize)
+        peak = max(peak, sum(live.values()))
+        for k in [k for k, _ in live.items() if last_use.get(k, -1) <= pos and k != n.id]:
+            if k not in {o.id for o in grp.outputs}:
+                live.pop(k, None)
+    return max(4, peak + 8)  # plus masks and index tiles
+
+
+def choose(grp: Group, rows: int, cols: int, outer: int, profile, live_bytes: int) -> Tiling:
+    """Tile a vector group over (outer x rows x cols)."""
+    budget = profile.ub_bytes // 2 - 8192  # half of UB (ping-pong), less room for masks and splats
+    cores = profile.vector_cores
+    max_programs = profile.max_programs
+    rows = max(1, rows)
+    cols = max(1, cols)
+    if grp.mode == "row":
+        bc = _pow2_ceil(cols)
+        cap_r = budget // (bc * live_bytes)
+        if cap_r < 1:
+            return Tiling(1, bc, (1, 1, 1), 1, fits=False)
+        bc_choices = [bc]
+    else:
+        full = _pow2_ceil(cols)
+        bc_choices = sorted({min(full, c) for c in (64, 256, 1024, 4096, 16384)} | {min(full, 16384)})
+    best = None
+    for bc in bc_choices:
+        cap_r = max(1, budget // (bc * live_bytes))
+        br_max = min(_pow2_floor(cap_r), _pow2_ceil(rows), 1024)
+        br = 1
+        while br <= br_max:
+            ncb = 1 if grp.mode in ("row", "loop") else math.ceil(cols / bc)
+            tiles = math.ceil(rows / br) * ncb * outer
+            if tiles <= max_programs:
+                waves = math.ceil(tiles / cores)
+                work = br * (bc if grp.mode != "loop" else cols)
+                cost = waves * (work + TILE_OVERHEAD_ELEMS)
+                key = (cost, -br * bc)
+                if best is None or key < best[0]:
+                    best = (key, br, bc, ncb)
+            br *= 2
+    if best is None:
+        raise ValueError("no tiling fits the program limit")
+    _, br, bc, ncb = best
+    return Tiling(br, bc, (math.ceil(rows / br) * ncb, 1, 1), ncb)
+
+
+def choose_matmul(m: int, n: int, k: int, itemsize: int, profile) -> tuple[int, int, int]:
+    """Cube tiles: as large as L0A/L0B/L0C allow (with ping-pong), no larger than the matrices."""
+    bm = min(128, max(16, _pow2_ceil(m)))
+    bn = min(128, max(16, _pow2_ceil(n)))
+    bk = min(128 if itemsize <= 2 else 64, max(16, _pow2_ceil(k)))
+    while bm * bk * itemsize * 2 > profile.l0a_bytes and bk > 16:
+        bk //= 2
+    while bm * bn * 4 > profile.l0c_bytes and bm > 16:
+        bm //= 2
+    return bm, bn, bk

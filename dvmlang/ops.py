@@ -1,0 +1,589 @@
+"""``dvmlang.ops``: tensor operations for ``@dvmlang.graph`` functions (and ``dvmlang.tensor`` values).
+
+Elementwise math, comparisons, ``where``, ``cast``, shape views, reductions, ``matmul``, and composites
+built from them (``softmax``, ``layer_norm``, ``rms_norm``, ``gelu``, ``silu``, ``swiglu``,
+``scaled_dot_product_attention``). Python operators on graph values call these. Composites decompose
+into primitives at capture time, so the fuser sees (and fuses) their parts.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+
+import numpy as np
+
+from . import dtypes as dt
+from .fuser.graph import (COMPARISONS, GraphError, GraphValue, Node, Sym, Tracer)
+
+__all__ = [
+    "add", "sub", "mul", "div", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow",
+    "maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne", "where", "cast", "broadcast_to", "reshape",
+    "transpose", "permute", "sum", "max", "min", "mean", "var", "matmul", "softmax", "log_softmax",
+    "layer_norm", "rms_norm", "gelu", "silu", "swiglu", "scaled_dot_product_attention", "custom", "sin", "cos",
+]
+
+
+# ---- plumbing ----------------------------------------------------------------------------------------------
+
+
+def _graph(*values):
+    for v in values:
+        if isinstance(v, GraphValue):
+            return v.graph
+    for v in values:
+        lazy = getattr(v, "__dvm_lazy__", None)
+        if lazy is not None:
+            return lazy
+    if Tracer.current is not None:
+        return Tracer.current.graph
+    raise GraphError("dvmlang.ops work on graph values (inside a @dvmlang.graph function) or on dvmlang.tensor "
+                     "values; wrap numpy arrays with dvmlang.tensor(x) to compute eagerly")
+
+
+def _node(g, kind, inputs, shape, dtype, **attrs) -> GraphValue:
+    if hasattr(g, "lazy_op"):
+        return g.lazy_op(kind, inputs, shape, dtype, attrs)
+    n = g.add(Node(kind, [i.node for i in inputs], tuple(shape), dtype, attrs))
+    return GraphValue(n, g)
+
+
+def _value(g, x, like: dt.DType | None = None) -> GraphValue:
+    """A graph value from a graph value or a Python number (numbers adopt the other operand's dtype)."""
+    if isinstance(x, GraphValue):
+        if x.graph is not g:
+            raise GraphError("values from two different graphs cannot be combined")
+        return x
+    if hasattr(g, "lazy_value"):
+        v = g.lazy_value(x, like)
+        if v is not None:
+            return v
+    if isinstance(x, (bool, int, float, np.generic)):
+        x = x.item() if isinstance(x, np.generic) else x
+        if like is None:
+            d = dt.scalar_dtype_of_python(x)
+        elif isinstance(x, float) and not like.is_float:
+            d = dt.float32
+        else:
+            d = like
+        return _node(g, "const", [], (), d, value=x)
+    if isinstance(x, np.ndarray):
+        raise GraphError("numpy arrays cannot be closed over inside a graph; pass them as arguments")
+    raise GraphError(f"expected a tensor or a number, got {type(x).__name__}")
+
+
+def _broadcast(g, a: tuple, b: tuple, why: str) -> tuple:
+    syms = g.syms
+    out = []
+    for i in range(1, builtins.max(len(a), len(b)) + 1):
+        x = a[-i] if i <= len(a) else 1
+        y = b[-i] if i <= len(b) else 1
+        x, y = syms.find(x), syms.find(y)
+        if isinstance(x, int) and x == 1:
+            out.append(y)
+        elif isinstance(y, int) and y == 1:
+            out.append(x)
+        else:
+            eq = syms.equal(x, y)
+            if eq is False:
+                raise GraphError(f"{why}: shapes {g.shape_text(a)} and {g.shape_text(b)} do not broadcast "
+                                 f"(dimension {len(out)} from the end: {x} vs {y})")
+            out.append(x if eq else syms.unify(x, y, why))
+    return tuple(reversed(out))
+
+
+def _result_dtype(a: dt.DType, b: dt.DType, op: str) -> dt.DType:
+    r = dt.promote(a, b)
+    if op == "truediv" and not r.is_float:
+        return dt.float32
+    return r
+
+
+def _pair(a, b, op):
+    g = _graph(a, b)
+    if not isinstance(a, GraphValue) and not hasattr(a, "__dvm_lazy__"):
+        b = _value(g, b)
+        a = _value(g, a, b.dtype)
+    else:
+        a = _value(g, a)
+        b = _value(g, b, a.dtype)
+    return g, a, b
+
+
+def _binary(op, a, b):
+    g, a, b = _pair(a, b, op)
+    shape = _broadcast(g, a.node.shape if isinstance(a, GraphValue) else a.shape,
+                       b.node.shape if isinstance(b, GraphValue) else b.shape, f"operands of {op}")
+    if op in COMPARISONS:
+        d = dt.bool_
+        common = dt.promote(a.dtype, b.dtype)
+        a, b = cast(a, common), cast(b, common)
+    elif op in ("and", "or"):
+        d = dt.bool_
+    else:
+        d = _result_dtype(a.dtype, b.dtype, op)
+        a, b = cast(a, d), cast(b, d)
+    return _node(g, op, [a, b], shape, d)
+
+
+def _unary(op, x, float_only=True):
+    g = _graph(x)
+    x = _value(g, x)
+    if float_only and not x.dtype.is_float:
+        x = cast(x, dt.float32)
+    return _node(g, op, [x], _shape(x), x.dtype)
+
+
+def _shape(x):
+    return x.node.shape if isinstance(x, GraphValue) else x.shape
+
+
+# ---- elementwise -------------------------------------------------------------------------------------------
+
+
+def add(a, b):
+    """a + b (numpy broadcasting; Python numbers adopt the tensor's dtype)."""
+    return _binary("add", a, b)
+
+
+def sub(a, b):
+    """a - b."""
+    return _binary("sub", a, b)
+
+
+def mul(a, b):
+    """a * b."""
+    return _binary("mul", a, b)
+
+
+def div(a, b):
+    """a / b (true division; integers divide as float32)."""
+    return _binary("truediv", a, b)
+
+
+def pow(a, b):  # noqa: A001
+    """a ** b."""
+    return _binary("pow", a, b)
+
+
+def maximum(a, b):
+    """Elementwise maximum."""
+    return _binary("maximum", a, b)
+
+
+def minimum(a, b):
+    """Elementwise minimum."""
+    return _binary("minimum", a, b)
+
+
+def lt(a, b):
+    return _binary("lt", a, b)
+
+
+def le(a, b):
+    return _binary("le", a, b)
+
+
+def gt(a, b):
+    return _binary("gt", a, b)
+
+
+def ge(a, b):
+    return _binary("ge", a, b)
+
+
+def eq(a, b):
+    return _binary("eq", a, b)
+
+
+def ne(a, b):
+    return _binary("ne", a, b)
+
+
+def neg(x):
+    """-x."""
+    return _unary("neg", x, float_only=False)
+
+
+def abs(x):  # noqa: A001
+    """|x|."""
+    return _unary("abs", x, float_only=False)
+
+
+def exp(x):
+    return _unary("exp", x)
+
+
+def log(x):
+    return _unary("log", x)
+
+
+def sqrt(x):
+    return _unary("sqrt", x)
+
+
+def rsqrt(x):
+    """1 / sqrt(x)."""
+    return _unary("rsqrt", x)
+
+
+def tanh(x):
+    return _unary("tanh", x)
+
+
+def sigmoid(x):
+    return _unary("sigmoid", x)
+
+
+def erf(x):
+    return _unary("erf", x)
+
+
+def sin(x):
+    return _unary("sin", x)
+
+
+def cos(x):
+    return _unary("cos", x)
+
+
+def where(cond, a, b):
+    """``a`` where ``cond`` holds, else ``b``."""
+    g = _graph(cond, a, b)
+    c = _value(g, cond)
+    if isinstance(a, (GraphValue,)) or hasattr(a, "__dvm_lazy__"):
+        a = _value(g, a)
+        b = _value(g, b, a.dtype)
+    else:
+        b = _value(g, b)
+        a = _value(g, a, b.dtype)
+    d = dt.promote(a.dtype, b.dtype)
+    a, b = cast(a, d), cast(b, d)
+    if c.dtype is not dt.bool_:
+        c = ne(c, 0)
+    shape = _broadcast(g, _shape(c), _broadcast(g, _shape(a), _shape(b), "where"), "where")
+    return _node(g, "where", [c, a, b], shape, d)
+
+
+def cast(x, dtype):
+    """Convert to ``dtype`` (a dvmlang dtype, numpy dtype or name)."""
+    g = _graph(x)
+    x = _value(g, x)
+    d = dt.lookup(dtype)
+    if d is None:
+        raise GraphError(f"{dtype!r} is not a dtype")
+    if d is x.dtype:
+        return x
+    return _node(g, "cast", [x], _shape(x), d)
+
+
+# ---- shape -------------------------------------------------------------------------------------------------
+
+
+def _dims_equal(g, a, b) -> bool:
+    return g.syms.equal(a, b) is True
+
+
+def broadcast_to(x, shape):
+    """``x`` broadcast to ``shape`` (a view: nothing is copied until something computes with it)."""
+    g = _graph(x)
+    x = _value(g, x)
+    shape = tuple(shape)
+    out = _broadcast(g, _shape(x), shape, "broadcast_to")
+    if len(out) != len(shape):
+        raise GraphError(f"cannot broadcast {g.shape_text(_shape(x))} to {g.shape_text(shape)}")
+    return _node(g, "broadcast_to", [x], out, x.dtype)
+
+
+def reshape(x, shape):
+    """The same elements in a new shape (row-major). One dimension may be -1."""
+    g = _graph(x)
+    x = _value(g, x)
+    shape = tuple(shape)
+    old = tuple(g.syms.find(d) for d in _shape(x))
+    if -1 in shape:
+        known = [d for d in shape if d != -1]
+        rest = [d for d in old if not any(d is k or (isinstance(d, int) and d == k) for k in known)]
+        if shape.count(-1) != 1:
+            raise GraphError("reshape takes at most one -1")
+        prod = 1
+        for d in rest:
+            if not isinstance(d, int):
+                if len(rest) == 1:
+                    prod = d
+                    break
+                raise GraphError(f"reshape with -1 cannot resolve {g.shape_text(old)} -> {shape}")
+            prod *= d
+        if isinstance(prod, int):
+            kprod = 1
+            for d in known:
+                if not isinstance(d, int):
+                    raise GraphError(f"reshape with -1 cannot resolve {g.shape_text(old)} -> {shape}")
+                kprod *= d
+            total = 1
+            for d in old:
+                if not isinstance(d, int):
+                    raise GraphError(f"reshape with -1 cannot resolve {g.shape_text(old)} -> {shape}")
+                total *= d
+            prod = total // kprod
+        shape = tuple(prod if d == -1 else d for d in shape)
+    if not _same_numel(g, old, shape):
+        raise GraphError(f"cannot reshape {g.shape_text(old)} to {g.shape_text(shape)}: the sizes differ or "
+                         "cannot be proven equal")
+    return _node(g, "reshape", [x], shape, x.dtype)
+
+
+def _same_numel(g, a, b) -> bool:
+    """Whether two shapes have the same number of elements, symbol by symbol."""
+    syms = g.syms
+    ca: dict = {}
+    cb: dict = {}
+    ia, ib = 1, 1
+    for d in a:
+        d = syms.find(d)
+        if isinstance(d, int):
+            ia *= d
+        else:
+            ca[d.id] = ca.get(d.id, 0) + 1
+    for d in b:
+        d = syms.find(d)
+        if isinstance(d, int):
+            ib *= d
+        else:
+            cb[d.id] = cb.get(d.id, 0) + 1
+    return ia == ib and ca == cb
+
+
+def permute(x, *dims):
+    """Reorder dimensions (a view)."""
+    g = _graph(x)
+    x = _value(g, x)
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    r = len(_shape(x))
+    dims = tuple(d % r for d in dims)
+    if sorted(dims) != list(range(r)):
+        raise GraphError(f"{dims} is not a permutation of {r} dimensions")
+    return _node(g, "permute", [x], tuple(_shape(x)[d] for d in dims), x.dtype, perm=dims)
+
+
+def transpose(x, dim0=-2, dim1=-1):
+    """Swap two dimensions (the last two by default)."""
+    r = len(_shape(x))
+    if r < 2:
+        return x
+    perm = list(range(r))
+    perm[dim0 % r], perm[dim1 % r] = perm[dim1 % r], perm[dim0 % r]
+    return permute(x, tuple(perm))
+
+
+# ---- reductions ----------------------------------------------------------------------------------------------
+
+
+def _axes(x, axis):
+    r = len(_shape(x))
+    if axis is None:
+        return tuple(range(r))
+    if isinstance(axis, int):
+        axis = (axis,)
+    out = []
+    for a in axis:
+        if not -r <= a < r:
+            raise GraphError(f"axis {a} is out of range for a tensor of rank {r}")
+        out.append(a % r)
+    return tuple(sorted(set(out)))
+
+
+def _reduce(op, x, axis, keepdims):
+    g = _graph(x)
+    x = _value(g, x)
+    axes = _axes(x, axis)
+    shape = []
+    for i, d in enumerate(_shape(x)):
+        if i in axes:
+            if keepdims:
+                shape.append(1)
+        else:
+            shape.append(d)
+    d = x.dtype
+    if op == "sum" and (d.is_bool or (d.is_int and d.bits < 32)):
+        x = cast(x, dt.int32)
+        d = dt.int32
+    return _node(g, "reduce", [x], tuple(shape), d, op=op, axes=axes, keepdims=bool(keepdims))
+
+
+def sum(x, axis=None, keepdims=False):  # noqa: A001
+    """Sum over ``axis`` (an int, a tuple, or None for all)."""
+    return _reduce("sum", x, axis, keepdims)
+
+
+def max(x, axis=None, keepdims=False):  # noqa: A001
+    return _reduce("max", x, axis, keepdims)
+
+
+def min(x, axis=None, keepdims=False):  # noqa: A001
+    return _reduce("min", x, axis, keepdims)
+
+
+def _count(x, axis):
+    g = _graph(x)
+    n = 1
+    syms = []
+    for a in _axes(x, axis):
+        d = g.syms.find(_shape(x)[a])
+        if isinstance(d, int):
+            n *= d
+        else:
+            syms.append(d)
+    if not syms:
+        return float(n)
+    v = _node(g, "dim", [], (), dt.float32, sym=syms[0])
+    for s in syms[1:]:
+        v = mul(v, _node(g, "dim", [], (), dt.float32, sym=s))
+    return mul(v, float(n)) if n != 1 else v
+
+
+def mean(x, axis=None, keepdims=False):
+    """Mean over ``axis``."""
+    g = _graph(x)
+    x = _value(g, x)
+    if not x.dtype.is_float:
+        x = cast(x, dt.float32)
+    return div(sum(x, axis, keepdims), _count(x, axis))
+
+
+def var(x, axis=None, keepdims=False, correction=0):
+    """Variance over ``axis`` (population variance by default; ``correction=1`` for the sample variance)."""
+    g = _graph(x)
+    x = _value(g, x)
+    if not x.dtype.is_float:
+        x = cast(x, dt.float32)
+    d = sub(x, mean(x, axis, keepdims=True))
+    s = sum(mul(d, d), axis, keepdims)
+    n = _count(x, axis)
+    return div(s, sub(n, correction) if correction else n)
+
+
+# ---- matrix ----------------------------------------------------------------------------------------------
+
+
+def matmul(a, b):
+    """Batched matrix product on the cube unit: (..., M, K) @ (..., K, N) -> (..., M, N). fp16/bf16 inputs
+    accumulate in fp32 and return their own dtype; fp32 stays fp32."""
+    g = _graph(a, b)
+    a, b = _value(g, a), _value(g, b)
+    sa, sb = _shape(a), _shape(b)
+    if len(sa) < 2 or len(sb) < 2:
+        raise GraphError("matmul needs operands of rank >= 2")
+    g.syms.unify(sa[-1], sb[-2], "inner dimensions of matmul")
+    batch = _broadcast(g, sa[:-2], sb[:-2], "batch dimensions of matmul")
+    d = dt.promote(a.dtype, b.dtype)
+    a, b = cast(a, d), cast(b, d)
+    return _node(g, "matmul", [a, b], batch + (sa[-2], sb[-1]), d)
+
+
+# ---- composites ------------------------------------------------------------------------------------------
+
+
+def softmax(x, axis=-1):
+    """exp(x - max) / sum(exp(x - max)) along ``axis``."""
+    m = max(x, axis, keepdims=True)
+    e = exp(sub(x, m))
+    return div(e, sum(e, axis, keepdims=True))
+
+
+def log_softmax(x, axis=-1):
+    m = max(x, axis, keepdims=True)
+    s = sub(x, m)
+    return sub(s, log(sum(exp(s), axis, keepdims=True)))
+
+
+def layer_norm(x, weight=None, bias=None, eps=1e-5):
+    """Normalise over the last dimension, then scale by ``weight`` and shift by ``bias``."""
+    mu = mean(x, -1, keepdims=True)
+    d = sub(x, mu)
+    v = mean(mul(d, d), -1, keepdims=True)
+    y = mul(d, rsqrt(add(v, eps)))
+    if weight is not None:
+        y = mul(y, weight)
+    if bias is not None:
+        y = add(y, bias)
+    return y
+
+
+def rms_norm(x, weight=None, eps=1e-6):
+    """x / sqrt(mean(x^2) + eps) * weight over the last dimension."""
+    y = mul(x, rsqrt(add(mean(mul(x, x), -1, keepdims=True), eps)))
+    return mul(y, weight) if weight is not None else y
+
+
+def gelu(x, approximate="none"):
+    """GELU: exact erf form by default; ``approximate="tanh"`` uses the tanh approximation (as PyTorch)."""
+    if approximate == "tanh":
+        inner = mul(add(x, mul(mul(mul(x, x), x), 0.044715)), math.sqrt(2.0 / math.pi))
+        return mul(mul(x, 0.5), add(tanh(inner), 1.0))
+    if approximate != "none":
+        raise GraphError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
+    return mul(mul(x, 0.5), add(erf(mul(x, 1.0 / math.sqrt(2.0))), 1.0))
+
+
+def silu(x):
+    """x * sigmoid(x)."""
+    return mul(x, sigmoid(x))
+
+
+def swiglu(x, gate=None):
+    """silu(gate) * x; with one argument, the last dimension is split in two halves (x, gate)."""
+    if gate is None:
+        raise GraphError("swiglu(x) with a single packed tensor is not supported; pass swiglu(x, gate)")
+    return mul(silu(gate), x)
+
+
+def scaled_dot_product_attention(q, k, v, causal=False, scale=None):
+    """softmax(q @ k^T * scale [+ causal mask]) @ v over the last two dimensions."""
+    g = _graph(q, k, v)
+    q, k, v = _value(g, q), _value(g, k), _value(g, v)
+    dk = g.syms.find(_shape(q)[-1])
+    if scale is None:
+        scale = 1.0 / math.sqrt(dk) if isinstance(dk, int) else rsqrt(_node(g, "dim", [], (), dt.float32, sym=dk))
+    s = mul(matmul(q, transpose(k)), scale)
+    if causal:
+        shape = _shape(s)
+        rows = _node(g, "iota", [], shape, dt.int32, axis=len(shape) - 2)
+        cols = _node(g, "iota", [], shape, dt.int32, axis=len(shape) - 1)
+        s = where(ge(rows, cols), s, float("-inf"))
+    return matmul(softmax(s, -1), v)
+
+
+def custom(kernel, grid, out_shapes, *args, **constexprs):
+    """Call a ``@dvmlang.kernel`` inside a graph. ``out_shapes`` is a list of (shape, dtype) for the arrays the
+    kernel writes; the kernel receives the ``args`` (graph values or numbers) followed by the outputs.
+    ``grid`` is a tuple or a function of the concrete argument shapes. Returns the outputs."""
+    from .runtime import Kernel
+    if not isinstance(kernel, Kernel):
+        raise GraphError(f"ops.custom needs a @dvmlang.kernel, got {kernel!r}")
+    g = _graph(*args)
+    ins = []
+    consts = []
+    for a in args:
+        if isinstance(a, GraphValue):
+            ins.append(a)
+            consts.append(None)
+        elif isinstance(a, (bool, int, float)):
+            consts.append(a)
+        else:
+            raise GraphError(f"ops.custom arguments must be graph values or numbers, got {type(a).__name__}")
+    outs = []
+    if not isinstance(out_shapes, list):
+        out_shapes = [out_shapes]
+    call = _node(g, "custom", ins, (), dt.int32, kernel=kernel, grid=grid, consts=tuple(consts),
+                 constexprs=dict(constexprs), outs=tuple((tuple(s), dt.lookup(d)) for s, d in out_shapes))
+    for i, (shape, d) in enumerate(out_shapes):
+        d2 = dt.lookup(d)
+        if d2 is None:
+            raise GraphError(f"{d!r} is not a dtype")
+        outs.append(_node(g, "custom_out", [call], tuple(shape), d2, index=i))
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+_ = Sym
