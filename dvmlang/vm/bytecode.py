@@ -448,8 +448,8 @@ def _serialise(bc: Bytecode) -> bytes:
     return body
 
 
-def _parse(data, limits: C.Limits) -> Bytecode:
-    lay = C.split_sections(data, limits)
+def _parse(data, limits: C.Limits, verify: bool = True) -> Bytecode:
+    lay = C.split_sections(data, limits, verify)
     sections, data, flags = lay.sections, lay.data, lay.flags
 
     def reader(name):

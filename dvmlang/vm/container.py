@@ -327,8 +327,9 @@ class Layout:
     data: bytes
 
 
-def check_header(data: bytes) -> tuple[int, int, int]:
-    """Magic, version and header CRC; returns ``(major, minor, flags)``."""
+def check_header(data: bytes, verify: bool = True) -> tuple[int, int, int]:
+    """Magic, version and header CRC; returns ``(major, minor, flags)``. ``verify=False`` skips the CRC
+    (the disassembler uses it to show what a corrupted file says)."""
     if len(data) < HEADER_SIZE:
         raise MalformedBytecodeError("truncated header", section="header", offset=len(data),
                                      expected=f"{HEADER_SIZE} bytes", found=f"{len(data)}")
@@ -338,7 +339,7 @@ def check_header(data: bytes) -> tuple[int, int, int]:
     major, minor, flags = struct.unpack_from("<BBH", data, 4)
     (crc,) = struct.unpack_from("<I", data, 8)
     want = zlib.crc32(data[:8])
-    if want != crc:
+    if verify and want != crc:
         raise MalformedBytecodeError(f"header CRC mismatch (the header reads version {major}.{minor}, flags "
                                      f"{flags:#x}; the file is corrupted)", section="header", offset=8,
                                      expected=f"{want:#010x}", found=f"{crc:#010x}")
@@ -358,15 +359,16 @@ def check_header(data: bytes) -> tuple[int, int, int]:
     return major, minor, flags
 
 
-def split_sections(data, limits: Limits = LIMITS) -> Layout:
-    """Check the header and the section structure; locate every section's payload."""
+def split_sections(data, limits: Limits = LIMITS, verify: bool = True) -> Layout:
+    """Check the header and the section structure; locate every section's payload. ``verify=False`` skips
+    the header CRC and the checksum (never used on the way to running anything)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise MalformedBytecodeError(f"expected bytes, got {type(data).__name__}")
     data = bytes(data)
     if len(data) > limits.max_file_bytes:
         raise MalformedBytecodeError("file too large", expected=f"at most {limits.max_file_bytes} bytes",
                                      found=str(len(data)))
-    major, minor, flags = check_header(data)
+    major, minor, flags = check_header(data, verify)
     pos = HEADER_SIZE
     sections: dict[str, tuple[int, int]] = {}
     customs: list[tuple[int, str, int, int]] = []
@@ -423,7 +425,7 @@ def split_sections(data, limits: Limits = LIMITS) -> Layout:
                                          expected="4", found=str(e - s))
         (want,) = struct.unpack_from("<I", data, s)
         got = zlib.crc32(memoryview(data)[:checksum_at])
-        if want != got:
+        if verify and want != got:
             raise MalformedBytecodeError("checksum mismatch: the file is corrupted", section="checksum", offset=s,
                                          expected=f"{got:#010x}", found=f"{want:#010x}")
     elif checksum_at is not None:

@@ -168,9 +168,13 @@ class _KernelValidator:
                     seen[j] = True
                     todo.append(j)
         if stuck:
-            d = instrs[min(stuck)]
+            # report the backward jump that closes the loop (every endless path takes one)
+            back = sorted(i for i in stuck if instrs[i].ins.family in ("jmp", "br") and
+                          instrs[i].vals["target"] <= instrs[i].pc)
+            d = instrs[back[0] if back else min(stuck)]
+            head = d.vals.get("target", d.pc)
             self.fail(d, "unbounded loop: no path from here reaches END", "a path to END or TRAP",
-                      "a cycle with no exit")
+                      f"a loop from pc {head} to pc {d.pc} with no exit")
 
     def check(self, d: Decoded):
         fam = d.ins.family
