@@ -12,7 +12,7 @@
     launch = add[(dl.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
 """
 
-from .errors import (ArgumentError, BytecodeError, CompilationError, ConstexprError, DeviceError, DvmError,
+from .errors import (ArgumentError, BufferOverflowError, BytecodeError, CompilationError, ConstexprError, DeviceError, DvmError,
                      DvmWarning, InvalidBytecodeError, IRVerificationError, KernelTypeError, LaunchError,
                      MalformedBytecodeError, MemoryFault, PerformanceWarning, RaceDetected, ResourceError,
                      UninitializedRead, UnsupportedSyntaxError, VersionError, WatchdogTimeout)
@@ -35,6 +35,6 @@ __all__ = [
     "kernel", "Kernel", "run", "trace", "Bytecode", "CacheInfo", "graph", "GraphFunction", "GraphError", "ops", "DvmError", "CompilationError",
     "UnsupportedSyntaxError", "KernelTypeError", "ConstexprError", "IRVerificationError", "ArgumentError",
     "LaunchError", "BytecodeError", "MalformedBytecodeError", "InvalidBytecodeError", "VersionError",
-    "ResourceError", "DeviceError", "MemoryFault", "WatchdogTimeout", "UninitializedRead", "RaceDetected",
+    "ResourceError", "BufferOverflowError", "DeviceError", "MemoryFault", "WatchdogTimeout", "UninitializedRead", "RaceDetected",
     "DvmWarning", "PerformanceWarning",
 ]

@@ -182,6 +182,15 @@ class ResourceError(DvmError):
     footprint down per buffer."""
 
 
+class BufferOverflowError(ResourceError, CompilationError):
+    """A kernel's live tiles do not fit on-chip memory: raised while building, at the source line of the
+    largest tile, with the per-buffer breakdown."""
+
+    def __init__(self, message: str, loc: SourceLoc | None = None, hint: str | None = None,
+                 call_chain: tuple = ()):
+        CompilationError.__init__(self, message, loc, hint, call_chain)
+
+
 class DeviceError(DvmError):
     """A fault while the simulated NPU ran a program."""
 

@@ -133,19 +133,26 @@ def cast(x, dtype, bitcast=False, _sem=None):
 
 # ---- shape -----------------------------------------------------------------------------------------------
 
+def _shape_args(shape):
+    """``f(x, (2, 3))`` and ``f(x, 2, 3)`` both work, as in Triton."""
+    if len(shape) == 1 and isinstance(unwrap(shape[0]), (tuple, list)):
+        return tuple(unwrap(shape[0]))
+    return tuple(shape)
+
+
 @builtin
-def reshape(x, shape, _sem=None):
-    """The same elements in a new shape (row-major)."""
-    return _sem.reshape(x, shape)
+def reshape(x, *shape, can_reorder=False, _sem=None):
+    """The same elements in a new shape (row-major): ``dl.reshape(x, (2, 3))`` or ``x.reshape(2, 3)``."""
+    return _sem.reshape(x, _shape_args(shape))
 
 
 view = reshape
 
 
 @builtin
-def broadcast_to(x, shape, _sem=None):
-    """``x`` broadcast to ``shape`` (numpy rules)."""
-    return _sem.broadcast_to(x, shape)
+def broadcast_to(x, *shape, _sem=None):
+    """``x`` broadcast to ``shape`` (numpy rules); the shape may also be given as separate sizes."""
+    return _sem.broadcast_to(x, _shape_args(shape))
 
 
 @builtin

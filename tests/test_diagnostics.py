@@ -149,3 +149,5 @@ def test_tile_too_big_for_ub_names_buffers():
         too_big[(1,)](np.zeros(256 * 256, np.float32), BLOCK=256)
     msg = str(info.value)
     assert "does not fit UB" in msg and "KiB" in msg and "192 KiB available" in msg
+    assert isinstance(info.value, dvmlang.CompilationError)  # a tile larger than UB is a compile error...
+    assert "test_diagnostics.py:" in msg and "^^^" in msg and "hint: use smaller BLOCK" in msg  # ...with its line

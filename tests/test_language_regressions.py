@@ -186,3 +186,39 @@ def test_changing_a_global_rebuilds_and_does_not_reuse_the_old_instance():
         assert out[0] == 10.0 and reads_a_global_k.cache_info().builds == 2
     finally:
         SCALE_FOR_REBUILD = 3
+
+
+@dvmlang.kernel
+def _swap_in_loop(x_ptr, out_ptr, n):
+    offs = dl.arange(0, 4)
+    a = dl.load(x_ptr + offs)
+    b = a * 2.0
+    i = 0
+    j = 1
+    for _ in range(n):
+        a, b = b, a
+        i, j = j, i
+    dl.store(out_ptr + offs, a + i * 100.0)
+
+
+def test_loop_carried_values_that_swap_places():
+    x = np.arange(4, dtype=np.float32)
+    for n in (0, 1, 2, 3):
+        out = np.zeros(4, np.float32)
+        _swap_in_loop[(1,)](x, out, n)
+        ref = (x * 2 if n % 2 else x) + (100.0 if n % 2 else 0.0)
+        np.testing.assert_allclose(out, ref)
+
+
+@dvmlang.kernel
+def _reshape_varargs(x_ptr, out_ptr):
+    v = dl.load(x_ptr + dl.arange(0, 6))
+    m = v.reshape(2, 3)
+    dl.store(out_ptr + dl.arange(0, 2)[:, None] * 3 + dl.arange(0, 3)[None, :], dl.broadcast_to(m, 2, 3) + 1.0)
+
+
+def test_reshape_with_separate_sizes():
+    x = np.arange(6, dtype=np.float32)
+    out = np.zeros(6, np.float32)
+    _reshape_varargs[(1,)](x, out)
+    np.testing.assert_array_equal(out, x + 1)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import dtypes as dt
-from ..errors import CompilationError, ResourceError, SourceLoc
+from ..errors import BufferOverflowError, CompilationError, ResourceError, SourceLoc
 from ..ir.core import Block, Function, Op, ScalarType, TileType, Value
 from . import isa
 from .isa import Pipe
@@ -1136,19 +1136,28 @@ class Lowering:
         return self.reg(v)
 
     def _save_temp(self, v: Value, loc) -> Value:
+        """Copy a value whose place a parallel move overwrites (``a, b = b, a`` in a loop) to a temporary."""
         tmp = Value(v.type)
         if v.is_tile:
-            buf = Buffer("ub", _nbytes(v.shape, v.dtype), 0, 0, "swap", loc, self._swap_addr(v))
+            nb = _nbytes(v.shape, v.dtype)
+            buf = Buffer("ub", nb, 0, 0, "swap", loc, self._swap_addr(nb))
             self.places[tmp.id] = Place("ub", buf, v.shape, v.dtype)
             self._move(buf, v, loc)
         else:
-            raise CompilationError("loop-carried scalars that swap places are not supported; use a temporary name",
-                                   loc)
+            r = self._extra_reg(v.dtype)
+            self.regs[tmp.id] = r
+            self._emit(isa.BY_NAME["MOV"], {"rd": r, "rs": self.reg(v)}, v.dtype, loc)
         return tmp
 
-    def _swap_addr(self, v):
-        raise CompilationError("loop-carried tiles that swap places are not supported yet; copy one of them first",
-                               None)
+    def _swap_addr(self, nbytes: int) -> int:
+        """A UB range above the allocated buffers and the splat slots, for the temporaries of one move."""
+        self._swap_used = getattr(self, "_swap_used", 0)
+        addr = self.footprint["ub"] + 128 + self._swap_used
+        self._swap_used += nbytes
+        if addr + nbytes > self.profile.ub_bytes:
+            raise ResourceError(f"kernel `{self.fn.name}`: no UB left for the temporary of a loop-carried swap "
+                                f"({nbytes} bytes)")
+        return addr
 
     def _op_for(self, op):
         lb, ub, step = op.operands[:3]
@@ -1333,7 +1342,8 @@ class Lowering:
                 debug.append((e.pc, e.loc))
                 last_loc = e.loc
         footprint = dict(self.footprint)
-        footprint["ub"] += getattr(self, "_scratch_top", 0)
+        footprint["ub"] += max(getattr(self, "_scratch_top", 0), 128 if getattr(self, "_swap_used", 0) else 0)
+        footprint["ub"] += getattr(self, "_swap_used", 0)
         for space, top in getattr(self, "_cube_top", {}).items():
             footprint[space] = footprint.get(space, 0) + top
         kind = "mix" if self.uses_cube else "vector"
@@ -1423,10 +1433,12 @@ def _linear_scan(bufs: list[Buffer], capacity: int, space: str, kernel: str, pro
             total = sum(x.nbytes for x in live)
             lines = [f"  {x.name:<24} {x.nbytes / 1024:8.1f} KiB   {x.loc if x.loc else ''}"
                      for x in sorted(live, key=lambda x: -x.nbytes)]
-            raise ResourceError(
+            biggest = max((x for x in live if x.loc is not None), key=lambda x: x.nbytes, default=None)
+            raise BufferOverflowError(
                 f"kernel `{kernel}` does not fit {space.upper()}: {total / 1024:.1f} KiB live at once, "
-                f"{capacity / 1024:.0f} KiB available on {profile.name}\n" + "\n".join(lines) +
-                "\nhint: use smaller BLOCK sizes, or loop over the data in chunks")
+                f"{capacity / 1024:.0f} KiB available on {profile.name}\n" + "\n".join(lines),
+                biggest.loc if biggest is not None else None,
+                "use smaller BLOCK sizes, or loop over the data in chunks")
         b.addr = addr
         active.append(b)
         top = max(top, addr + b.nbytes)
