@@ -421,6 +421,70 @@ def device_print(prefix, *values, hex=False, _sem=None):
 
 
 @builtin
+def device_assert(cond, msg="", mask=None, _sem=None):
+    """Stop the launch with ``DeviceError`` (naming the program and this line) where ``cond`` is false;
+    a tile condition must hold for every element (where ``mask`` is true)."""
+    c = _sem.to_tensor(cond)
+    c = _sem.truth(c)
+    if mask is not None:
+        c = _sem.binary("or", c, _sem.unary("not", _sem.truth(mask)))
+    if c.is_tile:
+        c = _sem.reduce(_sem.cast(c, int32), "min", None)
+        c = _sem.compare("ne", _sem.as_scalar(c), 0)
+    _sem.b.op("assert", [c.handle], [], {"message": str(unwrap(msg)) or "device assertion failed"})
+    return None
+
+
+@builtin
+def ravel(x, _sem=None):
+    """The tile flattened to one dimension (row-major)."""
+    x = _sem.to_tensor(x)
+    return _sem.reshape(x, (x.numel,))
+
+
+@builtin
+def squeeze(x, dim, _sem=None):
+    """Remove the unit dimension ``dim``."""
+    x = _sem.to_tensor(x)
+    d = _int_const(dim, "squeeze dim") % len(x.shape)
+    if x.shape[d] != 1:
+        raise KernelTypeError(f"dl.squeeze: dimension {d} of shape {x.shape} is not 1")
+    return _sem.reshape(x, x.shape[:d] + x.shape[d + 1:])
+
+
+@builtin
+def unsqueeze(x, dim, _sem=None):
+    """Insert a unit dimension at ``dim`` (same as expand_dims)."""
+    return _sem.expand_dims(x, dim)
+
+
+@builtin
+def split(a, _sem=None):
+    """The inverse of ``dl.join``: split a tile whose last dimension is 2 into two tiles."""
+    a = _sem.to_tensor(a)
+    if not a.shape or a.shape[-1] != 2:
+        raise KernelTypeError(f"dl.split needs a last dimension of 2, got shape {a.shape}")
+    r = len(a.shape)
+    outs = []
+    for j in (0, 1):
+        part = _sem.slice(a, (0,) * (r - 1) + (j,), a.shape[:-1] + (1,))
+        outs.append(_sem.reshape(part, a.shape[:-1]) if r > 1 else _sem.as_scalar(part))
+    return tuple(outs)
+
+
+@builtin
+def fdiv(x, y, ieee_rounding=False, _sem=None):
+    """x / y (floating point)."""
+    return _sem.binary("truediv", x, y)
+
+
+@builtin
+def pow(x, y, _sem=None):  # noqa: A001
+    """x ** y, elementwise."""
+    return _sem.binary("pow", x, y)
+
+
+@builtin
 def multiple_of(x, values, _sem=None):
     """A hint (accepted for Triton compatibility; the analysis does not need it)."""
     return x
@@ -457,5 +521,7 @@ TENSOR_METHODS = {
     "expand_dims": "expand_dims", "trans": "trans", "permute": "permute", "sum": "sum", "max": "max",
     "min": "min", "argmax": "argmax", "argmin": "argmin", "cumsum": "cumsum", "cumprod": "cumprod",
     "exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt", "abs": "abs",
-    "sigmoid": "sigmoid", "reduce": "reduce", "associative_scan": "associative_scan",
+    "sigmoid": "sigmoid", "reduce": "reduce", "associative_scan": "associative_scan", "ravel": "ravel",
+    "cast": "cast", "floor": "floor", "ceil": "ceil", "sin": "sin", "cos": "cos", "erf": "erf", "rsqrt": "rsqrt",
+    "xor_sum": "xor_sum", "split": "split", "squeeze": "squeeze", "unsqueeze": "unsqueeze", "tanh": "tanh",
 }

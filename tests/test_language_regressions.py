@@ -222,3 +222,40 @@ def test_reshape_with_separate_sizes():
     out = np.zeros(6, np.float32)
     _reshape_varargs[(1,)](x, out)
     np.testing.assert_array_equal(out, x + 1)
+
+
+@dvmlang.kernel
+def _checked_sqrt(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    m = offs < n
+    x = dl.load(x_ptr + offs, mask=m, other=1.0)
+    dl.device_assert(x >= 0, "negative input to sqrt", mask=m)
+    dl.store(out_ptr + offs, dl.sqrt(x), mask=m)
+
+
+def test_device_assert_traps_with_program_and_line():
+    x = np.arange(20, dtype=np.float32)
+    out = np.zeros_like(x)
+    _checked_sqrt[(3,)](x, out, 20, BLOCK=8)
+    np.testing.assert_allclose(out, np.sqrt(x))
+    x[13] = -1.0
+    with pytest.raises(dvmlang.DeviceError, match=r"(?s)programs \[1\].*negative input to sqrt.*test_language_regressions"):
+        _checked_sqrt[(3,)](x, out, 20, BLOCK=8)
+
+
+@dvmlang.kernel
+def _shape_helpers(x_ptr, out_ptr):
+    v = dl.load(x_ptr + dl.arange(0, 8))
+    m = dl.reshape(v, (4, 2))
+    a, b = dl.split(m)
+    t = dl.squeeze(dl.unsqueeze(a, 0), 0)
+    dl.store(out_ptr + dl.arange(0, 4), dl.fdiv(t, 2.0) + dl.pow(b, 2.0))
+    dl.store(out_ptr + 4 + dl.arange(0, 8), dl.ravel(m) * 1.0)
+
+
+def test_split_squeeze_ravel_pow():
+    x = np.arange(8, dtype=np.float32)
+    out = np.zeros(12, np.float32)
+    _shape_helpers[(1,)](x, out)
+    np.testing.assert_allclose(out[:4], x[0::2] / 2 + x[1::2] ** 2)
+    np.testing.assert_allclose(out[4:], x)

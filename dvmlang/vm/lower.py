@@ -1062,6 +1062,14 @@ class Lowering:
         return b
 
     # ---- debug --------------------------------------------------------------------------------------------
+    def _op_assert(self, op):
+        """A failed device assertion traps: the launch stops with the message and the program's source line."""
+        ok = Label("assert_ok")
+        e = self._emit(isa.BY_NAME["BRNZ"], {"rc": self.reg(op.operands[0]), "target": 0}, None, op.loc)
+        e.target = ok
+        self._emit(isa.BY_NAME["TRAP"], {"string": self.string(op.attrs["message"])}, None, op.loc)
+        self.out.append(ok)
+
     def _op_print(self, op):
         sid = self.string(op.attrs["prefix"])
         if not op.operands:
