@@ -68,7 +68,7 @@ class Device:
     ``sequential`` (run one program at a time: the reference path)."""
 
     def __init__(self, profile=None, *, debug=False, race_detection=False, watchdog: int = 1 << 24,
-                 batch_bytes: int = 16 << 20, sequential: bool = False):
+                 batch_bytes: int = 64 << 20, sequential: bool = False):
         self.profile = get_profile(profile)
         self.debug = debug
         self.race_detection = race_detection
@@ -94,7 +94,7 @@ class Device:
     def machine(self, bc, k: int = 0) -> Machine:
         key = (bc.template_key, k) if bc.template_key is not None else None
         m = self._machines.get(key) if key is not None else None
-        if m is None:
+        if m is None or m.decoded is not bc.decoded[k]:  # template ids are id()s: a freed build's id is reused
             m = Machine(bc, k, self.profile)
             if key is not None:
                 if len(self._machines) > 512:
@@ -184,7 +184,7 @@ class Device:
         L.imm = _imm_reader(bc.code)
         L.races = _RaceLog() if self.race_detection else None
         per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
-        B = 1 if self.sequential else max(1, min(P, self.batch_bytes // max(per_prog, 1), 4096))
+        B = 1 if self.sequential else max(1, min(P, self.batch_bytes // max(per_prog, 1), 16384))
         T = np.zeros(P)
         # per program: first start and last end on each pipe, plus the GM port (row N_PIPES)
         first = np.full((N_PIPES + 1, P), np.inf)

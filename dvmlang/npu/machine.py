@@ -41,9 +41,11 @@ class Slot:
     tensors the array views (or the pending computation reads), which must be materialised before those
     tensors change."""
 
-    __slots__ = ("_arr", "nbytes", "gm", "lazy", "dtype", "rows", "shape")
+    __slots__ = ("_arr", "nbytes", "gm", "lazy", "dtype", "rows", "shape", "keep", "filled")
 
-    def __init__(self, arr, nbytes, gm=None, lazy=None, dtype=None, rows=1, shape=None):
+    def __init__(self, arr, nbytes, gm=None, lazy=None, dtype=None, rows=1, shape=None, keep=False):
+        self.keep = keep  # read again later: keep the value computed during the first chunked evaluation
+        self.filled = 0
         self._arr = arr
         self.nbytes = nbytes
         self.gm = gm
@@ -94,6 +96,16 @@ def _eval_rows(node, r0: int, r1: int, memo: dict):
         fn, args, finish = node.lazy
         v = finish(fn(*[_eval_rows(a, r0, r1, memo) for a in args]))
         memo[key] = v
+        if node.keep and node.rows > 1:
+            # write the chunk through to a full array, so later readers do not recompute it
+            if node._arr is None:
+                node._arr = np.empty((node.rows,) + tuple(node.shape), dtype=node.dtype)
+                node.filled = 0
+            node._arr[r0:r1] = v
+            if r0 == node.filled:
+                node.filled = r1
+                if r1 == node.rows:
+                    node.lazy = None
     return v
 
 
@@ -288,6 +300,7 @@ class Machine:
         self.index_of_pc: dict[int, int] = {}
         for i, d in enumerate(self.decoded):
             self.index_of_pc[d.pc] = i
+        self.read_again = self._read_again()
         for i, d in enumerate(self.decoded):
             st = self._make(d)
             st.index = i
@@ -295,6 +308,38 @@ class Machine:
         for st in self.steps:
             if st.target is not None:
                 st.target = self.index_of_pc[st.target]
+
+    def _read_again(self) -> set[int]:
+        """pcs whose UB result is read by two or more later instructions before it is overwritten (a host-speed
+        hint: such results are kept when first computed instead of being recomputed per reader)."""
+        ranges = []
+        for d in self.decoded:
+            reads, write = [], None
+            for f in d.ins.fields:
+                if f.kind != "tile":
+                    continue
+                addr, li = tile_parts(d.vals[f.name])
+                if li >= len(self.layouts):
+                    continue
+                dtp, shape = self.layouts[li]
+                r = (addr, addr + max(1, _prod(shape)) * dtp.itemsize)
+                if f.name == "dst":
+                    write = r
+                else:
+                    reads.append(r)
+            ranges.append((reads, write))
+        out = set()
+        for i, (_, write) in enumerate(ranges):
+            if write is None:
+                continue
+            count = 0
+            for reads, w2 in ranges[i + 1:]:
+                count += sum(1 for r in reads if r[0] < write[1] and write[0] < r[1])
+                if count >= 2 or (w2 is not None and w2[0] < write[1] and write[0] < w2[1]):
+                    break
+            if count >= 2:
+                out.add(self.decoded[i].pc)
+        return out
 
     # ---- operand helpers -----------------------------------------------------------------------------------
     def _layout(self, ref: int):
@@ -388,7 +433,7 @@ class Machine:
         def write(b: Batch, arr: np.ndarray, gm=None):
             place(b, Slot(finish(arr), nbytes, frozenset((gm,)) if gm is not None else None))
 
-        def write_lazy(b: Batch, fn, sources):
+        def write_lazy(b: Batch, fn, sources, keep=False):
             """Record ``fn(*args)`` as the tile's value, evaluated when first read (or straight into GM)."""
             args = []
             deps = None
@@ -398,7 +443,7 @@ class Machine:
                 rows = max(rows, _rows_of(a))
                 if g:
                     deps = g if deps is None else deps | g
-            place(b, Slot(None, nbytes, deps, (fn, args, finish), np.dtype(npdt), rows, shape))
+            place(b, Slot(None, nbytes, deps, (fn, args, finish), np.dtype(npdt), rows, shape, keep))
 
         write.lazy = write_lazy
         write.npdt = np.dtype(npdt)
@@ -637,9 +682,10 @@ class Machine:
         f = d.ins.fn
 
         sa, sb, lazy = ra.source, rb.source, w.lazy
+        keep = d.pc in self.read_again
 
         def fn(b, L):
-            lazy(b, f, (sa(b, L), sb(b, L)))
+            lazy(b, f, (sa(b, L), sb(b, L)), keep)
         return Step(d, fn, self._vec_cost(d.ins.cost.k, d.vals["dst"], d.vals["a"], d.vals["b"]))
 
     def _m_vbins(self, d):
@@ -651,11 +697,12 @@ class Machine:
         npdt = self._layout(d.vals["a"])[1].np
 
         sa, lazy = ra.source, w.lazy
+        keep = d.pc in self.read_again
 
         def fn(b, L):
             s = (_lift(b.regs[rs], rank, npdt), None)
             a = sa(b, L)
-            lazy(b, f, (s, a) if rev else (a, s))
+            lazy(b, f, (s, a) if rev else (a, s), keep)
         return Step(d, fn, self._vec_cost(d.ins.cost.k, d.vals["dst"], d.vals["a"]))
 
     def _m_vcmp(self, d):
@@ -688,9 +735,10 @@ class Machine:
         f = d.ins.fn
 
         sa, lazy = ra.source, w.lazy
+        keep = d.pc in self.read_again
 
         def fn(b, L):
-            lazy(b, f, (sa(b, L),))
+            lazy(b, f, (sa(b, L),), keep)
         return Step(d, fn, self._vec_cost(d.ins.cost.k, d.vals["dst"]))
 
     def _m_vsel(self, d):
@@ -911,7 +959,7 @@ class Machine:
             slot = b.mem["ub"].get(src_addr)
             view = None
             if slot is not None and slot.lazy is not None and slot.nbytes == src_bytes and \
-                    isinstance(slot.lazy[0], np.ufunc) and slot.dtype == g.dtype:
+                    isinstance(slot.lazy[0], np.ufunc) and slot.dtype == g.dtype and tuple(slot.shape) == shape:
                 view = _full_store_view(g, desc, shape, b.n)
             if view is not None:
                 # compute the pending elementwise result straight into global memory
@@ -1373,6 +1421,15 @@ def _overlapping(step, st, ext, n) -> bool:
 
 def _strided(g: np.ndarray, start: int, shape, strides, writeable=False):
     isz = g.itemsize
+    # a row-major contiguous window is a plain slice (numpy's fastest path)
+    expect, contiguous = 1, True
+    for n, st in zip(reversed(shape), reversed(strides)):
+        if n != 1 and st != expect:
+            contiguous = False
+            break
+        expect *= n
+    if contiguous and 0 <= start and start + expect <= g.size:
+        return g[start:start + expect].reshape(shape)
     base = g[start:] if start < g.size else g[:0]
     if base.size == 0:
         base = g

@@ -193,10 +193,6 @@ def _mod(a, b):
     return np.mod(a, b)
 
 
-def _truediv(a, b):
-    return np.true_divide(a, b)
-
-
 def _shl(a, b):
     bits = np.dtype(np.result_type(a)).itemsize * 8
     return np.where((b >= 0) & (b < bits), np.left_shift(a, np.clip(b, 0, bits - 1)), 0).astype(np.result_type(a), copy=False)
@@ -261,7 +257,7 @@ def _neg(x):
 BINARY = {
     # name: (numpy fn, dtype rule, vector cycles per repeat)
     "add": (np.add, "num", 1), "sub": (np.subtract, "num", 1), "mul": (np.multiply, "num", 1),
-    "truediv": (_truediv, "float", 4), "floordiv": (_floordiv, "num", 4), "mod": (_mod, "num", 4),
+    "truediv": (np.true_divide, "float", 4), "floordiv": (_floordiv, "num", 4), "mod": (_mod, "num", 4),
     "maximum": (np.maximum, "num", 1), "minimum": (np.minimum, "num", 1), "pow": (_pow, "num", 8),
     "and": (np.bitwise_and, "intbool", 1), "or": (np.bitwise_or, "intbool", 1),
     "xor": (np.bitwise_xor, "intbool", 1), "shl": (_shl, "int", 1), "shr": (_shr, "int", 1),
