@@ -45,7 +45,7 @@ def test_fewer_cores_take_longer_and_devices_can_be_chosen():
     with Device(profile={"vector_cores": 4}) as d:
         four = run_add(1 << 20)
     assert four.profile is d.profile and four.cores == 4
-    assert four.cycles > 2 * wide.cycles  # 4 cores hit their per-core DMA cap; 48 share the HBM
+    assert four.cycles > 1.5 * wide.cycles  # 4 cores hit their per-core DMA cap; 48 share the HBM
 
 
 def test_memory_bound_kernel_approaches_hbm_roofline():

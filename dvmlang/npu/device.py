@@ -186,9 +186,8 @@ class Device:
         per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
         B = 1 if self.sequential else max(1, min(P, self.batch_bytes // max(per_prog, 1), 16384))
         T = np.zeros(P)
-        # per program: first start and last end on each pipe, plus the GM port (row N_PIPES)
-        first = np.full((N_PIPES + 1, P), np.inf)
-        last = np.zeros((N_PIPES + 1, P))
+        first = np.full((N_PIPES, P), np.inf)
+        last = np.zeros((N_PIPES, P))
         busy = np.zeros((N_PIPES, P))
         issue_end = np.zeros(P)
         bytes_r = 0.0
@@ -206,10 +205,8 @@ class Device:
                     idx = b.pids
                     end = np.maximum(np.maximum(b.pipe_free.max(axis=0), b.t_issue), b.done)
                     T[idx] = end
-                    first[:N_PIPES, idx] = b.pipe_first
-                    last[:N_PIPES, idx] = b.pipe_free
-                    first[N_PIPES, idx] = np.min(b.pipe_first[[1, 6]], axis=0)
-                    last[N_PIPES, idx] = b.port_free
+                    first[:, idx] = b.pipe_first
+                    last[:, idx] = b.pipe_free
                     busy[:, idx] = b.pipe_busy
                     issue_end[idx] = b.t_issue
                     bytes_r += float(b.bytes_read.sum())
@@ -220,7 +217,8 @@ class Device:
         # the scalar unit issues for the whole program: it is busy from 0 to the issue end
         first[0] = 0.0
         last[0] = np.maximum(last[0], issue_end)
-        offsets, core_end = _compose(T, first, last, cores, kern.double_buffer and prof.double_buffer)
+        port = busy[int(isa.Pipe.MTE2)] + busy[int(isa.Pipe.MTE3)]
+        offsets, core_end = _compose(T, first, last, cores, kern.double_buffer and prof.double_buffer, port)
         if overhead is None:
             overhead = prof.launch_overhead_cycles
         body = float(core_end.max()) if len(core_end) else 0.0
@@ -378,8 +376,9 @@ def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):
                         i, b = parts[1]
 
 
-def _compose(T, first, last, cores: int, double_buffer: bool):
-    """Place programs on cores (p -> core p % cores) and overlap consecutive ones where legal."""
+def _compose(T, first, last, cores: int, double_buffer: bool, port=None):
+    """Place programs on cores (p -> core p % cores) and overlap consecutive ones where legal. A core's
+    transfers share its GM port, so a core is busy at least as long as all its programs' transfers take."""
     P = len(T)
     offsets = np.zeros(P)
     core_end = np.zeros(min(P, cores))
@@ -407,6 +406,9 @@ def _compose(T, first, last, cores: int, double_buffer: bool):
         prev_T[c] = T[lo:hi]
         prev_last[:, c] = last[:, lo:hi]
         core_end[c] = np.maximum(core_end[c], o + T[lo:hi])
+    if port is not None:
+        per_core = np.bincount(np.arange(P) % cores, weights=port, minlength=len(core_end))[:len(core_end)]
+        core_end = np.maximum(core_end, per_core)
     return offsets, core_end
 
 
