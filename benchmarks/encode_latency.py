@@ -50,14 +50,14 @@ from dvmlang.vm.validator import validate  # noqa: E402
 BLOCK = 1024
 
 
-def softmax_args(rows, cols, rng):
-    x = rng.standard_normal((rows, cols), dtype=np.float32)
+def softmax_args(rows, cols, rng, fill=True):
+    x = rng.standard_normal((rows, cols), dtype=np.float32) if fill else np.empty((rows, cols), np.float32)
     out = np.empty_like(x)
     return (rows,), (out, x, x.shape[1], out.shape[1], cols), {"BLOCK": BLOCK}
 
 
-def layernorm_args(rows, cols, rng):
-    x = rng.standard_normal((rows, cols), dtype=np.float32)
+def layernorm_args(rows, cols, rng, fill=True):
+    x = rng.standard_normal((rows, cols), dtype=np.float32) if fill else np.empty((rows, cols), np.float32)
     w = rng.standard_normal(cols, dtype=np.float32)
     b = rng.standard_normal(cols, dtype=np.float32)
     y = np.empty_like(x)
@@ -138,10 +138,13 @@ def _fmt(seconds: float) -> str:
 def _fresh(kernel):
     kernel._builds.clear()
     kernel._instances.clear()
-    kernel._launches.clear()
+    kernel._plans.clear()
 
 
-def measure(name: str, n_shapes: int, n_builds: int, n_relaunch: int) -> list[tuple[str, list[float]]]:
+PHASES = ("build", "encode", "relaunch", "validate")
+
+
+def measure(name: str, n_shapes: int, n_builds: int, n_relaunch: int, phases=PHASES) -> list[tuple[str, list[float]]]:
     kernel, make = KERNELS[name]
     rng = np.random.default_rng(2024)
     rows = []
@@ -151,30 +154,42 @@ def measure(name: str, n_shapes: int, n_builds: int, n_relaunch: int) -> list[tu
     grid, args, meta = make(8, 700, rng)
     kernel.encode(grid, *args, **meta)  # parse the kernel's source once (per kernel, not per build)
     builds = []
-    for _ in range(n_builds):
+    gc.collect()
+    for _ in range(n_builds if "build" in phases else 0):
         _fresh(kernel)
         t0 = time.perf_counter()
         kernel.build_for(*args, **meta)
         builds.append(time.perf_counter() - t0)
-    rows.append(("build", builds))
+    if builds:
+        rows.append(("build", builds))
 
-    # ---- encode, new shapes ---------------------------------------------------------------------------
+    if "encode" in phases:
+        rows += _encode_phase(kernel, make, rng, grid, args, meta, n_shapes)
+    if "relaunch" in phases:
+        rows += _relaunch_phase(kernel, make, rng, n_relaunch)
+    if "validate" in phases:
+        rows += _validate_phase(kernel, make, rng, n_shapes)
+    return rows
+
+
+def _encode_phase(kernel, make, rng, grid, args, meta, n_shapes):
+    rows = []
     _fresh(kernel)
     kernel.encode(grid, *args, **meta)
-    seen = set()
-    cases = []
-    while len(cases) < n_shapes:
+    seen = {(8, 700)}
+    shapes = []
+    while len(shapes) < n_shapes:
         r, c = int(rng.integers(1, 4097)), int(rng.integers(513, 1025))
-        if (r, c) in seen or (r, c) == (8, 700):
-            continue
-        seen.add((r, c))
-        cases.append(make(r, c, rng))
+        if (r, c) not in seen:
+            seen.add((r, c))
+            shapes.append((r, c))
     before = kernel.cache_info().builds, kernel.cache_info().encodes
     encodes, inner = [], []
-    for g, a, m in cases:
+    gc.collect()
+    for r, c in shapes:
+        g, a, m = make(r, c, rng, fill=False)  # encoding reads shapes, never data: leave the pages untouched
         if len(kernel._instances) >= 200:  # stay below the instance cache size: every shape must encode
             kernel._instances.clear()
-            kernel._launches.clear()
         t0 = time.perf_counter()
         bc = kernel.encode(g, *a, **m)
         encodes.append(time.perf_counter() - t0)
@@ -184,8 +199,11 @@ def measure(name: str, n_shapes: int, n_builds: int, n_relaunch: int) -> list[tu
     assert info.encodes - before[1] == n_shapes, "a new shape did not encode"
     rows.append(("encode (new shape)", encodes))
     rows.append(("  of which Encoder.encode", inner))
+    return rows
 
-    # ---- relaunch, same shape ---------------------------------------------------------------------------
+
+def _relaunch_phase(kernel, make, rng, n_relaunch):
+    rows = []
     dev = TimedDevice()
     g, a1, m = make(2, 700, rng)
     _, a2, _ = make(2, 700, rng)
@@ -193,6 +211,7 @@ def measure(name: str, n_shapes: int, n_builds: int, n_relaunch: int) -> list[tu
     kernel[g](*a2, device=dev, **m)
     hits0 = kernel.cache_info().hits
     host, setup, overhead, sim = [], [], [], []
+    gc.collect()
     with SimulationClock() as clock:
         for i in range(n_relaunch):
             a = a1 if i % 2 else a2
@@ -211,11 +230,15 @@ def measure(name: str, n_shapes: int, n_builds: int, n_relaunch: int) -> list[tu
     rows.append(("relaunch: device setup", setup))
     rows.append(("relaunch: dvmlang overhead", overhead))
     rows.append(("relaunch: simulation (reference)", sim))
+    return rows
 
-    # ---- validation of bytes from outside ----------------------------------------------------------------
+
+def _validate_phase(kernel, make, rng, n_shapes):
+    rows = []
     g, a, m = make(37, 900, rng)
     data = kernel.encode(g, *a, **m).to_bytes()
     parse, val, full = [], [], []
+    gc.collect()
     for _ in range(n_shapes):
         t0 = time.perf_counter()
         bc = bytecode_mod._parse(data, bytecode_mod.C.LIMITS)
@@ -238,11 +261,16 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", type=int, default=200, help="different shapes to encode (default 200)")
     ap.add_argument("--builds", type=int, default=100, help="builds to time (default 100)")
     ap.add_argument("--relaunches", type=int, default=500, help="relaunches to time (default 500)")
+    ap.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated subset of {', '.join(PHASES)}")
     args = ap.parse_args(argv)
+    phases = tuple(p.strip() for p in args.phases.split(","))
+    unknown = set(phases) - set(PHASES)
+    if unknown:
+        ap.error(f"unknown phase(s): {', '.join(sorted(unknown))}")
     print(f"dvmlang {dvmlang.__version__}, Python {sys.version.split()[0]}, numpy {np.__version__}")
     print(f"{'kernel':<10} {'phase':<34} {'n':>5} {'median':>11} {'p99':>11} {'max':>11}")
     for name in KERNELS:
-        for phase, samples in measure(name, args.shapes, args.builds, args.relaunches):
+        for phase, samples in measure(name, args.shapes, args.builds, args.relaunches, phases):
             med, p99, mx = _stats(samples)
             print(f"{name:<10} {phase:<34} {len(samples):>5} {_fmt(med)} {_fmt(p99)} {_fmt(mx)}")
     return 0

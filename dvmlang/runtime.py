@@ -101,7 +101,6 @@ class Kernel:
         self._source = None
         self._builds: dict = {}
         self._instances: OrderedDict = OrderedDict()
-        self._launches: dict = {}  # launch key of the raw arguments -> (build, bytecode, tensor positions)
         self._plans: dict = {}  # argument classes -> _Plan
         self._const = None  # (per position: is it a constexpr, the constexpr names)
         self.stats = CacheInfo()
@@ -189,14 +188,15 @@ class Kernel:
         return self._lookup_or_encode(build, ikey, runtime, grid), arrays
 
     def _lookup_or_encode(self, build: Build, ikey, runtime: list, grid):
-        """The cached instance for ``ikey`` or a new one encoded from the runtime parameter values."""
+        """The cached instance for ``ikey`` = (build, launch keys of the runtime values, grid) or a new one
+        encoded from the runtime parameter values."""
         bc = self._instances.get(ikey) if ikey is not None else None
         if bc is not None:
             self._instances.move_to_end(ikey)
             self.stats.hits += 1
             return bc
         t0 = time.perf_counter()
-        bc = build.encoder.encode_values(runtime, grid)
+        bc = build.encoder.encode_values(runtime, grid, ikey[1] if ikey is not None else None)
         bc.encode_s = time.perf_counter() - t0
         self.stats.encodes += 1
         if ikey is not None:
@@ -209,13 +209,11 @@ class Kernel:
         if device is None:
             device = _default_device()
         profile = device.profile
-        # Two fast paths, keyed on the raw arguments (a grid function is never keyed: it may read anything):
-        #  * relaunch: the launch key (dtypes, shapes, strides, scalar values, constexprs, grid, device profile)
-        #    names the same build and instance as binding the arguments would;
-        #  * new shape: the argument classes (dtypes, ranks, scalar types, constexpr values) name the same build
-        #    and the same binding plan, so only the instance has to be made.
-        # Both caches are filled by the ordinary path below, after it bound the same kind of arguments.
-        lkey = ckey = None
+        # Fast path, keyed on the raw arguments (a grid function is never keyed: it may read anything): the
+        # argument classes (dtypes, ranks, contiguity, scalar types, constexpr values) name the build and the
+        # binding plan the ordinary path made for arguments of that class; the plan names the runtime
+        # values, whose launch keys (shapes, strides, exact scalar values) and the grid name the instance.
+        ckey = None
         const = self._const
         if const is None:
             src = self.source
@@ -224,45 +222,38 @@ class Kernel:
             try:
                 akeys, aclasses = _arg_keys(args, const[0])
                 if kwargs:
-                    kkeys = tuple([(k, _launch_key(v)) for k, v in kwargs.items()])
-                    kclasses = tuple([(k, x if k in const[1] else _class_of(x)) for k, x in kkeys])
+                    kkeys = dict([(k, _launch_key(v)) for k, v in kwargs.items()])
+                    ckey = (id(profile), aclasses, tuple([(k, x if k in const[1] else _class_of(x))
+                                                          for k, x in kkeys.items()]))
                 else:
-                    kkeys = kclasses = ()
-                lkey = (grid, id(profile), akeys, kkeys)
-                hit = self._launches.get(lkey)
-            except (TypeError, _NoLaunchKey):
-                lkey = hit = None
-            if hit is not None:
-                build, bc, positions = hit
-                if build.profile is profile and (not build.global_reads or build.still_valid()):
-                    self.stats.hits += 1
-                    return device, build, bc, {i: (args[pos] if pos.__class__ is int else kwargs[pos])
-                                               for i, pos in positions}
-            if lkey is not None:
-                ckey = (id(profile), aclasses, kclasses)
+                    kkeys = None
+                    ckey = (id(profile), aclasses, ())
                 plan = self._plans.get(ckey)
-                if plan is not None and plan.build.profile is profile and \
-                        (not plan.build.global_reads or plan.build.still_valid()):
-                    bc, arrays = plan.instance(self, args, kwargs, akeys, kkeys, _grid(self.__name__, grid, None))
-                    self._remember(lkey, plan.build, bc, plan.positions)
-                    return device, plan.build, bc, arrays
+            except (TypeError, _NoLaunchKey):
+                ckey = plan = None
+            if plan is not None:
+                build = plan.build
+                if build.profile is profile and (not build.global_reads or build.still_valid()):
+                    grid_t = _grid3(self.__name__, grid)
+                    if kkeys is None:
+                        runtime = [args[at] for at in plan.sources]
+                        keys = tuple([akeys[at] for at in plan.sources])
+                    else:
+                        runtime = [args[at] if at.__class__ is int else kwargs[at] for at in plan.sources]
+                        keys = tuple([akeys[at] if at.__class__ is int else kkeys[at] for at in plan.sources])
+                    bc = self._lookup_or_encode(build, (build, keys, grid_t), runtime, grid_t)
+                    return device, build, bc, {i: runtime[i] for i in plan.tensors}
         values, specs, key = self._bind(args, kwargs)
         grid_t = _grid(self.__name__, grid, values)
         build = self._build(specs, key, profile)
         bc, arrays = self._instance(build, specs, values, grid_t)
-        if lkey is not None:
+        if ckey is not None:
             plan = _Plan.make(self.source, build, specs, len(args), kwargs)
             if plan is not None:
                 if len(self._plans) >= MAX_INSTANCES:
                     del self._plans[next(iter(self._plans))]
                 self._plans[ckey] = plan
-                self._remember(lkey, build, bc, plan.positions)
         return device, build, bc, arrays
-
-    def _remember(self, lkey, build, bc, positions):
-        if len(self._launches) >= MAX_INSTANCES:
-            del self._launches[next(iter(self._launches))]
-        self._launches[lkey] = (build, bc, positions)
 
     # ---- public entry points ----------------------------------------------------------------------------
     def prepare(self, grid, *args, device=None, **kwargs):
@@ -446,12 +437,12 @@ class _Plan:
     feeds each runtime parameter. Made by the ordinary binding path; replaying it for arguments of the
     same class gives the same parameter values, in the same order, that binding would."""
 
-    __slots__ = ("build", "sources", "positions")
+    __slots__ = ("build", "sources", "tensors")
 
     @classmethod
     def make(cls, src, build, specs, nargs, kwargs):
         sources = []
-        positions = []
+        tensors = []
         for i, (name, spec) in enumerate(zip(src.params, specs)):
             if spec[0] == "constexpr":
                 continue
@@ -462,22 +453,22 @@ class _Plan:
             else:
                 return None  # a runtime parameter from a default value: not worth a plan
             if spec[0] == "tensor":
-                positions.append((len(sources), at))
+                tensors.append(len(sources))
             sources.append(at)
         plan = cls()
-        plan.build, plan.sources, plan.positions = build, sources, positions
+        plan.build, plan.sources, plan.tensors = build, sources, tensors
         return plan
 
-    def instance(self, kernel, args, kwargs, akeys, kkeys, grid):
-        if kwargs:
-            kw = dict(kkeys)
-            runtime = [args[at] if at.__class__ is int else kwargs[at] for at in self.sources]
-            keys = tuple([akeys[at] if at.__class__ is int else kw[at] for at in self.sources])
+
+def _grid3(kname, grid):
+    """``_grid`` without its general machinery for the common case, a tuple of 1-3 plain positive ints."""
+    if grid.__class__ is tuple and 1 <= len(grid) <= 3:
+        for g in grid:
+            if g.__class__ is not int or g < 1:
+                break
         else:
-            runtime = [args[at] for at in self.sources]
-            keys = tuple([akeys[at] for at in self.sources])
-        bc = kernel._lookup_or_encode(self.build, (self.build, keys, grid), runtime, grid)
-        return bc, {i: runtime[i] for i, _ in self.positions}
+            return grid + (1,) * (3 - len(grid))
+    return _grid(kname, grid, None)
 
 
 _DEFAULT_DEVICE = None

@@ -300,6 +300,7 @@ class Encoder:
         self._param_tail = fixed
         self._params_fixed = [None if p.kind == "tensor" else ParamInfo("scalar", p.name, p.dtype) for p in params]
         self._addrs_fixed = [None] * len(params)
+        self._entries: dict = {}  # (dtype, shape, byte strides, ...) -> _tensor_entry(...)
         self._mid = C.section("layouts", C.encode_layouts(template.layouts)) + bytes([C.SECTION_IDS["kernels"]])
         self._kernel_head = b"\x01" + C.uleb(sid[template.name])
         self._kernel_tail = (C.uleb(0) + C.uleb(len(template.words)) + C.uleb(len(template.reg_types)) +
@@ -324,8 +325,8 @@ class Encoder:
         self.decoded = self.encode(placeholder, scalars, (1, 1, 1)).validate().decoded
 
     def encode(self, params: list[ParamInfo], scalars: dict[int, object], grid: tuple[int, int, int]) -> Bytecode:
-        """One launch instance from its parameter table: ``params`` (shapes and strides of the tensors),
-        ``scalars`` (parameter index -> value) and the grid."""
+        """One launch instance from its parameter table: ``params`` (shapes and strides of the tensors,
+        strides in elements), ``scalars`` (parameter index -> value) and the grid."""
         code = self._words[:]
         for w, p, bits in self._scalar_slots:
             code[w] = bits(scalars[p])
@@ -335,15 +336,21 @@ class Encoder:
         for p, (is_tensor, pre, itemsize, _, _) in zip(params, self._param_pre):
             parts.append(pre)
             if is_tensor:
-                cur = _tensor_entry(parts, addrs, cur, p.shape, p.strides, itemsize)
+                payload, _, span = _tensor_entry(p.shape, tuple(x * itemsize for x in p.strides), itemsize)
+                parts.append(payload)
+                addrs.append(cur)
+                cur += span
             else:
                 addrs.append(None)
         return self._finish(code, parts, addrs, params, grid)
 
-    def encode_values(self, values: list, grid: tuple[int, int, int]) -> Bytecode:
+    def encode_values(self, values: list, grid: tuple[int, int, int], keys=None) -> Bytecode:
         """One launch instance from the runtime parameters' values in order (C-contiguous numpy arrays for
         tensors, numbers for scalars): the launch path's encoder. Only the tensors are visited; the scalar
-        parameters' table entries and ``ParamInfo`` records never change and are reused."""
+        parameters' table entries and ``ParamInfo`` records never change and are reused, and a tensor's
+        table entry is remembered by shape (tensors of one shape recur within and across launches).
+        ``keys``, when given, holds each tensor's ``(dtype, shape, strides in bytes, ...)`` already read
+        from the array by the launch path."""
         code = self._words[:]
         for w, p, bits in self._scalar_slots:
             code[w] = bits(values[p])
@@ -351,22 +358,27 @@ class Encoder:
         addrs = self._addrs_fixed[:]
         parts = [self._param_head]
         append = parts.append
-        small, uleb, sleb = C._SMALL, C.uleb, C.sleb
+        entries = self._entries
         cur = GM_BASE
         for i, pre, itemsize, name, dtype in self._tensor_pre:
-            v = values[i]
-            shape = v.shape
-            strides = tuple([x // itemsize for x in v.strides])
+            if keys is None:
+                v = values[i]
+                key = (v.dtype, v.shape, v.strides)
+            else:
+                key = keys[i]
+            e = entries.get(key)
+            if e is None:
+                e = _tensor_entry(key[1], key[2], itemsize)
+                if len(entries) >= 4096:
+                    entries.clear()
+                entries[key] = e
+            shape = key[1]
+            payload, strides, span = e
             params[i] = ParamInfo("tensor", name, dtype, len(shape), shape, strides)
             append(pre)
-            n = 1
-            for d in shape:
-                append(small[d] if d < 128 else bytes((d & 127 | 128, d >> 7)) if d < 16384 else uleb(d))
-                n *= d
-            for d in strides:
-                append(small[d] if 0 <= d < 64 else bytes((d & 127 | 128, d >> 7)) if 0 <= d < 8192 else sleb(d))
+            append(payload)
             addrs[i] = cur
-            cur += (max(1, n) * itemsize + GM_ALIGN - 1) // GM_ALIGN * GM_ALIGN
+            cur += span
         append(self._param_tail)
         return self._finish(code, parts, addrs, params, grid)
 
@@ -393,19 +405,19 @@ class Encoder:
         return bc
 
 
-def _tensor_entry(parts: list, addrs: list, cur: int, shape, strides, itemsize: int) -> int:
-    """Append a tensor's dimensions and strides to the parameter table and place it in global memory;
-    returns the next free address. One- and two-byte LEB128 values (the common ones) are written inline."""
-    append = parts.append
-    small = C._SMALL
+def _tensor_entry(shape, byte_strides, itemsize: int) -> tuple[bytes, tuple[int, ...], int]:
+    """A tensor's parameter-table entry after its kind/name/dtype/rank prefix: (LEB128 dimensions then
+    strides in elements, the strides in elements, the global memory it spans rounded up to GM_ALIGN)."""
+    small, uleb, sleb = C._SMALL, C.uleb, C.sleb
+    strides = tuple([x // itemsize for x in byte_strides])
+    out = []
     n = 1
     for d in shape:
-        append(small[d] if d < 128 else bytes((d & 127 | 128, d >> 7)) if d < 16384 else C.uleb(d))
+        out.append(small[d] if d < 128 else uleb(d))
         n *= d
     for d in strides:
-        append(small[d] if 0 <= d < 64 else bytes((d & 127 | 128, d >> 7)) if 0 <= d < 8192 else C.sleb(d))
-    addrs.append(cur)
-    return cur + (max(1, n) * itemsize + GM_ALIGN - 1) // GM_ALIGN * GM_ALIGN
+        out.append(small[d] if 0 <= d < 64 else sleb(d))
+    return b"".join(out), strides, (max(1, n) * itemsize + GM_ALIGN - 1) // GM_ALIGN * GM_ALIGN
 
 
 def _swapped(code: array) -> bytes:
