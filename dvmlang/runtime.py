@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes as dt
-from .errors import ArgumentError, CompilationError, DvmError, LaunchError
+from .errors import ArgumentError, DvmError, LaunchError
 from .vm.container import ParamInfo, TargetInfo
 
 MAX_INSTANCES = 256

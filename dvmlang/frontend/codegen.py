@@ -15,17 +15,15 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
-import math
 import textwrap
-import warnings
 
 from .. import dtypes as dt
 from ..errors import (CompilationError, ConstexprError, DvmError, KernelTypeError, SourceLoc,
                       UnsupportedSyntaxError)
 from ..ir.builder import Builder
-from ..ir.core import Block, Function, Op, Param, ScalarType, TileType, Value
+from ..ir.core import Block, Op, ScalarType, Value
 from . import carry
-from .semantic import PY_NUMBER, Semantic
+from .semantic import Semantic
 from .values import Undefined, block_pointer, constexpr, pointer, tensor, unwrap
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
@@ -1093,7 +1091,6 @@ class CodeGen(ast.NodeVisitor):
 
     # ---- combine functions (reduce / associative_scan) --------------------------------------------------
     def _combine_inputs(self, input, what):
-        from ..runtime import Kernel
         single = not isinstance(unwrap(input), (tuple, list))
         xs = [self.sem.to_tensor(v) for v in ((input,) if single else unwrap(input))]
         if not xs or any(x.is_scalar for x in xs):
@@ -1285,4 +1282,3 @@ def _as_tuple(v):
     return tuple(v) if isinstance(v, tuple) else (v,)
 
 
-_ = (math, warnings, Function, Param, Op)

@@ -14,8 +14,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import ConstexprError, KernelTypeError
 from ..ir.builder import Builder, broadcast_shapes
-from ..ir.core import ScalarType, TileType, Value
-from .values import block_pointer, constexpr, pointer, tensor, unwrap
+from .values import block_pointer, pointer, tensor, unwrap
 
 PY_NUMBER = (bool, int, float)
 
@@ -666,4 +665,3 @@ def float_const_ok(x) -> bool:
     return isinstance(x, float) and math.isfinite(x)
 
 
-_ = (ScalarType, TileType, Value, constexpr)

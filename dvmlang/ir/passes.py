@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .core import Block, Function, Op, Value
+from .core import Block, Function, Value
 
 PURE = frozenset({
     "const", "program_id", "num_programs", "arange", "full", "tensor_dim", "tensor_stride", "binary",

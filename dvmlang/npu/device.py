@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import DeviceError, DvmError, InvalidBytecodeError, LaunchError, ResourceError, WatchdogTimeout
+from ..errors import DvmError, InvalidBytecodeError, LaunchError, ResourceError, WatchdogTimeout
 from ..vm import isa
 from .machine import Batch, Launch, Machine, loc_lookup
 from .profile import Profile, get_profile
@@ -435,7 +435,6 @@ class _RaceLog:
         self.writes: dict[int, list] = {}
 
     def record_dma(self, b, t, desc):
-        from .machine import _strided  # noqa: F401 - same index arithmetic as the DMA
         n = b.n
         base = np.broadcast_to(desc.base, (n,))
         sts = [np.broadcast_to(s, (n,)) for s in desc.strides]
@@ -501,4 +500,3 @@ def use(device: Device):
         yield device
 
 
-_ = (DeviceError,)

@@ -19,11 +19,9 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .. import dtypes as dt
-from ..errors import (DeviceError, InvalidBytecodeError, MemoryFault, SourceLoc, UninitializedRead,
-                      WatchdogTimeout)
+from ..errors import DeviceError, MemoryFault, SourceLoc, UninitializedRead
 from ..vm import isa
 from ..vm.decode import Decoded, sop_parts, tile_parts
-from ..vm.isa import Pipe
 
 N_PIPES = isa.N_PIPES
 SPACE_OF_FIELD_DEFAULT = "ub"
@@ -1300,7 +1298,6 @@ def _all_same(x):
 
 def _dma_read(g: np.ndarray, desc: _Desc, shape, npdt, pad, n):
     """Read a box per program. Returns (array (rows, *shape), is_view_of_gm)."""
-    isz = g.itemsize
     strides_u = [_all_same(s) for s in desc.strides]
     lo_u = [_all_same(x) for x in desc.lo]
     hi_u = [_all_same(x) for x in desc.hi]
@@ -1523,4 +1520,3 @@ def loc_lookup(bc):
     return find
 
 
-_ = (InvalidBytecodeError, WatchdogTimeout, Pipe)

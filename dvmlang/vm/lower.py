@@ -25,7 +25,6 @@ from .. import dtypes as dt
 from ..errors import BufferOverflowError, CompilationError, ResourceError, SourceLoc
 from ..ir.core import Block, Function, Op, ScalarType, TileType, Value
 from . import isa
-from .isa import Pipe
 
 ELEMENTWISE = frozenset({"binary", "compare", "select", "fma"})
 ADDR_LIMIT = (1 << 16) * isa.TILE_ADDR_UNIT
