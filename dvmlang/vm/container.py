@@ -240,8 +240,14 @@ class Reader:
         return b
 
     def uleb(self, max_bits: int = 64) -> int:
+        pos = self.pos
+        if pos < self.end:
+            b = self.data[pos]
+            if b < 0x80:  # one byte: the common case
+                self.pos = pos + 1
+                return b
         result = shift = 0
-        start = self.pos
+        start = pos
         max_bytes = -(-max_bits // 7)
         for i in range(max_bytes):
             b = self.byte()

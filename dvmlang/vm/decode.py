@@ -44,51 +44,70 @@ def field_masks(ins: isa.Instr) -> tuple[int, tuple[int, ...]]:
 MASKS = {ins.opcode: field_masks(ins) for ins in isa.TABLE}
 
 
+class _Row:
+    """What decoding needs of one ISA row, computed once from the table."""
+
+    __slots__ = ("ins", "words", "pipe", "head_fields", "op_fields", "head_mask", "op_masks")
+
+    def __init__(self, ins: isa.Instr):
+        self.ins = ins
+        self.words = ins.words
+        self.pipe = int(ins.pipe)
+        self.head_fields = tuple((f.name, shift, (1 << f.bits) - 1)
+                                 for f, (_, shift) in zip(ins.fields, ins.layout) if f.head)
+        self.op_fields = tuple((f.name, w, shift, (1 << f.bits) - 1)
+                               for f, (w, shift) in zip(ins.fields, ins.layout) if not f.head)
+        self.head_mask, self.op_masks = MASKS[ins.opcode]
+
+
+ROWS = {ins.opcode: _Row(ins) for ins in isa.TABLE}
+WORDS = {ins.opcode: ins.words for ins in isa.TABLE}
+_DTYPES = tuple(dt.BY_CODE.get(c) for c in range(16))
+
+
 def decode_one(code, pc: int, end: int) -> Decoded:
     """Decode the instruction at ``pc``; ``end`` bounds the kernel's code (exclusive)."""
     head = code[pc]
     opcode = head & 0xFFFF
-    ins = isa.BY_OPCODE.get(opcode)
-    if ins is None:
+    row = ROWS.get(opcode)
+    if row is None:
         raise MalformedBytecodeError("unknown opcode", section="code", offset=pc * 8,
                                      expected="an opcode from the ISA table", found=f"{opcode:#06x}")
+    ins = row.ins
     length = ((head >> isa.LEN_SHIFT) & 7) + 1
-    if length != ins.words:
+    if length != row.words:
         raise MalformedBytecodeError(f"wrong length for {ins.name}", section="code", offset=pc * 8,
-                                     expected=f"{ins.words} words", found=f"{length}")
+                                     expected=f"{row.words} words", found=f"{length}")
     pipe = (head >> isa.PIPE_SHIFT) & 7
-    if pipe != int(ins.pipe):
+    if pipe != row.pipe:
         raise MalformedBytecodeError(f"wrong pipe for {ins.name}", section="code", offset=pc * 8,
                                      expected=isa.PIPE_NAMES[ins.pipe], found=str(pipe))
     if pc + length > end:
         raise MalformedBytecodeError(f"{ins.name} is truncated by the end of the kernel's code", section="code",
                                      offset=pc * 8, expected=f"{length} words", found=f"{end - pc}")
-    head_mask, op_masks = MASKS[opcode]
+    head_mask = row.head_mask
+    st = wt = None
     if head >> isa.SET_FLAG_SHIFT & 1:
         head_mask |= _SET_BITS
+        st = ((head >> isa.SET_PIPE_SHIFT) & 7, (head >> isa.SET_EVENT_SHIFT) & 7)
     if head >> isa.WAIT_FLAG_SHIFT & 1:
         head_mask |= _WAIT_BITS
+        wt = ((head >> isa.WAIT_PIPE_SHIFT) & 7, (head >> isa.WAIT_EVENT_SHIFT) & 7)
     if head & ~head_mask:
         raise MalformedBytecodeError(f"reserved bits set in the head word of {ins.name}", section="code",
                                      offset=pc * 8, expected="0", found=f"{head & ~head_mask:#x}")
-    for i, m in enumerate(op_masks, 1):
+    for i, m in enumerate(row.op_masks, 1):
         if code[pc + i] & ~m:
             raise MalformedBytecodeError(f"reserved bits set in operand word {i} of {ins.name}", section="code",
                                          offset=(pc + i) * 8, expected="0", found=f"{code[pc + i] & ~m:#x}")
-    vals = {}
-    for f, (w, shift) in zip(ins.fields, ins.layout):
-        word = head if f.head else code[pc + w]
-        vals[f.name] = (word >> shift) & ((1 << f.bits) - 1)
+    vals = {name: (head >> shift) & mask for name, shift, mask in row.head_fields}
+    for name, w, shift, mask in row.op_fields:
+        vals[name] = (code[pc + w] >> shift) & mask
     code_dt = (head >> isa.DTYPE_SHIFT) & 0xF
-    dtype = dt.BY_CODE.get(code_dt)
+    dtype = _DTYPES[code_dt]
     if dtype is None:
         raise MalformedBytecodeError("unknown dtype code in instruction", section="code", offset=pc * 8,
                                      expected="0-14", found=str(code_dt))
-    st = wt = None
-    if head >> isa.SET_FLAG_SHIFT & 1:
-        st = ((head >> isa.SET_PIPE_SHIFT) & 7, (head >> isa.SET_EVENT_SHIFT) & 7)
-    if head >> isa.WAIT_FLAG_SHIFT & 1:
-        wt = ((head >> isa.WAIT_PIPE_SHIFT) & 7, (head >> isa.WAIT_EVENT_SHIFT) & 7)
     return Decoded(pc, ins, vals, dtype, st, wt, head)
 
 
@@ -99,7 +118,7 @@ def decode_kernel(code, start: int, nwords: int) -> list[Decoded]:
     while pc < end:
         d = decode_one(code, pc, end)
         out.append(d)
-        pc += d.ins.words
+        pc += WORDS[d.head & 0xFFFF]
     return out
 
 
