@@ -506,3 +506,12 @@ def test_template_is_validated_once_at_build():
     b = kernel.encode((2,), x, x, x, 11, BLOCK=128)
     assert a.decoded is b.decoded is build.encoder.decoded
     assert array("Q", a.code) != array("Q", b.code)  # the scalar immediate differs
+
+
+def test_register_scalar_operand_with_stray_bits_is_invalid():
+    bc = parsed("vector_add")
+    decoded = dvmlang.Bytecode.from_bytes(sample_bytes("vector_add")).decoded[0]
+    d = next(x for x in decoded if x.ins.name.startswith("DMA_LOAD") and x.vals["base"] & isa.SOP_REG_BIT)
+    vals = dict(d.vals, base=d.vals["base"] | 0x100)
+    encode_into(bc.code, d.pc, d.ins, vals, d.dtype, d.set, d.wait)
+    invalid(bc, "scalar operand base names a register but sets reserved bits 8-30")

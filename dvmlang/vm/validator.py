@@ -52,7 +52,15 @@ class _KernelValidator:
             self.fail(d, f"register r{r} ({name}) must hold an integer", "an integer type", t.name)
         return t
 
+    def sop_register_bits(self, d, name):
+        """A register scalar operand uses bits 0-7 and the flag bit 31; bits 8-30 must be 0."""
+        raw = d.vals[name]
+        if raw & isa.SOP_REG_BIT and raw & 0x7FFFFF00:
+            self.fail(d, f"scalar operand {name} names a register but sets reserved bits 8-30", "0",
+                      f"{raw & 0x7FFFFF00:#x}")
+
     def sop(self, d, name):
+        self.sop_register_bits(d, name)
         is_reg, v = sop_parts(d.vals[name])
         if is_reg:
             if v >= len(self.regs):
@@ -408,9 +416,9 @@ class _KernelValidator:
                 for n in (f"stride{i}", f"lo{i}", f"hi{i}"):
                     self.sop(d, n)
             if fam == "dma_load":
+                self.sop_register_bits(d, "pad")
                 is_reg, r = sop_parts(v["pad"])
                 if is_reg:
-                    self.reg(d, "pad", None) if False else None
                     if r >= len(self.regs) or self.regs[r] is not tdt:
                         self.fail(d, "pad register must hold the tensor's dtype", tdt.name,
                                   self.regs[r].name if r < len(self.regs) else f"r{r}")
@@ -429,6 +437,7 @@ class _KernelValidator:
                 self.same(d, "mask dtype", kd, dt.bool_)
                 self.same(d, "mask shape", ks, ms)
             if fam == "gather":
+                self.sop_register_bits(d, "pad")
                 is_reg, r = sop_parts(v["pad"])
                 if is_reg and (r >= len(self.regs) or self.regs[r] is not tdt):
                     self.fail(d, "pad register must hold the tensor's dtype")
