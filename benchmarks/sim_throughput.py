@@ -25,7 +25,6 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
 import dvmlang.language as dl  # noqa: E402
-import layernorm  # noqa: E402
 import softmax  # noqa: E402
 import vector_add  # noqa: E402
 
@@ -49,6 +48,21 @@ def matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: dl.constexpr, BN: dl.constexpr, BK:
         a_ptrs += BK
         b_ptrs += BK * N
     dl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@dvmlang.kernel
+def layernorm_row(x_ptr, y_ptr, w_ptr, b_ptr, stride, n_cols, eps, BLOCK: dl.constexpr):
+    """One row per program in one tile (the same kernel as the Triton reference)."""
+    row = dl.program_id(0)
+    cols = dl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = dl.load(x_ptr + row * stride + cols, mask=mask, other=0.0)
+    mean = dl.sum(x, axis=0) / n_cols
+    d = dl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / dl.sqrt(dl.sum(d * d, axis=0) / n_cols + eps)
+    w = dl.load(w_ptr + cols, mask=mask)
+    b = dl.load(b_ptr + cols, mask=mask)
+    dl.store(y_ptr + row * stride + cols, d * rstd * w + b, mask=mask)
 
 
 def median_time(fn, repeat):
@@ -90,11 +104,9 @@ def workloads(quick: bool):
     w = rng.standard_normal(1024, dtype=np.float32)
     b = rng.standard_normal(1024, dtype=np.float32)
     y = np.empty_like(x)
-    mean = np.empty(rows, np.float32)
-    rstd = np.empty(rows, np.float32)
 
     def ln():
-        return layernorm.layernorm[(rows,)](x, y, w, b, mean, rstd, 1024, 1024, 1e-5, BLOCK=1024)
+        return layernorm_row[(rows,)](x, y, w, b, 1024, 1024, 1e-5, BLOCK=1024)
 
     def ln_np():
         mu = x.mean(axis=1, keepdims=True)
@@ -132,16 +144,17 @@ def workloads(quick: bool):
     yield "matmul", f"{m}^3 fp16->fp32", mm, mm_np, A.nbytes + B.nbytes + C.nbytes
 
 
-def triton_interpreter_time(name):
+def triton_interpreter_time(name, quick):
     """Seconds the Triton interpreter needs for the full problem, or None when triton is absent."""
     try:
-        import os
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-        import triton  # noqa: F401
-    except Exception:  # noqa: BLE001 - optional dependency
+        import importlib.util
+        if importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None:
+            return None
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from triton_reference import interpreter_seconds  # benchmarks/triton_reference.py
+    except Exception:  # noqa: BLE001 - optional dependency that failed to import
         return None
-    from triton_reference import interpreter_seconds  # benchmarks/triton_reference.py
-    return interpreter_seconds(name)
+    return interpreter_seconds(name, quick)
 
 
 def main(argv=None):
@@ -159,7 +172,7 @@ def main(argv=None):
         ours = median_time(fn, repeat)
         theirs = median_time(ref, repeat)
         extra = peak_extra_bytes(fn)
-        tri = triton_interpreter_time(name)
+        tri = triton_interpreter_time(name, args.quick)
         t.add_row(name, size, f"{ours * 1e3:.1f} ms", f"{theirs * 1e3:.1f} ms", f"{ours / theirs:.2f}x",
                   f"{launch.time_us:.1f} us", f"{extra / 2**20:.1f} MiB ({extra / tensor_bytes:.2f}x tensors)",
                   f"{tri:.1f} s" if tri else "n/a", f"{tri / ours:.0f}x" if tri else "n/a")

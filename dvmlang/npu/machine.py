@@ -1101,9 +1101,13 @@ class Machine:
         cost = p.cube_startup + math.ceil(M / 16) * math.ceil(N / 16) * math.ceil(K / 16) * factor
 
         def fn(b, L):
-            prod = np.matmul(ra(b, L).astype(acc), rb(b, L).astype(acc))
+            prod = np.matmul(ra(b, L).astype(acc, copy=False), rb(b, L).astype(acc, copy=False))
             if not init:
-                prod = rd(b, L) + prod
+                c = rd(b, L)
+                if c.shape == prod.shape:
+                    np.add(prod, c, out=prod)
+                else:
+                    prod = c + prod
             w(b, prod.astype(acc, copy=False))
         return Step(d, fn, cost)
 
@@ -1319,6 +1323,24 @@ def _dma_read(g: np.ndarray, desc: _Desc, shape, npdt, pad, n):
         out = _pad_array(rows, shape, npdt, pad).copy()
         out[(slice(None),) + tuple(slice(l, h) for l, h in zip(lo, hi))] = view
         return out, False
+    if uniform and n > 1:
+        # programs that read the same window (e.g. the tiles of a matmul shared by a row of programs): read
+        # each distinct window once
+        bases, inverse = np.unique(np.broadcast_to(desc.base, (n,)), return_inverse=True)
+        if len(bases) <= n // 2:
+            lo = [v for _, v in lo_u]
+            hi = [v for _, v in hi_u]
+            st = [v for _, v in strides_u]
+            ext = tuple(h - l for l, h in zip(lo, hi))
+            if any(e == 0 for e in ext):
+                return _pad_array(n, shape, npdt, pad), False
+            off = sum(s_ * l for s_, l in zip(st, lo))
+            windows = np.stack([_strided(g, int(b_) + off, ext, tuple(st)) for b_ in bases])
+            if all(l == 0 for l in lo) and ext == tuple(shape):
+                return windows[inverse], False
+            out = _pad_array(n, shape, npdt, pad).copy()
+            out[(slice(None),) + tuple(slice(l, h) for l, h in zip(lo, hi))] = windows[inverse]
+            return out, False
     # general: program by program
     out = _pad_array(n, shape, npdt, pad).copy()
     base = np.broadcast_to(desc.base, (n,))
