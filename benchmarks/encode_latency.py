@@ -139,6 +139,7 @@ def _fresh(kernel):
     kernel._builds.clear()
     kernel._instances.clear()
     kernel._plans.clear()
+    kernel._last = None
 
 
 PHASES = ("build", "encode", "relaunch", "validate")
