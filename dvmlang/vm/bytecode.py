@@ -318,6 +318,11 @@ class Encoder:
                                   template.kind == "mix")
         self._little = sys.byteorder == "little"
         self.program = None
+        proto = Bytecode(major=C.VERSION_MAJOR, minor=C.VERSION_MINOR, flags=self.flags, target=target,
+                         strings=strings, params=[], layouts=self.layouts, kernels=[], code=array("Q"),
+                         relocs=self.relocs, debug=self.debug)
+        proto.template_key = id(self)
+        self._shared = dict(proto.__dict__)  # the fields every instance of this build has in common
         placeholder = [ParamInfo(p.kind, p.name, p.dtype, p.rank, (1,) * p.rank if p.kind == "tensor" else (),
                                  (1,) * p.rank if p.kind == "tensor" else ()) for p in params]
         scalars = {i: 0 for i, p in enumerate(params) if p.kind == "scalar"}
@@ -393,15 +398,18 @@ class Encoder:
         crc = zlib.crc32(self._post, zlib.crc32(code_bytes, zlib.crc32(mid, self._pre_crc)))
         data = b"".join((self._head_pre, mid, code_bytes, self._post, self._checksum_hdr, _U32.pack(crc)))
         k = self._kernel
-        bc = Bytecode(major=C.VERSION_MAJOR, minor=C.VERSION_MINOR, flags=self.flags, target=self.target,
-                      strings=self.strings, params=params, layouts=self.layouts,
-                      kernels=[KernelInfo(k.name, grid, 0, k.code_words, k.reg_types, k.footprint, k.double_buffer,
-                                          k.mix)],
-                      code=code, relocs=self.relocs, debug=self.debug)
-        bc._bytes = data
-        bc.decoded = self.decoded
-        bc.program = self.program
-        bc.template_key = id(self)
+        # every instance shares the build's fields: one dict update instead of Bytecode.__init__
+        bc = Bytecode.__new__(Bytecode)
+        fields = bc.__dict__
+        fields.update(self._shared)
+        fields["params"] = params
+        fields["kernels"] = [KernelInfo(k.name, grid, 0, k.code_words, k.reg_types, k.footprint, k.double_buffer,
+                                        k.mix)]
+        fields["code"] = code
+        fields["custom"] = []
+        fields["_bytes"] = data
+        fields["decoded"] = self.decoded
+        fields["program"] = self.program
         return bc
 
 
