@@ -515,3 +515,18 @@ def test_register_scalar_operand_with_stray_bits_is_invalid():
     vals = dict(d.vals, base=d.vals["base"] | 0x100)
     encode_into(bc.code, d.pc, d.ins, vals, d.dtype, d.set, d.wait)
     invalid(bc, "scalar operand base names a register but sets reserved bits 8-30")
+
+
+def test_template_keys_are_never_reused():
+    """The device caches decoded programs by template key: a key must never name two different builds, even
+    after a build is freed (object ids are reused; the keys are not)."""
+    import gc
+    fn = KERNELS["vector_add"].fn
+    x = np.zeros(8, np.float32)
+    keys = []
+    for block in (8, 16) * 10:
+        k = dvmlang.kernel(fn)
+        keys.append(k.encode((1,), x, x, x, 8, BLOCK=block).template_key)
+        del k
+        gc.collect()
+    assert len(set(keys)) == len(keys)

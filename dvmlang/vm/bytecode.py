@@ -7,6 +7,7 @@ with scalar immediates and tensor addresses patched in, and a checksum.
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 import sys
@@ -20,6 +21,7 @@ from . import container as C
 from .container import DebugInfo, KernelInfo, ParamInfo, Reader, TargetInfo
 
 GM_BASE = 1 << 36
+_TEMPLATE_KEYS = itertools.count(1)
 GM_ALIGN = 4096
 
 
@@ -102,7 +104,7 @@ class Bytecode:
         self._bytes: bytes | None = None
         self.decoded = None  # per-kernel decoded instructions, set once validated
         self.program = None  # the device decoder's cache
-        self.template_key = None  # identity of the build this instance came from (in-process only)
+        self.template_key = None  # the build this instance came from (in-process only; the device caches by it)
 
     # ---- identity ----------------------------------------------------------------------------------------
     @property
@@ -321,7 +323,7 @@ class Encoder:
         proto = Bytecode(major=C.VERSION_MAJOR, minor=C.VERSION_MINOR, flags=self.flags, target=target,
                          strings=strings, params=[], layouts=self.layouts, kernels=[], code=array("Q"),
                          relocs=self.relocs, debug=self.debug)
-        proto.template_key = id(self)
+        proto.template_key = next(_TEMPLATE_KEYS)  # unique for the process, unlike id() of a freed encoder
         self._shared = dict(proto.__dict__)  # the fields every instance of this build has in common
         placeholder = [ParamInfo(p.kind, p.name, p.dtype, p.rank, (1,) * p.rank if p.kind == "tensor" else (),
                                  (1,) * p.rank if p.kind == "tensor" else ()) for p in params]
