@@ -30,9 +30,9 @@ from test_bytecode_samples import FUZZ_DEVICE, SAMPLES, sample_bytes, small_args
 
 pytestmark = pytest.mark.filterwarnings("ignore::dvmlang.PerformanceWarning", "ignore::dvmlang.DvmWarning")
 
-FUZZ = settings(max_examples=100, deadline=None, database=None, derandomize=True,
+FUZZ = settings(max_examples=200, deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-DEEP = settings(FUZZ, max_examples=300)  # mutations that often decode: these reach the validator and device
+DEEP = settings(FUZZ, max_examples=600)  # mutations that often decode: these reach the validator and device
 
 
 # ---- the property -----------------------------------------------------------------------------------------------
