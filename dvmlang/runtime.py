@@ -224,7 +224,9 @@ class Kernel:
             const = self._const = (tuple(n in src.constexpr_params for n in src.params), src.constexpr_params)
         if (grid.__class__ is tuple or grid.__class__ is int) and len(args) <= len(const[0]):
             try:
-                akeys = tuple([_launch_key(v) for v in args])
+                nd = np.ndarray
+                akeys = tuple([(v.dtype, v.shape, v.strides, v.flags.c_contiguous) if v.__class__ is nd
+                               else _launch_key(v) for v in args])  # arrays inline: the common case
                 kkeys = tuple([(k, _launch_key(v)) for k, v in kwargs.items()]) if kwargs else ()
                 lkey = (grid, id(profile), akeys, kkeys)
                 last = self._last
@@ -235,7 +237,8 @@ class Kernel:
                         return device, build, last[2], {i: (args[at] if at.__class__ is int else kwargs[at])
                                                         for i, at in last[3]}
                 cp, cn = const
-                ckey = (id(profile), tuple([k if c else _class_of(k) for k, c in zip(akeys, cp)]),
+                ckey = (id(profile), tuple([k if c else (k[0], len(k[1]), k[3]) if len(k) == 4 else _class_of(k)
+                                            for k, c in zip(akeys, cp)]),
                         tuple([(n, k if n in cn else _class_of(k)) for n, k in kkeys]))
                 plan = self._plans.get(ckey)
             except (TypeError, _NoLaunchKey):

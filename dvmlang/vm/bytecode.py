@@ -108,6 +108,23 @@ class Bytecode:
 
     # ---- identity ----------------------------------------------------------------------------------------
     @property
+    def params(self) -> list[ParamInfo]:
+        """The parameter table: one ``ParamInfo`` per kernel parameter, with this instance's shapes."""
+        p = self._params
+        if p is None:  # an encoder instance: make the records from the rows it kept
+            fixed, names, tensors = self._param_rows
+            p = fixed[:]
+            for i, shape, strides in tensors:
+                name, dtype = names[i]
+                p[i] = ParamInfo("tensor", name, dtype, len(shape), shape, strides)
+            self._params = p
+        return p
+
+    @params.setter
+    def params(self, value: list[ParamInfo]):
+        self._params = value
+
+    @property
     def name(self) -> str:
         return self.kernels[0].name if self.kernels else ""
 
@@ -295,10 +312,11 @@ class Encoder:
         fixed = b""
         for i, (is_tensor, pre, itemsize, name, dtype) in enumerate(self._param_pre):
             if is_tensor:
-                self._tensor_pre.append((i, fixed + pre, itemsize, name, dtype))
+                self._tensor_pre.append((i, fixed + pre, itemsize))
                 fixed = b""
             else:
                 fixed += pre
+        self._names = [(p.name, p.dtype) for p in params]
         self._param_tail = fixed
         self._params_fixed = [None if p.kind == "tensor" else ParamInfo("scalar", p.name, p.dtype) for p in params]
         self._addrs_fixed = [None] * len(params)
@@ -361,13 +379,13 @@ class Encoder:
         code = self._words[:]
         for w, p, bits in self._scalar_slots:
             code[w] = bits(values[p])
-        params = self._params_fixed[:]
+        tensors = []  # (index, shape, strides): the ParamInfo records are made when first asked for
         addrs = self._addrs_fixed[:]
         parts = [self._param_head]
         append = parts.append
         entries = self._entries
         cur = GM_BASE
-        for i, pre, itemsize, name, dtype in self._tensor_pre:
+        for i, pre, itemsize in self._tensor_pre:
             if keys is None:
                 v = values[i]
                 key = (v.dtype, v.shape, v.strides)
@@ -379,15 +397,14 @@ class Encoder:
                 if len(entries) >= 4096:
                     entries.clear()
                 entries[key] = e
-            shape = key[1]
             payload, strides, span = e
-            params[i] = ParamInfo("tensor", name, dtype, len(shape), shape, strides)
+            tensors.append((i, key[1], strides))
             append(pre)
             append(payload)
             addrs[i] = cur
             cur += span
         append(self._param_tail)
-        return self._finish(code, parts, addrs, params, grid)
+        return self._finish(code, parts, addrs, (self._params_fixed, self._names, tensors), grid)
 
     def _finish(self, code, parts, addrs, params, grid) -> Bytecode:
         for w, p in self._gm_relocs:
@@ -404,7 +421,11 @@ class Encoder:
         bc = Bytecode.__new__(Bytecode)
         fields = bc.__dict__
         fields.update(self._shared)
-        fields["params"] = params
+        if params.__class__ is list:
+            fields["_params"] = params
+        else:
+            fields["_params"] = None
+            fields["_param_rows"] = params
         fields["kernels"] = [KernelInfo(k.name, grid, 0, k.code_words, k.reg_types, k.footprint, k.double_buffer,
                                         k.mix)]
         fields["code"] = code
