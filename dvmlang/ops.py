@@ -302,35 +302,57 @@ def reshape(x, shape):
     shape = tuple(shape)
     old = tuple(g.syms.find(d) for d in _shape(x))
     if -1 in shape:
-        known = [d for d in shape if d != -1]
-        rest = [d for d in old if not any(d is k or (isinstance(d, int) and d == k) for k in known)]
         if shape.count(-1) != 1:
             raise GraphError("reshape takes at most one -1")
-        prod = 1
-        for d in rest:
-            if not isinstance(d, int):
-                if len(rest) == 1:
-                    prod = d
-                    break
-                raise GraphError(f"reshape with -1 cannot resolve {g.shape_text(old)} -> {shape}")
-            prod *= d
-        if isinstance(prod, int):
-            kprod = 1
-            for d in known:
-                if not isinstance(d, int):
-                    raise GraphError(f"reshape with -1 cannot resolve {g.shape_text(old)} -> {shape}")
-                kprod *= d
-            total = 1
-            for d in old:
-                if not isinstance(d, int):
-                    raise GraphError(f"reshape with -1 cannot resolve {g.shape_text(old)} -> {shape}")
-                total *= d
-            prod = total // kprod
-        shape = tuple(prod if d == -1 else d for d in shape)
+        shape = tuple(_infer_dim(g, old, shape) if isinstance(d, int) and d == -1 else d for d in shape)
     if not _same_numel(g, old, shape):
+        hint = ""
+        if any(not isinstance(d, int) for d in old) and all(isinstance(d, int) for d in shape):
+            hint = ("; the input's dims are symbols (one per call), so a reshape to numbers cannot be proven: "
+                    "use -1 and the input's dims (x.shape[0], ...), or declare the dims static "
+                    "(dvmlang.graph(fn, static={'x': (0, 1)}))")
         raise GraphError(f"cannot reshape {g.shape_text(old)} to {g.shape_text(shape)}: the sizes differ or "
-                         "cannot be proven equal")
+                         f"cannot be proven equal{hint}")
     return _node(g, "reshape", [x], shape, x.dtype)
+
+
+def _infer_dim(g, old, shape):
+    """The size that -1 stands for in ``reshape(x, shape)``: the elements of ``old`` not accounted for by the
+    other dims, cancelled symbol by symbol. It must be a number or a single symbol."""
+    syms = g.syms
+    count: dict = {}
+    by_id: dict = {}
+    total = 1
+    for d in old:
+        d = syms.find(d)
+        if isinstance(d, int):
+            total *= d
+        else:
+            count[d.id] = count.get(d.id, 0) + 1
+            by_id[d.id] = d
+    known = 1
+    for d in shape:
+        if isinstance(d, int) and d == -1:
+            continue
+        d = syms.find(d)
+        if isinstance(d, int):
+            known *= d
+        elif count.get(d.id, 0) > 0:
+            count[d.id] -= 1
+        else:
+            raise GraphError(f"reshape with -1 cannot resolve {g.shape_text(old)} -> {shape}: {d} is not a dimension "
+                             "of the input")
+    left = [by_id[i] for i, c in count.items() for _ in range(c)]
+    if known == 0 or total % known:
+        raise GraphError(f"cannot reshape {g.shape_text(old)} to {shape}: the sizes differ")
+    rest = total // known
+    if not left:
+        return rest
+    if len(left) == 1 and rest == 1:
+        return left[0]
+    raise GraphError(f"reshape with -1 cannot resolve {g.shape_text(old)} -> {shape}: the -1 would be a product "
+                     "of dimensions, which a graph cannot express; declare the dimensions static "
+                     "(dvmlang.graph(fn, static={'x': (0, 1)}))")
 
 
 def _same_numel(g, a, b) -> bool:
@@ -545,7 +567,9 @@ def scaled_dot_product_attention(q, k, v, causal=False, scale=None):
     q, k, v = _value(g, q), _value(g, k), _value(g, v)
     dk = g.syms.find(_shape(q)[-1])
     if scale is None:
-        scale = 1.0 / math.sqrt(dk) if isinstance(dk, int) else rsqrt(_node(g, "dim", [], (), dt.float32, sym=dk))
+        # a symbolic head size: the scale is computed per call, in q's dtype (like a Python number would be)
+        scale = 1.0 / math.sqrt(dk) if isinstance(dk, int) else \
+            cast(rsqrt(_node(g, "dim", [], (), dt.float32, sym=dk)), q.dtype)
     s = mul(matmul(q, transpose(k)), scale)
     if causal:
         shape = _shape(s)

@@ -45,7 +45,7 @@ class Program:
         self.graph = graph
         self.fuse = fuse
         self.name = name or graph.name
-        self.plan = plan(graph, fuse, ub_elems_limit=profile.ub_bytes // 2 // 12)
+        self.plan = plan(graph, fuse, row_fits=lambda grp, cols: tl.row_fits(grp, cols, profile))
         self.kernels: dict = {}  # (plan id, group id) -> KernelText
         self.fallbacks = 0
 
@@ -63,9 +63,7 @@ class Program:
             return p
         for grp in p.groups:
             if grp.mode == "row" and grp.guard is not None:
-                cols = env.value(grp.space[-1])
-                live = tl.live_bytes_per_element(grp)
-                if tl._pow2_ceil(cols) * live > profile.ub_bytes // 2 - 8192:
+                if not tl.row_fits(grp, env.value(grp.space[-1]), profile):
                     self.fallbacks += 1
                     return p.fallback
         return p
@@ -101,9 +99,7 @@ class Program:
         key = (id(p), grp.id)
         kt = self.kernels.get(key)
         if kt is None:
-            kname = re.sub(r"\W", "_", f"{self.name}_{grp.name}")
-            if not kname[0].isalpha():
-                kname = "k" + kname
+            kname = _kernel_name(self.name, grp)
             kt = matmul_kernel(self.graph, grp, kname) if grp.kind == "matmul" else \
                 vector_kernel(self.graph, grp, kname)
             kt.compile()
@@ -112,7 +108,7 @@ class Program:
 
     def prepare_group(self, p: Plan, grp: Group, env, values, device):
         if grp.kind == "custom":
-            return _custom(grp, env, values, device)
+            return _custom(grp, env, values, device, _kernel_name(self.name, grp))
         for o in grp.outputs:
             if o.id not in values:
                 values[o.id] = np.empty(tuple(env.value(d) for d in o.shape), dtype=o.dtype.np)
@@ -164,14 +160,21 @@ def _signature(args, static: dict, names):
                 raise GraphError(f"argument `{name}` has dtype {a.dtype}, which dvmlang does not support")
             dims = tuple(s if (s == 1 or i in static.get(name, ())) else -1 for i, s in enumerate(a.shape))
             key.append(("t", d.code, dims))
-        elif isinstance(a, (bool, int, float)):
-            key.append(("s", type(a).__name__, a))
+        elif isinstance(a, (bool, int, float, str, type(None))) or (isinstance(a, tuple) and _constant(a)):
+            key.append(("s", type(a).__name__, a))  # a constant of the capture, like a constexpr
         elif hasattr(a, "__dvm_array__"):
             arr = a.__dvm_array__()
             key.append(_signature([arr], static, [name])[0])
         else:
             raise GraphError(f"argument `{name}` must be a numpy array or a number, got {type(a).__name__}")
     return tuple(key)
+
+
+def _constant(v) -> bool:
+    """Whether ``v`` is a plain constant (numbers, strings, None, tuples of them) a capture can depend on."""
+    if isinstance(v, tuple):
+        return all(_constant(x) for x in v)
+    return isinstance(v, (bool, int, float, str, type(None)))
 
 
 class GraphFunction:
@@ -184,7 +187,8 @@ class GraphFunction:
         self.static = {k: tuple(v) for k, v in (static or {}).items()}
         self.device = device
         self.name = name or fn.__name__
-        self.names = list(inspect.signature(fn).parameters)
+        self.signature = inspect.signature(fn)
+        self.names = list(self.signature.parameters)
         self._captured: dict = {}
         self.stats = GraphStats()
         self.last_launch = None
@@ -193,7 +197,19 @@ class GraphFunction:
         return f"<dvmlang.graph {self.name} fuse={self.fuse}>"
 
     # ---- capture ---------------------------------------------------------------------------------------
-    def capture(self, *args) -> Program:
+    def _arguments(self, args, kwargs) -> tuple:
+        """The arguments in parameter order, keywords and defaults applied."""
+        if not kwargs and len(args) == len(self.names):
+            return args
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise GraphError(f"`{self.name}` takes the arguments ({', '.join(self.names)}): {e}") from None
+        bound.apply_defaults()
+        return tuple(bound.arguments[n] for n in self.names)
+
+    def capture(self, *args, **kwargs) -> Program:
+        args = self._arguments(args, kwargs)
         key = _signature(args, self.static, self.names)
         cap = self._captured.get(key)
         if cap is None:
@@ -242,10 +258,11 @@ class GraphFunction:
         return Program(g, self.fuse, (self.device or default_device()).profile, self.name)
 
     # ---- calls -----------------------------------------------------------------------------------------
-    def __call__(self, *args, device=None):
+    def __call__(self, *args, device=None, **kwargs):
         from ..npu.device import default_device
         from ..trace.record import active_session
         device = device or self.device or default_device()
+        args = self._arguments(args, kwargs)
         prog = self.capture(*args)
         arrays = [a.__dvm_array__() if hasattr(a, "__dvm_array__") else a for a in args]
         inputs = {n.id: arrays[self.names.index(n.attrs["name"])] for n in prog.graph.inputs}
@@ -260,12 +277,13 @@ class GraphFunction:
         return tuple(outs) if prog.graph.output_tuple else outs[0]
 
     # ---- reporting -------------------------------------------------------------------------------------
-    def explain(self, *args, device=None):
+    def explain(self, *args, device=None, **kwargs):
         """A report (prints with rich) of the fusion groups for these arguments, their tiling, and why every
         rejected pair was rejected."""
         from ..npu.device import default_device
         from .explain import Report
         device = device or self.device or default_device()
+        args = self._arguments(args, kwargs)
         prog = self.capture(*args)
         arrays = [a.__dvm_array__() if hasattr(a, "__dvm_array__") else a for a in args]
         env = _bind(prog.graph, arrays)
@@ -273,7 +291,13 @@ class GraphFunction:
         return Report(self, prog, chosen, env, device.profile)
 
 
-def _custom(grp: Group, env, values, device):
+def _kernel_name(graph_name: str, grp: Group) -> str:
+    """The launch name of a group: the graph's name and the group's (a Python identifier)."""
+    kname = re.sub(r"\W", "_", f"{graph_name}_{grp.name}")
+    return kname if kname[0].isalpha() else "k" + kname
+
+
+def _custom(grp: Group, env, values, device, name: str):
         call = grp.nodes[0]
         ins = iter(call.inputs)
         args = []
@@ -293,7 +317,7 @@ def _custom(grp: Group, env, values, device):
             grid = grid(*[a.shape if isinstance(a, np.ndarray) else a for a in args])
         kernel = call.attrs["kernel"]
         _, bc, flat, alias = kernel.prepare(grid, *args, *outs, device=device, **call.attrs["constexprs"])
-        return [(bc, flat, kernel.__name__, alias)]
+        return [(bc, flat, name, alias)]
 
 def _total(name, records):
     """One record summing separate launches (the unfused baseline)."""
@@ -344,7 +368,7 @@ def _bind(g: Graph, arrays) -> _Env:
                     if prev is not None and prev != size:
                         raise GraphError(f"`{g.name}`: {d.origin} is {size} but it must equal {_origin_of(g, root)} "
                                          f"= {prev} (deduced while capturing: "
-                                         f"{_why(g, root)})")
+                                         f"{_why(g, d)})")
                     values[root.id] = size
                 values.setdefault(d.id, size)
             elif d != size:
@@ -365,8 +389,9 @@ def _origin_of(g: Graph, sym) -> str:
 
 
 def _why(g: Graph, sym) -> str:
+    """The deduction that tied ``sym`` to its class (the first one naming it)."""
     for a, b, why in g.syms.deductions:
-        if g.syms.find(a) is sym:
+        if a is sym or b is sym:
             return why
     return "equal sizes"
 

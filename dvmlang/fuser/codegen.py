@@ -259,15 +259,15 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
                 after.add(n.id)
         for n in reduce_nodes:
             src(f"acc{n.id} = dl.full((BR, 1), {_ident(n.attrs['op'], n.dtype)}, dl.{n.dtype.name})")
+        for n in free:  # constants and sizes: before the loop, so the per-row work after it sees them too
+            if n.op != "iota":
+                src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
+                names[n.id] = f"v{n.id}"
         src("for c0 in range(0, C, BC):")
         src.indent += 1
         src("cols = c0 + dl.arange(0, BC)")
         src("cmask = cols < C")
         emit_loads(None)
-        for n in free:
-            if n.op != "iota":
-                src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
-                names[n.id] = f"v{n.id}"
         for n in free:
             if n.op == "iota":
                 src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")

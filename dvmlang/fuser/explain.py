@@ -84,7 +84,7 @@ class Report:
             for a, b, why in g.syms.deductions:
                 ded.add(Text(f"{a} ({a.origin}) == {b}  [{why}]"))
         for si, stage in enumerate(p.stages):
-            st = tree.add(Text(f"stage {si}" + (" (side by side)" if len(stage) > 1 else "")))
+            st = tree.add(Text(f"stage {si}" + (" (side by side)" if len(stage) > 1 and p.fused else "")))
             for grp in stage:
                 label = Text(f"{grp.name}  [{grp.kind}" + (f", {grp.mode}" if grp.kind == "vector" else "") + "]")
                 node = st.add(label)

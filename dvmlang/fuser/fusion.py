@@ -42,6 +42,8 @@ class Group:
 
     @property
     def name(self) -> str:
+        if self.kind == "custom":
+            return f"g{self.id}_custom_{self.nodes[0].attrs['kernel'].__name__}"
         ops = [n.op if n.op != "reduce" else n.attrs["op"] for n in self.nodes if n.op not in FREE]
         head = "_".join(dict.fromkeys(ops))[:40] or self.kind
         return f"g{self.id}_{head}"
@@ -156,46 +158,83 @@ def _desc(n: Node) -> str:
     return f"%{n.id} {n.op if n.op != 'reduce' else 'reduce ' + n.attrs['op']}"
 
 
+MODE_RANK = {"tiled": 0, "loop": 1, "row": 2, "matmul": 3}
+
+
 class Planner:
-    def __init__(self, g: Graph, fuse: bool, split_reductions: bool, ub_elems_limit):
+    def __init__(self, g: Graph, fuse: bool, split_reductions: bool, no_row: dict | None = None):
         self.g = g
         self.fuse = fuse
         self.split = split_reductions
-        self.ub_elems_limit = ub_elems_limit  # max row length a row-mode group can hold (static check)
+        self.no_row = dict(no_row or {})  # reduce node id -> why its result cannot be consumed in its group
         self.group_of: dict[int, Group] = {}
         self.groups: list[Group] = []
         self.rejections: list[Rejection] = []
         self.users = g.users()
-        self.deps: dict[int, set[int]] = {}  # group id -> ids of groups it reads from (transitively closed)
+        self.reads: dict[int, set[int]] = {}  # group id -> ids of the groups it reads from directly
 
     def reject(self, producer: Node, consumer: Node, reason: str):
-        self.rejections.append(Rejection(_desc(producer), _desc(consumer), reason))
+        r = Rejection(_desc(producer), _desc(consumer), reason)
+        if not any(x.producer == r.producer and x.consumer == r.consumer for x in self.rejections):
+            self.rejections.append(r)  # the first reason for a pair is the one that decided
 
     def new_group(self, kind: str, n: Node, space) -> Group:
         grp = Group(len(self.groups), kind, [], tuple(space))
         self.groups.append(grp)
-        self.deps[grp.id] = set()
+        self.reads[grp.id] = set()
         self.put(grp, n)
         return grp
+
+    def producer(self, v: Node) -> tuple[Node, Group | None]:
+        """The node that computes ``v`` (through views) and its group."""
+        while v.op in VIEWS:
+            v = v.inputs[0]
+        if v.op == "custom_out":
+            return v, self.group_of.get(v.inputs[0].id)
+        return v, self.group_of.get(v.id)
 
     def put(self, grp: Group, n: Node):
         grp.nodes.append(n)
         self.group_of[n.id] = grp
         for i in n.inputs:
-            src = self.group_of.get(i.id)
+            _, src = self.producer(i)
             if src is not None and src is not grp:
-                self.deps[grp.id] |= {src.id} | self.deps[src.id]
+                self.reads[grp.id].add(src.id)
 
     def depends(self, a: Group, b: Group) -> bool:
-        """Whether group ``a`` reads (transitively) from group ``b``."""
-        return b.id in self.deps[a.id]
+        """Whether group ``a`` reads (directly or through other groups) from group ``b``."""
+        seen = set()
+        stack = list(self.reads[a.id])
+        while stack:
+            x = stack.pop()
+            if x == b.id:
+                return True
+            if x not in seen:
+                seen.add(x)
+                stack.extend(self.reads[x])
+        return False
+
+    def merge(self, into: Group, other: Group):
+        """Move every node of ``other`` into ``into`` (two groups that do not depend on each other)."""
+        for n in other.nodes:
+            self.group_of[n.id] = into
+        into.nodes = sorted(into.nodes + other.nodes, key=lambda n: n.id)  # node ids are a topological order
+        self.reads[into.id] |= self.reads.pop(other.id)
+        self.reads[into.id].discard(into.id)
+        for r in self.reads.values():
+            if other.id in r:
+                r.discard(other.id)
+                r.add(into.id)
+        into.mode = max(into.mode, other.mode, key=MODE_RANK.__getitem__)
+        into.guard = into.guard if into.guard is not None else other.guard
+        self.groups.remove(other)
 
     def run(self) -> list[Group]:
         for n in self.g.nodes:
             if n.op in ("input",) or n.op in FREE or n.op in VIEWS or n.op == "custom_out":
                 continue
             if n.op == "custom":
-                grp = self.new_group("custom", n, ())
+                self._custom(n)
                 continue
             if n.op == "matmul":
                 self._matmul(n)
@@ -204,15 +243,27 @@ class Planner:
                 self._vector(n)
                 continue
             raise GraphError(f"the fuser does not know the operation {n.op!r}")
+        for k, grp in enumerate(self.groups):  # merged groups leave gaps: number the groups in order
+            grp.id = k
         return self.groups
 
-    # ---- matmul -------------------------------------------------------------------------------------------
+    # ---- custom and matmul ------------------------------------------------------------------------------
+    def _custom(self, n: Node):
+        if self.fuse:
+            for i in n.inputs:
+                base, src = self.producer(i)
+                if src is not None and base.op not in FREE:
+                    self.reject(base, n, "a user kernel (ops.custom) reads its arguments from memory: the producer "
+                                         "stores its value (the kernels are stacked in one launch)")
+        self.new_group("custom", n, ())
+
     def _matmul(self, n: Node):
-        for i in n.inputs:
-            src = self.group_of.get(i.id)
-            if src is not None:
-                self.reject(i, n, "elementwise producers of a matmul operand are not fused into the cube kernel "
-                                  "(no prologue fusion): the operand is stored and the matmul reads it")
+        if self.fuse:
+            for i in n.inputs:
+                base, src = self.producer(i)
+                if src is not None:
+                    self.reject(base, n, "elementwise producers of a matmul operand are not fused into the cube "
+                                         "kernel (no prologue fusion): the operand is stored and the matmul reads it")
         grp = self.new_group("matmul", n, n.shape)
         grp.mode = "matmul"
 
@@ -234,82 +285,138 @@ class Planner:
         chosen = None
         if self.fuse:
             for grp in candidates:
-                reason = self._why_not(grp, n, space, candidates)
+                reason, update = self._why_not(grp, n, space)
                 if reason is None:
                     chosen = grp
                     break
                 producer = next(i for i in n.inputs if self.group_of.get(i.id) is grp)
                 self.reject(producer, n, reason)
+            if chosen is not None:
+                for grp in candidates[candidates.index(chosen) + 1:]:
+                    producer = next(i for i in n.inputs if self.group_of.get(i.id) is grp)
+                    why = self._why_not_merge(chosen, grp, n, update)
+                    if why is None:
+                        self.merge(chosen, grp)
+                    else:
+                        self.reject(producer, n, why)
+            for i in n.inputs:
+                base, src = self.producer(i)
+                if src is None or src is chosen:
+                    continue
+                if i.op in VIEWS:
+                    self.reject(base, n, f"read through a view (%{i.id} {i.op}): views are not computed in a kernel; "
+                                         "the producer stores its value and this operation reads it through strides")
+                elif i.op == "custom_out":
+                    self.reject(base, n, "the producer is a user kernel (ops.custom): its outputs are stored")
         if chosen is None:
             grp = self.new_group("vector", n, space)
             if n.op == "reduce":
                 grp.mode = "loop"
             return
+        chosen.space = update.get("space", chosen.space)
+        chosen.mode = max(chosen.mode, update.get("mode", chosen.mode), "loop" if n.op == "reduce" else "tiled",
+                          key=MODE_RANK.__getitem__)
+        if update.get("guard") is not None:
+            chosen.guard = update["guard"]
         self.put(chosen, n)
-        if n.op == "reduce" and chosen.mode == "tiled":
-            chosen.mode = "loop"
 
-    def _why_not(self, grp: Group, n: Node, space, candidates) -> str | None:
+    def _check_inputs(self, grp: Group, n: Node, shape) -> str | None:
+        """Cycles, reads of the group's own results through a view, and provable broadcasting of ``n``'s
+        operands against ``shape``, for ``n`` joining ``grp``."""
+        g = self.g
+        for i in n.inputs:
+            if i.op in FREE:
+                continue
+            base, src = self.producer(i)
+            if src is grp and i.op in VIEWS:
+                return (f"the operation reads %{base.id} of this group through a view (%{i.id} {i.op}): a kernel "
+                        "cannot read back its own results from memory within the launch")
+            if src is not None and src is not grp and self.depends(src, grp):
+                return "fusing would create a cycle between kernels"
+            if not _broadcastable(g, i.shape, shape):
+                return (f"broadcast dims cannot be proven equal: operand %{i.id} {g.shape_text(i.shape)} against "
+                        f"{g.shape_text(shape)}")
+        return None
+
+    def _why_not(self, grp: Group, n: Node, space) -> tuple[str | None, dict]:
+        """Why ``n`` cannot join ``grp`` (None if it can), and the changes to the group if it joins."""
         g = self.g
         if grp.kind == "custom":
-            return "the producer is a user kernel (ops.custom): its outputs are stored"
+            return "the producer is a user kernel (ops.custom): its outputs are stored", {}
         if grp.kind == "matmul":
             if n.op == "reduce":
-                return "a reduction is not fused into a matmul epilogue (the epilogue works tile by tile)"
+                return "a reduction is not fused into a matmul epilogue (the epilogue works tile by tile)", {}
             mm = grp.nodes[0]
             if _same_shape(g, n.shape, mm.shape) is not True:
                 return (f"the epilogue must keep the matmul's shape {g.shape_text(mm.shape)}; this operation has "
-                        f"shape {g.shape_text(n.shape)}")
-            for i in n.inputs:
-                src = self.group_of.get(i.id)
-                if src is grp or i.op in FREE:
-                    continue
-                if src is not None and self.depends(src, grp):
-                    return "fusing would create a cycle between kernels"
-                if not _broadcastable(g, self._value_shape(i), mm.shape):
-                    return (f"operand %{i.id} with shape {g.shape_text(i.shape)} cannot be proven to broadcast to "
-                            f"the matmul output {g.shape_text(mm.shape)}")
-            return None
+                        f"shape {g.shape_text(n.shape)}"), {}
+            return self._check_inputs(grp, n, mm.shape), {}
         # vector group
+        update: dict = {}
         gs = grp.space
         same = _same_shape(g, space, gs)
         if same is not True and _row_values(g, space, gs):
             same = True  # per-row values (a reduction's shape) live in the same iteration space
         elif same is not True and _row_values(g, gs, space):
-            grp.space = gs = tuple(space)  # the group so far held per-row values only
+            update["space"] = gs = tuple(space)  # the group so far held per-row values only
             same = True
         if same is not True:
             why = "cannot be proven equal" if same is None else "differ"
             return (f"iteration spaces {why}: {g.shape_text(space)} vs {g.shape_text(gs)} (unknown means do not "
-                    "fuse)")
+                    "fuse)"), {}
+        reason = self._check_inputs(grp, n, gs)
+        if reason is not None:
+            return reason, {}
+        reason = self._consume(n, [grp], gs, update)
+        return reason, update
+
+    def _consume(self, n: Node, groups: list, gs, update: dict) -> str | None:
+        """A full-width ``n`` that consumes a row reduction of one of ``groups`` needs the group in row mode
+        (a whole row in one tile): allowed unless this is the split plan or the row cannot fit UB."""
+        g = self.g
+        reduces = set()
         for i in n.inputs:
-            src = self.group_of.get(i.id)
-            if src is grp or i.op in FREE:
-                continue
-            if src is not None and src is not grp and self.depends(src, grp):
-                return "fusing would create a cycle between kernels"
-            if not _broadcastable(g, self._value_shape(i), gs):
-                return (f"broadcast dims cannot be proven equal: operand %{i.id} {g.shape_text(i.shape)} against "
-                        f"{g.shape_text(gs)}")
-        consumed = [i for i in n.inputs if self.group_of.get(i.id) is grp and self._derives_from_reduce(i, grp)]
-        if consumed and _same_shape(g, n.shape, gs) is True:
-            if self.split:
-                return ("a reduction's result is consumed inside its group; this is the split plan, used when a row "
-                        "does not fit UB")
-            cols = g.syms.find(gs[-1])
-            if isinstance(cols, int) and self.ub_elems_limit is not None and cols > self.ub_elems_limit:
-                return (f"a reduction's result is consumed inside its group, which needs a whole row in one tile, "
-                        f"but a row of {cols} elements cannot fit UB (footprint)")
-            grp.mode = "row"
-            if not isinstance(cols, int):
-                grp.guard = cols
+            if self.group_of.get(i.id) in groups:
+                reduces |= self._reduces_under(i)
+        if not reduces or _same_shape(g, n.shape, gs) is not True:
+            return None
+        if self.split:
+            return ("a reduction's result is consumed inside its group; this is the split plan, used when a row "
+                    "does not fit UB")
+        for r in sorted(reduces):
+            if r in self.no_row:
+                return self.no_row[r]
+        update["mode"] = "row"
+        cols = g.syms.find(gs[-1])
+        if not isinstance(cols, int):
+            update["guard"] = cols
         return None
 
-    def _value_shape(self, i: Node):
-        return i.shape
+    def _why_not_merge(self, into: Group, other: Group, n: Node, update: dict) -> str | None:
+        """Why the group ``other`` (another producer of ``n``) cannot be merged into ``into``, which ``n`` joins."""
+        g = self.g
+        if into.kind != "vector" or other.kind != "vector":
+            kinds = {"matmul": "a matmul", "custom": "a user kernel (ops.custom)", "vector": "a vector group"}
+            return (f"the operation joined {kinds[into.kind]} ({into.name}); the producer's group is "
+                    f"{kinds[other.kind]}, which cannot be merged into it: the value is stored and read back")
+        gs = update.get("space", into.space)
+        if _same_shape(g, other.space, gs) is not True and not _row_values(g, other.space, gs):
+            same = _same_shape(g, other.space, gs)
+            why = "cannot be proven equal" if same is None else "differ"
+            return (f"the operation joined {into.name}; the producer's group iterates over "
+                    f"{g.shape_text(other.space)}, and the spaces {why} ({g.shape_text(gs)})")
+        if self.depends(into, other) or self.depends(other, into):
+            return "merging the producer's group would create a cycle between kernels"
+        for i in n.inputs:
+            _, src = self.producer(i)
+            if src is not None and src is not into and src is not other and self.depends(src, other):
+                return "merging the producer's group would create a cycle between kernels"
+        return self._consume(n, [other], gs, update)
 
-    def _derives_from_reduce(self, v: Node, grp: Group) -> bool:
-        """Whether ``v`` (in ``grp``) is or depends on a row reduction inside ``grp``."""
+    def _reduces_under(self, v: Node) -> set[int]:
+        """The row reductions that ``v`` is or depends on inside its group."""
+        grp = self.group_of.get(v.id)
+        out = set()
         seen = set()
         stack = [v]
         while stack:
@@ -318,9 +425,9 @@ class Planner:
                 continue
             seen.add(x.id)
             if x.op == "reduce":
-                return True
+                out.add(x.id)
             stack.extend(x.inputs)
-        return False
+        return out
 
 
 def finish(g: Graph, groups: list[Group]) -> list[list[Group]]:
@@ -380,14 +487,27 @@ def finish(g: Graph, groups: list[Group]) -> list[list[Group]]:
     return stages
 
 
-def plan(g: Graph, fuse: bool = True, ub_elems_limit: int | None = None, split_reductions: bool = False) -> Plan:
-    p = Planner(g, fuse, split_reductions, ub_elems_limit)
+def plan(g: Graph, fuse: bool = True, row_fits=None, split_reductions: bool = False,
+         no_row: dict | None = None) -> Plan:
+    """Fuse ``g``. ``row_fits(group, cols)`` says whether a row-mode group's row fits UB: a static row that does
+    not is split (its reductions end their groups); a symbolic row is fused behind a launch-time guard, with
+    the split plan as the fallback."""
+    p = Planner(g, fuse, split_reductions, no_row)
     groups = p.run()
     stages = finish(g, groups)
+    if fuse and not split_reductions and row_fits is not None:
+        too_long = {}
+        for grp in groups:
+            cols = g.syms.find(grp.space[-1]) if grp.space else 1
+            if grp.mode == "row" and isinstance(cols, int) and not row_fits(grp, cols):
+                for n in grp.nodes:
+                    if n.op == "reduce":
+                        too_long[n.id] = ("a reduction's result is consumed inside its group, which needs a whole "
+                                          f"row in one tile, but a row of {cols} elements cannot fit UB (footprint "
+                                          f"of {grp.name})")
+        if too_long:
+            return plan(g, fuse, row_fits, split_reductions, {**(no_row or {}), **too_long})
     result = Plan(g, groups, p.rejections, stages, fuse, split_reductions)
     if fuse and not split_reductions and any(grp.mode == "row" and grp.guard is not None for grp in groups):
-        result.fallback = plan(g, fuse, ub_elems_limit, split_reductions=True)
+        result.fallback = plan(g, fuse, row_fits, True, no_row)
     return result
-
-
-_ = dt

@@ -53,9 +53,19 @@ def live_bytes_per_element(grp: Group) -> int:
     return max(4, peak + 8)  # plus masks and index tiles
 
 
+def tile_budget(profile) -> int:
+    """Bytes of UB one tile's live buffers may use: half of UB (ping-pong), less room for masks and splats."""
+    return profile.ub_bytes // 2 - 8192
+
+
+def row_fits(grp: Group, cols: int, profile) -> bool:
+    """Whether a row-mode group can hold a whole row of ``cols`` elements (at least one row per tile)."""
+    return _pow2_ceil(max(1, cols)) * live_bytes_per_element(grp) <= tile_budget(profile)
+
+
 def choose(grp: Group, rows: int, cols: int, outer: int, profile, live_bytes: int) -> Tiling:
     """Tile a vector group over (outer x rows x cols)."""
-    budget = profile.ub_bytes // 2 - 8192  # half of UB (ping-pong), less room for masks and splats
+    budget = tile_budget(profile)
     cores = profile.vector_cores
     max_programs = profile.max_programs
     rows = max(1, rows)
@@ -69,6 +79,8 @@ def choose(grp: Group, rows: int, cols: int, outer: int, profile, live_bytes: in
     else:
         full = _pow2_ceil(cols)
         bc_choices = sorted({min(full, c) for c in (64, 256, 1024, 4096, 16384)} | {min(full, 16384)})
+        # a column block must fit UB with at least one row (at worst the narrowest block)
+        bc_choices = [bc for bc in bc_choices if bc * live_bytes <= budget] or bc_choices[:1]
     best = None
     for bc in bc_choices:
         cap_r = max(1, budget // (bc * live_bytes))
