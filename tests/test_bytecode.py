@@ -129,7 +129,7 @@ def test_custom_sections_are_skipped_and_kept_in_place():
     edited = edited[:-6] + C.checksum_section(edited[:-6])
     edited = edited[:8] + struct.pack("<I", zlib.crc32(edited[:8])) + edited[12:]
     bc = dvmlang.Bytecode.from_bytes(edited)
-    assert bc.custom == [(C.SECTION_IDS["params"], "producer", b"\x01\x02 any bytes")]
+    assert bc.custom == ((C.SECTION_IDS["params"], "producer", b"\x01\x02 any bytes"),)
     assert bc.serialise() == edited
     plain = dvmlang.Bytecode.from_bytes(data)
     assert bc != plain and bc.kernels == plain.kernels and list(bc.code) == list(plain.code)

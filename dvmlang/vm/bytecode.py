@@ -15,6 +15,8 @@ import zlib
 from array import array
 from pathlib import Path
 
+import numpy as np
+
 from .. import dtypes as dt
 from ..errors import BytecodeError, DvmError, MalformedBytecodeError, VersionError
 from . import container as C
@@ -65,7 +67,6 @@ def _bits_converter(dtype: dt.DType):
     if dtype is dt.float64:
         return _bits_f64
     if dtype.is_float:
-        import numpy as np
         npdt, view = dtype.np, f"u{dtype.itemsize}"
         return lambda value: int(np.array([value], dtype=npdt).view(view)[0])
     mask = (1 << (dtype.itemsize * 8)) - 1
@@ -100,7 +101,7 @@ class Bytecode:
         self.code: array = code
         self.relocs = relocs
         self.debug: DebugInfo = debug
-        self.custom: list[tuple[int, str, bytes]] = list(custom)  # (id of the section before it, name, payload)
+        self.custom: tuple[tuple[int, str, bytes], ...] = tuple(custom)  # (id of the section before, name, payload)
         self._bytes: bytes | None = None
         self.decoded = None  # per-kernel decoded instructions, set once validated
         self.program = None  # the device decoder's cache
@@ -111,13 +112,9 @@ class Bytecode:
     def params(self) -> list[ParamInfo]:
         """The parameter table: one ``ParamInfo`` per kernel parameter, with this instance's shapes."""
         p = self._params
-        if p is None:  # an encoder instance: make the records from the rows it kept
-            fixed, names, tensors = self._param_rows
-            p = fixed[:]
-            for i, shape, strides in tensors:
-                name, dtype = names[i]
-                p[i] = ParamInfo("tensor", name, dtype, len(shape), shape, strides)
-            self._params = p
+        if p is None:  # an encoder instance: make the records from the launch keys it kept
+            encoder, keys = self._param_rows
+            p = self._params = encoder.param_infos(keys)
         return p
 
     @params.setter
@@ -379,32 +376,37 @@ class Encoder:
         code = self._words[:]
         for w, p, bits in self._scalar_slots:
             code[w] = bits(values[p])
-        tensors = []  # (index, shape, strides): the ParamInfo records are made when first asked for
+        if keys is None:
+            keys = [(v.dtype, v.shape, v.strides) if v.__class__ is np.ndarray else None for v in values]
         addrs = self._addrs_fixed[:]
         parts = [self._param_head]
         append = parts.append
         entries = self._entries
         cur = GM_BASE
         for i, pre, itemsize in self._tensor_pre:
-            if keys is None:
-                v = values[i]
-                key = (v.dtype, v.shape, v.strides)
-            else:
-                key = keys[i]
+            key = keys[i]
             e = entries.get(key)
             if e is None:
                 e = _tensor_entry(key[1], key[2], itemsize)
                 if len(entries) >= 4096:
                     entries.clear()
                 entries[key] = e
-            payload, strides, span = e
-            tensors.append((i, key[1], strides))
+            payload, _, span = e
             append(pre)
             append(payload)
             addrs[i] = cur
             cur += span
         append(self._param_tail)
-        return self._finish(code, parts, addrs, (self._params_fixed, self._names, tensors), grid)
+        return self._finish(code, parts, addrs, (self, keys), grid)  # ParamInfo records: made on first use
+
+    def param_infos(self, keys) -> list[ParamInfo]:
+        """The parameter table of an instance from its tensors' (dtype, shape, byte strides, ...) keys."""
+        p = self._params_fixed[:]
+        for i, _, itemsize in self._tensor_pre:
+            _, shape, byte_strides = keys[i][:3]
+            name, dtype = self._names[i]
+            p[i] = ParamInfo("tensor", name, dtype, len(shape), shape, tuple([x // itemsize for x in byte_strides]))
+        return p
 
     def _finish(self, code, parts, addrs, params, grid) -> Bytecode:
         for w, p in self._gm_relocs:
@@ -429,7 +431,6 @@ class Encoder:
         fields["kernels"] = [KernelInfo(k.name, grid, 0, k.code_words, k.reg_types, k.footprint, k.double_buffer,
                                         k.mix)]
         fields["code"] = code
-        fields["custom"] = []
         fields["_bytes"] = data
         fields["decoded"] = self.decoded
         fields["program"] = self.program

@@ -67,7 +67,7 @@ class ParamInfo:
     strides: tuple[int, ...] = ()
 
 
-@dataclass
+@dataclass(slots=True)
 class KernelInfo:
     name: str
     grid: tuple[int, int, int]
