@@ -20,6 +20,10 @@ For each kernel it prints the median / p99 / max of
 * validation   — what safety costs for bytes from outside: ``Bytecode.from_bytes`` (parse + validate) of
                  the kernel's encoded bytes, and the two halves separately.
 
+Every sample runs with the garbage collector on. A collection pauses the whole process (tens to hundreds of
+microseconds here) whenever anyone's allocations cross its threshold, so the table also shows the maximum
+over the samples no collection fell into, and how many samples one did.
+
 Shapes: rows and columns drawn from a fixed seed with columns in (512, 1024], so the gallery's
 ``BLOCK = next_power_of_2(n_cols)`` is 1024 for all of them and every shape is an encode, never a build.
 
@@ -67,6 +71,33 @@ def layernorm_args(rows, cols, rng, fill=True):
 
 
 KERNELS = {"softmax": (softmax.softmax, softmax_args), "layernorm": (layernorm.layernorm, layernorm_args)}
+
+
+class GCWatch:
+    """Counts the garbage collector's runs, so a sample can say whether a collection happened inside it (a
+    collection is a pause of the whole process, triggered by anyone's allocations, not by one phase)."""
+
+    runs = 0
+
+    @classmethod
+    def callback(cls, phase, info):
+        if phase == "start":
+            cls.runs += 1
+
+
+gc.callbacks.append(GCWatch.callback)
+
+
+class Samples(list):
+    """Seconds per sample, with the samples during which the garbage collector ran."""
+
+    def __init__(self):
+        super().__init__()
+        self.with_gc = []
+
+    def add(self, seconds: float, gc_before: int):
+        self.append(seconds)
+        self.with_gc.append(GCWatch.runs != gc_before)
 
 
 class TimedDevice(dvmlang.npu.Device):
@@ -154,13 +185,14 @@ def measure(name: str, n_shapes: int, n_builds: int, n_relaunch: int, phases=PHA
     # ---- build ----------------------------------------------------------------------------------------
     grid, args, meta = make(8, 700, rng)
     kernel.encode(grid, *args, **meta)  # parse the kernel's source once (per kernel, not per build)
-    builds = []
+    builds = Samples()
     gc.collect()
     for _ in range(n_builds if "build" in phases else 0):
         _fresh(kernel)
+        n0 = GCWatch.runs
         t0 = time.perf_counter()
         kernel.build_for(*args, **meta)
-        builds.append(time.perf_counter() - t0)
+        builds.add(time.perf_counter() - t0, n0)
     if builds:
         rows.append(("build", builds))
 
@@ -185,16 +217,17 @@ def _encode_phase(kernel, make, rng, grid, args, meta, n_shapes):
             seen.add((r, c))
             shapes.append((r, c))
     before = kernel.cache_info().builds, kernel.cache_info().encodes
-    encodes, inner = [], []
+    encodes, inner = Samples(), Samples()
     gc.collect()
     for r, c in shapes:
         g, a, m = make(r, c, rng, fill=False)  # encoding reads shapes, never data: leave the pages untouched
         if len(kernel._instances) >= 200:  # stay below the instance cache size: every shape must encode
             kernel._instances.clear()
+        n0 = GCWatch.runs
         t0 = time.perf_counter()
         bc = kernel.encode(g, *a, **m)
-        encodes.append(time.perf_counter() - t0)
-        inner.append(bc.encode_s)
+        encodes.add(time.perf_counter() - t0, n0)
+        inner.add(bc.encode_s, n0)
     info = kernel.cache_info()
     assert info.builds == before[0], "a new shape rebuilt the kernel"
     assert info.encodes - before[1] == n_shapes, "a new shape did not encode"
@@ -211,21 +244,22 @@ def _relaunch_phase(kernel, make, rng, n_relaunch):
     kernel[g](*a1, device=dev, **m)
     kernel[g](*a2, device=dev, **m)
     hits0 = kernel.cache_info().hits
-    host, setup, overhead, sim = [], [], [], []
+    host, setup, overhead, sim = Samples(), Samples(), Samples(), Samples()
     gc.collect()
     with SimulationClock() as clock:
         for i in range(n_relaunch):
             a = a1 if i % 2 else a2
             clock.spent = 0.0
+            n0 = GCWatch.runs
             t0 = time.perf_counter()
             kernel[g](*a, device=dev, **m)
             total = time.perf_counter() - t0
             h = total - dev.last_run
             d = dev.last_run - clock.spent
-            host.append(h)
-            setup.append(d)
-            overhead.append(h + d)
-            sim.append(clock.spent)
+            host.add(h, n0)
+            setup.add(d, n0)
+            overhead.add(h + d, n0)
+            sim.add(clock.spent, n0)
     assert kernel.cache_info().hits - hits0 == n_relaunch, "a relaunch missed the instance cache"
     rows.append(("relaunch: host (bind + lookup)", host))
     rows.append(("relaunch: device setup", setup))
@@ -238,9 +272,10 @@ def _validate_phase(kernel, make, rng, n_shapes):
     rows = []
     g, a, m = make(37, 900, rng)
     data = kernel.encode(g, *a, **m).to_bytes()
-    parse, val, full = [], [], []
+    parse, val, full = Samples(), Samples(), Samples()
     gc.collect()
     for _ in range(n_shapes):
+        n0 = GCWatch.runs
         t0 = time.perf_counter()
         bc = bytecode_mod._parse(data, bytecode_mod.C.LIMITS)
         t1 = time.perf_counter()
@@ -248,9 +283,9 @@ def _validate_phase(kernel, make, rng, n_shapes):
         t2 = time.perf_counter()
         dvmlang.Bytecode.from_bytes(data)
         t3 = time.perf_counter()
-        parse.append(t1 - t0)
-        val.append(t2 - t1)
-        full.append(t3 - t2)
+        parse.add(t1 - t0, n0)
+        val.add(t2 - t1, n0)
+        full.add(t3 - t2, n0)
     rows.append((f"from_bytes ({len(data)} bytes)", full))
     rows.append(("  parse", parse))
     rows.append(("  validate", val))
@@ -269,11 +304,17 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown phase(s): {', '.join(sorted(unknown))}")
     print(f"dvmlang {dvmlang.__version__}, Python {sys.version.split()[0]}, numpy {np.__version__}")
-    print(f"{'kernel':<10} {'phase':<34} {'n':>5} {'median':>11} {'p99':>11} {'max':>11}")
+    print(f"{'kernel':<10} {'phase':<34} {'n':>5} {'median':>11} {'p99':>11} {'max':>11}   {'max w/o gc':>11} "
+          f"{'gc':>4}")
     for name in KERNELS:
         for phase, samples in measure(name, args.shapes, args.builds, args.relaunches, phases):
             med, p99, mx = _stats(samples)
-            print(f"{name:<10} {phase:<34} {len(samples):>5} {_fmt(med)} {_fmt(p99)} {_fmt(mx)}")
+            quiet = [x for x, g in zip(samples, samples.with_gc) if not g]
+            qmax = _fmt(max(quiet)) if quiet else f"{'-':>11}"
+            print(f"{name:<10} {phase:<34} {len(samples):>5} {_fmt(med)} {_fmt(p99)} {_fmt(mx)}   {qmax} "
+                  f"{sum(samples.with_gc):>4}")
+    print("max w/o gc: the largest sample during which the garbage collector did not run; gc: the number of "
+          "samples it ran in")
     return 0
 
 
