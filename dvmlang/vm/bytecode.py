@@ -23,8 +23,8 @@ from . import container as C
 from .container import DebugInfo, KernelInfo, ParamInfo, Reader, TargetInfo
 
 GM_BASE = 1 << 36
-_TEMPLATE_KEYS = itertools.count(1)
 GM_ALIGN = 4096
+_TEMPLATE_KEYS = itertools.count(1)  # identities of encoders (builds), never reused within a process
 
 
 def gm_addresses(params: list[ParamInfo]) -> list[int | None]:
@@ -104,7 +104,6 @@ class Bytecode:
         self.custom: tuple[tuple[int, str, bytes], ...] = tuple(custom)  # (id of the section before, name, payload)
         self._bytes: bytes | None = None
         self.decoded = None  # per-kernel decoded instructions, set once validated
-        self.program = None  # the device decoder's cache
         self.template_key = None  # the build this instance came from (in-process only; the device caches by it)
 
     # ---- identity ----------------------------------------------------------------------------------------
@@ -229,7 +228,6 @@ class Bytecode:
                       params=params, layouts=self.layouts, kernels=self.kernels, code=code, relocs=self.relocs,
                       debug=self.debug, custom=self.custom)
         bc.decoded = self.decoded
-        bc.program = self.program
         bc.template_key = self.template_key
         return bc
 
@@ -260,8 +258,6 @@ class Encoder:
     per-instance parameter table, grid and checksum."""
 
     def __init__(self, template, params: list[ParamInfo], target: TargetInfo, sources: dict | None = None):
-        self.t = template
-        self.param_shapes = params
         self.target = target
         strings: list[str] = []
         sid: dict[str, int] = {}
@@ -290,11 +286,9 @@ class Encoder:
                 if f in sources:
                     self.debug.sources[fi] = sources[f]
         self.strings = strings
-        self.sid = sid
         self.flags = C.FLAG_CHECKSUM | (C.FLAG_SOURCES if self.debug.sources else 0)
         self.relocs = sorted(list(template.relocs) + [(w, 1, p) for w, p, _ in template.scalar_slots])
         self.layouts = template.layouts
-        self.reg_types = template.reg_types
         self._words = array("Q", template.words)
         self._scalar_slots = [(w, p, _CONVERTERS[d]) for w, p, d in template.scalar_slots]
         self._gm_relocs = [(w, p) for w, k, p in template.relocs]
@@ -334,7 +328,6 @@ class Encoder:
                                   {s: template.footprint.get(s, 0) for s in C.SPACES}, template.double_buffer,
                                   template.kind == "mix")
         self._little = sys.byteorder == "little"
-        self.program = None
         proto = Bytecode(major=C.VERSION_MAJOR, minor=C.VERSION_MINOR, flags=self.flags, target=target,
                          strings=strings, params=[], layouts=self.layouts, kernels=[], code=array("Q"),
                          relocs=self.relocs, debug=self.debug)
@@ -433,7 +426,6 @@ class Encoder:
         fields["code"] = code
         fields["_bytes"] = data
         fields["decoded"] = self.decoded
-        fields["program"] = self.program
         return bc
 
 
