@@ -23,6 +23,7 @@ from ..errors import (CompilationError, ConstexprError, DvmError, KernelTypeErro
 from ..ir.builder import Builder
 from ..ir.core import Block, Op, ScalarType, Value
 from . import carry
+from .carry import _kind
 from .semantic import Semantic
 from .values import Undefined, block_pointer, constexpr, pointer, tensor, unwrap
 
@@ -1261,21 +1262,6 @@ class _BoundMethod:
 def _runtime(v) -> bool:
     from .blockptr import tensor_descriptor
     return isinstance(unwrap(v), (tensor, pointer, block_pointer, tensor_descriptor))
-
-
-def _kind(v) -> str:
-    v = unwrap(v)
-    if isinstance(v, tensor):
-        return f"a tile {v.handle.type}" if v.is_tile else f"a scalar {v.dtype}"
-    if isinstance(v, pointer):
-        return f"a pointer into {v.name}"
-    if isinstance(v, bool):
-        return f"the constant {v}"
-    if isinstance(v, (int, float)):
-        return f"the constant {v!r}"
-    if v is None:
-        return "None"
-    return f"a {type(v).__name__}"
 
 
 def _as_tuple(v):

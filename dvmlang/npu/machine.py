@@ -508,10 +508,9 @@ class Machine:
 
     def _m_nprog(self, d):
         rd, axis = d.vals["rd"], d.vals["axis"]
-        value = np.int32(self.kernel.grid[axis])
 
         def fn(b, L):
-            b.regs[rd] = value
+            b.regs[rd] = np.int32(L.kernel.grid[axis])  # the launch's grid: decoders are shared by instances
         return Step(d, fn, 1)
 
     def _m_tdim(self, d):
@@ -542,7 +541,7 @@ class Machine:
         rd, rc, ra, rb = (d.vals[k] for k in ("rd", "rc", "ra", "rb"))
 
         def fn(b, L):
-            b.regs[rd] = _uniform(np.where(b.regs[rc], b.regs[ra], b.regs[rb]))
+            b.regs[rd] = np.where(b.regs[rc], b.regs[ra], b.regs[rb])
         return Step(d, fn, 1)
 
     def _m_scast(self, d):
@@ -551,7 +550,7 @@ class Machine:
 
         def fn(b, L):
             v = np.asarray(b.regs[ra])
-            b.regs[rd] = _uniform(v.view(npdt) if bitcast else _cast(v, npdt))
+            b.regs[rd] = v.view(npdt) if bitcast else _cast(v, npdt)
         return Step(d, fn, 1)
 
     def _m_scmp(self, d):
@@ -559,7 +558,7 @@ class Machine:
         f = isa.COMPARE[isa.CC_NAMES[d.vals["cc"]]]
 
         def fn(b, L):
-            b.regs[rd] = _uniform(f(b.regs[ra], b.regs[rb]))
+            b.regs[rd] = f(b.regs[ra], b.regs[rb])
         return Step(d, fn, 1)
 
     def _m_sbin(self, d):
@@ -569,7 +568,7 @@ class Machine:
 
         def fn(b, L):
             r = f(np.asarray(b.regs[ra]), np.asarray(b.regs[rb]))
-            b.regs[rd] = _uniform(np.asarray(r).astype(npdt, copy=False))
+            b.regs[rd] = np.asarray(r).astype(npdt, copy=False)
         return Step(d, fn, 1)
 
     def _m_sun(self, d):
@@ -579,7 +578,7 @@ class Machine:
 
         def fn(b, L):
             r = f(np.asarray(b.regs[ra]))
-            b.regs[rd] = _uniform(np.asarray(r).astype(npdt, copy=False))
+            b.regs[rd] = np.asarray(r).astype(npdt, copy=False)
         return Step(d, fn, d.ins.cost.k)
 
     def _m_movts(self, d):
@@ -1124,11 +1123,6 @@ def _dma_step(d, fn, prof) -> Step:
     return st
 
 
-def _uniform(v):
-    """Collapse a per-program array whose entries are all equal... only when it is 0-d already."""
-    return v
-
-
 def _cast(a: np.ndarray, npdt) -> np.ndarray:
     if npdt == np.bool_:
         return a != 0
@@ -1300,124 +1294,117 @@ def _all_same(x):
     return False, None
 
 
-def _dma_read(g: np.ndarray, desc: _Desc, shape, npdt, pad, n):
-    """Read a box per program. Returns (array (rows, *shape), is_view_of_gm)."""
-    strides_u = [_all_same(s) for s in desc.strides]
-    lo_u = [_all_same(x) for x in desc.lo]
-    hi_u = [_all_same(x) for x in desc.hi]
-    uniform = all(u for u, _ in strides_u + lo_u + hi_u)
-    prog = _progression(desc.base, n) if uniform else None
-    if prog is not None:
-        first, step = prog
-        lo = [v for _, v in lo_u]
-        hi = [v for _, v in hi_u]
-        st = [v for _, v in strides_u]
-        ext = [h - l for l, h in zip(lo, hi)]
-        rows = n if (step != 0 or np.ndim(desc.base)) else 1
-        if any(e == 0 for e in ext):
-            return _pad_array(rows, shape, npdt, pad), False
-        start = first + sum(s * l for s, l in zip(st, lo))
-        view = _strided(g, start, (rows,) + tuple(ext), (step,) + tuple(st))
-        if all(l == 0 for l in lo) and tuple(ext) == tuple(shape):
-            return view, True
-        out = _pad_array(rows, shape, npdt, pad).copy()
-        out[(slice(None),) + tuple(slice(l, h) for l, h in zip(lo, hi))] = view
-        return out, False
-    if uniform and n > 1:
-        # programs that read the same window (e.g. the tiles of a matmul shared by a row of programs): read
-        # each distinct window once
-        bases, inverse = np.unique(np.broadcast_to(desc.base, (n,)), return_inverse=True)
-        if len(bases) <= n // 2:
-            lo = [v for _, v in lo_u]
-            hi = [v for _, v in hi_u]
-            st = [v for _, v in strides_u]
-            ext = tuple(h - l for l, h in zip(lo, hi))
-            if any(e == 0 for e in ext):
-                return _pad_array(n, shape, npdt, pad), False
-            off = sum(s_ * l for s_, l in zip(st, lo))
-            windows = np.stack([_strided(g, int(b_) + off, ext, tuple(st)) for b_ in bases])
-            if all(l == 0 for l in lo) and ext == tuple(shape):
-                return windows[inverse], False
-            out = _pad_array(n, shape, npdt, pad).copy()
-            out[(slice(None),) + tuple(slice(l, h) for l, h in zip(lo, hi))] = windows[inverse]
-            return out, False
-    # general: program by program
-    out = _pad_array(n, shape, npdt, pad).copy()
+class _Uniform:
+    """A descriptor whose strides and box are the same for every program of the batch."""
+
+    __slots__ = ("st", "lo", "hi", "ext", "prog")
+
+    def __init__(self, st, lo, hi, prog):
+        self.st, self.lo, self.hi, self.prog = st, lo, hi, prog
+        self.ext = tuple(h - l for l, h in zip(lo, hi))
+
+    @property
+    def empty(self) -> bool:
+        return any(e == 0 for e in self.ext)
+
+    def box(self):
+        return tuple(slice(l, h) for l, h in zip(self.lo, self.hi))
+
+    def offset(self) -> int:
+        return sum(s_ * l for s_, l in zip(self.st, self.lo))
+
+
+def _uniform_desc(desc: _Desc, n: int) -> _Uniform | None:
+    vals = [_all_same(x) for x in desc.strides + desc.lo + desc.hi]
+    if not all(u for u, _ in vals):
+        return None
+    r = len(desc.strides)
+    v = [x for _, x in vals]
+    return _Uniform(v[:r], v[r:2 * r], v[2 * r:], _progression(desc.base, n))
+
+
+def _per_program(desc: _Desc, n: int):
+    """(program, start element, box extents, strides, box slices) of every program with a non-empty box."""
     base = np.broadcast_to(desc.base, (n,))
-    sts = [np.broadcast_to(s, (n,)) for s in desc.strides]
+    sts = [np.broadcast_to(x, (n,)) for x in desc.strides]
     los = [np.broadcast_to(x, (n,)) for x in desc.lo]
     his = [np.broadcast_to(x, (n,)) for x in desc.hi]
     for i in range(n):
         lo = [int(x[i]) for x in los]
         hi = [int(x[i]) for x in his]
-        ext = [h - l for l, h in zip(lo, hi)]
+        ext = tuple(h - l for l, h in zip(lo, hi))
         if any(e == 0 for e in ext):
             continue
-        st = [int(s[i]) for s in sts]
-        start = int(base[i]) + sum(s * l for s, l in zip(st, lo))
-        view = _strided(g, start, tuple(ext), tuple(st))
-        out[(i,) + tuple(slice(l, h) for l, h in zip(lo, hi))] = view
+        st = tuple(int(x[i]) for x in sts)
+        start = int(base[i]) + sum(s_ * l for s_, l in zip(st, lo))
+        yield i, start, ext, st, tuple(slice(l, h) for l, h in zip(lo, hi))
+
+
+def _dma_read(g: np.ndarray, desc: _Desc, shape, npdt, pad, n):
+    """Read a box per program. Returns (array (rows, *shape), is_view_of_gm)."""
+    u = _uniform_desc(desc, n)
+    full = u is not None and all(l == 0 for l in u.lo) and u.ext == tuple(shape)
+    if u is not None and u.prog is not None:
+        first, step = u.prog
+        rows = n if (step != 0 or np.ndim(desc.base)) else 1
+        if u.empty:
+            return _pad_array(rows, shape, npdt, pad), False
+        view = _strided(g, first + u.offset(), (rows,) + u.ext, (step,) + tuple(u.st))
+        if full:
+            return view, True
+        out = _pad_array(rows, shape, npdt, pad).copy()
+        out[(slice(None),) + u.box()] = view
+        return out, False
+    if u is not None and n > 1:
+        # programs that read the same window (e.g. the tiles of a matmul shared by a row of programs): read
+        # each distinct window once
+        bases, inverse = np.unique(np.broadcast_to(desc.base, (n,)), return_inverse=True)
+        if len(bases) <= n // 2:
+            if u.empty:
+                return _pad_array(n, shape, npdt, pad), False
+            windows = np.stack([_strided(g, int(b_) + u.offset(), u.ext, tuple(u.st)) for b_ in bases])
+            if full:
+                return windows[inverse], False
+            out = _pad_array(n, shape, npdt, pad).copy()
+            out[(slice(None),) + u.box()] = windows[inverse]
+            return out, False
+    out = _pad_array(n, shape, npdt, pad).copy()
+    for i, start, ext, st, box in _per_program(desc, n):
+        out[(i,) + box] = _strided(g, start, ext, st)
     return out, False
 
 
 def _dma_write(g: np.ndarray, desc: _Desc, shape, src: np.ndarray, n):
     rows_src = src.shape[0]
-    strides_u = [_all_same(s) for s in desc.strides]
-    lo_u = [_all_same(x) for x in desc.lo]
-    hi_u = [_all_same(x) for x in desc.hi]
-    uniform = all(u for u, _ in strides_u + lo_u + hi_u)
-    prog = _progression(desc.base, n) if uniform else None
-    if prog is not None and (np.ndim(desc.base) or n == 1):
-        first, step = prog
-        lo = [v for _, v in lo_u]
-        hi = [v for _, v in hi_u]
-        st = [v for _, v in strides_u]
-        ext = [h - l for l, h in zip(lo, hi)]
-        if any(e == 0 for e in ext):
+    u = _uniform_desc(desc, n)
+    if u is not None and u.prog is not None and (np.ndim(desc.base) or n == 1):
+        if u.empty:
             return
-        start = first + sum(s * l for s, l in zip(st, lo))
-        view = _strided(g, start, (n,) + tuple(ext), (step,) + tuple(st), writeable=True)
-        part = src[(slice(None),) + tuple(slice(l, h) for l, h in zip(lo, hi))]
-        if _overlapping(step, st, ext, n):
+        first, step = u.prog
+        view = _strided(g, first + u.offset(), (n,) + u.ext, (step,) + tuple(u.st), writeable=True)
+        part = src[(slice(None),) + u.box()]
+        if _overlapping(step, u.st, u.ext, n):
             for i in range(n):
                 view[i] = part[i if rows_src > 1 else 0]
         else:
             view[...] = part
         return
-    base = np.broadcast_to(desc.base, (n,))
-    sts = [np.broadcast_to(s, (n,)) for s in desc.strides]
-    los = [np.broadcast_to(x, (n,)) for x in desc.lo]
-    his = [np.broadcast_to(x, (n,)) for x in desc.hi]
-    for i in range(n):
-        lo = [int(x[i]) for x in los]
-        hi = [int(x[i]) for x in his]
-        ext = [h - l for l, h in zip(lo, hi)]
-        if any(e == 0 for e in ext):
-            continue
-        st = [int(s[i]) for s in sts]
-        start = int(base[i]) + sum(s * l for s, l in zip(st, lo))
-        view = _strided(g, start, tuple(ext), tuple(st), writeable=True)
-        view[...] = src[(i if rows_src > 1 else 0,) + tuple(slice(l, h) for l, h in zip(lo, hi))]
+    for i, start, ext, st, box in _per_program(desc, n):
+        _strided(g, start, ext, st, writeable=True)[...] = src[(i if rows_src > 1 else 0,) + box]
 
 
 def _full_store_view(g: np.ndarray, desc: _Desc, shape, n):
     """A writable (n, *shape) view of the destination when every program stores its whole tile at a base
     that steps uniformly and the programs do not overlap; otherwise None."""
-    for x in desc.strides + desc.lo + desc.hi:
-        if np.ndim(x) and not (x == x.flat[0]).all():
-            return None
-    lo = [int(np.asarray(x).flat[0]) for x in desc.lo]
-    hi = [int(np.asarray(x).flat[0]) for x in desc.hi]
-    if any(l != 0 for l in lo) or tuple(hi) != tuple(shape):
+    u = _uniform_desc(desc, n)
+    if u is None or u.prog is None or any(l != 0 for l in u.lo) or u.ext != tuple(shape):
         return None
-    prog = _progression(desc.base, n)
-    if prog is None or (n > 1 and np.ndim(desc.base) == 0):
+    if n > 1 and np.ndim(desc.base) == 0:
         return None
-    first, step = prog
-    st = [int(np.asarray(x).flat[0]) for x in desc.strides]
-    if _overlapping(step, st, list(shape), n):
+    first, step = u.prog
+    if _overlapping(step, u.st, u.ext, n):
         return None
-    return _strided(g, first, (n,) + tuple(shape), (step,) + tuple(st), writeable=True)
+    return _strided(g, first, (n,) + tuple(shape), (step,) + tuple(u.st), writeable=True)
 
 
 def _overlapping(step, st, ext, n) -> bool:
