@@ -216,9 +216,12 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
     idx = {"rows": "rows", "cols": "cols", "dim": lambda s: f"dim{s.id}",
            "outer": lambda ax: f"o{ax}"}
 
-    def emit_loads(target_nodes):
+    def emit_loads(along_cols=None):
+        """Load the inputs; ``along_cols`` True/False: only those that vary / do not vary along the columns."""
         for k, x in enumerate(ins):
             lay = Layout(g, x.shape, space)
+            if along_cols is not None and along_cols != (r >= 1 and lay.present[r - 1]):
+                continue
             expr, mask, _ = address("in", k, lay, "rows", "cols")
             m = f", mask={mask}, other=0" if mask else ""
             src(f"x{k} = dl.load({expr}{m})")
@@ -253,37 +256,45 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
 
     reduce_nodes = [n for n in grp.nodes if n.op == "reduce"]
     if grp.mode == "loop":
+        # after the loop: the per-row work on the reductions' results; before it: per-row work that needs no
+        # reduction (it does not change along the columns); in it: everything else
         after = set()
         for n in grp.nodes:
             if n.op != "reduce" and any(i.id in after or i.op == "reduce" and i in grp.nodes for i in n.inputs):
                 after.add(n.id)
+        before = {n.id for n in grp.nodes if n.op != "reduce" and n.id not in after and
+                  not (r >= 1 and Layout(g, n.shape, space).present[r - 1])}
         for n in reduce_nodes:
             src(f"acc{n.id} = dl.full((BR, 1), {_ident(n.attrs['op'], n.dtype)}, dl.{n.dtype.name})")
-        for n in free:  # constants and sizes: before the loop, so the per-row work after it sees them too
+        for n in free:
             if n.op != "iota":
                 src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
                 names[n.id] = f"v{n.id}"
+        emit_loads(along_cols=False)
+        for n in grp.nodes:
+            if n.id in before:
+                emit_node(n)
         src("for c0 in range(0, C, BC):")
         src.indent += 1
         src("cols = c0 + dl.arange(0, BC)")
         src("cmask = cols < C")
-        emit_loads(None)
+        emit_loads(along_cols=True)
         for n in free:
             if n.op == "iota":
                 src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
                 names[n.id] = f"v{n.id}"
         for n in grp.nodes:
-            if n.id not in after:
+            if n.id not in after and n.id not in before:
                 emit_node(n)
         for k, o in enumerate(outs):
-            if o.id not in after and o.op != "reduce":
+            if o.id not in after and o.id not in before and o.op != "reduce":
                 emit_store(k, o)
         src.indent -= 1
         for n in grp.nodes:
             if n.id in after:
                 emit_node(n)
         for k, o in enumerate(outs):
-            if o.id in after or o.op == "reduce":
+            if o.id in after or o.id in before or o.op == "reduce":
                 emit_store(k, o)
     else:
         if grp.mode == "tiled":
@@ -291,7 +302,7 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
         else:
             src("cols = dl.arange(0, BC)")
         src("cmask = cols < C")
-        emit_loads(None)
+        emit_loads()
         for n in free:
             src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
             names[n.id] = f"v{n.id}"

@@ -1,0 +1,128 @@
+"""Property: a random small program of ``dvmlang.ops`` gives numpy's result fused and unfused, at two shapes.
+
+A program is a list of steps over a pool of values of three kinds — full ``(R, C)``, per-row ``(R, 1)`` and
+per-column ``(C,)`` — so that every combination broadcasts. Unary steps are bounded (tanh, sigmoid, ...)
+so that values stay in a range where float32 results can be compared with a tight tolerance.
+"""
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dvmlang
+import dvmlang.ops as ops
+
+UNARY = {
+    "tanh": (ops.tanh, np.tanh),
+    "sigmoid": (ops.sigmoid, lambda v: 1 / (1 + np.exp(-v))),
+    "abs": (ops.abs, np.abs),
+    "neg": (ops.neg, np.negative),
+    "exp_tanh": (lambda v: ops.exp(ops.tanh(v)), lambda v: np.exp(np.tanh(v))),
+    "sqrt1": (lambda v: ops.sqrt(ops.abs(v) + 1.0), lambda v: np.sqrt(np.abs(v) + 1)),
+    "log1": (lambda v: ops.log(v * v + 1.0), lambda v: np.log(v * v + 1)),
+}
+BINARY = {
+    "add": (ops.add, np.add),
+    "sub": (ops.sub, np.subtract),
+    "mul": (ops.mul, np.multiply),
+    "max": (ops.maximum, np.maximum),
+    "min": (ops.minimum, np.minimum),
+    "div": (lambda a, b: a / (ops.abs(b) + 1.0), lambda a, b: a / (np.abs(b) + 1)),
+    "where": (lambda a, b: ops.where(a > b, a, b * 0.5), lambda a, b: np.where(a > b, a, b * 0.5)),
+}
+REDUCE = {
+    "sum": (lambda v: ops.sum(v, -1, keepdims=True), lambda v: v.sum(-1, keepdims=True)),
+    "mean": (lambda v: ops.mean(v, -1, keepdims=True), lambda v: v.mean(-1, keepdims=True)),
+    "max": (lambda v: ops.max(v, -1, keepdims=True), lambda v: v.max(-1, keepdims=True)),
+    "min": (lambda v: ops.min(v, -1, keepdims=True), lambda v: v.min(-1, keepdims=True)),
+    "softmax": (ops.softmax, lambda v: np.exp(v - v.max(-1, keepdims=True)) /
+                np.exp(v - v.max(-1, keepdims=True)).sum(-1, keepdims=True)),
+}
+KINDS = ("full", "row", "col")
+
+
+@st.composite
+def programs(draw):
+    """Steps ``(op, name, operand indices)`` over a pool that starts with the inputs x, y (full), r (row) and
+    w (col); the last one or two values are the outputs."""
+    kinds = ["full", "full", "row", "col"]
+    steps = []
+    for _ in range(draw(st.integers(1, 7))):
+        what = draw(st.sampled_from(["unary", "binary", "binary", "reduce", "const"]))
+        if what == "unary":
+            i = draw(st.integers(0, len(kinds) - 1))
+            steps.append(("unary", draw(st.sampled_from(sorted(UNARY))), (i,)))
+            kinds.append(kinds[i])
+        elif what == "binary":
+            i, j = draw(st.integers(0, len(kinds) - 1)), draw(st.integers(0, len(kinds) - 1))
+            steps.append(("binary", draw(st.sampled_from(sorted(BINARY))), (i, j)))
+            pair = {kinds[i], kinds[j]}
+            kinds.append("row" if pair == {"row"} else "col" if pair == {"col"} else "full")
+        elif what == "const":
+            i = draw(st.integers(0, len(kinds) - 1))
+            steps.append(("const", draw(st.sampled_from([0.5, -2.0, 3.0])), (i,)))
+            kinds.append(kinds[i])
+        else:
+            fulls = [k for k, kind in enumerate(kinds) if kind == "full"]
+            i = draw(st.sampled_from(fulls))
+            name = draw(st.sampled_from(sorted(REDUCE)))
+            steps.append(("reduce", name, (i,)))
+            kinds.append("full" if name == "softmax" else "row")
+    n_out = draw(st.integers(1, 2))
+    return steps, n_out
+
+
+def evaluate(steps, n_out, inputs, lib):
+    """Run the program with dvmlang.ops (``lib=0``) or numpy (``lib=1``)."""
+    pool = list(inputs)
+    for op, name, args in steps:
+        vals = [pool[i] for i in args]
+        if op == "unary":
+            pool.append(UNARY[name][lib](vals[0]))
+        elif op == "binary":
+            pool.append(BINARY[name][lib](vals[0], vals[1]))
+        elif op == "reduce":
+            pool.append(REDUCE[name][lib](vals[0]))
+        else:
+            pool.append(vals[0] * name + 1.0)
+    return tuple(pool[-n_out:])
+
+
+def as_graph(steps, n_out, fuse):
+    def program(x, y, r, w):
+        return evaluate(steps, n_out, (x, y, r, w), 0)
+
+    return dvmlang.graph(program, fuse=fuse)
+
+
+def close(got, want):
+    want = np.broadcast_to(want, got.shape) if want.shape != got.shape and want.size == 1 else want
+    assert got.shape == want.shape
+    scale = max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-4, atol=1e-5 * scale)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prog=programs(), shapes=st.lists(st.tuples(st.integers(1, 9), st.integers(1, 70)), min_size=2,
+                                        max_size=2), seed=st.integers(0, 2 ** 16))
+def test_random_programs_fused_equal_unfused_and_numpy(prog, shapes, seed):
+    steps, n_out = prog
+    rng = np.random.default_rng(seed)
+    fused, unfused = as_graph(steps, n_out, True), as_graph(steps, n_out, False)
+    for rows, cols in shapes:
+        if rows == 1 or cols == 1:
+            rows, cols = rows + 1, cols + 1  # a size-1 dim is a different signature (it broadcasts)
+        x = rng.standard_normal((rows, cols)).astype(np.float32)
+        y = rng.standard_normal((rows, cols)).astype(np.float32)
+        r = rng.standard_normal((rows, 1)).astype(np.float32)
+        w = rng.standard_normal(cols).astype(np.float32)
+        want = evaluate(steps, n_out, tuple(a.astype(np.float64) for a in (x, y, r, w)), 1)
+        got_f = fused(x, y, r, w)
+        got_u = unfused(x, y, r, w)
+        got_f = got_f if isinstance(got_f, tuple) else (got_f,)
+        got_u = got_u if isinstance(got_u, tuple) else (got_u,)
+        for f, u, ref in zip(got_f, got_u, want):
+            close(f, ref)
+            close(u, ref)
+            close(f, u.astype(np.float64))
+    assert fused.stats.captures == 1 and unfused.stats.captures == 1
