@@ -18,10 +18,11 @@ import numpy as np
 
 from ..errors import DvmError, InvalidBytecodeError, LaunchError, ResourceError, WatchdogTimeout
 from ..vm import isa
-from .machine import Batch, Launch, Machine, loc_lookup
+from .machine import Batch, Launch, Machine
 from .profile import Profile, get_profile
 
 N_PIPES = isa.N_PIPES
+PIPE_LABELS = [isa.PIPE_NAMES[isa.Pipe(q)] for q in range(N_PIPES)]
 
 
 @dataclass
@@ -180,7 +181,7 @@ class Device:
         P = kern.grid[0] * kern.grid[1] * kern.grid[2]
         active = min(P, cores)
         L = Launch(bc, kern, arrays, prof, debug=self.debug, watchdog=self.watchdog, kernel_name=name or kern.name,
-                   active_cores=active, alias_groups=alias_groups, loc_of_pc=loc_lookup(bc), mix=kern.mix)
+                   active_cores=active, alias_groups=alias_groups, loc_of_pc=m.loc_of_pc, mix=kern.mix)
         L.imm = _imm_reader(bc.code)
         L.races = _RaceLog() if self.race_detection else None
         per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
@@ -231,7 +232,7 @@ class Device:
             body = floor
         cycles = int(round(overhead + body))
         waves = -(-P // cores)
-        pipe_busy = {isa.PIPE_NAMES[isa.Pipe(q)]: float(busy[q].sum()) for q in range(N_PIPES)}
+        pipe_busy = dict(zip(PIPE_LABELS, busy.sum(axis=1).tolist()))
         record = LaunchRecord(name=name or kern.name, grid=kern.grid, cycles=cycles, bytes_read=int(bytes_r),
                               bytes_written=int(bytes_w), time_us=cycles / prof.clock_hz * 1e6, cores=active,
                               waves=waves, kind="mix" if kern.mix else "vector", double_buffer=kern.double_buffer,

@@ -299,6 +299,7 @@ class Machine:
         for i, d in enumerate(self.decoded):
             self.index_of_pc[d.pc] = i
         self.read_again = self._read_again()
+        self.loc_of_pc = loc_lookup(bc)
         for i, d in enumerate(self.decoded):
             st = self._make(d)
             st.index = i
