@@ -19,6 +19,7 @@ from .errors import (ArgumentError, BufferOverflowError, BytecodeError, Compilat
 from . import npu, ops
 from .fuser.api import GraphFunction, graph
 from .fuser.graph import GraphError
+from .fuser.lazy import LazySession, LazyTensor, lazy, tensor
 from .runtime import CacheInfo, Kernel, kernel, run
 from .trace.record import Session as _Session
 from .vm.bytecode import Bytecode
@@ -32,7 +33,8 @@ def trace(max_events: int | None = 2_000_000, sample: int = 1, summary_only: boo
 
 
 __all__ = [
-    "kernel", "Kernel", "run", "trace", "Bytecode", "CacheInfo", "graph", "GraphFunction", "GraphError", "ops", "DvmError", "CompilationError",
+    "kernel", "Kernel", "run", "trace", "Bytecode", "CacheInfo", "graph", "GraphFunction", "GraphError", "ops",
+    "lazy", "tensor", "LazyTensor", "LazySession", "DvmError", "CompilationError",
     "UnsupportedSyntaxError", "KernelTypeError", "ConstexprError", "IRVerificationError", "ArgumentError",
     "LaunchError", "BytecodeError", "MalformedBytecodeError", "InvalidBytecodeError", "VersionError",
     "ResourceError", "BufferOverflowError", "DeviceError", "MemoryFault", "WatchdogTimeout", "UninitializedRead", "RaceDetected",

@@ -449,11 +449,14 @@ def min(x, axis=None, keepdims=False):  # noqa: A001
 
 def _count(x, axis):
     g = _graph(x)
+    # dvmlang.lazy() captures concrete sizes; a count that is a runtime value (a "dim" node) keeps the compiled
+    # kernels shape-generic, so the next flush with new sizes only encodes
+    lazy = hasattr(g, "lazy_op")
     n = 1
     syms = []
     for a in _axes(x, axis):
         d = g.syms.find(_shape(x)[a])
-        if isinstance(d, int):
+        if isinstance(d, int) and not (lazy and d > 1):
             n *= d
         else:
             syms.append(d)
@@ -581,7 +584,8 @@ def scaled_dot_product_attention(q, k, v, causal=False, scale=None):
 
 def custom(kernel, grid, out_shapes, *args, **constexprs):
     """Call a ``@dvmlang.kernel`` inside a graph. ``out_shapes`` is a list of (shape, dtype) for the arrays the
-    kernel writes; the kernel receives the ``args`` (graph values or numbers) followed by the outputs.
+    kernel writes; the kernel receives the ``args`` (graph values, dims such as ``x.shape[1]``, or numbers)
+    followed by the outputs.
     ``grid`` is a tuple or a function of the concrete argument shapes. Returns the outputs."""
     from .runtime import Kernel
     if not isinstance(kernel, Kernel):
@@ -590,13 +594,13 @@ def custom(kernel, grid, out_shapes, *args, **constexprs):
     ins = []
     consts = []
     for a in args:
-        if isinstance(a, GraphValue):
+        if isinstance(a, GraphValue) or hasattr(a, "__dvm_lazy__"):
             ins.append(a)
             consts.append(None)
-        elif isinstance(a, (bool, int, float)):
-            consts.append(a)
+        elif isinstance(a, (bool, int, float, Sym)):
+            consts.append(a)  # a Sym (a dim such as x.shape[1]) is passed as its size in each call
         else:
-            raise GraphError(f"ops.custom arguments must be graph values or numbers, got {type(a).__name__}")
+            raise GraphError(f"ops.custom arguments must be graph values, dims or numbers, got {type(a).__name__}")
     outs = []
     if not isinstance(out_shapes, list):
         out_shapes = [out_shapes]
@@ -609,5 +613,3 @@ def custom(kernel, grid, out_shapes, *args, **constexprs):
         outs.append(_node(g, "custom_out", [call], tuple(shape), d2, index=i))
     return outs[0] if len(outs) == 1 else tuple(outs)
 
-
-_ = Sym
