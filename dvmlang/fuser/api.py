@@ -304,6 +304,8 @@ def _custom(grp: Group, env, values, device, name: str):
         for c in call.attrs["consts"]:
             if c is None:
                 args.append(np.ascontiguousarray(_materialise(next(ins), values, env)))
+            elif isinstance(c, Sym):
+                args.append(env.value(c))
             else:
                 args.append(c)
         outs = []

@@ -39,6 +39,7 @@ class Group:
     outputs: list[Node] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     guard: object = None  # for row mode with a symbolic row: the symbol that must fit
+    live_bytes: int = 0  # peak live bytes per element (tiling.live_bytes_per_element, cached)
 
     @property
     def name(self) -> str:

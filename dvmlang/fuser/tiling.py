@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from .fusion import Group
+from .graph import GraphError
 
 TILE_OVERHEAD_ELEMS = 2048  # fixed cost of a tile (DMA latency, dispatch), in element-equivalents
 
@@ -34,7 +35,10 @@ def _pow2_ceil(n: int) -> int:
 
 
 def live_bytes_per_element(grp: Group) -> int:
-    """Peak bytes of live tiles per element of the iteration space (a liveness count over the group)."""
+    """Peak bytes of live tiles per element of the iteration space (a liveness count over the group; computed
+    once per group, after its inputs and outputs are known)."""
+    if grp.live_bytes:
+        return grp.live_bytes
     order = list(grp.nodes)
     last_use = {}
     for pos, n in enumerate(order):
@@ -44,13 +48,16 @@ def live_bytes_per_element(grp: Group) -> int:
     for x in grp.inputs:
         live[x.id] = max(2, x.dtype.itemsize)
     peak = sum(live.values())
+    outputs = {o.id for o in grp.outputs}
     for pos, n in enumerate(order):
         live[n.id] = max(2, n.dtype.itemsize)
         peak = max(peak, sum(live.values()))
-        for k in [k for k, _ in live.items() if last_use.get(k, -1) <= pos and k != n.id]:
-            if k not in {o.id for o in grp.outputs}:
-                live.pop(k, None)
-    return max(4, peak + 8)  # plus masks and index tiles
+        for k in [k for k in live if last_use.get(k, -1) <= pos and k != n.id and k not in outputs]:
+            del live[k]
+    result = max(4, peak + 8)  # plus masks and index tiles
+    if grp.outputs:
+        grp.live_bytes = result
+    return result
 
 
 def tile_budget(profile) -> int:
@@ -98,7 +105,9 @@ def choose(grp: Group, rows: int, cols: int, outer: int, profile, live_bytes: in
                     best = (key, br, bc, ncb)
             br *= 2
     if best is None:
-        raise ValueError("no tiling fits the program limit")
+        raise GraphError(f"group {grp.name}: no tiling of {outer} x {rows} x {cols} fits the device's limit of "
+                         f"{max_programs} programs per launch (each program takes one index of the leading "
+                         "dimensions); reshape the tensor to fewer, larger leading dimensions")
     _, br, bc, ncb = best
     return Tiling(br, bc, (math.ceil(rows / br) * ncb, 1, 1), ncb)
 

@@ -1,0 +1,396 @@
+"""Fusion decisions and their reasons, guards, stacking, traces, and the new-shape path of ``@dvmlang.graph``."""
+
+import numpy as np
+import pytest
+
+import dvmlang
+import dvmlang.language as dl
+import dvmlang.ops as ops
+from dvmlang.fuser import tiling
+
+
+def np_softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def np_layer_norm(x, w, b, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * w + b
+
+
+def kernels(gf):
+    """The generated kernels of a graph function's (single) capture."""
+    (prog,) = gf._captured.values()
+    return [kt.kernel for kt in prog.kernels.values()]
+
+
+def launch_names(gf, *args):
+    with dvmlang.trace() as t:
+        gf(*args)
+    return [launch.name for launch in t.launches], t
+
+
+# ---- what fuses -------------------------------------------------------------------------------------------
+
+
+def test_layer_norm_gelu_is_one_row_group_behind_a_guard(rng):
+    block = dvmlang.graph(lambda x, w, b: ops.gelu(ops.layer_norm(x, w, b)) * 2.0)
+    x, w, b = rng.standard_normal((64, 300)).astype(np.float32), np.ones(300, np.float32), np.zeros(300, np.float32)
+    block(x, w, b)
+    report = block.explain(x, w, b)
+    (grp,) = report.groups
+    assert grp.kind == "vector" and grp.mode == "row" and grp.guard is not None
+    assert report.launches == 1 and report.rejections == []
+    text = str(report)
+    assert "[vector, row]" in text and "guard: a whole row of s1 elements must fit UB" in text
+    assert "s1 (x.shape[1]) == s2  [operands of mul]" in text  # the deduced equalities, checked at every call
+    assert block.last_launch.stages == [1] and block.stats.launches == 1
+
+
+def test_elementwise_chain_with_two_computed_operands_is_one_group(rng):
+    g = dvmlang.graph(lambda a, b: ops.exp(a) * ops.tanh(b) + ops.sigmoid(a - b))
+    a, b = rng.standard_normal((2, 9, 33)).astype(np.float32), rng.standard_normal((2, 9, 33)).astype(np.float32)
+    np.testing.assert_allclose(g(a, b), np.exp(a) * np.tanh(b) + 1 / (1 + np.exp(b - a)), rtol=1e-5)
+    report = g.explain(a, b)
+    assert len(report.groups) == 1 and report.groups[0].mode == "tiled" and report.rejections == []
+
+
+def test_reductions_as_sinks_use_loop_tiling(rng):
+    def f(x):
+        e = ops.exp(x)
+        return ops.sum(e, -1, keepdims=True), ops.max(e * 2.0, -1, keepdims=True)
+
+    g = dvmlang.graph(f)
+    x = rng.standard_normal((5, 3000)).astype(np.float32)
+    s, m = g(x)
+    np.testing.assert_allclose(s, np.exp(x).sum(-1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(m, (np.exp(x) * 2).max(-1, keepdims=True), rtol=1e-6)
+    (grp,) = g.explain(x).groups
+    assert grp.mode == "loop"
+
+
+def test_matmul_epilogue_is_one_mix_group_and_prologues_are_explained(rng):
+    g = dvmlang.graph(lambda a, b, c: ops.maximum(ops.exp(a) @ b + c, 0.0))
+    a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((33, 40), (40, 20), (20,)))
+    np.testing.assert_allclose(g(a, b, c), np.maximum(np.exp(a) @ b + c, 0), rtol=1e-4, atol=1e-4)
+    report = g.explain(a, b, c)
+    kinds = [(grp.kind, [n.op for n in grp.nodes]) for grp in report.groups]
+    assert kinds == [("vector", ["exp"]), ("matmul", ["matmul", "add", "maximum"])]
+    assert report.reasons() == ["elementwise producers of a matmul operand are not fused into the cube kernel (no "
+                                "prologue fusion): the operand is stored and the matmul reads it"]
+
+
+def test_reduction_is_not_fused_into_a_matmul_epilogue(rng):
+    g = dvmlang.graph(lambda a, b: ops.sum(a @ b, -1))
+    a, b = rng.standard_normal((8, 16)).astype(np.float32), rng.standard_normal((16, 24)).astype(np.float32)
+    np.testing.assert_allclose(g(a, b), (a @ b).sum(-1), rtol=1e-4, atol=1e-4)
+    assert "a reduction is not fused into a matmul epilogue" in g.explain(a, b).reasons()[0]
+
+
+# ---- what must not fuse, and why ----------------------------------------------------------------------------
+
+
+def test_softmax_over_a_row_too_long_for_ub_takes_the_split_plan(rng):
+    g = dvmlang.graph(lambda x: ops.softmax(x))
+    short, long = rng.standard_normal((4, 1000)).astype(np.float32), rng.standard_normal((4, 50000)).astype(np.float32)
+    np.testing.assert_allclose(g(short), np_softmax(short), rtol=1e-5, atol=1e-7)
+    fused = g.explain(short)
+    assert [grp.mode for grp in fused.groups] == ["row"] and not fused.plan.split_reductions
+    np.testing.assert_allclose(g(long), np_softmax(long), rtol=1e-5, atol=1e-8)
+    assert g.stats.fallbacks == 1 and g.stats.captures == 1
+    split = g.explain(long)
+    assert split.plan.split_reductions and [grp.mode for grp in split.groups] == ["loop", "loop", "tiled"]
+    assert split.reasons() == ["a reduction's result is consumed inside its group; this is the split plan, used "
+                               "when a row does not fit UB"] * 2
+    assert [r.producer for r in split.rejections] == ["%1 reduce max", "%3 exp"]
+    assert "split plan: a guarded row did not fit UB" in str(split)
+    assert split.launches == 1  # the split plan is still one stacked launch, in three stages
+
+
+def test_static_row_that_cannot_fit_ub_is_split_with_the_footprint_reason(rng):
+    g = dvmlang.graph(lambda x, w, b: ops.layer_norm(x, w, b), static={"x": (1,), "w": (0,), "b": (0,)})
+    x = rng.standard_normal((3, 8000)).astype(np.float32)
+    w, b = rng.standard_normal(8000).astype(np.float32), rng.standard_normal(8000).astype(np.float32)
+    np.testing.assert_allclose(g(x, w, b), np_layer_norm(x, w, b), rtol=1e-4, atol=1e-4)
+    report = g.explain(x, w, b)
+    assert report.plan.fallback is None and not report.plan.split_reductions  # decided at capture: no guard
+    assert report.rejections and all("a row of 8000 elements cannot fit UB (footprint" in r for r in report.reasons())
+    assert all(grp.mode != "row" for grp in report.groups)
+    small = dvmlang.graph(lambda x, w, b: ops.layer_norm(x, w, b), static={"x": (1,), "w": (0,), "b": (0,)})
+    xs = x[:, :1000].copy()
+    small(xs, w[:1000].copy(), b[:1000].copy())
+    assert [grp.mode for grp in small.explain(xs, w[:1000], b[:1000]).groups] == ["row"]
+
+
+def test_broadcast_dims_that_cannot_be_proven_equal_do_not_fuse(rng):
+    # x is (s0, s1) and y is (s0, s2): the sum broadcasts along s2, which nothing ties to s1
+    g = dvmlang.graph(lambda x, y: ops.sum(ops.exp(x), -1, keepdims=True) * y)
+    x, y = rng.standard_normal((6, 7)).astype(np.float32), rng.standard_normal((6, 7)).astype(np.float32)
+    np.testing.assert_allclose(g(x, y), np.exp(x).sum(-1, keepdims=True) * y, rtol=1e-5)
+    report = g.explain(x, y)
+    assert len(report.groups) == 2
+    assert report.reasons() == ["iteration spaces cannot be proven equal: (s0, s3) vs (s0, s1) (unknown means do not "
+                                "fuse)"]
+    y2 = rng.standard_normal((6, 11)).astype(np.float32)  # and indeed they may differ
+    np.testing.assert_allclose(g(x, y2), np.exp(x).sum(-1, keepdims=True) * y2, rtol=1e-5)
+
+
+def test_values_read_through_views_are_stored_and_explained(rng):
+    g = dvmlang.graph(lambda x: ops.exp(ops.transpose(ops.exp(x))) + 1.0)
+    x = rng.standard_normal((5, 9)).astype(np.float32)
+    np.testing.assert_allclose(g(x), np.exp(np.exp(x).T) + 1, rtol=1e-5)
+    assert g.explain(x).reasons() == ["read through a view (%2 permute): views are not computed in a kernel; the "
+                                      "producer stores its value and this operation reads it through strides"]
+
+
+def test_a_group_never_reads_its_own_results_back_through_a_view(rng):
+    g = dvmlang.graph(lambda x: ops.exp(x) + ops.transpose(ops.exp(x) * 1.0))
+    x = rng.standard_normal((64, 64)).astype(np.float32)
+    np.testing.assert_allclose(g(x), np.exp(x) + np.exp(x).T, rtol=1e-5)
+    own = dvmlang.graph(lambda x: (lambda y: y + ops.transpose(y))(ops.exp(x)))
+    np.testing.assert_allclose(own(x), np.exp(x) + np.exp(x).T, rtol=1e-5)
+    assert any("cannot read back its own results" in r for r in own.explain(x).reasons())
+
+
+def test_views_carry_dependencies_so_groups_never_form_a_cycle(rng):
+    def f(x):
+        y = ops.exp(x)
+        z = ops.exp(ops.transpose(y))
+        return y + ops.transpose(z)
+
+    x = rng.standard_normal((16, 16)).astype(np.float32)
+    g = dvmlang.graph(f)
+    np.testing.assert_allclose(g(x), np.exp(x) + np.exp(np.exp(x).T).T, rtol=1e-5)
+    assert "fusing would create a cycle between kernels" in g.explain(x).reasons()
+
+
+def test_each_rejected_pair_is_listed_once(rng):
+    g = dvmlang.graph(lambda x: ops.exp(x) + ops.transpose(ops.exp(x)))
+    x = rng.standard_normal((8, 8)).astype(np.float32)
+    pairs = [(r.producer, r.consumer) for r in g.explain(x).rejections]
+    assert len(pairs) == len(set(pairs))
+
+
+# ---- guards and errors ------------------------------------------------------------------------------------
+
+
+def test_deduced_equalities_are_checked_at_every_call():
+    block = dvmlang.graph(lambda x, w, b: ops.layer_norm(x, w, b))
+    x, w = np.ones((3, 4), np.float32), np.ones(4, np.float32)
+    block(x, w, w)
+    with pytest.raises(dvmlang.GraphError, match=r"`<lambda>`: w.shape\[0\] is 5 but it must equal x.shape\[1\] = 4 "
+                                                 r"\(deduced while capturing: operands of mul\)"):
+        block(x, np.ones(5, np.float32), w)
+    with pytest.raises(dvmlang.GraphError, match=r"b.shape\[0\] is 5 but .* \(deduced while capturing: operands of "
+                                                 r"add\)"):
+        block(x, w, np.ones(5, np.float32))
+    mm = dvmlang.graph(lambda a, b: a @ b)
+    mm(np.ones((3, 4), np.float32), np.ones((4, 6), np.float32))
+    with pytest.raises(dvmlang.GraphError, match=r"b.shape\[0\] is 5 but it must equal a.shape\[1\] = 4 \(deduced "
+                                                 "while capturing: inner dimensions of matmul\\)"):
+        mm(np.ones((3, 4), np.float32), np.ones((5, 6), np.float32))
+    assert block.stats.captures == 1 and mm.stats.captures == 1
+
+
+def test_shape_errors_at_capture_are_graph_errors():
+    with pytest.raises(dvmlang.GraphError, match="do not broadcast"):
+        dvmlang.graph(lambda a: a + ops.transpose(a) * 0.0, static={"a": (0, 1)})(np.ones((3, 4), np.float32))
+    with pytest.raises(dvmlang.GraphError, match="rank <= 4"):
+        dvmlang.graph(lambda a: ops.exp(a))(np.ones((2, 2, 2, 2, 2), np.float32))
+    with pytest.raises(dvmlang.GraphError, match="at most two batch dimensions"):
+        dvmlang.graph(lambda a, b: a @ b)(np.ones((2, 2, 2, 3, 4), np.float32), np.ones((2, 2, 2, 4, 3), np.float32))
+    with pytest.raises(dvmlang.GraphError, match="programs per launch"):
+        dvmlang.graph(lambda a: ops.exp(a))(np.ones((300, 300, 2, 2), np.float32))
+    with pytest.raises(dvmlang.GraphError, match="takes the arguments"):
+        dvmlang.graph(lambda a, b: a + b)(np.ones(3, np.float32))
+    with pytest.raises(dvmlang.GraphError, match="no truth value"):
+        dvmlang.graph(lambda a: a if a > 0 else -a)(np.ones(3, np.float32))
+
+
+def test_defaults_keywords_and_constants_of_a_graph_call(rng):
+    def scaled(x, w, eps=1e-5, scale=2.0):
+        return ops.rms_norm(x, w, eps=eps) * scale
+
+    g = dvmlang.graph(scaled)
+    x, w = rng.standard_normal((4, 40)).astype(np.float32), rng.standard_normal(40).astype(np.float32)
+    ref = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * w
+    np.testing.assert_allclose(g(x, w), ref * 2, rtol=1e-5)
+    np.testing.assert_allclose(g(x, w, scale=3.0), ref * 3, rtol=1e-5)
+    np.testing.assert_allclose(g(x[:2], w, 1e-5, 3.0), ref[:2] * 3, rtol=1e-5)
+    assert g.stats.captures == 2  # numbers are constants of a capture: scale=3.0 is a second one
+
+
+# ---- a new shape only encodes -------------------------------------------------------------------------------
+
+
+def test_a_new_shape_only_encodes(rng):
+    block = dvmlang.graph(lambda x, w, b: ops.gelu(ops.layer_norm(x, w, b)) * 2.0)
+    shapes = [(200, 400), (300, 512), (1000, 300), (1500, 400), (3000, 257)]  # one tiling class (4 x 512 rows)
+    for rows, cols in shapes:
+        x = rng.standard_normal((rows, cols)).astype(np.float32)
+        w, b = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
+        np.testing.assert_allclose(block(x, w, b), ops_ref_block(x, w, b), rtol=1e-4, atol=1e-4)
+    (kernel,) = kernels(block)
+    info = kernel.cache_info()
+    assert block.stats.captures == 1
+    assert info.builds == 1 and info.encodes == len(shapes)
+
+
+def ops_ref_block(x, w, b):
+    import math
+    y = np_layer_norm(x, w, b)
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    return 0.5 * y * (1 + erf(y / math.sqrt(2))) * 2
+
+
+def test_builds_are_bounded_by_the_tile_sizes_over_many_shapes(rng):
+    g = dvmlang.graph(lambda x, y: ops.exp(x) * y + 1.0)
+    prof = dvmlang.npu.device.default_device().profile
+    seen = set()
+    for _ in range(25):
+        rows, cols = int(rng.integers(2, 3000)), int(rng.integers(2, 3000))
+        x = rng.standard_normal((rows, cols)).astype(np.float32)
+        np.testing.assert_allclose(g(x, x), np.exp(x) * x + 1, rtol=1e-5)
+        (grp,) = g.explain(x, x).groups
+        t = tiling.choose(grp, rows, cols, 1, prof, tiling.live_bytes_per_element(grp))
+        seen.add((t.br, t.bc))
+    (kernel,) = kernels(g)
+    assert g.stats.captures == 1
+    assert kernel.cache_info().builds == len(seen) < 25  # one build per tile size, every other shape encodes
+
+
+def test_a_size_one_dim_is_a_new_signature(rng):
+    g = dvmlang.graph(lambda x: ops.softmax(x))
+    for shape in [(4, 9), (7, 33), (1, 9), (1, 40)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(g(x), np_softmax(x), rtol=1e-5, atol=1e-7)
+    assert g.stats.captures == 2  # (s0, s1) and (1, s1): a size-1 dim broadcasts, so it is part of the signature
+
+
+# ---- launches, stacking, traces -------------------------------------------------------------------------------
+
+
+def test_fuse_false_is_one_launch_per_op(rng):
+    fn = lambda x, w, b: ops.gelu(ops.layer_norm(x, w, b))  # noqa: E731
+    fused, unfused = dvmlang.graph(fn), dvmlang.graph(fn, fuse=False)
+    x, w, b = rng.standard_normal((64, 256)).astype(np.float32), np.ones(256, np.float32), np.zeros(256, np.float32)
+    np.testing.assert_allclose(fused(x, w, b), unfused(x, w, b), rtol=1e-5, atol=1e-6)
+    report = unfused.explain(x, w, b)
+    ops_count = sum(1 for grp in report.groups for n in grp.nodes)
+    assert len(report.groups) == ops_count and report.launches == ops_count and report.rejections == []
+    assert unfused.stats.launches == ops_count and unfused.last_launch.launches == ops_count
+    assert "(unfused: one launch per op)" in str(report) and "side by side" not in str(report)
+    assert fused.stats.launches == 1
+    assert unfused.last_launch.cycles > 2 * fused.last_launch.cycles
+
+
+def test_every_launch_appears_in_the_trace_named_after_its_group(rng):
+    g = dvmlang.graph(lambda x: ops.softmax(x))
+    x = rng.standard_normal((4, 50000)).astype(np.float32)
+    names, t = launch_names(g, x)
+    report = g.explain(x)
+    assert names == [f"k_lambda__{grp.name}" for grp in report.groups]  # <lambda> made an identifier
+    for launch in t.launches:
+        assert launch.group == launch.name and launch.trace is not None and len(launch.trace) > 0
+    assert [m.name for m in g.last_launch.members] == names
+
+    @dvmlang.graph
+    def block(x, w, b):
+        return ops.gelu(ops.layer_norm(x, w, b)) * 2.0
+
+    x, w = rng.standard_normal((8, 64)).astype(np.float32), np.ones(64, np.float32)
+    names, t = launch_names(block, x, w, w)
+    assert names == ["block_g0_sum_truediv_sub_mul_add_rsqrt_erf"]
+    unfused = dvmlang.graph(block.fn, fuse=False, name="block")
+    names, t = launch_names(unfused, x, w, w)
+    assert len(names) == unfused.last_launch.launches > 10 and all(n.startswith("block_g") for n in names)
+
+
+def test_independent_groups_run_side_by_side_in_one_stage(rng):
+    g = dvmlang.graph(lambda a, b: (ops.exp(a) * 2.0, ops.sum(ops.tanh(b), -1)))
+    a, b = rng.standard_normal((96, 512)).astype(np.float32), rng.standard_normal((300, 700)).astype(np.float32)
+    ea, sb = g(a, b)
+    np.testing.assert_allclose(ea, np.exp(a) * 2, rtol=1e-5)
+    np.testing.assert_allclose(sb, np.tanh(b).sum(-1), rtol=1e-4, atol=1e-4)
+    report = g.explain(a, b)
+    assert [len(stage) for stage in report.plan.stages] == [2] and "stage 0 (side by side)" in str(report)
+    launch = g.last_launch
+    first, second = launch.members
+    assert launch.stages == [2] and first.start == second.start == 0
+    assert first.cores + second.cores <= launch.profile.vector_cores  # disjoint cores
+    assert launch.cycles < first.cycles + second.cycles + launch.launch_overhead  # overlapped, not summed
+    assert launch.cycles == max(first.cycles, second.cycles) + launch.launch_overhead
+
+
+def test_dependent_groups_run_in_sequence_within_one_launch(rng):
+    g = dvmlang.graph(lambda x: ops.softmax(x))
+    x = rng.standard_normal((4, 50000)).astype(np.float32)
+    g(x)
+    launch = g.last_launch
+    assert launch.stages == [1, 1, 1] and g.stats.launches == 1
+    starts = [m.start for m in launch.members]
+    assert starts[0] == 0 and starts[1] == launch.members[0].cycles
+    assert starts[2] == starts[1] + launch.members[1].cycles
+    assert launch.cycles == round(starts[2] + launch.members[2].cycles + launch.launch_overhead)
+
+
+@dvmlang.kernel
+def _scale_rows(x, n_cols, out, BLOCK: dl.constexpr):
+    row = dl.program_id(0)
+    cols = dl.arange(0, BLOCK)
+    m = cols < n_cols
+    v = dl.load(x + row * n_cols + cols, mask=m, other=0.0)
+    dl.store(out + row * n_cols + cols, v * 3.0 + 1.0, mask=m)
+
+
+def test_user_kernels_are_stacked_with_generated_kernels(rng):
+    def f(x):
+        y = ops.custom(_scale_rows, lambda xs, n: (xs[0],), [(x.shape, np.float32)], ops.exp(x), x.shape[1],
+                       BLOCK=64)
+        return ops.softmax(y), ops.sigmoid(x)
+
+    x = rng.standard_normal((10, 50)).astype(np.float32)
+    for fuse in (True, False):
+        g = dvmlang.graph(f, fuse=fuse)
+        s, sig = g(x)
+        np.testing.assert_allclose(s, np_softmax(np.exp(x) * 3 + 1), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(sig, 1 / (1 + np.exp(-x)), rtol=1e-5)
+        names, _ = launch_names(g, x)
+        assert sum(n.startswith("f_g") and n.endswith("_custom__scale_rows") for n in names) == 1
+    fused = dvmlang.graph(f)
+    fused(x)
+    assert fused.stats.launches == 1 and len(fused.last_launch.members) == 4
+    report = fused.explain(x)
+    assert "user kernel" in str(report)
+    assert "the producer is a user kernel (ops.custom): its outputs are stored" in report.reasons()
+
+
+# ---- regressions underneath -----------------------------------------------------------------------------------
+
+
+@dvmlang.kernel
+def _add_one(x, out, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    dl.store(out + offs, dl.load(x + offs, mask=offs < n) + 1.0, mask=offs < n)
+
+
+@dvmlang.kernel
+def _times_two(x, out, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    dl.store(out + offs, dl.load(x + offs, mask=offs < n) * 2.0, mask=offs < n)
+
+
+def test_the_device_never_reuses_the_decoder_of_a_freed_build():
+    # templates are keyed by id(): a freed build's id can be reused by the next one, which must not run the
+    # old build's decoded program (this made fused graphs created and freed in a loop compute garbage)
+    dev = dvmlang.npu.Device()
+    x = np.arange(10, dtype=np.float32)
+    out = np.empty_like(x)
+    _, first, flat, alias = _add_one.prepare((1,), x, out, 10, BLOCK=16, device=dev)
+    dev.run(first, flat, alias_groups=alias)
+    np.testing.assert_array_equal(out, x + 1)
+    _, second, flat, alias = _times_two.prepare((1,), x, out, 10, BLOCK=16, device=dev)
+    second.template_key = first.template_key  # what id() reuse does
+    dev.run(second, flat, alias_groups=alias)
+    np.testing.assert_array_equal(out, x * 2)
