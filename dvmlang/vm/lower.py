@@ -146,6 +146,11 @@ class Lowering:
         self.unrolled: set = set()  # ids of loops emitted twice per trip (double-buffered)
         self.l0c_shadow: dict = {}  # loop id -> [(L0C home, UB copy, result)] made at the loop exit
         self.profile_double_buffer = getattr(profile, "double_buffer", True)
+        self._scratch_n = 0  # splat slots handed out (4 rotating 32-byte slots above the allocation)
+        self._scratch_top = 0
+        self._cube: dict = {}  # cube staging buffers by (space, layout, ping-pong copy)
+        self._cube_top: dict = {}
+        self._swap_used = 0  # bytes of temporaries for loop-carried swaps
 
     # ---- entry ---------------------------------------------------------------------------------------
     def run(self) -> Template:
@@ -605,8 +610,6 @@ class Lowering:
         for key, vals in self._const_values.items():
             reg = self.reg_of_key[("const",) + key]
             v = vals[0]
-            if not self._needs_reg(vals):
-                continue
             bits = _raw_bits(v.op.attrs["value"], v.type.dtype)
             self._emit(movi, {"rd": reg, "imm": bits}, v.type.dtype, None)
         for idx, p in enumerate(self.fn.params):
@@ -617,9 +620,6 @@ class Lowering:
                 continue
             e = self._emit(movi, {"rd": reg, "imm": 0}, p.dtype, self.fn.loc)
             e.scalar_param = idx
-
-    def _needs_reg(self, vals) -> bool:
-        return True
 
     # ---- blocks and ops ---------------------------------------------------------------------------------------
     def _emit_block(self, block: Block):
@@ -639,14 +639,11 @@ class Lowering:
         self._emit(isa.BY_NAME["NPROG"], {"rd": self.reg(op.result), "axis": op.attrs["axis"]}, dt.int32, op.loc)
 
     def _op_tensor_dim(self, op, stride=False):
-        self._emit(isa.BY_NAME["TDIM"], {"rd": self.reg(op.result), "tensor": self._tensor_slot(op.attrs["tensor"]),
+        self._emit(isa.BY_NAME["TDIM"], {"rd": self.reg(op.result), "tensor": op.attrs["tensor"],
                                          "dim": op.attrs["dim"], "stride": int(stride)}, dt.int32, op.loc)
 
     def _op_tensor_stride(self, op):
         self._op_tensor_dim(op, stride=True)
-
-    def _tensor_slot(self, param_index: int) -> int:
-        return param_index
 
     def _op_arange(self, op):
         r = op.result
@@ -671,10 +668,9 @@ class Lowering:
 
     def _scratch(self, dtype, shape) -> Buffer:
         """A small UB buffer above every allocated one, reserved for scalar splats."""
-        self._scratch_n = getattr(self, "_scratch_n", 0)
         addr = self.footprint["ub"] + 32 * (self._scratch_n % 4)
         self._scratch_n += 1
-        self._scratch_top = max(getattr(self, "_scratch_top", 0), 32 * min(self._scratch_n, 4))
+        self._scratch_top = max(self._scratch_top, 32 * min(self._scratch_n, 4))
         b = Buffer("ub", 32, 0, 0, "splat", None, addr)
         return b
 
@@ -1032,11 +1028,10 @@ class Lowering:
 
     def _cube_buf(self, space, dtype, shape) -> Buffer:
         """Cube staging buffers: one per (space, layout), allocated above the space's live data."""
-        self._cube = getattr(self, "_cube", {})
         key = (space, dtype.code, tuple(shape), self.alt_active)
         b = self._cube.get(key)
         if b is None:
-            top = self._cube_top = getattr(self, "_cube_top", {})
+            top = self._cube_top
             base = self.footprint.get(space, 0) + top.get(space, 0)
             nb = _nbytes(shape, dtype)
             align = 512 if space in ("l0a", "l0b") else 64 if space == "l0c" else 32
@@ -1158,7 +1153,6 @@ class Lowering:
 
     def _swap_addr(self, nbytes: int) -> int:
         """A UB range above the allocated buffers and the splat slots, for the temporaries of one move."""
-        self._swap_used = getattr(self, "_swap_used", 0)
         addr = self.footprint["ub"] + 128 + self._swap_used
         self._swap_used += nbytes
         if addr + nbytes > self.profile.ub_bytes:
@@ -1244,7 +1238,7 @@ class Lowering:
         head, exit_ = Label("head"), Label("exit")
         self.out.append(head)
         term = cond_block.terminator
-        self._emit_block(Block_without_terminator(cond_block))
+        self._emit_block(_without_terminator(cond_block))
         c = term.operands[0]
         e = self._emit(isa.BY_NAME["BRZ"], {"rc": self.reg(c), "target": 0}, None, op.loc)
         e.target = exit_
@@ -1349,9 +1343,8 @@ class Lowering:
                 debug.append((e.pc, e.loc))
                 last_loc = e.loc
         footprint = dict(self.footprint)
-        footprint["ub"] += max(getattr(self, "_scratch_top", 0), 128 if getattr(self, "_swap_used", 0) else 0)
-        footprint["ub"] += getattr(self, "_swap_used", 0)
-        for space, top in getattr(self, "_cube_top", {}).items():
+        footprint["ub"] += max(self._scratch_top, 128 if self._swap_used else 0) + self._swap_used
+        for space, top in self._cube_top.items():
             footprint[space] = footprint.get(space, 0) + top
         kind = "mix" if self.uses_cube else "vector"
         return Template(self.fn.name, words, list(self.layout_list), list(self.reg_types), footprint,
@@ -1359,12 +1352,11 @@ class Lowering:
                         instrs)
 
 
-class Block_without_terminator(Block):
+def _without_terminator(block: Block) -> Block:
     """A view of a block without its final yield (the while condition)."""
-
-    def __init__(self, block: Block):
-        super().__init__()
-        self.ops = block.ops[:-1] if block.terminator is not None else list(block.ops)
+    view = Block()
+    view.ops = block.ops[:-1] if block.terminator is not None else list(block.ops)
+    return view
 
 
 def _ends_in_exit(block: Block) -> bool:
