@@ -630,7 +630,7 @@ class Lowering:
             handler(op)
 
     def _op_const(self, op):
-        pass
+        """Constants are loaded into registers by the prologue."""
 
     def _op_program_id(self, op):
         self._emit(isa.BY_NAME["PID"], {"rd": self.reg(op.result), "axis": op.attrs["axis"]}, dt.int32, op.loc)
@@ -827,8 +827,6 @@ class Lowering:
         self._emit(isa.BY_NAME["VREDUCE"], {"op": isa.REDUCE_OPS.index(op.attrs["op"]), "axis": op.attrs["axis"],
                                             "dst": self.tile(r), "a": self.tile(x)}, r.dtype, op.loc,
                    reads=[self.rng(x)], writes=[self.rng(r)])
-        if op.attrs["keep_dims"] is False and r.shape == ():
-            pass
 
     def _op_scan(self, op):
         r = op.result
