@@ -380,7 +380,7 @@ class CodeGen(ast.NodeVisitor):
     def _raise_exit(self):
         raise _Exit()
 
-    def _runtime_if(self, node, cond: tensor, then_fn, else_fn, results_only=None):
+    def _runtime_if(self, node, cond: tensor, then_fn, else_fn):
         """Build an ``if`` op: visit both branches, merge the names they change."""
         before = dict(self.names)
         then_block, else_block = Block(), Block()
