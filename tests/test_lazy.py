@@ -335,3 +335,14 @@ def test_row_reduction_of_a_size_one_axis_beside_a_wider_value():
         wide = dvmlang.tensor(x) + a
     close(s.numpy(), r)
     close(wide.numpy(), x + 2)
+
+
+@pytest.mark.xfail(strict=True, reason="fuser bug (reported): a matmul epilogue that reads one of the matmul's "
+                                       "operands is generated without loading it (`None + v`)")
+def test_matmul_epilogue_reading_its_own_operand():
+    a = np.ones((3, 1), np.float32)
+    b = np.full((1, 4), 2.0, np.float32)
+    with dvmlang.lazy(background=False):
+        tb = dvmlang.tensor(b)
+        y = dvmlang.tensor(a) @ tb + tb
+    close(y.numpy(), a @ b + b)

@@ -279,7 +279,8 @@ class FlushRecord:
     """One flush: why it happened and what it ran. ``ops`` counts the captured operations it computed (views
     and casts included), ``dead`` those it dropped because nothing could observe them, ``outputs`` the values
     it published, ``bytes_stored`` the GM bytes its launch(es) wrote (results and workspaces between fused
-    groups), ``encode_s`` the host time spent planning and encoding, ``sim_s`` the simulator's wall time."""
+    groups), ``encode_s`` the host time spent planning and encoding (including ``builds`` kernel builds when a
+    program or a tile shape is new), ``sim_s`` the simulator's wall time."""
 
     index: int
     reason: str
@@ -295,6 +296,7 @@ class FlushRecord:
     encode_s: float = 0.0
     sim_s: float = 0.0
     new_program: bool = False
+    builds: int = 0
     background: bool = False
     names: list = field(default_factory=list)
     error: str | None = None
@@ -564,10 +566,12 @@ def _execute(b: _Batch) -> None:
         with _exec_lock:
             t1 = time.perf_counter()
             prog.encode_s = 0.0
+            built = _builds(prog)
             values, record, launches = prog.run({n.id: a for n, a in zip(prog.graph.inputs, arrays)}, b.device,
                                                 b.trace)
             run_s = time.perf_counter() - t1
             enc = prog.encode_s
+            rec.builds = _builds(prog) - built
         rec.encode_s = plan_s + enc
         rec.sim_s = max(0.0, run_s - enc)
         if rec.background:
@@ -593,16 +597,7 @@ def _execute(b: _Batch) -> None:
                 if target.batch is b:
                     target.batch = None
     except BaseException as e:  # noqa: BLE001 - every failure leaves the batch's values never computed
-        b.error = e
-        rec.error = f"{type(e).__name__}: {e}"
-        why = _Failure(f"this value was never computed: lazy flush #{rec.index} ({rec.reason}) failed with "
-                       f"{type(e).__name__}: {e}", e)
-        with _state_lock:
-            for v in [v for v in b.outputs if v is not None] + [t for t, _ in b.wbs]:
-                if v.batch is b:
-                    v.error = why
-                    v.batch = None
-        b.session._failed(b)
+        _fail(b, e)
     finally:
         for arr in results:
             if isinstance(arr, np.ndarray):
@@ -610,6 +605,48 @@ def _execute(b: _Batch) -> None:
         for root in b.guarded:
             _guards.release(root)
         b.done.set()
+
+
+def _fail(b: _Batch, e: BaseException) -> None:
+    """Mark a batch failed: its values (and in-place targets) become never computed."""
+    b.error = e
+    rec = b.record
+    rec.error = f"{type(e).__name__}: {e}"
+    why = _Failure(f"this value was never computed: lazy flush #{rec.index} ({rec.reason}) failed with "
+                   f"{type(e).__name__}: {e}", e)
+    with _state_lock:
+        for v in [v for v in b.outputs if v is not None] + [t for t, _ in b.wbs]:
+            if v.batch is b:
+                v.error = why
+                v.batch = None
+    b.session._failed(b)
+
+
+def _run_batch(b: _Batch, background: bool) -> None:
+    """Hand a batch to the worker, or run it here after everything submitted before it."""
+    try:
+        if background:
+            _worker.submit(b)
+            return
+        _worker.drain(b.session)
+    except BaseException as e:
+        _fail(b, e)
+        for root in b.guarded:
+            _guards.release(root)
+        b.done.set()
+        raise
+    t0 = time.perf_counter()
+    _execute(b)
+    b.session.stats.blocked_intervals.append((t0, time.perf_counter()))
+    if b.error is not None:
+        b.reported = True
+        _note(b)
+        raise b.error
+
+
+def _builds(prog: Program) -> int:
+    """Kernel builds so far of a program's generated kernels."""
+    return sum(kt.kernel.stats.builds for kt in prog.kernels.values() if kt.kernel is not None)
 
 
 def _input_array(v: _Value, producer: _Batch | None, b: _Batch) -> np.ndarray:
@@ -721,7 +758,7 @@ class LazySession:
             raise GraphError("this dvmlang.lazy() session is already active; create a new one with dvmlang.lazy()")
         outer = _current()
         if not outer.eager and outer.pg.busy:
-            outer.flush("nested", "a nested dvmlang.lazy() block begins")
+            outer._flush("nested", "a nested dvmlang.lazy() block begins")
         self.thread = threading.get_ident()
         self.active = True
         _stack().append(self)
@@ -737,8 +774,9 @@ class LazySession:
             self.wait(raise_errors=False)
             return False
         try:
-            self.flush("exit", "leaving the dvmlang.lazy() block" if exc is None else
-                       f"leaving the dvmlang.lazy() block on {exc_type.__name__}", wait=True)
+            self._flush("exit", "leaving the dvmlang.lazy() block" if exc is None else
+                        f"leaving the dvmlang.lazy() block on {exc_type.__name__}")
+            self.wait()
         except Exception as e:  # noqa: BLE001
             if exc is None:
                 raise
@@ -763,12 +801,12 @@ class LazySession:
         if kind == "custom_out":
             return inputs[0].outputs[attrs["index"]]
         if len(self.pg.nodes) >= self.max_pending:
-            self.flush("size cap", f"the pending graph reached {self.max_pending} nodes")
+            self._flush("size cap", f"the pending graph reached {self.max_pending} nodes")
         tensors = [self._tensor(x) for x in inputs]
         if kind in VIEWS:
             src = tensors[0]
             if src._wb is not None:
-                self.flush("hazard", "a view of a tensor with a pending in-place write")
+                self._flush("hazard", "a view of a tensor with a pending in-place write")
         while True:
             pg = self.pg
             nodes = [self._node_of(t) for t in tensors]
@@ -788,7 +826,7 @@ class LazySession:
                 t._base = root
                 root._track_view(t)
         if self.eager and kind not in FREE:
-            self.flush("eager")
+            self._flush("eager")
         return t
 
     def _tensor(self, x) -> "LazyTensor":
@@ -811,10 +849,10 @@ class LazySession:
             if other.session.thread != threading.get_ident():
                 raise GraphError("this tensor is pending in a dvmlang.lazy() session of another thread; observe it "
                                  "there first")
-            other.session.flush("nested", "a value pending in an outer session is used")
+            other.session._flush("nested", "a value pending in an outer session is used")
             v = t._v
         if pg.written(v):
-            self.flush("hazard", "reading an array that a pending in-place operation writes")
+            self._flush("hazard", "reading an array that a pending in-place operation writes")
             pg = self.pg
         entry = pg.inputs.get(id(v))
         if entry is not None:
@@ -846,7 +884,7 @@ class LazySession:
             raise GraphError(f"in-place operation on a tensor whose array is read-only (shape {t.shape}); "
                              "wrap a writeable array or use the out-of-place operator")
         if v.pending and (t._view or t._live_views()):
-            self.flush("hazard", "an in-place write to a pending value that has views")
+            self._flush("hazard", "an in-place write to a pending value that has views")
         new = fn(t, other)
         new = self._tensor(new)
         if tuple(new.shape) != tuple(t.shape):
@@ -881,13 +919,13 @@ class LazySession:
         """``t[index] = value``: a partial write runs on the host, after the work that touches ``t``'s memory."""
         v = t._v
         if v.pending or (isinstance(value, LazyTensor) and value._v.pending):
-            self.flush("unfusible", "an indexed assignment of or to a pending value")
+            self._flush("unfusible", "an indexed assignment of or to a pending value")
             v = t._v
         if isinstance(value, LazyTensor):
             value = value._observe("observe", "the value of an indexed assignment")
         _wait_value(v, self)
         if self.pg.touched(v):
-            self.flush("hazard", "an indexed assignment writes an array that pending work reads")
+            self._flush("hazard", "an indexed assignment writes an array that pending work reads")
         _worker.drain(self)
         arr = v.array
         if not _guards.writeable(arr):
@@ -895,21 +933,27 @@ class LazySession:
         arr[index] = value
 
     # ---- flushing -----------------------------------------------------------------------------------------
-    def flush(self, reason: str = "explicit", detail: str = "", wait: bool = False) -> FlushRecord | None:
-        """Run the pending graph now (``reason`` is recorded). ``wait=True`` also waits until it ran and raises
-        any error of this session's flushes not reported yet."""
-        if reason not in REASONS:
-            raise GraphError(f"unknown flush reason {reason!r}; one of {', '.join(REASONS)}")
-        rec = self._flush(reason, detail)
+    def flush(self, wait: bool = False) -> FlushRecord | None:
+        """Run the pending graph now (reason ``explicit``); in the background this only hands it to the worker.
+        ``wait=True`` also waits until it ran and raises any error of this session's flushes not reported yet.
+        Returns the flush's record (None when nothing was pending)."""
+        rec = self._flush("explicit", "session.flush()")
         if wait:
             self.wait()
         return rec
 
-    def _flush(self, reason: str, detail: str) -> FlushRecord | None:
+    def _flush(self, reason: str, detail: str = "") -> FlushRecord | None:
         pg = self.pg
         if not pg.busy:
             return None
         self.pg = _Pending(self)
+        try:
+            return self._submit(pg, reason, detail)
+        except BaseException as e:
+            _abandon(pg, f"this value was never computed: flushing it failed with {type(e).__name__}: {e}", e)
+            raise
+
+    def _submit(self, pg: _Pending, reason: str, detail: str) -> FlushRecord | None:
         outs: list[_Value] = []
         seen: set[int] = set()
         carry: list[_Value] = []
@@ -990,17 +1034,7 @@ class LazySession:
                 if target.array is not None:
                     _writers.set(_root(target.array), b)
         self.last = b
-        if self.background and not self.eager:
-            _worker.submit(b)
-        else:
-            _worker.drain(self)
-            t0 = time.perf_counter()
-            _execute(b)
-            self.stats.blocked_intervals.append((t0, time.perf_counter()))
-            if b.error is not None:
-                b.reported = True
-                _note(b)
-                raise b.error
+        _run_batch(b, self.background and not self.eager)
         return rec
 
     def wait(self, raise_errors: bool = True) -> None:
@@ -1022,24 +1056,12 @@ class LazySession:
         """Drop the pending graph: its live values become never computed (used when the block is interrupted)."""
         pg = self.pg
         self.pg = _Pending(self)
-        err = _Failure(f"this value was never computed: {why}")
-        with _state_lock:
-            for ref in pg.owners.values():
-                v = ref()
-                if v is not None and v.pg is pg and v.node is not None:
-                    v.node = None
-                    v.pg = None
-                    v.error = err
-            for target, t in pg.writebacks.values():
-                t._v = target
-                t._wb = None
-                target.error = err
-        pg.release()
+        _abandon(pg, f"this value was never computed: {why}")
 
     # ---- unfusible: user kernels --------------------------------------------------------------------------
     def _custom(self, inputs, attrs):
         name = getattr(attrs["kernel"], "__name__", "kernel")
-        self.flush("unfusible", f"ops.custom({name}) runs a user kernel as its own launch")
+        self._flush("unfusible", f"ops.custom({name}) runs a user kernel as its own launch")
         g = Graph(f"custom_{name}")
         tensors = [self._tensor(x) for x in inputs]
         ins: list[Node] = []
@@ -1084,16 +1106,27 @@ class LazySession:
                 v.token = _Storage()
         b.outputs = values
         self.last = b
-        if self.background and not self.eager:
-            _worker.submit(b)
-        else:
-            _worker.drain(self)
-            _execute(b)
-            if b.error is not None:
-                b.reported = True
-                _note(b)
-                raise b.error
+        _run_batch(b, self.background and not self.eager)
         return _CustomCall([LazyTensor._of(v) for v in values])
+
+
+def _abandon(pg: _Pending, message: str, cause: BaseException | None = None) -> None:
+    """The live values of a pending graph that will never run become failed; its guards are released. Tensors
+    with a pending in-place write name their old storage again, marked failed too (their array is untouched)."""
+    why = _Failure(message, cause)
+    with _state_lock:
+        for ref in pg.owners.values():
+            v = ref()
+            if v is not None and v.pg is pg and v.node is not None:
+                v.node = None
+                v.pg = None
+                v.error = why
+        for target, t in pg.writebacks.values():
+            if t._wb is target:
+                t._v = target
+                t._wb = None
+                target.error = why
+    pg.release()
 
 
 class _CustomCall:
@@ -1154,6 +1187,8 @@ def _wait_value(v: _Value, session: LazySession | None = None) -> np.ndarray:
                 if v.error.cause is fb.error:
                     fb.reported = True
         v.error.raise_()
+    if v.array is None:
+        raise GraphError("internal: a dvmlang tensor has no value after its flush")
     for key in (v.token, _root(v.array)):
         w = _writers.get(key)
         if w is not None:
@@ -1243,11 +1278,11 @@ class LazyTensor:
             owner = v.pg.session
             if owner.thread != threading.get_ident():
                 raise GraphError("this tensor is pending in a dvmlang.lazy() session of another thread")
-            owner.flush(reason, detail)
+            owner._flush(reason, detail)
             v = self._v
         session = _current()
         if session.pg.written(v):
-            session.flush(reason, detail + " (a pending in-place operation writes its array)")
+            session._flush(reason, detail + " (a pending in-place operation writes its array)")
         return _wait_value(v, v.batch.session if v.batch is not None else session)
 
     def numpy(self) -> np.ndarray:
