@@ -165,6 +165,17 @@ def test_a_read_only_array_stays_read_only(x):
     close(y.numpy(), x + 1)
 
 
+@pytest.mark.parametrize("bg", MODES)
+def test_in_place_through_a_view_of_a_read_only_array_is_refused(bg):
+    ro = np.arange(6, dtype=np.float32).reshape(2, 3)  # a read-only view of a writeable base
+    ro.flags.writeable = False
+    with pytest.raises(dvmlang.GraphError, match="read-only"):
+        with dvmlang.lazy(background=bg):
+            t = dvmlang.tensor(ro).T
+            t += 1  # t is a pending view: flushed first, then found read-only (in the background: when it runs)
+    assert ro.ravel().tolist() == [0, 1, 2, 3, 4, 5] and not ro.flags.writeable and ro.base.flags.writeable
+
+
 def test_published_views_of_wrapped_arrays_are_writeable(x):
     x0 = x.copy()
     with dvmlang.lazy(background=False):

@@ -99,19 +99,18 @@ class _Guards:
                         pass
 
     def writeable(self, arr: np.ndarray) -> bool:
-        """Whether ``arr`` could be written before dvmlang guarded its memory."""
+        """Whether ``arr`` could be written before dvmlang guarded it (an array dvmlang does not know answers
+        with its own flag)."""
         root = _root(arr)
         with self.lock:
             e = self.entries.get(id(root))
-            if e is None:
-                return bool(arr.flags.writeable)
-            if id(arr) in e[2]:
+            if e is not None and id(arr) in e[2]:
                 return e[2][id(arr)][1]
-            return e[2][id(root)][1] and not _broadcasting(arr)
+            return bool(arr.flags.writeable)
 
     def adopt(self, arr: np.ndarray) -> None:
-        """A view published while its root was guarded is read-only; give it its root's flag back (now, or when
-        the root is released)."""
+        """A view of a writeable input published while the input was guarded is read-only; make it writeable
+        (now, or when its root is released)."""
         if arr.flags.writeable or arr.base is None or _broadcasting(arr):
             return
         root = _root(arr)
@@ -124,12 +123,16 @@ class _Guards:
                     except ValueError:
                         pass
             elif id(arr) not in e[2]:
-                e[2][id(arr)] = (arr, e[2][id(root)][1])
+                e[2][id(arr)] = (arr, True)
 
     def write_into(self, dst: np.ndarray, src: np.ndarray) -> None:
-        """Copy ``src`` into ``dst`` although dvmlang guards it (the flush that owns the write does this)."""
+        """Copy ``src`` into ``dst`` although dvmlang guards it (the flush that owns the write does this); an array
+        that was read-only before dvmlang guarded it is refused."""
         root = _root(dst)
         with self.lock:
+            if not self.writeable(dst):
+                raise GraphError(f"an in-place result cannot be written: its target array (shape {dst.shape}) is "
+                                 "read-only")
             lifted = []
             for obj in (root, dst):
                 if not obj.flags.writeable:
@@ -419,6 +422,7 @@ class _Batch:
         self.inputs: list[tuple] = []  # (value, producer batch) in input node order
         self.outputs: list = []  # value (or None) per output node
         self.wbs: list[tuple] = []  # (target value, output index)
+        self.view_sources: dict[int, _Value] = {}  # output index -> the input value it is a view of
         self.guarded: list[np.ndarray] = []
         self.done = threading.Event()
         self.error: BaseException | None = None
@@ -599,11 +603,14 @@ def _execute(b: _Batch) -> None:
     except BaseException as e:  # noqa: BLE001 - every failure leaves the batch's values never computed
         _fail(b, e)
     finally:
-        for arr in results:
-            if isinstance(arr, np.ndarray):
-                _guards.adopt(arr)
+        for i, src in b.view_sources.items():
+            if i < len(results) and src.array is not None and _guards.writeable(src.array):
+                _guards.adopt(results[i])
         for root in b.guarded:
             _guards.release(root)
+        # a finished batch keeps its record and error only (sessions hold their last batch)
+        b.inputs, b.outputs, b.wbs, b.nodes, b.out_nodes, b.guarded = [], [], [], [], [], []
+        b.view_sources, b.program = {}, None
         b.done.set()
 
 
@@ -730,7 +737,7 @@ class LazySession:
     thread), ``max_pending`` (flush when the pending graph has this many nodes), ``fuse`` (False: one kernel
     per operation, the unfused baseline), ``device`` (default: the current device at each flush)."""
 
-    def __init__(self, background: bool = True, max_pending: int = 512, fuse: bool = True, device=None,
+    def __init__(self, background: bool = True, max_pending: int = 256, fuse: bool = True, device=None,
                  name: str = "lazy", _eager: bool = False):
         if not isinstance(max_pending, int) or max_pending < 1:
             raise GraphError(f"max_pending must be a positive node count, got {max_pending!r}")
@@ -860,12 +867,8 @@ class LazySession:
         return self._input(v)
 
     def _input(self, v: _Value) -> Node:
-        pg = self.pg
-        node = pg.add(Node("input", [], v.shape, v.dtype, {}))
-        with _state_lock:
-            producer = v.batch
-        pg.inputs[id(v)] = (node, v, producer)
-        pg.guard(v)
+        node = _add_input(self.pg, v)
+        self.pg.guard(v)
         return node
 
     def _rehome(self, v: _Value) -> Node:
@@ -907,6 +910,9 @@ class LazySession:
         if old.pending:
             t._v = new._v  # a pending value has no storage yet: the tensor simply names the new value
             return t
+        if old.array is not None and not _guards.writeable(old.array):
+            raise GraphError(f"in-place operation on a tensor whose array is read-only (shape {t.shape}); "
+                             "wrap a writeable array or use the out-of-place operator")
         t._v = new._v
         t._wb = old
         pg = self.pg
@@ -943,6 +949,7 @@ class LazySession:
         return rec
 
     def _flush(self, reason: str, detail: str = "") -> FlushRecord | None:
+        assert reason in REASONS, reason
         pg = self.pg
         if not pg.busy:
             return None
@@ -957,7 +964,7 @@ class LazySession:
         outs: list[_Value] = []
         seen: set[int] = set()
         carry: list[_Value] = []
-        for nid, ref in pg.owners.items():
+        for ref in pg.owners.values():
             v = ref()
             if v is None or v.pg is not pg or v.node is None:
                 continue
@@ -1018,6 +1025,7 @@ class LazySession:
         index = {n.id: i for i, n in enumerate(out_nodes)}
         b.wbs = [(target, index[node.id]) for target, node, _ in wb]
         tokens: dict[int, object] = {}  # stored base node id -> the storage of its result
+        b.view_sources = {i: src for i, n in enumerate(out_nodes) if (src := _viewed_input(n, pg)) is not None}
         with _state_lock:
             for v, n in zip(outs, out_nodes):
                 if v is None:
@@ -1135,6 +1143,7 @@ class _CustomCall:
 
 
 def _add_input(pg: _Pending, v: _Value) -> Node:
+    """An input node for a ready or in-flight value (remembering the batch that produces it, if any)."""
     node = pg.add(Node("input", [], v.shape, v.dtype, {}))
     with _state_lock:
         producer = v.batch
@@ -1146,6 +1155,19 @@ def _input_order(pg: _Pending, keep: set[int]) -> list[int]:
     """Keys of ``pg.inputs`` for the inputs still used, in node order (the order of the program's inputs)."""
     used = [(node.id, key) for key, (node, _, _) in pg.inputs.items() if node.id in keep]
     return [key for _, key in sorted(used)]
+
+
+def _viewed_input(n: Node, pg: _Pending) -> _Value | None:
+    """The input value an output is a view of (None when it is not a view of an input)."""
+    if n.op not in VIEWS:
+        return None
+    while n.op in VIEWS:
+        n = n.inputs[0]
+    if n.op == "input":
+        for node, v, _ in pg.inputs.values():
+            if node is n:
+                return v
+    return None
 
 
 def _token_for(n: Node, pg: _Pending, tokens: dict):
@@ -1532,7 +1554,7 @@ def tensor(x, dtype=None) -> LazyTensor:
     return LazyTensor._of(_Value(tuple(int(s) for s in arr.shape), d, array=arr))
 
 
-def lazy(background: bool = True, max_pending: int = 512, fuse: bool = True, device=None,
+def lazy(background: bool = True, max_pending: int = 256, fuse: bool = True, device=None,
          name: str = "lazy") -> LazySession:
     """``with dvmlang.lazy() as session:`` — capture operations on ``dvmlang.tensor`` values and run them fused
     when a result is needed (see ``docs/lazy.md``). ``session.stats`` records every flush and why."""
