@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 import dvmlang
 import dvmlang.ops as ops
 
-# Each step reads values from a pool and appends its result (or writes one in place). Shapes stay (R, C) or
-# broadcast to it, so any two pool values combine.
+# Each step reads values from a pool and appends its result (or writes one in place, or appends a view). Shapes
+# stay (R, C) or broadcast to it, so any two pool values combine.
 UNARY = {
     "exp": (lambda t: ops.exp(t * 0.5), lambda a: np.exp(a * np.float32(0.5))),
     "tanh": (ops.tanh, np.tanh),
@@ -49,6 +49,7 @@ step = st.one_of(
     st.tuples(st.just("scalar"), st.sampled_from(["add", "mul"]), st.integers(0, 20),
               st.sampled_from([0.5, -1.0, 2.0])),
     st.tuples(st.just("inplace"), st.sampled_from(sorted(INPLACE)), st.integers(0, 20), st.integers(0, 20)),
+    st.tuples(st.just("view"), st.integers(0, 20)),
     st.tuples(st.just("observe"), st.integers(0, 20)),
     st.tuples(st.just("drop"), st.integers(0, 20)),
 )
@@ -79,6 +80,9 @@ def _run(prog, arrays, tensor, unary, binary, inplace, observe):
             i, j = pick(s[2]), pick(s[3])
             if np.shape(pool[i]) == np.broadcast_shapes(np.shape(pool[i]), np.shape(pool[j])):
                 pool[i] = inplace[s[1]](pool[i], pool[j])
+        elif kind == "view":  # an alias: in-place writes through it reach its base, and the other way round
+            x = pool[pick(s[1])]
+            pool.append(x.T.T if len(np.shape(x)) >= 2 else x.reshape(np.shape(x)))
         elif kind == "observe":
             observe(pool[pick(s[1])])
         elif kind == "drop" and sum(v is not None for v in pool) > 1:
