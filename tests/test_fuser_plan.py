@@ -394,3 +394,15 @@ def test_the_device_never_reuses_the_decoder_of_a_freed_build():
     second.template_key = first.template_key  # what id() reuse does
     dev.run(second, flat, alias_groups=alias)
     np.testing.assert_array_equal(out, x * 2)
+
+
+def test_inputs_that_are_views_are_read_in_place_or_copied(rng):
+    g = dvmlang.graph(lambda x, y: ops.softmax(x) * 2.0 + y)
+    base = rng.standard_normal((40, 50)).astype(np.float32)
+    y = rng.standard_normal((30, 20)).astype(np.float32)
+    views = [base[5:35, 10:30], base[::-1][:30, :20], base[:30, :40:2], np.asfortranarray(base[:30, :20]),
+             base.T[:30, :20]]
+    for x in views:
+        np.testing.assert_allclose(g(x, y), np_softmax(np.ascontiguousarray(x)) * 2 + y, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g(y, views[0]), np_softmax(y) * 2 + views[0], rtol=1e-5, atol=1e-6)
+    assert g.stats.captures == 1

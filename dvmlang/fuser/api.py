@@ -48,6 +48,7 @@ class Program:
         self.plan = plan(graph, fuse, row_fits=lambda grp, cols: tl.row_fits(grp, cols, profile))
         self.kernels: dict = {}  # (plan id, group id) -> KernelText
         self.fallbacks = 0
+        self._binder = None
 
     # kept for callers that used the old name
     @property
@@ -55,7 +56,9 @@ class Program:
         return self
 
     def bind(self, inputs: dict[int, np.ndarray]):
-        return _bind(self.graph, [inputs[n.id] for n in self.graph.inputs])
+        if self._binder is None:
+            self._binder = _Binder(self.graph)
+        return self._binder.bind([inputs[n.id] for n in self.graph.inputs])
 
     def choose(self, env, profile) -> Plan:
         p = self.plan
@@ -115,17 +118,15 @@ class Program:
         kt = self.kernel(p, grp)
         args = []
         space = tuple(env.value(d) for d in grp.space)
-        for j, x in enumerate(kt.inputs):
+        for j, x in enumerate(kt.inputs + kt.outputs):
             if grp.kind == "matmul" and j < 2:
                 # an operand: its own matrix dims, batch dims aligned to the output's
                 shape = space[:-2] + tuple(env.value(d) for d in x.shape[-2:])
-                base, off, strides = _addressing(x, values, env, shape)
+                flat, strides = _addressing(x, values, env, shape)
             else:
-                base, off, strides = _addressing(x, values, env, space)
-            args += [base, off] + strides
-        for o in kt.outputs:
-            base, off, strides = _addressing(o, values, env, space)
-            args += [base, off] + strides
+                flat, strides = _addressing(x, values, env, space)
+            args.append(flat)
+            args += [strides[d] for d in kt.arg_dims[j]]
         if grp.kind == "matmul":
             mm = grp.nodes[0]
             m, n_, k = env.value(mm.shape[-2]), env.value(mm.shape[-1]), env.value(mm.inputs[0].shape[-1])
@@ -145,21 +146,24 @@ class Program:
             if not t.fits:
                 raise GraphError(f"group {grp.name}: a row of {cols} elements does not fit UB")
             grid = (t.grid[0], outer[0] if len(outer) > 0 else 1, outer[1] if len(outer) > 1 else 1)
-            args += [rows, cols, t.ncb] + [float(env.value(s)) for s in kt.dims]
+            args += [rows, cols] + ([t.ncb] if grp.mode == "tiled" else []) + [float(env.value(s)) for s in kt.dims]
             prepared = kt.kernel.prepare(grid, *args, BR=t.br, BC=t.bc, device=device)
         _, bc, flat, alias = prepared
         return [(bc, flat, kt.name, alias)]
 
 
 def _signature(args, static: dict, names):
+    """The capture key of a call: per array its dtype and which dims are 1 or static (their sizes); per
+    constant its value. (Dtypes are checked when a new key is captured.)"""
     key = []
     for name, a in zip(names, args):
         if isinstance(a, np.ndarray):
-            d = dt.from_numpy(a.dtype)
-            if d is None:
-                raise GraphError(f"argument `{name}` has dtype {a.dtype}, which dvmlang does not support")
-            dims = tuple(s if (s == 1 or i in static.get(name, ())) else -1 for i, s in enumerate(a.shape))
-            key.append(("t", d.code, dims))
+            st = static.get(name)
+            if st:
+                dims = tuple(s if (s == 1 or i in st) else -1 for i, s in enumerate(a.shape))
+            else:
+                dims = tuple(1 if s == 1 else -1 for s in a.shape)
+            key.append(("t", a.dtype, dims))
         elif isinstance(a, (bool, int, float, str, type(None))) or (isinstance(a, tuple) and _constant(a)):
             key.append(("s", type(a).__name__, a))  # a constant of the capture, like a constexpr
         elif hasattr(a, "__dvm_array__"):
@@ -228,6 +232,8 @@ class GraphFunction:
             if hasattr(a, "__dvm_array__"):
                 a = a.__dvm_array__()
             if isinstance(a, np.ndarray):
+                if dt.from_numpy(a.dtype) is None:
+                    raise GraphError(f"argument `{name}` has dtype {a.dtype}, which dvmlang does not support")
                 shape = []
                 for i, s in enumerate(a.shape):
                     if s == 1:
@@ -255,17 +261,20 @@ class GraphFunction:
                 raise GraphError(f"`{self.name}` must return graph values computed from its arguments, got {o!r}")
             g.outputs.append(o.node)
         from ..npu.device import default_device
-        return Program(g, self.fuse, (self.device or default_device()).profile, self.name)
+        prog = Program(g, self.fuse, (self.device or default_device()).profile, self.name)
+        prog.arg_positions = [self.names.index(n.attrs["name"]) for n in g.inputs]
+        return prog
 
     # ---- calls -----------------------------------------------------------------------------------------
     def __call__(self, *args, device=None, **kwargs):
-        from ..npu.device import default_device
-        from ..trace.record import active_session
+        default_device, active_session = _runtime()
         device = device or self.device or default_device()
         args = self._arguments(args, kwargs)
         prog = self.capture(*args)
-        arrays = [a.__dvm_array__() if hasattr(a, "__dvm_array__") else a for a in args]
-        inputs = {n.id: arrays[self.names.index(n.attrs["name"])] for n in prog.graph.inputs}
+        inputs = {}
+        for n, pos in zip(prog.graph.inputs, prog.arg_positions):
+            a = args[pos]
+            inputs[n.id] = a if isinstance(a, np.ndarray) else a.__dvm_array__()
         before = prog.fallbacks
         values, record, launches = prog.run(inputs, device, active_session())
         self.stats.calls += 1
@@ -286,9 +295,22 @@ class GraphFunction:
         args = self._arguments(args, kwargs)
         prog = self.capture(*args)
         arrays = [a.__dvm_array__() if hasattr(a, "__dvm_array__") else a for a in args]
-        env = _bind(prog.graph, arrays)
+        env = prog.bind({n.id: arrays[self.names.index(n.attrs["name"])] for n in prog.graph.inputs})
         chosen = prog.choose(env, device.profile)
         return Report(self, prog, chosen, env, device.profile)
+
+
+def _runtime():
+    """(default_device, active_session), imported on first use (the device imports this package)."""
+    global _RUNTIME
+    if _RUNTIME is None:
+        from ..npu.device import default_device
+        from ..trace.record import active_session
+        _RUNTIME = (default_device, active_session)
+    return _RUNTIME
+
+
+_RUNTIME = None
 
 
 def _kernel_name(graph_name: str, grp: Group) -> str:
@@ -338,56 +360,66 @@ def _total(name, records):
 class _Env:
     """Concrete sizes of one call."""
 
-    def __init__(self, g: Graph, values: dict[int, int]):
+    __slots__ = ("g", "values", "roots")
+
+    def __init__(self, g: Graph, values: dict[int, int], roots: dict[int, int]):
         self.g = g
-        self.values = values
+        self.values = values  # root symbol id -> size
+        self.roots = roots  # symbol id -> root symbol id
 
     def value(self, d) -> int:
-        d = self.g.syms.find(d)
         if isinstance(d, int):
             return d
-        return self.values[d.id]
+        return self.values[self.roots[d.id]]
+
+
+class _Binder:
+    """Binds a graph's symbols to the sizes of one call's arrays and checks the deduced equalities; the
+    symbol classes are resolved once, so a call only reads sizes and compares."""
+
+    def __init__(self, g: Graph):
+        self.g = g
+        syms = g.syms
+        self.roots = {s.id: syms.find(s).id for s in syms.syms}
+        self.inputs = []  # per input: (name, rank, [(axis, static size or None, symbol or None)])
+        for n in g.inputs:
+            self.inputs.append((n.attrs["name"], n.rank, [(axis, d if isinstance(d, int) else None,
+                                                           None if isinstance(d, int) else d)
+                                                          for axis, d in enumerate(n.shape)]))
+        # equalities with numbers (symbol classes are equal by construction; a conflict shows while binding)
+        self.numbers = [(self.roots[a.id], b, a, why) for a, b, why in syms.deductions if isinstance(b, int)]
+
+    def bind(self, arrays) -> _Env:
+        g = self.g
+        roots = self.roots
+        values: dict[int, int] = {}
+        for (name, rank, dims), arr in zip(self.inputs, arrays):
+            shape = arr.shape
+            if len(shape) != rank:
+                raise GraphError(f"argument `{name}` must have rank {rank}, got {len(shape)}")
+            for axis, static, sym in dims:
+                size = shape[axis]
+                if sym is None:
+                    if size != static:
+                        raise GraphError(f"`{g.name}`: argument `{name}` has shape {shape}; dimension of size "
+                                         f"{static} expected")
+                    continue
+                root = roots[sym.id]
+                prev = values.get(root)
+                if prev is None:
+                    values[root] = size
+                elif prev != size:
+                    raise GraphError(f"`{g.name}`: {sym.origin} is {size} but it must equal "
+                                     f"{g.syms.syms[root].origin} = {prev} (deduced while capturing: {_why(g, sym)})")
+        for root, number, sym, why in self.numbers:
+            size = values.get(root)
+            if size is not None and size != number:
+                raise GraphError(f"`{g.name}`: {sym.origin} = {size} but {why} requires it to equal {number}")
+        return _Env(g, values, roots)
 
 
 def _bind(g: Graph, arrays) -> _Env:
-    values: dict[int, int] = {}
-    inputs = {n.attrs["name"]: n for n in g.inputs}
-    names = [n.attrs["name"] for n in g.inputs]
-    by_name = {}
-    for n in g.inputs:
-        by_name[n.attrs["name"]] = n
-    for n in g.inputs:
-        pass
-    # every input dimension binds its symbol (and must agree with its class)
-    for n, arr in zip(g.inputs, [a for a in arrays if isinstance(a, np.ndarray)]):
-        if arr.ndim != n.rank:
-            raise GraphError(f"argument `{n.attrs['name']}` must have rank {n.rank}, got {arr.ndim}")
-        for d, size in zip(n.shape, arr.shape):
-            if isinstance(d, Sym):
-                root = g.syms.find(d)
-                if isinstance(root, Sym):
-                    prev = values.get(root.id)
-                    if prev is not None and prev != size:
-                        raise GraphError(f"`{g.name}`: {d.origin} is {size} but it must equal {_origin_of(g, root)} "
-                                         f"= {prev} (deduced while capturing: "
-                                         f"{_why(g, d)})")
-                    values[root.id] = size
-                values.setdefault(d.id, size)
-            elif d != size:
-                raise GraphError(f"`{g.name}`: argument `{n.attrs['name']}` has shape {arr.shape}; dimension of size "
-                                 f"{d} expected")
-    for a, b, why in g.syms.deductions:
-        ra = g.syms.find(a)
-        va = values.get(ra.id, values.get(a.id)) if isinstance(ra, Sym) else ra
-        vb = b if isinstance(b, int) else values.get(g.syms.find(b).id)
-        if va is not None and vb is not None and va != vb:
-            raise GraphError(f"`{g.name}`: {a.origin} = {va} but {why} requires it to equal {vb}")
-    _ = (inputs, names, by_name)
-    return _Env(g, values)
-
-
-def _origin_of(g: Graph, sym) -> str:
-    return sym.origin
+    return _Binder(g).bind([a for a in arrays if isinstance(a, np.ndarray)])
 
 
 def _why(g: Graph, sym) -> str:
@@ -417,23 +449,23 @@ def _materialise(n: Node, values, env) -> np.ndarray:
 
 
 def _addressing(n: Node, values, env, space):
-    """(base array, element offset, strides along the iteration space) of a stored value."""
+    """(flat array starting at the value's first element, strides along the iteration space) of a stored
+    value: a contiguous array is passed as it is; a view as its root array from the view's first element."""
     arr = _materialise(n, values, env)
-    base = arr
-    while isinstance(base.base, np.ndarray):
-        base = base.base
-    if not base.flags.c_contiguous:
-        base = np.ascontiguousarray(arr)
-        arr = base
     item = arr.itemsize
-    off = (arr.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // item
-    strides = [s // item for s in arr.strides]
-    if space is not None:
-        pad = len(space) - arr.ndim
-        strides = [0] * pad + strides
-        shape = (1,) * pad + arr.shape
-        strides = [0 if dim == 1 else s for dim, s in zip(shape, strides)]
-    return base.reshape(-1), off, strides
+    if arr.base is None and arr.flags.c_contiguous:
+        flat = arr.reshape(-1)
+    else:
+        root = arr
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        if not root.flags.c_contiguous or any(st < 0 for st in arr.strides):
+            arr = root = np.ascontiguousarray(arr)
+        off = (arr.__array_interface__["data"][0] - root.__array_interface__["data"][0]) // item
+        flat = root.reshape(-1)[off:]
+    pad = len(space) - arr.ndim
+    strides = [0] * pad + [0 if dim == 1 else st // item for dim, st in zip(arr.shape, arr.strides)]
+    return flat, strides
 
 
 def graph(fn=None, *, fuse: bool = True, static: dict | None = None, device=None, name: str | None = None):

@@ -110,7 +110,7 @@ def emit_value(src: Source, g: Graph, n: Node, names: dict, idx: dict) -> str:
 class KernelText:
     """Generated source plus what the runtime needs to call it."""
 
-    def __init__(self, name, text, params, inputs, outputs, dims, mode, space):
+    def __init__(self, name, text, params, inputs, outputs, dims, mode, space, arg_dims=None):
         self.name = name
         self.text = text
         self.params = params  # ordered parameter names
@@ -119,6 +119,7 @@ class KernelText:
         self.dims = dims  # symbols passed as runtime scalars
         self.mode = mode
         self.space = space
+        self.arg_dims = arg_dims  # per tensor (inputs, then outputs): the dims whose strides are parameters
         self.kernel = None
 
     def compile(self):
@@ -166,12 +167,17 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
     ins = list(grp.inputs)
     outs = list(grp.outputs)
     dims = _dims_needed(nodes)
+    # a tensor is passed as its array (at its first element) and the strides of the dims it varies along:
+    # every parameter is a value the runtime binds and encodes per call, so there are no others
     params = []
-    for k, _ in enumerate(ins):
-        params += [f"in{k}", f"in{k}_off"] + [f"in{k}_s{d}" for d in range(r)]
-    for k, _ in enumerate(outs):
-        params += [f"out{k}", f"out{k}_off"] + [f"out{k}_s{d}" for d in range(r)]
-    params += ["R", "C", "NCB"] + [f"dim{s.id}" for s in dims]
+    arg_dims = []
+    for kind, tensors in (("in", ins), ("out", outs)):
+        for k, x in enumerate(tensors):
+            lay = Layout(g, x.shape, space)
+            dims_k = [d for d in range(r) if lay.present[d]]
+            params += [f"{kind}{k}"] + [f"{kind}{k}_s{d}" for d in dims_k]
+            arg_dims.append(dims_k)
+    params += ["R", "C"] + (["NCB"] if grp.mode == "tiled" else []) + [f"dim{s.id}" for s in dims]
     src = Source()
     src.indent = 0
     src("@dvmlang.kernel")
@@ -190,7 +196,7 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
     src("rmask = rows < R")
 
     def address(kind, k, lay: Layout, rows_v, cols_v):
-        terms = [f"{kind}{k}_off"]
+        terms = []
         for d in range(outer):
             if lay.present[d]:
                 terms.append(f"o{d} * {kind}{k}_s{d}")
@@ -198,7 +204,7 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
             terms.append(f"{rows_v}[:, None] * {kind}{k}_s{r - 2}")
         if r >= 1 and lay.present[r - 1]:
             terms.append(f"{cols_v}[None, :] * {kind}{k}_s{r - 1}")
-        expr = f"{kind}{k} + " + " + ".join(terms)
+        expr = f"{kind}{k}" + "".join(f" + {t}" for t in terms)
         rr = "BR" if r >= 2 and lay.present[r - 2] else "1"
         cc = "BC" if r >= 1 and lay.present[r - 1] else "1"
         if rr == "1" and cc == "1":
@@ -311,7 +317,7 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
         for k, o in enumerate(outs):
             emit_store(k, o)
     text = "\n".join(src.lines) + "\n"
-    return KernelText(name, text, params, ins, outs, dims, grp.mode, space)
+    return KernelText(name, text, params, ins, outs, dims, grp.mode, space, arg_dims)
 
 
 def matmul_kernel(g: Graph, grp: Group, name: str) -> KernelText:
@@ -328,11 +334,20 @@ def matmul_kernel(g: Graph, grp: Group, name: str) -> KernelText:
     ext = [i for i in grp.inputs if i is not a and i is not b]
     outs = list(grp.outputs)
     dims = _dims_needed(free + epilogue)
-    params = ["A", "A_off"] + [f"A_s{d}" for d in range(r)] + ["B", "B_off"] + [f"B_s{d}" for d in range(r)]
-    for k, _ in enumerate(ext):
-        params += [f"in{k}", f"in{k}_off"] + [f"in{k}_s{d}" for d in range(r)]
-    for k, _ in enumerate(outs):
-        params += [f"out{k}", f"out{k}_off"] + [f"out{k}_s{d}" for d in range(r)]
+    la = Layout(g, a.shape, space[:-2] + (a.shape[-2], a.shape[-1]))
+    lb = Layout(g, b.shape, space[:-2] + (b.shape[-2], b.shape[-1]))
+    params = []
+    arg_dims = []
+    for kind, lay in (("A", la), ("B", lb)):  # operands: the batch dims they vary along, both matrix dims
+        dims_k = [d for d in range(nb) if lay.present[d]] + [r - 2, r - 1]
+        params += [kind] + [f"{kind}_s{d}" for d in dims_k]
+        arg_dims.append(dims_k)
+    for kind, tensors in (("in", ext), ("out", outs)):
+        for k, x in enumerate(tensors):
+            lay = Layout(g, x.shape, space)
+            dims_k = [d for d in range(r) if lay.present[d] or (kind == "out" and d >= nb)]
+            params += [f"{kind}{k}"] + [f"{kind}{k}_s{d}" for d in dims_k]
+            arg_dims.append(dims_k)
     params += ["M", "N", "K", "NBN"] + [f"dim{s.id}" for s in dims]
     src = Source()
     src.indent = 0
@@ -350,10 +365,8 @@ def matmul_kernel(g: Graph, grp: Group, name: str) -> KernelText:
     def batch_terms(kind, lay: Layout):
         return "".join(f" + o{d} * {kind}_s{d}" for d in range(nb) if lay.present[d])
 
-    la = Layout(g, a.shape, space[:-2] + (a.shape[-2], a.shape[-1]))
-    lb = Layout(g, b.shape, space[:-2] + (b.shape[-2], b.shape[-1]))
-    src(f"a_ptrs = A + A_off{batch_terms('A', la)} + rm[:, None] * A_s{r - 2} + rk[None, :] * A_s{r - 1}")
-    src(f"b_ptrs = B + B_off{batch_terms('B', lb)} + rk[:, None] * B_s{r - 2} + rn[None, :] * B_s{r - 1}")
+    src(f"a_ptrs = A{batch_terms('A', la)} + rm[:, None] * A_s{r - 2} + rk[None, :] * A_s{r - 1}")
+    src(f"b_ptrs = B{batch_terms('B', lb)} + rk[:, None] * B_s{r - 2} + rn[None, :] * B_s{r - 1}")
     src("acc = dl.zeros((BM, BN), dl.float32)" if not mm.dtype.is_int else "acc = dl.zeros((BM, BN), dl.int32)")
     src("for k in range(0, K, BK):")
     src.indent += 1
@@ -369,7 +382,7 @@ def matmul_kernel(g: Graph, grp: Group, name: str) -> KernelText:
     idx = {"rows": "rm", "cols": "rn", "dim": lambda s: f"dim{s.id}", "outer": lambda ax: f"o{ax}"}
     for k, x in enumerate(ext):
         lay = Layout(g, x.shape, space)
-        terms = [f"in{k}_off"] + [f"o{d} * in{k}_s{d}" for d in range(nb) if lay.present[d]]
+        terms = [f"o{d} * in{k}_s{d}" for d in range(nb) if lay.present[d]]
         rr = lay.present[r - 2]
         cc = lay.present[r - 1]
         if rr:
@@ -379,7 +392,7 @@ def matmul_kernel(g: Graph, grp: Group, name: str) -> KernelText:
         shape = f"({'BM' if rr else 1}, {'BN' if cc else 1})"
         mask = " & ".join(m for m in ("(rm[:, None] < M)" if rr else "", "(rn[None, :] < N)" if cc else "") if m)
         m = f", mask={mask}, other=0" if mask else ""
-        src(f"x{k} = dl.load(dl.broadcast_to(in{k} + {' + '.join(terms)}, {shape}){m})")
+        src(f"x{k} = dl.load(dl.broadcast_to(in{k}{''.join(' + ' + t for t in terms)}, {shape}){m})")
         names[x.id] = f"x{k}"
     for n in free:
         src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
@@ -389,9 +402,9 @@ def matmul_kernel(g: Graph, grp: Group, name: str) -> KernelText:
         names[n.id] = f"v{n.id}"
     for k, o in enumerate(outs):
         lay = Layout(g, o.shape, space)
-        terms = [f"out{k}_off"] + [f"o{d} * out{k}_s{d}" for d in range(nb) if lay.present[d]]
+        terms = [f"o{d} * out{k}_s{d}" for d in range(nb) if lay.present[d]]
         terms += [f"rm[:, None] * out{k}_s{r - 2}", f"rn[None, :] * out{k}_s{r - 1}"]
         src(f"dl.store(out{k} + {' + '.join(terms)}, dl.broadcast_to({names[o.id]}, (BM, BN)), mask=mmask)")
     text = "\n".join(src.lines) + "\n"
-    kt = KernelText(name, text, params, [a, b] + ext, outs, dims, "matmul", space)
+    kt = KernelText(name, text, params, [a, b] + ext, outs, dims, "matmul", space, arg_dims)
     return kt
