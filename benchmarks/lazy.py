@@ -32,6 +32,7 @@ worker encodes and runs while the host goes on.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -145,7 +146,8 @@ def main(argv=None) -> int:
     tweights = [{k: dvmlang.tensor(v) for k, v in w.items()} for w in weights]
     rng = np.random.default_rng(1)
     print(f"dvmlang {dvmlang.__version__}, Python {sys.version.split()[0]}, numpy {np.__version__}; "
-          f"{L} decoder layer(s), D={D}, heads={H}, ffn={F}")
+          f"{L} decoder layer(s), D={D}, heads={H}, ffn={F}; {os.cpu_count()} cores, load average "
+          f"{os.getloadavg()[0]:.2f} (the background thread needs a free core to overlap the host's work)")
 
     # one kernel per op really is what eager mode runs: count eager launches once
     x0 = rng.standard_normal((5, D)).astype(np.float32)
