@@ -468,13 +468,22 @@ def _count(x, axis):
     return mul(v, float(n)) if n != 1 else v
 
 
+def _drop_axes(v, x, axis, keepdims):
+    """``v`` (a keepdims reduction of ``x``) without the reduced axes unless ``keepdims``. The arithmetic on a
+    reduction is done with keepdims, so it fuses with the reduction; the view comes last."""
+    if keepdims:
+        return v
+    axes = _axes(x, axis)
+    return reshape(v, tuple(d for i, d in enumerate(_shape(v)) if i not in axes))
+
+
 def mean(x, axis=None, keepdims=False):
     """Mean over ``axis``."""
     g = _graph(x)
     x = _value(g, x)
     if not x.dtype.is_float:
         x = cast(x, dt.float32)
-    return div(sum(x, axis, keepdims), _count(x, axis))
+    return _drop_axes(div(sum(x, axis, True), _count(x, axis)), x, axis, keepdims)
 
 
 def var(x, axis=None, keepdims=False, correction=0):
@@ -484,9 +493,9 @@ def var(x, axis=None, keepdims=False, correction=0):
     if not x.dtype.is_float:
         x = cast(x, dt.float32)
     d = sub(x, mean(x, axis, keepdims=True))
-    s = sum(mul(d, d), axis, keepdims)
+    s = sum(mul(d, d), axis, True)
     n = _count(x, axis)
-    return div(s, sub(n, correction) if correction else n)
+    return _drop_axes(div(s, sub(n, correction) if correction else n), x, axis, keepdims)
 
 
 # ---- matrix ----------------------------------------------------------------------------------------------

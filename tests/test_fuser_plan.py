@@ -406,3 +406,24 @@ def test_inputs_that_are_views_are_read_in_place_or_copied(rng):
         np.testing.assert_allclose(g(x, y), np_softmax(np.ascontiguousarray(x)) * 2 + y, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(g(y, views[0]), np_softmax(y) * 2 + views[0], rtol=1e-5, atol=1e-6)
     assert g.stats.captures == 1
+
+
+def test_scalar_arithmetic_on_sizes_and_constants_is_computed_inside_kernels(rng):
+    # 1/sqrt(head size) of a symbolic head size, n - 1 of a sample variance: no kernel (or launch) of their own
+    q = rng.standard_normal((2, 16, 32)).astype(np.float16)
+    g = dvmlang.graph(lambda q, k, v: ops.scaled_dot_product_attention(q, k, v, causal=True))
+    g(q, q, q)
+    assert [(grp.kind, grp.mode) for grp in g.explain(q, q, q).groups] == [("matmul", "matmul"), ("vector", "row"),
+                                                                          ("matmul", "matmul")]
+    x = rng.standard_normal((5, 9)).astype(np.float32)
+    v = dvmlang.graph(lambda x: ops.var(x, -1, True, correction=1) * ops.cast(2.0, "float16").astype("float32"))
+    np.testing.assert_allclose(v(x), x.var(-1, ddof=1, keepdims=True) * 2, rtol=1e-5)
+    assert len(v.explain(x).groups) == 1
+
+
+def test_mean_and_var_without_keepdims_are_one_kernel(rng):
+    x = rng.standard_normal((3, 5, 9)).astype(np.float32)
+    for fn, ref in [(lambda x: ops.mean(x, -1), lambda x: x.mean(-1)), (lambda x: ops.var(x, -1), lambda x: x.var(-1))]:
+        g = dvmlang.graph(fn)
+        np.testing.assert_allclose(g(x), ref(x), rtol=1e-5, atol=1e-6)
+        assert len(g.explain(x).groups) == 1

@@ -13,7 +13,7 @@ import linecache
 import math
 
 from .. import dtypes as dt
-from .fusion import FREE, Group
+from .fusion import Group, is_free
 from .graph import Graph, Node
 
 _counter = itertools.count()
@@ -89,6 +89,8 @@ def emit_value(src: Source, g: Graph, n: Node, names: dict, idx: dict) -> str:
     if op == "where":
         return f"dl.where({a[0]}, {a[1]}, {a[2]})"
     if op == "cast":
+        if n.inputs[0].op == "const":  # a Python literal has no .to(): make it a typed scalar
+            return f"dl.full((), {_literal(n.inputs[0].attrs['value'], n.dtype)}, dl.{n.dtype.name})"
         return f"({a[0]}).to(dl.{n.dtype.name})"
     if op == "broadcast_to":
         return a[0]
@@ -145,17 +147,18 @@ def _dims_needed(nodes) -> list:
 
 
 def _free_nodes(grp: Group):
+    """The free values (constants, sizes, index tiles, scalar arithmetic on them) the group uses, in order."""
     seen = {n.id for n in grp.nodes}
     free = []
     for n in grp.nodes:
         stack = list(n.inputs)
         while stack:
             x = stack.pop()
-            if x.op in FREE and x.id not in seen:
+            if is_free(x) and x.id not in seen:
                 seen.add(x.id)
                 free.append(x)
                 stack.extend(x.inputs)
-    return free
+    return sorted(free, key=lambda x: x.id)  # node ids are a topological order
 
 
 def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:

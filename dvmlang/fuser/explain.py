@@ -9,7 +9,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from . import tiling as tl
-from .fusion import FREE
+from .fusion import is_free
 
 
 class Report:
@@ -89,7 +89,7 @@ class Report:
                 label = Text(f"{grp.name}  [{grp.kind}" + (f", {grp.mode}" if grp.kind == "vector" else "") + "]")
                 node = st.add(label)
                 ops = [f"%{n.id} {n.op if n.op != 'reduce' else 'reduce ' + n.attrs['op']}" for n in grp.nodes
-                       if n.op not in FREE]
+                       if not is_free(n)]
                 node.add(Text("ops: " + ", ".join(ops)))
                 node.add(Text("reads: " + (", ".join(f"%{i.id}" for i in grp.inputs) or "-") + "   writes: " +
                               (", ".join(f"%{o.id}" for o in grp.outputs) or "-")))

@@ -28,6 +28,12 @@ FREE = frozenset({"const", "dim", "iota"})  # copied into every group that uses 
 VIEWS = frozenset({"reshape", "permute"})
 
 
+def is_free(n: Node) -> bool:
+    """Constants, sizes, index tiles, and scalar arithmetic on them (marked by ``canonicalize``): computed
+    inside every kernel that uses them rather than stored."""
+    return n.op in FREE or n.attrs.get("free_scalar", False)
+
+
 @dataclass(eq=False)
 class Group:
     id: int
@@ -45,7 +51,7 @@ class Group:
     def name(self) -> str:
         if self.kind == "custom":
             return f"g{self.id}_custom_{self.nodes[0].attrs['kernel'].__name__}"
-        ops = [n.op if n.op != "reduce" else n.attrs["op"] for n in self.nodes if n.op not in FREE]
+        ops = [n.op if n.op != "reduce" else n.attrs["op"] for n in self.nodes if not is_free(n)]
         head = "_".join(dict.fromkeys(ops))[:40] or self.kind
         return f"g{self.id}_{head}"
 
@@ -114,6 +120,10 @@ def canonicalize(g: Graph) -> None:
     g.nodes = new_nodes
     for i, n in enumerate(g.nodes):
         n.id = i
+    outputs = {o.id for o in g.outputs}
+    for n in g.nodes:  # scalar arithmetic on constants and sizes (e.g. 1/sqrt(head size)) is free
+        if n.op in EW and n.rank == 0 and n.inputs and n.id not in outputs and all(is_free(i) for i in n.inputs):
+            n.attrs["free_scalar"] = True
 
 
 def _same_shape(g: Graph, a, b) -> bool | None:
@@ -232,7 +242,7 @@ class Planner:
 
     def run(self) -> list[Group]:
         for n in self.g.nodes:
-            if n.op in ("input",) or n.op in FREE or n.op in VIEWS or n.op == "custom_out":
+            if n.op in ("input",) or is_free(n) or n.op in VIEWS or n.op == "custom_out":
                 continue
             if n.op == "custom":
                 self._custom(n)
@@ -253,7 +263,7 @@ class Planner:
         if self.fuse:
             for i in n.inputs:
                 base, src = self.producer(i)
-                if src is not None and base.op not in FREE:
+                if src is not None and not is_free(base):
                     self.reject(base, n, "a user kernel (ops.custom) reads its arguments from memory: the producer "
                                          "stores its value (the kernels are stacked in one launch)")
         self.new_group("custom", n, ())
@@ -326,7 +336,7 @@ class Planner:
         operands against ``shape``, for ``n`` joining ``grp``."""
         g = self.g
         for i in n.inputs:
-            if i.op in FREE:
+            if is_free(i):
                 continue
             base, src = self.producer(i)
             if src is grp and i.op in VIEWS:
@@ -443,7 +453,7 @@ def finish(g: Graph, groups: list[Group]) -> list[list[Group]]:
         ins, outs = [], []
         for n in grp.nodes:
             for i in n.inputs:
-                if members.get(i.id) is not grp and i.op not in FREE and i not in ins:
+                if members.get(i.id) is not grp and not is_free(i) and i not in ins:
                     ins.append(i)
             external = [u for u in users[n.id] if members.get(u.id) is not grp]
             if n.op == "custom" or n.id in outputs or external:
