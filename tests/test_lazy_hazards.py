@@ -138,6 +138,20 @@ def test_views_follow_in_place_writes_like_eager(bg, x):
     assert session.stats.reasons["hazard"] == 1
 
 
+@pytest.mark.parametrize("bg", MODES)
+def test_a_view_made_before_an_in_place_write_sees_it(bg):
+    x = np.full((2, 3), 0.5, np.float32)
+    with dvmlang.lazy(background=bg) as session:
+        t = dvmlang.tensor(x)
+        v = t.T.T  # a pending view of x
+        t += t
+        a = abs(v)  # eager: the view shows the doubled values
+    np.testing.assert_array_equal(a.numpy(), np.ones((2, 3), np.float32))
+    np.testing.assert_array_equal(x, np.ones((2, 3), np.float32))
+    assert [f.reason for f in session.stats.flushes] == ["hazard", "exit"]
+    assert "reading a view" in session.stats.flushes[0].detail
+
+
 # ---- read-only guards --------------------------------------------------------------------------------------------
 
 

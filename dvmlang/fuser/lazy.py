@@ -240,6 +240,7 @@ class _Pending:
         self.nodes: list[Node] = []
         self.owners: dict[int, weakref.ref] = {}  # node id -> the value it computes
         self.inputs: dict[int, tuple] = {}  # id(value) -> (node, value, producer batch at capture)
+        self.input_of: dict[int, _Value] = {}  # input node id -> its value
         self.guarded: list[np.ndarray] = []  # roots acquired in _guards
         self.targets: list[_Value] = []  # storages that pending in-place operations write
         self.writebacks: dict[int, tuple] = {}  # id(target value) -> (target, tensor)
@@ -847,9 +848,14 @@ class LazySession:
         """The node of ``t`` in the current pending graph: its own node when pending here, else an input."""
         pg = self.pg
         v = t._v
-        if v.pending:
-            if v.pg is pg:
+        if v.pending and v.pg is pg:
+            if not (pg.targets and v.node.op in VIEWS and self._view_of_written(v.node)):
                 return v.node
+            # a view aliases its base: it must see the pending in-place write, so the write runs first
+            self._flush("hazard", "reading a view of an array that a pending in-place operation writes")
+            pg = self.pg
+            v = t._v
+        if v.pending:
             other = v.pg
             if _free_chain(v.node):
                 return self._rehome(v)
@@ -865,6 +871,12 @@ class LazySession:
         if entry is not None:
             return entry[0]
         return self._input(v)
+
+    def _view_of_written(self, n: Node) -> bool:
+        while n.op in VIEWS:
+            n = n.inputs[0]
+        src = self.pg.input_of.get(n.id)
+        return src is not None and self.pg.written(src)
 
     def _input(self, v: _Value) -> Node:
         node = _add_input(self.pg, v)
@@ -1148,6 +1160,7 @@ def _add_input(pg: _Pending, v: _Value) -> Node:
     with _state_lock:
         producer = v.batch
     pg.inputs[id(v)] = (node, v, producer)
+    pg.input_of[node.id] = v
     return node
 
 
