@@ -251,3 +251,22 @@ def test_ub_buffers_are_32_byte_aligned():
 def test_device_doc_is_generated_from_the_code():
     from dvmlang.npu.docgen import main
     assert main(["--check"]) == 0, "docs/device.md is stale: run python -m dvmlang.npu.docgen"
+
+
+@dvmlang.kernel
+def long_chain(x_ptr, out_ptr, N: dl.constexpr, STEPS: dl.constexpr):
+    offs = dl.arange(0, N)
+    v = dl.load(x_ptr + offs)
+    for _ in dl.static_range(STEPS):
+        v = dl.tanh(v) * 0.5 + 0.25
+    dl.store(out_ptr + offs, v)
+
+
+def test_long_elementwise_chains_do_not_exhaust_the_host_stack():
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    out = np.zeros_like(x)
+    long_chain[(1,)](x, out, N=64, STEPS=600)
+    ref = x.copy()
+    for _ in range(600):
+        ref = (np.tanh(ref) * np.float32(0.5) + np.float32(0.25)).astype(np.float32)
+    np.testing.assert_allclose(out, ref, rtol=1e-6)

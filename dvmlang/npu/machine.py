@@ -27,6 +27,7 @@ N_PIPES = isa.N_PIPES
 SPACE_OF_FIELD_DEFAULT = "ub"
 
 
+MAX_PENDING_DEPTH = 64  # longer chains of pending elementwise computations are evaluated eagerly
 CHUNK_BYTES = 512 << 10  # pending computations are evaluated in row chunks of about this size (cache-sized)
 
 
@@ -39,11 +40,12 @@ class Slot:
     tensors the array views (or the pending computation reads), which must be materialised before those
     tensors change."""
 
-    __slots__ = ("_arr", "nbytes", "gm", "lazy", "dtype", "rows", "shape", "keep", "filled")
+    __slots__ = ("_arr", "nbytes", "gm", "lazy", "dtype", "rows", "shape", "keep", "filled", "depth")
 
-    def __init__(self, arr, nbytes, gm=None, lazy=None, dtype=None, rows=1, shape=None, keep=False):
+    def __init__(self, arr, nbytes, gm=None, lazy=None, dtype=None, rows=1, shape=None, keep=False, depth=0):
         self.keep = keep  # read again later: keep the value computed during the first chunked evaluation
         self.filled = 0
+        self.depth = depth  # longest chain of pending computations below this one
         self._arr = arr
         self.nbytes = nbytes
         self.gm = gm
@@ -437,12 +439,18 @@ class Machine:
             args = []
             deps = None
             rows = 1
+            depth = 0
             for a, g in sources:
                 args.append(a)
                 rows = max(rows, _rows_of(a))
+                if isinstance(a, tuple) and a[0].lazy is not None:
+                    depth = max(depth, a[0].depth + 1)
                 if g:
                     deps = g if deps is None else deps | g
-            place(b, Slot(None, nbytes, deps, (fn, args, finish), np.dtype(npdt), rows, shape, keep))
+            slot = Slot(None, nbytes, deps, (fn, args, finish), np.dtype(npdt), rows, shape, keep, depth)
+            if depth >= MAX_PENDING_DEPTH:
+                slot.arr  # evaluate now: long chains would otherwise recurse deeply when finally read
+            place(b, slot)
 
         write.lazy = write_lazy
         write.npdt = np.dtype(npdt)
