@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .. import dtypes as dt
 from ..errors import DvmError
+from .operators import TensorOperators
 
 
 class GraphError(DvmError, ValueError):
@@ -161,7 +162,7 @@ class Tracer:
         self.graph = graph
 
 
-class GraphValue:
+class GraphValue(TensorOperators):
     """A tensor inside ``@dvmlang.graph``: shape (with symbols) and dtype, no data."""
 
     __array_priority__ = 1000
@@ -188,93 +189,3 @@ class GraphValue:
     def __bool__(self):
         raise GraphError("a graph value has no truth value while the graph is captured; use ops.where for "
                          "data-dependent choices")
-
-    # Python operators build graph nodes (ops does the work)
-    def __add__(self, o):
-        from .. import ops
-        return ops.add(self, o)
-
-    def __radd__(self, o):
-        from .. import ops
-        return ops.add(o, self)
-
-    def __sub__(self, o):
-        from .. import ops
-        return ops.sub(self, o)
-
-    def __rsub__(self, o):
-        from .. import ops
-        return ops.sub(o, self)
-
-    def __mul__(self, o):
-        from .. import ops
-        return ops.mul(self, o)
-
-    def __rmul__(self, o):
-        from .. import ops
-        return ops.mul(o, self)
-
-    def __truediv__(self, o):
-        from .. import ops
-        return ops.div(self, o)
-
-    def __rtruediv__(self, o):
-        from .. import ops
-        return ops.div(o, self)
-
-    def __pow__(self, o):
-        from .. import ops
-        return ops.pow(self, o)
-
-    def __neg__(self):
-        from .. import ops
-        return ops.neg(self)
-
-    def __abs__(self):
-        from .. import ops
-        return ops.abs(self)
-
-    def __matmul__(self, o):
-        from .. import ops
-        return ops.matmul(self, o)
-
-    def __lt__(self, o):
-        from .. import ops
-        return ops.lt(self, o)
-
-    def __le__(self, o):
-        from .. import ops
-        return ops.le(self, o)
-
-    def __gt__(self, o):
-        from .. import ops
-        return ops.gt(self, o)
-
-    def __ge__(self, o):
-        from .. import ops
-        return ops.ge(self, o)
-
-    @property
-    def T(self):
-        from .. import ops
-        return ops.transpose(self)
-
-    def reshape(self, *shape):
-        from .. import ops
-        return ops.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape)
-
-    def sum(self, axis=None, keepdims=False):
-        from .. import ops
-        return ops.sum(self, axis=axis, keepdims=keepdims)
-
-    def mean(self, axis=None, keepdims=False):
-        from .. import ops
-        return ops.mean(self, axis=axis, keepdims=keepdims)
-
-    def max(self, axis=None, keepdims=False):
-        from .. import ops
-        return ops.max(self, axis=axis, keepdims=keepdims)
-
-    def astype(self, dtype):
-        from .. import ops
-        return ops.cast(self, dtype)

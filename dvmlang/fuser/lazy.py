@@ -41,6 +41,7 @@ from .. import dtypes as dt
 from .api import Program
 from .fusion import FREE, VIEWS
 from .graph import Graph, GraphError, Node, SymTable
+from .operators import TensorOperators
 
 __all__ = ["LazyTensor", "LazySession", "LazyStats", "FlushRecord", "tensor", "lazy"]
 
@@ -1234,7 +1235,7 @@ def _wait_value(v: _Value, session: LazySession | None = None) -> np.ndarray:
 # ---- tensors ----------------------------------------------------------------------------------------------
 
 
-class LazyTensor:
+class LazyTensor(TensorOperators):
     """A tensor for eager code: wraps a numpy array (``dvmlang.tensor(x)``) or names the result of an operation.
     Outside ``dvmlang.lazy()`` operations run at once (one kernel each); inside they are captured and run fused
     when a value is observed. ``.shape`` and ``.dtype`` are known at once; ``.numpy()`` observes."""
@@ -1391,82 +1392,7 @@ class LazyTensor:
     def __setitem__(self, index, value) -> None:
         _current()._host_write(self, index, value)
 
-    # ---- operators ------------------------------------------------------------------------------------------
-    def __add__(self, o):
-        from .. import ops
-        return ops.add(self, o)
-
-    def __radd__(self, o):
-        from .. import ops
-        return ops.add(o, self)
-
-    def __sub__(self, o):
-        from .. import ops
-        return ops.sub(self, o)
-
-    def __rsub__(self, o):
-        from .. import ops
-        return ops.sub(o, self)
-
-    def __mul__(self, o):
-        from .. import ops
-        return ops.mul(self, o)
-
-    def __rmul__(self, o):
-        from .. import ops
-        return ops.mul(o, self)
-
-    def __truediv__(self, o):
-        from .. import ops
-        return ops.div(self, o)
-
-    def __rtruediv__(self, o):
-        from .. import ops
-        return ops.div(o, self)
-
-    def __pow__(self, o):
-        from .. import ops
-        return ops.pow(self, o)
-
-    def __rpow__(self, o):
-        from .. import ops
-        return ops.pow(o, self)
-
-    def __matmul__(self, o):
-        from .. import ops
-        return ops.matmul(self, o)
-
-    def __rmatmul__(self, o):
-        from .. import ops
-        return ops.matmul(o, self)
-
-    def __neg__(self):
-        from .. import ops
-        return ops.neg(self)
-
-    def __pos__(self):
-        return self
-
-    def __abs__(self):
-        from .. import ops
-        return ops.abs(self)
-
-    def __lt__(self, o):
-        from .. import ops
-        return ops.lt(self, o)
-
-    def __le__(self, o):
-        from .. import ops
-        return ops.le(self, o)
-
-    def __gt__(self, o):
-        from .. import ops
-        return ops.gt(self, o)
-
-    def __ge__(self, o):
-        from .. import ops
-        return ops.ge(self, o)
-
+    # ---- operators (arithmetic and methods: TensorOperators) ----------------------------------------------
     def __eq__(self, o):  # elementwise, like numpy and torch
         from .. import ops
         return ops.eq(self, o)
@@ -1491,48 +1417,6 @@ class LazyTensor:
     def __itruediv__(self, o):
         from .. import ops
         return _current()._inplace(self, ops.div, o)
-
-    # ---- methods ------------------------------------------------------------------------------------------
-    @property
-    def T(self):
-        from .. import ops
-        return ops.transpose(self)
-
-    def transpose(self, dim0=-2, dim1=-1):
-        from .. import ops
-        return ops.transpose(self, dim0, dim1)
-
-    def permute(self, *dims):
-        from .. import ops
-        return ops.permute(self, *dims)
-
-    def reshape(self, *shape):
-        from .. import ops
-        return ops.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
-
-    def astype(self, dtype):
-        from .. import ops
-        return ops.cast(self, dtype)
-
-    def sum(self, axis=None, keepdims=False):
-        from .. import ops
-        return ops.sum(self, axis=axis, keepdims=keepdims)
-
-    def mean(self, axis=None, keepdims=False):
-        from .. import ops
-        return ops.mean(self, axis=axis, keepdims=keepdims)
-
-    def max(self, axis=None, keepdims=False):
-        from .. import ops
-        return ops.max(self, axis=axis, keepdims=keepdims)
-
-    def min(self, axis=None, keepdims=False):
-        from .. import ops
-        return ops.min(self, axis=axis, keepdims=keepdims)
-
-    def var(self, axis=None, keepdims=False, correction=0):
-        from .. import ops
-        return ops.var(self, axis=axis, keepdims=keepdims, correction=correction)
 
 
 # ---- public constructors ------------------------------------------------------------------------------------
