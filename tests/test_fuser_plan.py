@@ -106,6 +106,11 @@ def test_softmax_over_a_row_too_long_for_ub_takes_the_split_plan(rng):
     assert [r.producer for r in split.rejections] == ["%1 reduce max", "%3 exp"]
     assert "split plan: a guarded row did not fit UB" in str(split)
     assert split.launches == 1  # the split plan is still one stacked launch, in three stages
+    # the last stage computes exp(x - max) again rather than reading it back: only per-row values are stored
+    assert [n.op for n in split.groups[2].recompute] == ["sub", "exp"]
+    assert [o.shape[-1] for grp in split.groups[:2] for o in grp.outputs] == [1, 1]
+    assert "recomputes: %2 sub, %3 exp" in str(split)
+    assert g.last_launch.bytes_written == long.nbytes + 2 * 4 * 4  # the result, and max and sum per row
 
 
 def test_static_row_that_cannot_fit_ub_is_split_with_the_footprint_reason(rng):

@@ -126,3 +126,26 @@ def test_random_programs_fused_equal_unfused_and_numpy(prog, shapes, seed):
             close(u, ref)
             close(f, u.astype(np.float64))
     assert fused.stats.captures == 1 and unfused.stats.captures == 1
+
+
+SMALL_UB = dvmlang.npu.Device(profile={"ub_bytes": 32 * 1024})
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prog=programs(), cols=st.lists(st.integers(2, 600), min_size=2, max_size=2), rows=st.integers(2, 9),
+       seed=st.integers(0, 2 ** 16))
+def test_random_programs_with_rows_too_long_for_ub_take_the_split_plan(prog, cols, rows, seed):
+    """On a device with a small UB, rows of a few hundred elements do not fit: the fused plan's guard fails
+    and the split plan runs (reductions end their groups, elementwise values are recomputed)."""
+    steps, n_out = prog
+    last = 3 + len(steps)  # then a softmax of the last value times x: a reduction consumed at full width
+    steps = steps + [("binary", "add", (last, 0)), ("reduce", "softmax", (last + 1,)), ("binary", "mul", (last + 2, 1))]
+    rng = np.random.default_rng(seed)
+    fused = dvmlang.graph(lambda x, y, r, w: evaluate(steps, n_out, (x, y, r, w), 0), device=SMALL_UB)
+    for c in cols:
+        x, y = (rng.standard_normal((rows, c)).astype(np.float32) for _ in range(2))
+        r, w = rng.standard_normal((rows, 1)).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+        want = evaluate(steps, n_out, tuple(a.astype(np.float64) for a in (x, y, r, w)), 1)
+        got = fused(x, y, r, w)
+        for f, ref in zip(got if isinstance(got, tuple) else (got,), want):
+            close(f, ref)

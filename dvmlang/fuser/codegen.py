@@ -148,9 +148,9 @@ def _dims_needed(nodes) -> list:
 
 def _free_nodes(grp: Group):
     """The free values (constants, sizes, index tiles, scalar arithmetic on them) the group uses, in order."""
-    seen = {n.id for n in grp.nodes}
+    seen = {n.id for n in grp.body()}
     free = []
-    for n in grp.nodes:
+    for n in grp.body():
         stack = list(n.inputs)
         while stack:
             x = stack.pop()
@@ -166,7 +166,7 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
     r = len(space)
     outer = r - 2 if r >= 2 else 0
     free = _free_nodes(grp)
-    nodes = free + list(grp.nodes)
+    nodes = free + grp.body()
     ins = list(grp.inputs)
     outs = list(grp.outputs)
     dims = _dims_needed(nodes)
@@ -263,15 +263,15 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
         m = f", mask={mask}" if mask else ""
         src(f"dl.store({expr}, {val}{m})")
 
-    reduce_nodes = [n for n in grp.nodes if n.op == "reduce"]
+    reduce_nodes = [n for n in grp.body() if n.op == "reduce"]
     if grp.mode == "loop":
         # after the loop: the per-row work on the reductions' results; before it: per-row work that needs no
         # reduction (it does not change along the columns); in it: everything else
         after = set()
-        for n in grp.nodes:
-            if n.op != "reduce" and any(i.id in after or i.op == "reduce" and i in grp.nodes for i in n.inputs):
+        for n in grp.body():
+            if n.op != "reduce" and any(i.id in after or i.op == "reduce" and i in grp.body() for i in n.inputs):
                 after.add(n.id)
-        before = {n.id for n in grp.nodes if n.op != "reduce" and n.id not in after and
+        before = {n.id for n in grp.body() if n.op != "reduce" and n.id not in after and
                   not (r >= 1 and Layout(g, n.shape, space).present[r - 1])}
         for n in reduce_nodes:
             src(f"acc{n.id} = dl.full((BR, 1), {_ident(n.attrs['op'], n.dtype)}, dl.{n.dtype.name})")
@@ -280,7 +280,7 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
                 src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
                 names[n.id] = f"v{n.id}"
         emit_loads(along_cols=False)
-        for n in grp.nodes:
+        for n in grp.body():
             if n.id in before:
                 emit_node(n)
         src("for c0 in range(0, C, BC):")
@@ -292,14 +292,14 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
             if n.op == "iota":
                 src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
                 names[n.id] = f"v{n.id}"
-        for n in grp.nodes:
+        for n in grp.body():
             if n.id not in after and n.id not in before:
                 emit_node(n)
         for k, o in enumerate(outs):
             if o.id not in after and o.id not in before and o.op != "reduce":
                 emit_store(k, o)
         src.indent -= 1
-        for n in grp.nodes:
+        for n in grp.body():
             if n.id in after:
                 emit_node(n)
         for k, o in enumerate(outs):
@@ -315,7 +315,7 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
         for n in free:
             src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
             names[n.id] = f"v{n.id}"
-        for n in grp.nodes:
+        for n in grp.body():
             emit_node(n)
         for k, o in enumerate(outs):
             emit_store(k, o)

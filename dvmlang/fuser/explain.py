@@ -91,6 +91,9 @@ class Report:
                 ops = [f"%{n.id} {n.op if n.op != 'reduce' else 'reduce ' + n.attrs['op']}" for n in grp.nodes
                        if not is_free(n)]
                 node.add(Text("ops: " + ", ".join(ops)))
+                if grp.recompute:
+                    node.add(Text("recomputes: " + ", ".join(f"%{n.id} {n.op}" for n in grp.recompute) +
+                                  " (elementwise values of a group it was split from, instead of reading them back)"))
                 node.add(Text("reads: " + (", ".join(f"%{i.id}" for i in grp.inputs) or "-") + "   writes: " +
                               (", ".join(f"%{o.id}" for o in grp.outputs) or "-")))
                 tiling = self._tiling(grp)

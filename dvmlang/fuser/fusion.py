@@ -46,6 +46,13 @@ class Group:
     notes: list[str] = field(default_factory=list)
     guard: object = None  # for row mode with a symbolic row: the symbol that must fit
     live_bytes: int = 0  # peak live bytes per element (tiling.live_bytes_per_element, cached)
+    recompute: list[Node] = field(default_factory=list)  # elementwise nodes of other groups computed again here
+
+    def body(self) -> list[Node]:
+        """The nodes the group's kernel computes, in order: its own and the ones it recomputes."""
+        if not self.recompute:
+            return self.nodes
+        return sorted(self.nodes + self.recompute, key=lambda n: n.id)  # node ids are a topological order
 
     @property
     def name(self) -> str:
@@ -169,6 +176,8 @@ def _desc(n: Node) -> str:
     return f"%{n.id} {n.op if n.op != 'reduce' else 'reduce ' + n.attrs['op']}"
 
 
+SPLIT_REASON = ("a reduction's result is consumed inside its group; this is the split plan, used when a row does "
+                "not fit UB")
 MODE_RANK = {"tiled": 0, "loop": 1, "row": 2, "matmul": 3}
 
 
@@ -183,6 +192,7 @@ class Planner:
         self.rejections: list[Rejection] = []
         self.users = g.users()
         self.reads: dict[int, set[int]] = {}  # group id -> ids of the groups it reads from directly
+        self.recomputed: list[Node] = []
 
     def reject(self, producer: Node, consumer: Node, reason: str):
         r = Rejection(_desc(producer), _desc(consumer), reason)
@@ -236,6 +246,7 @@ class Planner:
             if other.id in r:
                 r.discard(other.id)
                 r.add(into.id)
+        into.recompute = sorted(set(into.recompute) | set(other.recompute), key=lambda x: x.id)
         into.mode = max(into.mode, other.mode, key=MODE_RANK.__getitem__)
         into.guard = into.guard if into.guard is not None else other.guard
         self.groups.remove(other)
@@ -294,6 +305,7 @@ class Planner:
             if src is not None and src not in candidates:
                 candidates.append(src)
         chosen = None
+        split_from = set()  # groups n could not join because a row of theirs does not fit UB
         if self.fuse:
             for grp in candidates:
                 reason, update = self._why_not(grp, n, space)
@@ -302,6 +314,8 @@ class Planner:
                     break
                 producer = next(i for i in n.inputs if self.group_of.get(i.id) is grp)
                 self.reject(producer, n, reason)
+                if reason == SPLIT_REASON or reason in self.no_row.values():
+                    split_from.add(grp.id)
             if chosen is not None:
                 for grp in candidates[candidates.index(chosen) + 1:]:
                     producer = next(i for i in n.inputs if self.group_of.get(i.id) is grp)
@@ -323,6 +337,7 @@ class Planner:
             grp = self.new_group("vector", n, space)
             if n.op == "reduce":
                 grp.mode = "loop"
+            self._recompute(grp, n, split_from)
             return
         chosen.space = update.get("space", chosen.space)
         chosen.mode = max(chosen.mode, update.get("mode", chosen.mode), "loop" if n.op == "reduce" else "tiled",
@@ -330,6 +345,45 @@ class Planner:
         if update.get("guard") is not None:
             chosen.guard = update["guard"]
         self.put(chosen, n)
+        if chosen.kind == "vector":
+            self._recompute(chosen, n, split_from)
+
+    def _recompute(self, grp: Group, n: Node, sources: set):
+        """When a split (a row that does not fit UB) separates ``n`` from full-width elementwise values of
+        another group, ``grp`` computes them again from their own inputs instead of reading them back: a
+        stored intermediate costs a write and a read of the whole tensor, recomputing it a few vector ops."""
+        g = self.g
+        for i in n.inputs:
+            src = self.group_of.get(i.id)
+            if src is None or src.id not in sources or src is grp or i.op not in EW or i in grp.recompute:
+                continue
+            if _same_shape(g, i.shape, grp.space) is not True:
+                continue
+            chain, leaves = set(), set()
+            stack = [i]
+            while stack and chain is not None:
+                x = stack.pop()
+                if x.id in {c.id for c in chain} or is_free(x):
+                    continue
+                if self.group_of.get(x.id) is src and x.op in EW and not self._reduces_under(x) and len(chain) < 16:
+                    chain.add(x)
+                    stack.extend(x.inputs)
+                elif self.group_of.get(x.id) is src and (x.op not in EW or self._reduces_under(x)) and \
+                        _same_shape(g, x.shape, grp.space) is not True:
+                    leaves.add(x)  # a per-row value of the other group: small, read from memory
+                elif self.group_of.get(x.id) is src:
+                    chain = None  # would read a full-width reduction result back, or too long
+                else:
+                    leaves.add(x)
+            if chain is None:
+                continue
+            sources_of_leaves = {self.producer(x)[1] for x in leaves} - {None, grp}
+            if any(self.depends(lg, grp) for lg in sources_of_leaves):
+                continue
+            grp.recompute = sorted(set(grp.recompute) | chain, key=lambda x: x.id)
+            self.reads[grp.id] |= {lg.id for lg in sources_of_leaves}
+            for c in chain:
+                self.recomputed.append(c)
 
     def _check_inputs(self, grp: Group, n: Node, shape) -> str | None:
         """Cycles, reads of the group's own results through a view, and provable broadcasting of ``n``'s
@@ -392,8 +446,7 @@ class Planner:
         if not reduces or _same_shape(g, n.shape, gs) is not True:
             return None
         if self.split:
-            return ("a reduction's result is consumed inside its group; this is the split plan, used when a row "
-                    "does not fit UB")
+            return SPLIT_REASON
         for r in sorted(reduces):
             if r in self.no_row:
                 return self.no_row[r]
@@ -444,18 +497,31 @@ class Planner:
 def finish(g: Graph, groups: list[Group]) -> list[list[Group]]:
     """Inputs and outputs of every group, and the stages: groups of one stage do not depend on each other."""
     members = {}
+    computed_by: dict[int, list[Group]] = {}  # node id -> the groups whose kernels compute it
     for grp in groups:
         for n in grp.nodes:
             members[n.id] = grp
+        for n in grp.body():
+            computed_by.setdefault(n.id, []).append(grp)
+    body_ids = {grp.id: {n.id for n in grp.body()} for grp in groups}
     users = g.users()
     outputs = {o.id for o in g.outputs}
     for grp in groups:
         ins, outs = [], []
-        for n in grp.nodes:
+        own = body_ids[grp.id]
+        for n in grp.body():
             for i in n.inputs:
-                if members.get(i.id) is not grp and not is_free(i) and i not in ins:
+                if i.id not in own and not is_free(i) and i not in ins:
                     ins.append(i)
-            external = [u for u in users[n.id] if members.get(u.id) is not grp]
+        for n in grp.nodes:
+            # stored when a graph output, or read by a kernel that does not compute it itself, or by a view
+            external = False
+            for u in users[n.id]:
+                computing = computed_by.get(u.id)
+                if computing is None:
+                    external = True  # a view (or a user kernel's output) of it is read
+                elif any(h is not grp and n.id not in body_ids[h.id] for h in computing):
+                    external = True
             if n.op == "custom" or n.id in outputs or external:
                 if n.op != "custom":
                     outs.append(n)

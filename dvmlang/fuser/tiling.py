@@ -39,7 +39,7 @@ def live_bytes_per_element(grp: Group) -> int:
     once per group, after its inputs and outputs are known)."""
     if grp.live_bytes:
         return grp.live_bytes
-    order = list(grp.nodes)
+    order = list(grp.body())
     last_use = {}
     for pos, n in enumerate(order):
         for i in n.inputs:
