@@ -432,3 +432,19 @@ def test_mean_and_var_without_keepdims_are_one_kernel(rng):
         g = dvmlang.graph(fn)
         np.testing.assert_allclose(g(x), ref(x), rtol=1e-5, atol=1e-6)
         assert len(g.explain(x).groups) == 1
+
+
+def test_size_zero_dims_and_numpy_scalars(rng):
+    g = dvmlang.graph(lambda x, y: ops.softmax(x) @ y)
+    out = g(np.zeros((0, 3, 5), np.float32), np.zeros((0, 5, 2), np.float32))
+    assert out.shape == (0, 3, 2) and g.stats.launches == 0  # nothing to compute: no launch
+    mm = dvmlang.graph(lambda a, b: (a @ b) + 1.0)
+    assert mm(np.zeros((0, 4), np.float32), np.ones((4, 3), np.float32)).shape == (0, 3)
+    np.testing.assert_array_equal(mm(np.ones((2, 0), np.float32), np.ones((0, 3), np.float32)), np.ones((2, 3)))
+    s = dvmlang.graph(lambda x: ops.sum(x, -1))
+    np.testing.assert_array_equal(s(np.zeros((3, 0), np.float32)), np.zeros(3))
+    scaled = dvmlang.graph(lambda x, s: x * s)
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    np.testing.assert_allclose(scaled(x, np.float32(2.5)), x * 2.5)
+    np.testing.assert_allclose(scaled(x, np.float32(-1.0)), -x)
+    assert scaled.stats.captures == 1  # a numpy scalar is a 0-d array: its value is not part of the signature

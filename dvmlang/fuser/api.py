@@ -112,9 +112,13 @@ class Program:
     def prepare_group(self, p: Plan, grp: Group, env, values, device):
         if grp.kind == "custom":
             return _custom(grp, env, values, device, _kernel_name(self.name, grp))
+        empty = True
         for o in grp.outputs:
             if o.id not in values:
                 values[o.id] = np.empty(tuple(env.value(d) for d in o.shape), dtype=o.dtype.np)
+            empty = empty and values[o.id].size == 0
+        if empty and grp.outputs:
+            return []  # nothing to compute (a size-0 dim): no launch
         kt = self.kernel(p, grp)
         args = []
         space = tuple(env.value(d) for d in grp.space)
@@ -202,7 +206,10 @@ class GraphFunction:
 
     # ---- capture ---------------------------------------------------------------------------------------
     def _arguments(self, args, kwargs) -> tuple:
-        """The arguments in parameter order, keywords and defaults applied."""
+        """The arguments in parameter order, keywords and defaults applied; numpy scalars as 0-d arrays."""
+        if any(isinstance(a, np.generic) for a in args) or any(isinstance(a, np.generic) for a in kwargs.values()):
+            args = tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in args)
+            kwargs = {k: np.asarray(v) if isinstance(v, np.generic) else v for k, v in kwargs.items()}
         if not kwargs and len(args) == len(self.names):
             return args
         try:
