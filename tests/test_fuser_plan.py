@@ -448,3 +448,18 @@ def test_size_zero_dims_and_numpy_scalars(rng):
     np.testing.assert_allclose(scaled(x, np.float32(2.5)), x * 2.5)
     np.testing.assert_allclose(scaled(x, np.float32(-1.0)), -x)
     assert scaled.stats.captures == 1  # a numpy scalar is a 0-d array: its value is not part of the signature
+
+
+def test_swiglu_mlp_plan_and_reasons(rng):
+    mlp = dvmlang.graph(lambda x, w1, w3, w2: ops.swiglu(x @ w3, x @ w1) @ w2)
+    x = rng.standard_normal((16, 32)).astype(np.float16)
+    w1, w3, w2 = (rng.standard_normal(s).astype(np.float16) * np.float16(0.2) for s in ((32, 48), (32, 48), (48, 32)))
+    mlp(x, w1, w3, w2)
+    report = mlp.explain(x, w1, w3, w2)
+    assert [[n.op for n in grp.nodes] for grp in report.groups] == [["matmul"], ["matmul", "sigmoid", "mul", "mul"],
+                                                                     ["matmul"]]
+    assert report.reasons() == [
+        "the operation joined a matmul (the group of %5); the producer's group is a matmul, which cannot be merged "
+        "into it: the value is stored and read back",
+        "elementwise producers of a matmul operand are not fused into the cube kernel (no prologue fusion): the "
+        "operand is stored and the matmul reads it"]

@@ -100,8 +100,8 @@ class Report:
                 if tiling:
                     node.add(Text("tiling: " + tiling))
                 if grp.guard is not None:
-                    node.add(Text(f"guard: a whole row of {grp.guard} elements must fit UB; otherwise the split "
-                                  "plan runs (fuse behind a launch-time guard, with an unfused fallback)"))
+                    node.add(Text(f"guard: a whole row of {grp.guard} elements must fit UB, checked at every call; "
+                                  "when it does not, the split plan runs instead (reductions end their groups)"))
         if p.rejections:
             rej = tree.add(Text("not fused"))
             for r in p.rejections:

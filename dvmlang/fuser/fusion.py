@@ -461,13 +461,13 @@ class Planner:
         g = self.g
         if into.kind != "vector" or other.kind != "vector":
             kinds = {"matmul": "a matmul", "custom": "a user kernel (ops.custom)", "vector": "a vector group"}
-            return (f"the operation joined {kinds[into.kind]} ({into.name}); the producer's group is "
-                    f"{kinds[other.kind]}, which cannot be merged into it: the value is stored and read back")
+            return (f"the operation joined {kinds[into.kind]} (the group of %{into.nodes[0].id}); the producer's "
+                    f"group is {kinds[other.kind]}, which cannot be merged into it: the value is stored and read back")
         gs = update.get("space", into.space)
         if _same_shape(g, other.space, gs) is not True and not _row_values(g, other.space, gs):
             same = _same_shape(g, other.space, gs)
             why = "cannot be proven equal" if same is None else "differ"
-            return (f"the operation joined {into.name}; the producer's group iterates over "
+            return (f"the operation joined the group of %{into.nodes[0].id}; the producer's group iterates over "
                     f"{g.shape_text(other.space)}, and the spaces {why} ({g.shape_text(gs)})")
         if self.depends(into, other) or self.depends(other, into):
             return "merging the producer's group would create a cycle between kernels"
