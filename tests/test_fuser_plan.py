@@ -100,6 +100,7 @@ def test_softmax_over_a_row_too_long_for_ub_takes_the_split_plan(rng):
     np.testing.assert_allclose(g(long), np_softmax(long), rtol=1e-5, atol=1e-8)
     assert g.stats.fallbacks == 1 and g.stats.captures == 1
     split = g.explain(long)
+    assert g.stats.fallbacks == 1 and g._captured[next(iter(g._captured))].fallbacks == 1  # explain runs nothing
     assert split.plan.split_reductions and [grp.mode for grp in split.groups] == ["loop", "loop", "tiled"]
     assert split.reasons() == ["a reduction's result is consumed inside its group; this is the split plan, used "
                                "when a row does not fit UB"] * 2

@@ -67,7 +67,6 @@ class Program:
         for grp in p.groups:
             if grp.mode == "row" and grp.guard is not None:
                 if not tl.row_fits(grp, env.value(grp.space[-1]), profile):
-                    self.fallbacks += 1
                     return p.fallback
         return p
 
@@ -76,6 +75,8 @@ class Program:
         ``(values, record, launches)``: every stored value by node id, the launch record, the launch count."""
         env = self.bind(inputs)
         chosen = self.choose(env, device.profile)
+        if chosen is not self.plan:
+            self.fallbacks += 1
         values = dict(values or {})
         values.update(inputs)
         stages = []
