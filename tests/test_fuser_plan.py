@@ -465,3 +465,28 @@ def test_swiglu_mlp_plan_and_reasons(rng):
         "into it: the value is stored and read back",
         "elementwise producers of a matmul operand are not fused into the cube kernel (no prologue fusion): the "
         "operand is stored and the matmul reads it"]
+
+
+def test_auto_tiler_fits_ub_with_powers_of_two_and_one_ragged_tile(rng):
+    prof = dvmlang.npu.device.default_device().profile
+    budget = tiling.tile_budget(prof)
+    cases = [(lambda x: ops.exp(x) * 2.0, "tiled"), (lambda x: ops.sum(ops.exp(x), -1, keepdims=True), "loop"),
+             (lambda x: ops.softmax(x), "row")]
+    for fn, mode in cases:
+        g = dvmlang.graph(fn)
+        for rows, cols in [(1, 7), (5, 300), (48, 1000), (97, 4000), (4800, 1024), (3000, 257), (20, 100000)]:
+            x = np.zeros((rows, cols), np.float32)
+            report = g.explain(x)
+            grp = report.groups[0]
+            if grp.mode != mode:
+                continue  # a row too long for UB: the split plan
+            live = tiling.live_bytes_per_element(grp)
+            t = tiling.choose(grp, rows, cols, 1, prof, live)
+            assert t.br * t.bc * live <= budget or t.br == 1  # the live tiles fit half of UB
+            assert t.br & (t.br - 1) == 0 and t.bc & (t.bc - 1) == 0  # powers of two: few builds
+            row_tiles = -(-rows // t.br)
+            assert t.grid[0] == row_tiles * t.ncb and (row_tiles - 1) * t.br < rows  # one ragged row tile at most
+            if mode == "tiled":
+                assert (t.ncb - 1) * t.bc < cols  # and one ragged column block
+            else:
+                assert t.ncb == 1 and (mode == "loop" or t.bc >= cols)
