@@ -13,7 +13,7 @@ import functools
 import inspect
 import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

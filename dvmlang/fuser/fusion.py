@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import dtypes as dt
 from .graph import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, Graph, GraphError, Node
 
 EW = frozenset(ELEMENTWISE_UNARY) | frozenset(ELEMENTWISE_BINARY) | {"where", "cast", "broadcast_to"}
@@ -166,10 +165,6 @@ def _row_values(g: Graph, small, big) -> bool:
         return False
     last = g.syms.find(small[-1])
     return isinstance(last, int) and last == 1 and all(g.syms.equal(a, b) is True for a, b in zip(small[:-1], big[:-1]))
-
-
-def _is_row_reduce(n: Node) -> bool:
-    return n.op == "reduce" and n.attrs["axes"] == (len(n.shape) - 1,)
 
 
 def _desc(n: Node) -> str:
