@@ -37,7 +37,7 @@ def test_export_then_run_the_file(tmp_path):
     x = np.arange(300, dtype=np.float32)
     path = add.export(tmp_path / "add.dvmb", (3,), x, x, np.empty_like(x), 300, BLOCK=128)
     bc = dvmlang.Bytecode.load(path)
-    assert bc.name == "vector_add" and bc.grid == (3, 1, 1)
+    assert bc.name == "add" and bc.grid == (3, 1, 1)
     a = np.random.default_rng(1).random(300, dtype=np.float32)
     b = np.random.default_rng(2).random(300, dtype=np.float32)
     out = np.zeros(300, np.float32)

@@ -5,16 +5,9 @@ import pytest
 
 import dvmlang
 import dvmlang.language as dl
+from kernels import add, softmax
 
 
-@dvmlang.kernel
-def add(x_ptr, y_ptr, out_ptr, n, BLOCK: dl.constexpr):
-    pid = dl.program_id(0)
-    offs = pid * BLOCK + dl.arange(0, BLOCK)
-    mask = offs < n
-    x = dl.load(x_ptr + offs, mask=mask)
-    y = dl.load(y_ptr + offs, mask=mask)
-    dl.store(out_ptr + offs, x + y, mask=mask)
 
 
 @pytest.mark.parametrize("n,block", [(10_000, 1024), (1, 1024), (1024, 1024), (1025, 256), (7, 8), (999, 100)])
@@ -228,15 +221,6 @@ def test_bool_arrays():
     np.testing.assert_array_equal(out, ~x)
 
 
-@dvmlang.kernel
-def softmax(out_ptr, in_ptr, stride, n_cols, BLOCK: dl.constexpr):
-    row = dl.program_id(0)
-    cols = dl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = dl.load(in_ptr + row * stride + cols, mask=mask, other=-float("inf"))
-    x = x - dl.max(x, axis=0)
-    num = dl.exp(x)
-    dl.store(out_ptr + row * stride + cols, num / dl.sum(num, axis=0), mask=mask)
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 1000), (64, 13), (5, 256)])

@@ -8,13 +8,9 @@ import pytest
 import dvmlang
 import dvmlang.language as dl
 from dvmlang.npu import PROFILES, Device, Profile
+from kernels import add
 
 
-@dvmlang.kernel
-def add(x_ptr, y_ptr, out_ptr, n, BLOCK: dl.constexpr):
-    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
-    m = offs < n
-    dl.store(out_ptr + offs, dl.load(x_ptr + offs, mask=m) + dl.load(y_ptr + offs, mask=m), mask=m)
 
 
 def run_add(n, block=4096, device=None):

@@ -10,6 +10,7 @@ import pytest
 import dvmlang
 import dvmlang.language as dl
 from dvmlang.trace.chrome import _lanes, chrome_trace, save_chrome
+from kernels import matmul
 
 
 @dvmlang.kernel
@@ -120,7 +121,7 @@ def test_slices_carry_source_and_timing_that_round_trip_to_cycles():
              and ev["args"]["kernel"] == "softmax"]
     assert len(loads) == 60
     ev = min(loads, key=lambda e: e["args"]["program"])
-    assert ev["cat"] == "MTE2" and ev["args"]["line"] == "test_trace_chrome.py:19"
+    assert ev["cat"] == "MTE2" and ev["args"]["line"] == "test_trace_chrome.py:20"
     assert "dl.load(in_ptr" in ev["args"]["source"] and ev["args"]["bytes"] == 400
     launch = t.launches[0]
     overhead_us = launch.launch_overhead / clock * 1e6
@@ -187,17 +188,6 @@ def test_nothing_to_export_and_unwritable_paths_are_dvmlang_errors(tmp_path):
         t.save_chrome(tmp_path / "missing-dir" / "x.json")
 
 
-@dvmlang.kernel
-def matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: dl.constexpr, BN: dl.constexpr, BK: dl.constexpr):
-    rm = dl.program_id(0) * BM + dl.arange(0, BM)
-    rn = dl.program_id(1) * BN + dl.arange(0, BN)
-    acc = dl.zeros((BM, BN), dl.float32)
-    for k in range(0, K, BK):
-        rk = k + dl.arange(0, BK)
-        a = dl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
-        b = dl.load(b_ptr + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += dl.dot(a, b)
-    dl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 def test_cube_kernels_export_their_cube_pipes():

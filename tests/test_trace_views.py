@@ -8,6 +8,7 @@ from rich.console import Console
 
 import dvmlang
 import dvmlang.language as dl
+from kernels import matmul
 from dvmlang.trace.stats import analyse, busy_per_bin, line_stats, nice_step
 from dvmlang.trace.timeline import glyphs
 from dvmlang.trace.views import compare, render
@@ -35,17 +36,6 @@ def copy(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
     dl.store(out_ptr + offs, dl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
 
 
-@dvmlang.kernel
-def matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: dl.constexpr, BN: dl.constexpr, BK: dl.constexpr):
-    rm = dl.program_id(0) * BM + dl.arange(0, BM)
-    rn = dl.program_id(1) * BN + dl.arange(0, BN)
-    acc = dl.zeros((BM, BN), dl.float32)
-    for k in range(0, K, BK):
-        rk = k + dl.arange(0, BK)
-        a = dl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
-        b = dl.load(b_ptr + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += dl.dot(a, b)
-    dl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 def text_of(launches, view, width=100, **options) -> str:
