@@ -491,3 +491,39 @@ def test_auto_tiler_fits_ub_with_powers_of_two_and_one_ragged_tile(rng):
                 assert (t.ncb - 1) * t.bc < cols  # and one ragged column block
             else:
                 assert t.ncb == 1 and (mode == "loop" or t.bc >= cols)
+
+
+def test_a_reduction_over_a_size_one_dim_keeps_its_own_iteration_space():
+    # sum(|r|) over the size-1 last dim of r (rows, 1), next to x + |r| over (rows, cols): the reduction must not
+    # run over the wider group's columns (it summed cols copies of |r|)
+    x, r = np.ones((3, 4), np.float32), np.full((3, 1), -2.0, np.float32)
+
+    def f(x, r):
+        a = ops.abs(r)
+        return ops.sum(a, -1, keepdims=True), x + a
+
+    def g(x, r):
+        wide = ops.exp(x)
+        return wide, ops.sum(ops.abs(r), -1, keepdims=True) * wide
+
+    def h(x, r):
+        a = ops.abs(r)
+        wide = x + a  # the group of |r| now iterates over (rows, cols)
+        return wide, ops.sum(a, -1, keepdims=True)
+
+    for fn, want in [(f, (np.abs(r), x + 2)), (g, (np.exp(x), 2 * np.exp(x))), (h, (x + 2, np.abs(r)))]:
+        got = dvmlang.graph(fn)(x, r)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+    reasons = [s for fn in (f, g, h) for s in dvmlang.graph(fn).explain(x, r).reasons()]
+    assert sum("would change what they reduce" in s for s in reasons) == 2
+    assert any("the reduction runs over the last dim of (s0, 1) (size 1), not over the columns" in s for s in reasons)
+
+
+def test_a_matmul_epilogue_may_read_the_matmul_operands(rng):
+    a, b = np.ones((3, 1), np.float32), np.full((1, 4), 2.0, np.float32)
+    np.testing.assert_allclose(dvmlang.graph(lambda a, b: a @ b + b)(a, b), a @ b + b)
+    sq = rng.standard_normal((2, 16, 16)).astype(np.float32)
+    g = dvmlang.graph(lambda a, b: (a @ b) * b - a)
+    np.testing.assert_allclose(g(sq, sq * 0.5), (sq @ (sq * 0.5)) * (sq * 0.5) - sq, rtol=1e-4, atol=1e-4)
+    assert [grp.kind for grp in g.explain(sq, sq).groups] == ["matmul"]

@@ -1,7 +1,7 @@
 """Property: a random small program of ``dvmlang.ops`` gives numpy's result fused and unfused, at two shapes.
 
-A program is a list of steps over a pool of values of three kinds — full ``(R, C)``, per-row ``(R, 1)`` and
-per-column ``(C,)`` — so that every combination broadcasts. Unary steps are bounded (tanh, sigmoid, ...)
+A program is a list of steps over a pool of values of four kinds — full ``(R, C)``, per-row ``(R, 1)``,
+per-column ``(C,)`` and ``(1,)`` (a column value reduced) — so that every combination broadcasts. Unary steps are bounded (tanh, sigmoid, ...)
 so that values stay in a range where float32 results can be compared with a tight tolerance.
 """
 
@@ -38,7 +38,6 @@ REDUCE = {
     "softmax": (ops.softmax, lambda v: np.exp(v - v.max(-1, keepdims=True)) /
                 np.exp(v - v.max(-1, keepdims=True)).sum(-1, keepdims=True)),
 }
-KINDS = ("full", "row", "col")
 
 
 @st.composite
@@ -56,18 +55,17 @@ def programs(draw):
         elif what == "binary":
             i, j = draw(st.integers(0, len(kinds) - 1)), draw(st.integers(0, len(kinds) - 1))
             steps.append(("binary", draw(st.sampled_from(sorted(BINARY))), (i, j)))
-            pair = {kinds[i], kinds[j]}
-            kinds.append("row" if pair == {"row"} else "col" if pair == {"col"} else "full")
+            pair = {kinds[i], kinds[j]} - {"one"}
+            kinds.append("full" if len(pair) > 1 or "full" in pair else pair.pop() if pair else "one")
         elif what == "const":
             i = draw(st.integers(0, len(kinds) - 1))
             steps.append(("const", draw(st.sampled_from([0.5, -2.0, 3.0])), (i,)))
             kinds.append(kinds[i])
-        else:
-            fulls = [k for k, kind in enumerate(kinds) if kind == "full"]
-            i = draw(st.sampled_from(fulls))
+        else:  # over the last dim of any value: a per-row (R, 1) value reduces over a size-1 dim
+            i = draw(st.integers(0, len(kinds) - 1))
             name = draw(st.sampled_from(sorted(REDUCE)))
             steps.append(("reduce", name, (i,)))
-            kinds.append("full" if name == "softmax" else "row")
+            kinds.append(kinds[i] if name == "softmax" else "row" if kinds[i] in ("full", "row") else "one")
     n_out = draw(st.integers(1, 2))
     return steps, n_out
 

@@ -334,7 +334,10 @@ def matmul_kernel(g: Graph, grp: Group, name: str) -> KernelText:
         raise GraphError("matmul supports at most two batch dimensions")
     epilogue = grp.nodes[1:]
     free = _free_nodes(grp)
-    ext = [i for i in grp.inputs if i is not a and i is not b]
+    # inputs of the epilogue (an operand of the matmul too, when the epilogue reads it: loaded again in the
+    # output's layout)
+    epi_reads = {i.id for n in epilogue for i in n.inputs}
+    ext = [i for i in grp.inputs if (i is not a and i is not b) or i.id in epi_reads]
     outs = list(grp.outputs)
     dims = _dims_needed(free + epilogue)
     la = Layout(g, a.shape, space[:-2] + (a.shape[-2], a.shape[-1]))

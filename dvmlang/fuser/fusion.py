@@ -415,9 +415,15 @@ class Planner:
         update: dict = {}
         gs = grp.space
         same = _same_shape(g, space, gs)
+        if same is not True and n.op == "reduce" and _row_values(g, space, gs):
+            return (f"the reduction runs over the last dim of {g.shape_text(space)} (size 1), not over the "
+                    f"columns of the group's iteration space {g.shape_text(gs)}"), {}
         if same is not True and _row_values(g, space, gs):
             same = True  # per-row values (a reduction's shape) live in the same iteration space
         elif same is not True and _row_values(g, gs, space):
+            if any(x.op == "reduce" for x in grp.nodes):
+                return (f"the group's reductions run over the last dim of its iteration space {g.shape_text(gs)} "
+                        f"(size 1); widening it to {g.shape_text(space)} would change what they reduce"), {}
             update["space"] = gs = tuple(space)  # the group so far held per-row values only
             same = True
         if same is not True:
@@ -459,6 +465,10 @@ class Planner:
             return (f"the operation joined {kinds[into.kind]} (the group of %{into.nodes[0].id}); the producer's "
                     f"group is {kinds[other.kind]}, which cannot be merged into it: the value is stored and read back")
         gs = update.get("space", into.space)
+        if _same_shape(g, other.space, gs) is not True and _row_values(g, other.space, gs) and \
+                any(x.op == "reduce" for x in other.nodes):
+            return (f"the producer's group reduces over the last dim of {g.shape_text(other.space)} (size 1); merged "
+                    f"into the iteration space {g.shape_text(gs)} its reductions would change")
         if _same_shape(g, other.space, gs) is not True and not _row_values(g, other.space, gs):
             same = _same_shape(g, other.space, gs)
             why = "cannot be proven equal" if same is None else "differ"
