@@ -1445,18 +1445,17 @@ def _linear_scan(bufs: list[Buffer], capacity: int, space: str, kernel: str, pro
 # ---- synchronisation -------------------------------------------------------------------------------------
 
 
-def _overlap(a, b) -> bool:
-    if a[0] != b[0]:
-        return False
-    if a[0] == "gm":
-        return a[1] == b[1]
-    return a[1] < b[2] and b[1] < a[2]
+def _span(rng) -> tuple:
+    """(bucket, lo, hi) of an access range: on-chip ranges overlap by address within their space; a tensor in
+    GM is a bucket of its own whose accesses all overlap."""
+    if rng[0] == "gm":
+        return rng, 0, 1
+    return rng[0], rng[1], rng[2]
 
 
 def _insert_sync(items: list) -> None:
     """Give every cross-pipe dependency a set on its producer and a wait on its consumer."""
     instrs = [x for x in items if isinstance(x, Emitted)]
-    index = {id(e): i for i, e in enumerate(instrs)}
     # loop bodies: [head label position, back-edge jump position] in instruction indices
     loops = []
     label_pos = {}
@@ -1482,39 +1481,44 @@ def _insert_sync(items: list) -> None:
                 # hazards between one iteration and the next
                 scan(range(back_edges[i], i + 1), state, nested=False)
 
-    def visit(i, state):
-        if True:
-            e = instrs[i]
-            p = e.ins.pipe
-            need = deps.setdefault(i, {})
-            for rng in e.reads:
-                for (r, widx, readers) in state:
-                    if widx is not None and _overlap(rng, r):
-                        q = instrs[widx].ins.pipe
-                        if q != p:
-                            need[q] = _later(need.get(q), widx, i)
-            for rng in e.writes:
-                for (r, widx, readers) in state:
-                    if _overlap(rng, r):
-                        if widx is not None and instrs[widx].ins.pipe != p:
-                            q = instrs[widx].ins.pipe
-                            need[q] = _later(need.get(q), widx, i)
-                        for ridx in readers:
-                            q = instrs[ridx].ins.pipe
-                            if q != p:
-                                need[q] = _later(need.get(q), ridx, i)
-            for rng in e.reads:
-                for entry in state:
-                    if _overlap(rng, entry[0]):
-                        entry[2].append(i)
-                        break
-                else:
-                    state.append((rng, None, [i]))
-            for rng in e.writes:
-                state[:] = [s for s in state if not _overlap(rng, s[0])]
-                state.append((rng, i, []))
+    pipes = [e.ins.pipe for e in instrs]
+    reads = [[_span(r) for r in e.reads] for e in instrs]
+    writes = [[_span(r) for r in e.writes] for e in instrs]
 
-    scan(range(len(instrs)), [])
+    def visit(i, state):
+        # state: bucket -> [(lo, hi, writer index or None, reader indices)], in the order they were recorded
+        p = pipes[i]
+        need = deps.setdefault(i, {})
+        for key, lo, hi in reads[i]:
+            for (a, b, widx, readers) in state.get(key, ()):
+                if widx is not None and a < hi and lo < b:
+                    q = pipes[widx]
+                    if q != p:
+                        need[q] = _later(need.get(q), widx, i)
+        for key, lo, hi in writes[i]:
+            for (a, b, widx, readers) in state.get(key, ()):
+                if a < hi and lo < b:
+                    if widx is not None and pipes[widx] != p:
+                        q = pipes[widx]
+                        need[q] = _later(need.get(q), widx, i)
+                    for ridx in readers:
+                        q = pipes[ridx]
+                        if q != p:
+                            need[q] = _later(need.get(q), ridx, i)
+        for key, lo, hi in reads[i]:
+            entries = state.setdefault(key, [])
+            for entry in entries:
+                if entry[0] < hi and lo < entry[1]:
+                    entry[3].append(i)
+                    break
+            else:
+                entries.append((lo, hi, None, [i]))
+        for key, lo, hi in writes[i]:
+            entries = state.setdefault(key, [])
+            entries[:] = [s for s in entries if not (s[0] < hi and lo < s[1])]
+            entries.append((lo, hi, i, []))
+
+    scan(range(len(instrs)), {})
     counters: dict = {}
     set_by: dict = {}
     block_starts = set(label_pos.values())
@@ -1562,7 +1566,6 @@ def _insert_sync(items: list) -> None:
                 s = Emitted(isa.BY_NAME["SET"], {"src": int(x.ins.pipe), "dst": int(dst), "event": ev}, None, x.loc)
                 out.append(s)
     items[:] = out
-    _ = index
 
 
 def _later(cur, cand, consumer):
