@@ -116,6 +116,7 @@ class KernelSource:
             raise DvmError(f"cannot read the source of `{fn.__name__}` ({e}); dvmlang kernels must be defined "
                            "in a file, not typed at an interactive prompt") from None
         self.file = inspect.getsourcefile(fn) or fn.__code__.co_filename
+        self._locs: dict[int, tuple] = {}
         text = "".join(lines)
         first = lines[0]
         self.indent = len(first) - len(first.lstrip())
@@ -144,12 +145,18 @@ class KernelSource:
                 self.defaults[name] = value
 
     def loc(self, node) -> SourceLoc:
+        # every build asks for the same spans; the entry holds its node, so the id cannot be reused
+        hit = self._locs.get(id(node))
+        if hit is not None:
+            return hit[1]
         line = getattr(node, "lineno", 1) + self.line_offset
         col = getattr(node, "col_offset", 0) + self.indent
         end_line = getattr(node, "end_lineno", None)
         end_col = getattr(node, "end_col_offset", None)
-        return SourceLoc(self.file, line, col, end_line + self.line_offset if end_line else None,
-                         end_col + self.indent if end_col is not None else None, self.name)
+        loc = SourceLoc(self.file, line, col, end_line + self.line_offset if end_line else None,
+                        end_col + self.indent if end_col is not None else None, self.name)
+        self._locs[id(node)] = (node, loc)
+        return loc
 
 
 def _is_constexpr_annotation(node, globs) -> bool:
