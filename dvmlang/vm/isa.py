@@ -125,9 +125,11 @@ class Instr:
     extra: dict = field(default_factory=dict)
     layout: tuple = ()  # computed: per field (word, shift) where word 0 is the head
 
-    @property
-    def words(self) -> int:
-        return 1 + (max((w for w, _ in self.layout), default=0))
+    def __post_init__(self):
+        # derived once per row: the encoder packs thousands of instructions per build
+        object.__setattr__(self, "words", 1 + max((w for w, _ in self.layout), default=0))
+        object.__setattr__(self, "packing", tuple((f.name, w, shift, (1 << f.bits) - 1)
+                                                  for f, (w, shift) in zip(self.fields, self.layout)))
 
 
 def _layout(fields: tuple[Field, ...]) -> tuple[tuple[int, int], ...]:

@@ -1393,13 +1393,12 @@ def encode_into(words: array, pc: int, ins: isa.Instr, vals: dict, dtype, set_, 
     if dtype is not None:
         head |= dtype.code << isa.DTYPE_SHIFT
     ops = [0] * (ins.words - 1)
-    for f, (w, shift) in zip(ins.fields, ins.layout):
-        v = int(vals.get(f.name, 0))
-        mask = (1 << f.bits) - 1
-        if f.head:
-            head |= (v & mask) << shift
+    for name, w, shift, mask in ins.packing:
+        v = (int(vals.get(name, 0)) & mask) << shift
+        if w:
+            ops[w - 1] |= v
         else:
-            ops[w - 1] |= (v & mask) << shift
+            head |= v
     words[pc] = head
     for i, o in enumerate(ops):
         words[pc + 1 + i] = o
