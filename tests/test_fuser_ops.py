@@ -168,6 +168,9 @@ def test_python_operators(rng):
 
     check(f, lambda a, b: (2 + a) * b - a / b + (-a) - abs(b) + (1 - b) * 3 + 1 / b + a ** 2, x, y, rtol=1e-4)
     check(lambda a, b: ((a < b), (a <= b), (a > b), (a >= b)), lambda a, b: (a < b, a <= b, a > b, a >= b), x, y)
+    z = np.where(rng.random((6, 7)) < 0.5, x, y).astype(np.float32)
+    check(lambda a, b: (a == b, a != b, ops.where(a == b, 1.0, 0.0)),
+          lambda a, b: (a == b, a != b, np.where(a == b, 1.0, 0.0).astype(np.float32)), x, z)
     w = randn(rng, (7, 3))
     check(lambda a, w: (a @ w) + a.sum(axis=1, keepdims=True) + a.mean(axis=1, keepdims=True) +
           a.max(axis=1, keepdims=True),
@@ -293,6 +296,13 @@ def test_matmul(dtype, rng):
         check(lambda a, b: ops.maximum(a @ b, 0.0) * 2.0,
               lambda a, b: (np.maximum(a.astype(np.float32) @ b.astype(np.float32), 0) * 2).astype(dtype), a, b,
               rtol=tol, atol=tol * 4)
+
+
+def test_matmul_epilogue_with_several_live_tiles_is_tiled_to_fit_ub(rng):
+    # silu(h @ w) * u keeps the accumulator, a loaded tile and two computed ones live: 128x128 tiles would not fit
+    h, w, u = randn(rng, (77, 64)), randn(rng, (64, 128)), randn(rng, (77, 128))
+    check(lambda h, w, u: ops.silu(h @ w) * u, lambda h, w, u: (h @ w) * np_sigmoid(h @ w) * u, h, w, u,
+          rtol=1e-4, atol=1e-4)
 
 
 def test_batched_matmul(rng):

@@ -324,8 +324,6 @@ def test_background_flushes_do_not_block_capture(x):
     assert session.stats.blocked_s >= 0 and session.stats.hidden_encode_s >= 0
 
 
-@pytest.mark.xfail(strict=True, reason="fuser bug (reported): a row reduction of a (rows, 1) value fused into a group "
-                                       "iterating over (rows, cols) reduces the cols broadcast copies")
 def test_row_reduction_of_a_size_one_axis_beside_a_wider_value():
     x = np.ones((3, 4), np.float32)
     r = np.full((3, 1), 2.0, np.float32)
@@ -337,8 +335,6 @@ def test_row_reduction_of_a_size_one_axis_beside_a_wider_value():
     close(wide.numpy(), x + 2)
 
 
-@pytest.mark.xfail(strict=True, reason="fuser bug (reported): a matmul epilogue that reads one of the matmul's "
-                                       "operands is generated without loading it (`None + v`)")
 def test_matmul_epilogue_reading_its_own_operand():
     a = np.ones((3, 1), np.float32)
     b = np.full((1, 4), 2.0, np.float32)

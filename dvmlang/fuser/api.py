@@ -135,7 +135,8 @@ class Program:
         if grp.kind == "matmul":
             mm = grp.nodes[0]
             m, n_, k = env.value(mm.shape[-2]), env.value(mm.shape[-1]), env.value(mm.inputs[0].shape[-1])
-            bm, bn, bk = tl.choose_matmul(m, n_, k, mm.inputs[0].dtype.itemsize, device.profile)
+            bm, bn, bk = tl.choose_matmul(m, n_, k, mm.inputs[0].dtype.itemsize, device.profile,
+                                          tl.live_bytes_per_element(grp))
             nbn = -(-n_ // bn)
             batch = space[:-2]
             grid = ((-(-m // bm)) * nbn, batch[0] if len(batch) > 0 else 1, batch[1] if len(batch) > 1 else 1)

@@ -47,7 +47,8 @@ class Report:
         if grp.kind == "matmul":
             mm = grp.nodes[0]
             m, n, k = env.value(mm.shape[-2]), env.value(mm.shape[-1]), env.value(mm.inputs[0].shape[-1])
-            bm, bn, bk = tl.choose_matmul(m, n, k, mm.inputs[0].dtype.itemsize, self.profile)
+            bm, bn, bk = tl.choose_matmul(m, n, k, mm.inputs[0].dtype.itemsize, self.profile,
+                                          tl.live_bytes_per_element(grp))
             tiles = -(-m // bm) * -(-n // bn)
             batch = 1
             for d in space[:-2]:

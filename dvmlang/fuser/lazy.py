@@ -1243,7 +1243,6 @@ class LazyTensor(TensorOperators):
     __slots__ = ("_v", "_wb", "_view", "_base", "_views", "__weakref__")
     __array_ufunc__ = None  # numpy defers to our reflected operators (np_array + t -> t.__radd__)
     __array_priority__ = 1000
-    __hash__ = object.__hash__
 
     def __init__(self, array):
         t = tensor(array)
@@ -1392,15 +1391,7 @@ class LazyTensor(TensorOperators):
     def __setitem__(self, index, value) -> None:
         _current()._host_write(self, index, value)
 
-    # ---- operators (arithmetic and methods: TensorOperators) ----------------------------------------------
-    def __eq__(self, o):  # elementwise, like numpy and torch
-        from .. import ops
-        return ops.eq(self, o)
-
-    def __ne__(self, o):
-        from .. import ops
-        return ops.ne(self, o)
-
+    # ---- operators: arithmetic, comparisons and methods come from TensorOperators ----------------------
     # in place: the result is written into this tensor's storage (for dvmlang.tensor(x): into x)
     def __iadd__(self, o):
         from .. import ops

@@ -73,6 +73,15 @@ class TensorOperators:
     def __ge__(self, o):
         return _ops().ge(self, o)
 
+    # == and != are elementwise, as in numpy and torch (identity hashing stays)
+    def __eq__(self, o):
+        return _ops().eq(self, o)
+
+    def __ne__(self, o):
+        return _ops().ne(self, o)
+
+    __hash__ = object.__hash__
+
     @property
     def T(self):
         return _ops().transpose(self)

@@ -112,8 +112,10 @@ def choose(grp: Group, rows: int, cols: int, outer: int, profile, live_bytes: in
     return Tiling(br, bc, (math.ceil(rows / br) * ncb, 1, 1), ncb)
 
 
-def choose_matmul(m: int, n: int, k: int, itemsize: int, profile) -> tuple[int, int, int]:
-    """Cube tiles: as large as L0A/L0B/L0C allow (with ping-pong), no larger than the matrices."""
+def choose_matmul(m: int, n: int, k: int, itemsize: int, profile, epilogue_bytes: int = 4) -> tuple[int, int, int]:
+    """Cube tiles: as large as L0A/L0B/L0C allow (with ping-pong), no larger than the matrices, and small
+    enough that the epilogue's live tiles (``epilogue_bytes`` per output element: the accumulator moved to UB,
+    the values the epilogue loads and computes) fit UB."""
     bm = min(128, max(16, _pow2_ceil(m)))
     bn = min(128, max(16, _pow2_ceil(n)))
     bk = min(128 if itemsize <= 2 else 64, max(16, _pow2_ceil(k)))
@@ -121,4 +123,10 @@ def choose_matmul(m: int, n: int, k: int, itemsize: int, profile) -> tuple[int, 
         bk //= 2
     while bm * bn * 4 > profile.l0c_bytes and bm > 16:
         bm //= 2
+    ub = profile.ub_bytes - 16384  # room for masks and splats
+    while bm * bn * epilogue_bytes > ub and max(bm, bn) > 16:
+        if bn >= bm:
+            bn //= 2
+        else:
+            bm //= 2
     return bm, bn, bk
