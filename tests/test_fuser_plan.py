@@ -331,6 +331,16 @@ def test_independent_groups_run_side_by_side_in_one_stage(rng):
     assert launch.cycles < first.cycles + second.cycles + launch.launch_overhead
 
 
+def test_side_by_side_kernels_share_hbm_bandwidth():
+    # two memory-bound kernels on half the cores each cannot move more bytes than HBM allows
+    a = np.ones((4096, 2048), np.float32)
+    g = dvmlang.graph(lambda a, b: (ops.exp(a) * 2.0, ops.exp(b) * 2.0))
+    g(a, a)
+    launch = g.last_launch
+    assert launch.stages == [2]
+    assert launch.cycles >= (launch.bytes_read + launch.bytes_written) / launch.profile.hbm_bytes_per_cycle
+
+
 def test_dependent_groups_run_in_sequence_within_one_launch(rng):
     g = dvmlang.graph(lambda x: ops.softmax(x))
     x = rng.standard_normal((4, 50000)).astype(np.float32)

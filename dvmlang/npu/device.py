@@ -137,8 +137,9 @@ class Device:
             shares = _split_cores(stage, prof)
             longest = 0.0
             for (bc, arrays, kname, alias), cores in zip(stage, shares):
+                # side by side, the kernels share HBM: each gets the part of it its cores are of the stage's
                 rec = self._run_kernel(bc, 0, arrays, trace, kname, alias, cores=cores, overhead=0,
-                                       start=clock, group=kname)
+                                       start=clock, group=kname, hbm_share=cores / sum(shares))
                 members.append(rec)
                 longest = max(longest, rec.cycles)
             clock += longest
@@ -172,7 +173,7 @@ class Device:
                                   "launch. Use a larger BLOCK, or loop inside the kernel over several tiles")
 
     def _run_kernel(self, bc, k, arrays, trace, name, alias_groups, cores=None, overhead=None, start=0.0,
-                    group=None) -> LaunchRecord:
+                    group=None, hbm_share=1.0) -> LaunchRecord:
         kern = bc.kernels[k]
         prof = self.profile
         m = self.machine(bc, k)
@@ -224,7 +225,7 @@ class Device:
             overhead = prof.launch_overhead_cycles
         body = float(core_end.max()) if len(core_end) else 0.0
         # HBM roofline: the cores' transfers overlap, but together they cannot move more than HBM allows
-        floor = L.hbm_bytes(bytes_w) / prof.hbm_bytes_per_cycle
+        floor = L.hbm_bytes(bytes_w) / (prof.hbm_bytes_per_cycle * hbm_share)
         stretch = 1.0
         if floor > body > 0:
             stretch = floor / body

@@ -90,7 +90,10 @@ buffers (ping-pong), so the loads of one iteration overlap the compute of the pr
 
 **The launch.** `cycles = launch_overhead + max(slowest core, HBM bytes / HBM bandwidth)`, where HBM
 bytes are every write plus each tensor read once (every re-read, for tensors larger than L2). When the
-roofline term wins, every instruction of the trace is slowed down by the same factor.
+roofline term wins, every instruction of the trace is slowed down by the same factor. Kernels stacked
+side by side in one launch (the fuser's independent groups) split the cores and share HBM: each one's
+roofline uses the part of the bandwidth its cores are of the stage's, so a stage never moves more bytes
+than HBM allows.
 
 ## Numerics
 
