@@ -162,7 +162,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="smaller problems, fewer repeats")
     args = ap.parse_args(argv)
     repeat = 3 if args.quick else 5
-    console = Console()
+    console = Console(width=max(Console().width, 140))
     t = Table(title="dvmlang simulator throughput (median wall time of a cached launch)")
     for col in ("workload", "size", "dvmlang", "numpy", "ratio", "simulated", "extra host memory",
                 "triton interp.", "speed-up"):
