@@ -94,19 +94,38 @@ def _eval_rows(node, r0: int, r1: int, memo: dict):
     v = memo.get(key)
     if v is None:
         fn, args, finish = node.lazy
-        v = finish(fn(*[_eval_rows(a, r0, r1, memo) for a in args]))
-        memo[key] = v
+        vals = [_eval_rows(a, r0, r1, memo) for a in args]
         if node.keep and node.rows > 1:
             # write the chunk through to a full array, so later readers do not recompute it
             if node._arr is None:
                 node._arr = np.empty((node.rows,) + tuple(node.shape), dtype=node.dtype)
                 node.filled = 0
-            node._arr[r0:r1] = v
+            dst = node._arr[r0:r1]
+            if _fits_out(fn, vals, dst):
+                v = fn(*vals, out=dst)
+            else:
+                v = finish(fn(*vals))
+                dst[...] = v
+            memo[key] = v
             if r0 == node.filled:
                 node.filled = r1
                 if r1 == node.rows:
                     node.lazy = None
+        else:
+            v = finish(fn(*vals))
+            memo[key] = v
     return v
+
+
+def _fits_out(fn, vals, dst: np.ndarray) -> bool:
+    """Whether ufunc ``fn`` on ``vals`` produces exactly ``dst``'s dtype and shape (so it may write there)."""
+    if not isinstance(fn, np.ufunc) or fn.nout != 1 or len(vals) != fn.nin:
+        return False
+    try:
+        dts = fn.resolve_dtypes(tuple(v.dtype for v in vals) + (None,))
+        return dts[-1] == dst.dtype and np.broadcast_shapes(*(v.shape for v in vals)) == dst.shape
+    except (TypeError, ValueError):
+        return False
 
 
 def chunks(slot: Slot):
@@ -963,11 +982,11 @@ class Machine:
             _check_dma(L, b, t, desc, pc, g.size)
             _materialise_views(b, L, t)
             slot = b.mem["ub"].get(src_addr)
-            view = None
+            view = box = None
             if slot is not None and slot.lazy is not None and slot.nbytes == src_bytes and \
                     isinstance(slot.lazy[0], np.ufunc) and slot.dtype == g.dtype and tuple(slot.shape) == shape:
-                view = _full_store_view(g, desc, shape, b.n)
-            if view is not None:
+                view, box = _store_view(g, desc, shape, b.n, whole=slot.keep)
+            if view is not None and box is None:
                 # compute the pending elementwise result straight into global memory
                 f, args, _ = slot.lazy
                 rows = slot.rows
@@ -975,6 +994,8 @@ class Machine:
                     f(*[_eval_rows(a, r0, r1, {}) for a in args], out=view[r0:r1] if rows > 1 else view)
                 slot.arr = view
                 slot.gm = frozenset((L.alias[t],))
+            elif view is not None and _store_box(slot, view, box):
+                pass  # a masked store: only the stored box was computed, straight into global memory
             else:
                 _dma_write(g, desc, shape, r(b, L), b.n)
             if L.races is not None:
@@ -1402,18 +1423,38 @@ def _dma_write(g: np.ndarray, desc: _Desc, shape, src: np.ndarray, n):
         _strided(g, start, ext, st, writeable=True)[...] = src[(i if rows_src > 1 else 0,) + box]
 
 
-def _full_store_view(g: np.ndarray, desc: _Desc, shape, n):
-    """A writable (n, *shape) view of the destination when every program stores its whole tile at a base
-    that steps uniformly and the programs do not overlap; otherwise None."""
+def _store_view(g: np.ndarray, desc: _Desc, shape, n, whole: bool):
+    """(view, box): a writable view of the destination when every program stores the same box of its tile
+    (``box`` None: the whole tile) at a base that steps uniformly and the programs do not overlap; a partial
+    box only when ``whole`` is False. (None, None) otherwise."""
     u = _uniform_desc(desc, n)
-    if u is None or u.prog is None or any(l != 0 for l in u.lo) or u.ext != tuple(shape):
-        return None
-    if n > 1 and np.ndim(desc.base) == 0:
-        return None
+    if u is None or u.prog is None or u.empty:
+        return None, None
+    full = all(l == 0 for l in u.lo) and u.ext == tuple(shape)
+    if (not full and whole) or (n > 1 and np.ndim(desc.base) == 0):
+        return None, None
     first, step = u.prog
     if _overlapping(step, u.st, u.ext, n):
-        return None
-    return _strided(g, first, (n,) + tuple(shape), (step,) + tuple(u.st), writeable=True)
+        return None, None
+    view = _strided(g, first + u.offset(), (n,) + u.ext, (step,) + tuple(u.st), writeable=True)
+    return view, None if full else u.box()
+
+
+def _store_box(slot: Slot, view: np.ndarray, box) -> bool:
+    """Compute only the ``box`` of a pending elementwise result, into ``view``; False (nothing written) when an
+    operand is not laid out as the tile (then the caller stores the whole tile)."""
+    f, args, _ = slot.lazy
+    shape = tuple(slot.shape)
+    rank = len(shape)
+    for i, (r0, r1) in enumerate(chunks(slot)):
+        vals = [_eval_rows(a, r0, r1, {}) for a in args]
+        if i == 0 and any(np.ndim(v) != rank + 1 or any(d not in (1, s) for d, s in zip(v.shape[1:], shape))
+                          for v in vals):
+            return False
+        cut = [v[(slice(None),) + tuple(bx if d == s else slice(None) for bx, d, s in zip(box, v.shape[1:], shape))]
+               for v in vals]
+        f(*cut, out=view[r0:r1] if slot.rows > 1 else view)
+    return True
 
 
 def _overlapping(step, st, ext, n) -> bool:
