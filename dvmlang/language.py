@@ -8,6 +8,8 @@ called anywhere else, a kernel-only function raises ``DvmError`` saying so.
 from __future__ import annotations
 
 import functools
+import sys as _sys
+import types as _types
 
 from . import dtypes as _dt
 from .errors import ConstexprError, DvmError, KernelTypeError
@@ -228,6 +230,54 @@ abs = _unary("abs", "Absolute value.")
 
 
 @builtin
+def add(x, y, sanitize_overflow=True, _sem=None):
+    """x + y. Integer overflow wraps, so ``sanitize_overflow`` (Triton's overflow check) is accepted and has
+    nothing to check."""
+    return _sem.binary("add", x, y)
+
+
+@builtin
+def sub(x, y, sanitize_overflow=True, _sem=None):
+    """x - y (integer overflow wraps)."""
+    return _sem.binary("sub", x, y)
+
+
+@builtin
+def mul(x, y, sanitize_overflow=True, _sem=None):
+    """x * y (integer overflow wraps)."""
+    return _sem.binary("mul", x, y)
+
+
+@builtin
+def fdiv(x, y, ieee_rounding=False, _sem=None):
+    """x / y on floating-point operands, correctly rounded (so ``ieee_rounding`` changes nothing)."""
+    return _sem.float_binary("truediv", x, y, "fdiv")
+
+
+@builtin
+def div_rn(x, y, _sem=None):
+    """x / y on floating-point operands, rounded to nearest."""
+    return _sem.float_binary("truediv", x, y, "div_rn")
+
+
+@builtin
+def sqrt_rn(x, _sem=None):
+    """Square root of a floating-point operand, rounded to nearest (``dl.sqrt`` rounds the same way)."""
+    x = _sem.to_tensor(x)
+    if not x.dtype.is_float:
+        raise KernelTypeError(f"dl.sqrt_rn needs a floating-point operand, got {x.dtype}",
+                              hint="cast with .to(dl.float32), or use dl.sqrt, which converts integers itself")
+    return _sem.unary("sqrt", x)
+
+
+@builtin
+def umulhi(x, y, _sem=None):
+    """The most significant half of the double-width product of two 32- or 64-bit integers (their bits
+    read as unsigned); the result has the operands' dtype."""
+    return _sem.umulhi(x, y)
+
+
+@builtin
 def fma(a, b, c, _sem=None):
     """a * b + c."""
     return _sem.fma(a, b, c)
@@ -299,6 +349,19 @@ def cumsum(input, axis=0, reverse=False, _sem=None):
 def cumprod(input, axis=0, reverse=False, _sem=None):
     """Inclusive prefix product along ``axis``."""
     return _sem.scan(input, "prod", axis, reverse)
+
+
+@builtin
+def softmax(x, dim=None, keep_dims=False, ieee_rounding=False, _sem=None):
+    """``exp(x - max) / sum(exp(x - max))`` along ``dim`` (as in Triton, ``None`` means dimension 0). The result
+    has ``x``'s shape; ``keep_dims`` and ``ieee_rounding`` are accepted and change nothing."""
+    x = _sem.to_tensor(x)
+    if x.is_scalar:
+        raise KernelTypeError("dl.softmax needs a tile, got a scalar")
+    d = 0 if unwrap(dim) is None else dim
+    z = _sem.binary("sub", x, _sem.reduce(x, "max", d, True))
+    num = _sem.unary("exp", z)
+    return _sem.binary("truediv", num, _sem.reduce(num, "sum", d, True))
 
 
 # ---- memory ----------------------------------------------------------------------------------------------
@@ -473,12 +536,6 @@ def split(a, _sem=None):
 
 
 @builtin
-def fdiv(x, y, ieee_rounding=False, _sem=None):
-    """x / y (floating point)."""
-    return _sem.binary("truediv", x, y)
-
-
-@builtin
 def pow(x, y, _sem=None):  # noqa: A001
     """x ** y, elementwise."""
     return _sem.binary("pow", x, y)
@@ -524,4 +581,24 @@ TENSOR_METHODS = {
     "sigmoid": "sigmoid", "reduce": "reduce", "associative_scan": "associative_scan", "ravel": "ravel",
     "cast": "cast", "floor": "floor", "ceil": "ceil", "sin": "sin", "cos": "cos", "erf": "erf", "rsqrt": "rsqrt",
     "xor_sum": "xor_sum", "split": "split", "squeeze": "squeeze", "unsqueeze": "unsqueeze", "tanh": "tanh",
+    "softmax": "softmax",
 }
+
+
+def _namespace(name: str, doc: str, members: dict):
+    """A submodule of ``dvmlang.language`` (importable, and reachable as ``dl.<name>`` inside kernels)."""
+    mod = _types.ModuleType(f"{__name__}.{name}", doc)
+    for k, v in members.items():
+        setattr(mod, k, v)
+    mod.__all__ = list(members)
+    _sys.modules[mod.__name__] = mod
+    return mod
+
+
+math = _namespace("math", "Triton's ``tl.math`` spellings: each is the ``dl`` function of the same name "
+                  "(``max`` and ``min`` are the elementwise ``maximum`` and ``minimum``).", {
+                      "abs": abs, "ceil": ceil, "cos": cos, "div_rn": div_rn, "erf": erf, "exp": exp, "exp2": exp2,
+                      "fdiv": fdiv, "floor": floor, "fma": fma, "log": log, "log2": log2, "max": maximum,
+                      "min": minimum, "rsqrt": rsqrt, "sin": sin, "sqrt": sqrt, "sqrt_rn": sqrt_rn,
+                      "umulhi": umulhi})
+__all__.append("math")

@@ -961,6 +961,7 @@ class CodeGen(ast.NodeVisitor):
             args = [fn.self] + list(args)
             fn = fn.fn
         if getattr(fn, "__dvm_builtin__", False):
+            _check_arguments(fn, args, kwargs)
             return fn(*args, _sem=self.sem, **kwargs)
         if isinstance(fn, Kernel):
             return self.inline(fn, args, kwargs, node)
@@ -1245,6 +1246,23 @@ class CodeGen(ast.NodeVisitor):
             from .blockptr import store_block
             return store_block(self.sem, ptr, value, boundary_check)
         return self.sem.store(ptr, value, mask)
+
+
+_SIGNATURES: dict = {}
+
+
+def _check_arguments(fn, args, kwargs) -> None:
+    """A call of a ``dl`` function whose arguments do not fit its parameters (an unknown keyword, a missing
+    or extra argument) is a ``KernelTypeError`` whose hint is the signature."""
+    sig = _SIGNATURES.get(fn)
+    if sig is None:
+        sig = _SIGNATURES[fn] = inspect.signature(fn)
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as e:
+        name = getattr(fn, "__name__", "function")
+        shown = sig.replace(parameters=[p for p in sig.parameters.values() if p.name != "_sem"])
+        raise KernelTypeError(f"dl.{name}(): {e}", hint=f"the signature is dl.{name}{shown}") from None
 
 
 def _method(f):

@@ -251,6 +251,25 @@ class Semantic:
                 shape = s
         return tensor(self.b.select(cond.handle, a.handle, b.handle))
 
+    def float_binary(self, opname: str, a, b, what: str):
+        """``a <op> b`` for Triton's float-only spellings (``fdiv``, ``div_rn``): integer operands are an error."""
+        a, b = self.pair(a, b)
+        if not (a.dtype.is_float and b.dtype.is_float):
+            raise KernelTypeError(f"dl.{what} needs floating-point operands, got {a.dtype} and {b.dtype}",
+                                  hint="cast with .to(dl.float32), or use `/`, which converts integers itself")
+        return self.binary(opname, a, b)
+
+    def umulhi(self, a, b):
+        """The high half of the double-width product, the operands' bits read as unsigned."""
+        a, b = self.pair(a, b)
+        self._check_shapes(a, b, "umulhi")
+        res = dt.promote(a.dtype, b.dtype)
+        if not res.is_int or res.bits not in (32, 64):
+            raise KernelTypeError(f"dl.umulhi needs 32- or 64-bit integer operands, got {a.dtype} and {b.dtype}",
+                                  hint="cast with .to(dl.uint32) (or dl.int32, dl.int64, dl.uint64) first")
+        a, b = self.cast(a, res), self.cast(b, res)
+        return tensor(self.b.binary("umulhi", a.handle, b.handle, res))
+
     def fma(self, a, b, c):
         a, b = self.pair(a, b)
         res = dt.promote(a.dtype, b.dtype)

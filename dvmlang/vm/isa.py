@@ -211,6 +211,23 @@ def _pow(a, b):
     return np.power(a, b)
 
 
+def _umulhi(a, b):
+    """The high half of the double-width product of two integers whose bits are read as unsigned."""
+    a, b = np.asarray(a), np.asarray(b)
+    dtype = np.result_type(a, b)
+    udt = np.dtype(f"u{dtype.itemsize}")
+    ua, ub = a.astype(dtype, copy=False).view(udt), b.astype(dtype, copy=False).view(udt)
+    if dtype.itemsize < 8:
+        prod = ua.astype(np.uint64) * ub.astype(np.uint64)
+        return (prod >> np.uint64(dtype.itemsize * 8)).astype(udt).view(dtype)
+    lo32 = np.uint64(0xFFFFFFFF)
+    k = np.uint64(32)
+    a0, a1, b0, b1 = ua & lo32, ua >> k, ub & lo32, ub >> k
+    cross0, cross1 = a0 * b1, a1 * b0
+    mid = ((a0 * b0) >> k) + (cross0 & lo32) + (cross1 & lo32)
+    return (a1 * b1 + (cross0 >> k) + (cross1 >> k) + (mid >> k)).view(dtype)
+
+
 def _sigmoid(x):
     one = np.ones((), dtype=x.dtype)
     return one / (one + np.exp(-x))
@@ -263,6 +280,7 @@ BINARY = {
     "maximum": (np.maximum, "num", 1), "minimum": (np.minimum, "num", 1), "pow": (_pow, "num", 8),
     "and": (np.bitwise_and, "intbool", 1), "or": (np.bitwise_or, "intbool", 1),
     "xor": (np.bitwise_xor, "intbool", 1), "shl": (_shl, "int", 1), "shr": (_shr, "int", 1),
+    "umulhi": (_umulhi, "int", 2),
 }
 COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
            "ne": np.not_equal}
