@@ -266,3 +266,42 @@ def test_long_elementwise_chains_do_not_exhaust_the_host_stack():
     for _ in range(600):
         ref = (np.tanh(ref) * np.float32(0.5) + np.float32(0.25)).astype(np.float32)
     np.testing.assert_allclose(out, ref, rtol=1e-6)
+
+
+def test_programs_with_identical_timing_are_placed_as_wave_by_wave_placement_would():
+    from dvmlang.npu import device as dev
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        cores = int(rng.integers(1, 49))
+        P = int(rng.integers(25 * cores, 40 * cores))
+        T = np.full(P, float(rng.integers(10, 2000)) + rng.random())
+        f0 = np.where(rng.random(6) < 0.3, np.inf, rng.random(6) * T[0])
+        l0 = np.where(np.isinf(f0), 0.0, np.minimum(T[0], f0 + rng.random(6) * T[0]))
+        first, last = np.repeat(f0[:, None], P, 1), np.repeat(l0[:, None], P, 1)
+        for double_buffer in (False, True):
+            fast = dev._compose(T, first, last, cores, double_buffer)
+            saved = dev._steady_waves
+            dev._steady_waves = lambda *a, **k: None
+            try:
+                slow = dev._compose(T, first, last, cores, double_buffer)
+            finally:
+                dev._steady_waves = saved
+            np.testing.assert_allclose(fast[0], slow[0], rtol=0, atol=1e-6)
+            np.testing.assert_allclose(fast[1], slow[1], rtol=0, atol=1e-6)
+
+
+@dvmlang.kernel
+def _scaled_rows(x_ptr, out_ptr, n_cols, BLOCK: dl.constexpr):
+    row = dl.program_id(0)
+    cols = dl.arange(0, BLOCK)
+    m = cols < n_cols
+    x = dl.load(x_ptr + row * n_cols + cols, mask=m, other=0.0)
+    dl.store(out_ptr + row * (n_cols + 3) + cols, dl.exp(x) * 2.0, mask=m)
+
+
+def test_a_masked_store_writes_only_its_box():
+    x = np.random.default_rng(4).standard_normal((300, 77)).astype(np.float32)
+    out = np.full((300, 80), -7.0, np.float32)
+    _scaled_rows[(300,)](x, out, 77, BLOCK=128)
+    np.testing.assert_allclose(out[:, :77], np.exp(x) * 2, rtol=1e-6)
+    assert (out[:, 77:] == -7.0).all()
