@@ -7,13 +7,14 @@ called anywhere else, a kernel-only function raises ``DvmError`` saying so.
 
 from __future__ import annotations
 
+import enum as _enum
 import functools
 import sys as _sys
 import types as _types
 
 from . import dtypes as _dt
 from .errors import ConstexprError, DvmError, KernelTypeError
-from .frontend.values import block_pointer, constexpr, pointer, tensor, unwrap
+from .frontend.values import block_pointer, constexpr, is_runtime, pointer, tensor, unwrap
 
 # ---- dtypes ----------------------------------------------------------------------------------------------
 int1 = bool_ = _dt.bool_
@@ -38,6 +39,14 @@ def builtin(fn):
     wrapper.__dvm_builtin__ = True
     __all__.append(fn.__name__)
     return wrapper
+
+
+def _bool_const(v, what):
+    v = unwrap(v)
+    if is_runtime(v):
+        raise ConstexprError(f"{what} must be a compile-time value, got a runtime {type(v).__name__}",
+                             hint="pass True or False, or a dl.constexpr parameter")
+    return bool(v)
 
 
 def _int_const(v, what):
@@ -128,9 +137,10 @@ def full_like(x, value, _sem=None):
 
 
 @builtin
-def cast(x, dtype, bitcast=False, _sem=None):
-    """Convert ``x`` to ``dtype`` (``bitcast=True`` reinterprets the bits)."""
-    return _sem.cast(x, dtype, bool(unwrap(bitcast)))
+def cast(x, dtype, fp_downcast_rounding=None, bitcast=False, _sem=None):
+    """Convert ``x`` to ``dtype`` (``bitcast=True`` reinterprets the bits). A float converted to a narrower
+    float rounds to nearest even, or toward zero with ``fp_downcast_rounding="rtz"``."""
+    return _sem.cast(x, dtype, _bool_const(bitcast, "bitcast"), fp_downcast_rounding)
 
 
 # ---- shape -----------------------------------------------------------------------------------------------
@@ -283,22 +293,47 @@ def fma(a, b, c, _sem=None):
     return _sem.fma(a, b, c)
 
 
-@builtin
-def maximum(a, b, _sem=None):
-    """Elementwise maximum (NaN-propagating)."""
-    return _sem.binary("maximum", a, b)
+class PropagateNan(_enum.Enum):
+    """``propagate_nan=`` of ``maximum``, ``minimum`` and ``clamp``: with ``ALL`` (dvmlang's default) a NaN
+    operand gives NaN; with ``NONE`` the other operand is returned (NaN only when both are NaN)."""
+
+    NONE = 0
+    ALL = 0xFFFF
+
+
+def _nan_op(opname, propagate_nan):
+    p = unwrap(propagate_nan)
+    if p is PropagateNan.ALL:
+        return opname
+    if p is PropagateNan.NONE:
+        return {"maximum": "fmax", "minimum": "fmin"}[opname]
+    raise KernelTypeError(f"propagate_nan must be dl.PropagateNan.NONE or dl.PropagateNan.ALL, got {p!r}",
+                          hint="dl.PropagateNan.ALL (the default) propagates NaN; NONE returns the other operand")
 
 
 @builtin
-def minimum(a, b, _sem=None):
-    """Elementwise minimum (NaN-propagating)."""
-    return _sem.binary("minimum", a, b)
+def maximum(a, b, propagate_nan=PropagateNan.ALL, _sem=None):
+    """Elementwise maximum; NaN-propagating unless ``propagate_nan=dl.PropagateNan.NONE``."""
+    return _sem.binary(_nan_op("maximum", propagate_nan), a, b)
 
 
 @builtin
-def clamp(x, lo, hi, _sem=None):
-    """min(max(x, lo), hi)."""
-    return _sem.binary("minimum", _sem.binary("maximum", x, lo), hi)
+def minimum(a, b, propagate_nan=PropagateNan.ALL, _sem=None):
+    """Elementwise minimum; NaN-propagating unless ``propagate_nan=dl.PropagateNan.NONE``."""
+    return _sem.binary(_nan_op("minimum", propagate_nan), a, b)
+
+
+@builtin
+def clamp(x, min=None, max=None, propagate_nan=PropagateNan.ALL, lo=None, hi=None, _sem=None):  # noqa: A002
+    """``minimum(maximum(x, min), max)``; the bounds may also be given as ``lo`` and ``hi``."""
+    bounds = []
+    for name, alias, v, w in (("min", "lo", min, lo), ("max", "hi", max, hi)):
+        if (v is None) == (w is None):
+            raise KernelTypeError(f"dl.clamp needs its `{name}` bound exactly once (as `{name}=` or `{alias}=`)",
+                                  hint="dl.clamp(x, lo, hi) or dl.clamp(x, min=lo, max=hi)")
+        bounds.append(v if v is not None else w)
+    lo_op, hi_op = _nan_op("maximum", propagate_nan), _nan_op("minimum", propagate_nan)
+    return _sem.binary(hi_op, _sem.binary(lo_op, x, bounds[0]), bounds[1])
 
 
 @builtin
@@ -319,30 +354,49 @@ def _reduction(name, doc):
 
 
 sum = _reduction("sum", "Sum along ``axis`` (all elements when None). Small ints sum in int32; fp16/bf16 accumulate in fp32.")
-max = _reduction("max", "Maximum along ``axis``.")
-min = _reduction("min", "Minimum along ``axis``.")
 prod = _reduction("prod", "Product along ``axis``.")
 xor_sum = _reduction("xor_sum", "Bitwise xor along ``axis``.")
 
 
+def _max_min(name, doc):
+    def fn(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False, _sem=None):
+        _bool_const(return_indices_tie_break_left, "return_indices_tie_break_left")
+        value = _sem.reduce(input, name, axis, keep_dims)
+        if _bool_const(return_indices, "return_indices"):
+            return value, _sem.reduce(input, "arg" + name, axis, keep_dims)
+        return value
+    fn.__name__ = name
+    fn.__qualname__ = name
+    fn.__doc__ = doc
+    return builtin(fn)
+
+
+max = _max_min("max", "Maximum along ``axis``; with ``return_indices=True`` the pair (maximum, index of its first "
+                      "occurrence).")
+min = _max_min("min", "Minimum along ``axis``; with ``return_indices=True`` the pair (minimum, index of its first "
+                      "occurrence).")
+
+
 @builtin
-def argmax(input, axis=None, keep_dims=False, _sem=None):
-    """Index of the maximum along ``axis`` (the first one on ties), as int32; with ``axis=None`` the index
-    into the flattened tile."""
+def argmax(input, axis=None, tie_break_left=True, keep_dims=False, _sem=None):
+    """Index of the maximum along ``axis`` (the first one on ties, which ``tie_break_left=False`` allows too),
+    as int32; with ``axis=None`` the index into the flattened tile."""
+    _bool_const(tie_break_left, "tie_break_left")
     return _sem.reduce(input, "argmax", axis, keep_dims)
 
 
 @builtin
-def argmin(input, axis=None, keep_dims=False, _sem=None):
-    """Index of the minimum along ``axis`` (the first one on ties), as int32; with ``axis=None`` the index
-    into the flattened tile."""
+def argmin(input, axis=None, tie_break_left=True, keep_dims=False, _sem=None):
+    """Index of the minimum along ``axis`` (the first one on ties, which ``tie_break_left=False`` allows too),
+    as int32; with ``axis=None`` the index into the flattened tile."""
+    _bool_const(tie_break_left, "tie_break_left")
     return _sem.reduce(input, "argmin", axis, keep_dims)
 
 
 @builtin
-def cumsum(input, axis=0, reverse=False, _sem=None):
-    """Inclusive prefix sum along ``axis``."""
-    return _sem.scan(input, "sum", axis, reverse)
+def cumsum(input, axis=0, reverse=False, dtype=None, _sem=None):
+    """Inclusive prefix sum along ``axis``; ``dtype`` converts the input first (and is the result's dtype)."""
+    return _sem.scan(input, "sum", axis, reverse, dtype)
 
 
 @builtin
@@ -458,8 +512,10 @@ def associative_scan(input, axis, combine_fn, reverse=False, _sem=None):
 # ---- matrix ----------------------------------------------------------------------------------------------
 
 @builtin
-def dot(input, other, acc=None, out_dtype=None, allow_tf32=None, input_precision=None, _sem=None):
-    """Matrix product on the cube unit: fp16/bf16 inputs accumulate in fp32; ``acc`` is added."""
+def dot(input, other, acc=None, out_dtype=None, allow_tf32=None, input_precision=None, max_num_imprecise_acc=None,
+        _sem=None):
+    """Matrix product on the cube unit: fp16/bf16 inputs accumulate in fp32; ``acc`` is added. The precision
+    hints are accepted and ignored (the cube unit accumulates every product exactly in fp32)."""
     return _sem.dot(input, other, acc, out_dtype)
 
 
@@ -554,6 +610,30 @@ def max_contiguous(x, values, _sem=None):
 
 
 @builtin
+def max_constancy(x, values, _sem=None):
+    """A hint (accepted for Triton compatibility)."""
+    return x
+
+
+@builtin
+def assume(cond, _sem=None):
+    """A hint that ``cond`` holds (accepted for Triton compatibility; nothing is checked or assumed)."""
+    return None
+
+
+@builtin
+def logical_and(x, y, _sem=None):
+    """Elementwise ``x and y`` on truth values (``!= 0``), as an int1 tile; also ``x.logical_and(y)``."""
+    return _sem.logical("and", x, y)
+
+
+@builtin
+def logical_or(x, y, _sem=None):
+    """Elementwise ``x or y`` on truth values (``!= 0``), as an int1 tile; also ``x.logical_or(y)``."""
+    return _sem.logical("or", x, y)
+
+
+@builtin
 def debug_barrier(_sem=None):
     """Accepted for Triton compatibility: programs of dvmlang synchronise through pipe events."""
     return None
@@ -581,7 +661,10 @@ TENSOR_METHODS = {
     "sigmoid": "sigmoid", "reduce": "reduce", "associative_scan": "associative_scan", "ravel": "ravel",
     "cast": "cast", "floor": "floor", "ceil": "ceil", "sin": "sin", "cos": "cos", "erf": "erf", "rsqrt": "rsqrt",
     "xor_sum": "xor_sum", "split": "split", "squeeze": "squeeze", "unsqueeze": "unsqueeze", "tanh": "tanh",
-    "softmax": "softmax",
+    "softmax": "softmax", "cdiv": "cdiv", "logical_and": "logical_and", "logical_or": "logical_or",
+    "atomic_add": "atomic_add", "atomic_max": "atomic_max", "atomic_min": "atomic_min", "atomic_xchg": "atomic_xchg",
+    "atomic_and": "atomic_and", "atomic_or": "atomic_or", "atomic_xor": "atomic_xor", "atomic_cas": "atomic_cas",
+    "advance": "advance",
 }
 
 

@@ -1,6 +1,9 @@
 """The `triton.language` names dvmlang adds for Triton compatibility (docs/language.md, section 11), each
 checked against numpy on sizes that are 1, prime and not powers of two."""
 
+import math
+
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -183,3 +186,291 @@ def test_unknown_keyword_is_a_compile_error_with_the_signature():
     text = _compile_error(bad, x, N=4)
     assert "unexpected keyword argument 'axis'" in text
     assert "the signature is dl.softmax(x, dim=None, keep_dims=False, ieee_rounding=False)" in text
+
+
+# ---- tensor methods ----------------------------------------------------------------------------------------
+
+@dvmlang.kernel
+def _methods_k(x_ptr, i_ptr, out_ptr, iout_ptr, N: dl.constexpr):
+    offs = dl.arange(0, N)
+    x = dl.load(x_ptr + offs)
+    i = dl.load(i_ptr + offs)
+    dl.store(out_ptr + offs, x.floor())
+    dl.store(out_ptr + N + offs, x.ceil())
+    dl.store(out_ptr + 2 * N + offs, x.sin())
+    dl.store(out_ptr + 3 * N + offs, x.cos())
+    dl.store(out_ptr + 4 * N + offs, x.erf())
+    dl.store(out_ptr + 5 * N + offs, dl.abs(x).rsqrt())
+    dl.store(out_ptr + 6 * N + offs, i.cast(dl.float32))
+    dl.store(iout_ptr + offs, i.cdiv(3))
+    dl.store(iout_ptr + N + offs, (i > 0).logical_and(i < 5).to(dl.int32))
+    dl.store(iout_ptr + 2 * N + offs, (i < 0).logical_or(i > 5).to(dl.int32))
+    dl.store(iout_ptr + 3 * N + offs, dl.logical_and(i, 1).to(dl.int32))
+    dl.store(iout_ptr + 4 * N, i.xor_sum(axis=0))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_tensor_methods(rng, n):
+    x = rng.uniform(-3, 3, n).astype(np.float32)
+    i = rng.integers(-10, 10, n).astype(np.int32)
+    out = np.zeros(7 * n, np.float32)
+    iout = np.zeros(4 * n + 1, np.int32)
+    _methods_k[(1,)](x, i, out, iout, N=n)
+    erf = np.vectorize(math.erf)
+    for k, ref in enumerate([np.floor(x), np.ceil(x), np.sin(x), np.cos(x), erf(x), 1 / np.sqrt(np.abs(x)),
+                             i.astype(np.float32)]):
+        np.testing.assert_allclose(out[k * n:(k + 1) * n], ref, rtol=2e-6, atol=1e-7)
+    np.testing.assert_array_equal(iout[:n], -(-i // 3))
+    np.testing.assert_array_equal(iout[n:2 * n], (i > 0) & (i < 5))
+    np.testing.assert_array_equal(iout[2 * n:3 * n], (i < 0) | (i > 5))
+    np.testing.assert_array_equal(iout[3 * n:4 * n], i != 0)
+    assert iout[4 * n] == np.bitwise_xor.reduce(i)
+
+
+@dvmlang.kernel
+def _pointer_methods_k(acc_ptr, x_ptr, old_ptr, N: dl.constexpr):
+    offs = dl.arange(0, N)
+    x = dl.load(x_ptr + offs)
+    p = acc_ptr + offs
+    o1 = p.atomic_add(x)
+    o2 = p.atomic_max(x * 2)
+    o3 = p.atomic_min(x * 3, mask=offs % 2 == 0)
+    o4 = (acc_ptr + N + offs).atomic_xchg(x)
+    o5 = (acc_ptr + 2 * N + offs).atomic_and(x)
+    o6 = (acc_ptr + 3 * N + offs).atomic_or(x)
+    o7 = (acc_ptr + 4 * N + offs).atomic_xor(x)
+    o8 = (acc_ptr + 5 * N + offs).atomic_cas(x, -x)
+    dl.store(old_ptr + offs, o1)
+    dl.store(old_ptr + N + offs, o2)
+    dl.store(old_ptr + 2 * N + offs, o3)
+    dl.store(old_ptr + 3 * N + offs, o4 + o5 + o6 + o7 + o8)
+
+
+@pytest.mark.parametrize("n", [1, 7, 16])
+def test_pointer_atomic_methods(rng, n):
+    x = rng.integers(-20, 20, n).astype(np.int32)
+    init = rng.integers(-20, 20, 6 * n).astype(np.int32)
+    acc, old = init.copy(), np.zeros(4 * n, np.int32)
+    _pointer_methods_k[(1,)](acc, x, old, N=n)
+    a = init[:n].copy()
+    np.testing.assert_array_equal(old[:n], a)
+    a = a + x
+    np.testing.assert_array_equal(old[n:2 * n], a)
+    a = np.maximum(a, 2 * x)
+    even = np.arange(n) % 2 == 0
+    np.testing.assert_array_equal(old[2 * n:3 * n], np.where(even, a, 0))
+    a = np.where(even, np.minimum(a, 3 * x), a)
+    np.testing.assert_array_equal(acc[:n], a)
+    rest = [init[k * n:(k + 1) * n] for k in range(1, 6)]
+    np.testing.assert_array_equal(old[3 * n:], sum(rest))
+    np.testing.assert_array_equal(acc[n:2 * n], x)
+    np.testing.assert_array_equal(acc[2 * n:3 * n], rest[1] & x)
+    np.testing.assert_array_equal(acc[3 * n:4 * n], rest[2] | x)
+    np.testing.assert_array_equal(acc[4 * n:5 * n], rest[3] ^ x)
+    np.testing.assert_array_equal(acc[5 * n:], np.where(rest[4] == x, -x, rest[4]))
+
+
+@dvmlang.kernel
+def _advance_method_k(x_ptr, out_ptr, M, N, BM: dl.constexpr, BN: dl.constexpr):
+    bp = dl.make_block_ptr(x_ptr, (M, N), (N, 1), (0, 0), (BM, BN))
+    total = dl.zeros((BM, BN), dl.float32)
+    for _ in range(dl.cdiv(N, BN)):
+        total += dl.load(bp, boundary_check=(0, 1), padding_option="zero")
+        bp = bp.advance((0, BN))
+    dl.store(out_ptr + dl.arange(0, BM)[:, None] * BN + dl.arange(0, BN)[None, :], total)
+
+
+def test_block_pointer_advance_method(rng):
+    x = rng.standard_normal((3, 11)).astype(np.float32)
+    out = np.zeros((4, 4), np.float32)
+    _advance_method_k[(1,)](x, out, 3, 11, BM=4, BN=4)
+    pad = np.zeros((4, 12), np.float32)
+    pad[:3, :11] = x
+    np.testing.assert_allclose(out, pad.reshape(4, 3, 4).sum(axis=1), rtol=1e-6)
+
+
+# ---- keyword arguments -------------------------------------------------------------------------------------
+
+@dvmlang.kernel
+def _kwargs_k(x_ptr, y_ptr, out_ptr, iout_ptr, M: dl.constexpr, N: dl.constexpr, AXIS: dl.constexpr):
+    offs = dl.arange(0, M)[:, None] * N + dl.arange(0, N)[None, :]
+    x = dl.load(x_ptr + offs)
+    y = dl.load(y_ptr + offs)
+    v, i = dl.max(x, AXIS, return_indices=True)
+    w, j = x.min(axis=AXIS, return_indices=True, return_indices_tie_break_left=False, keep_dims=True)
+    o = dl.arange(0, v.shape[0])
+    dl.store(out_ptr + o, v)
+    dl.store(iout_ptr + o, i)
+    dl.store(out_ptr + M * N + o, dl.reshape(w, v.shape))
+    dl.store(iout_ptr + M * N + o, dl.reshape(j, v.shape))
+    dl.store(iout_ptr + 2 * M * N + o, dl.argmax(x, AXIS, tie_break_left=False))
+    dl.store(iout_ptr + 3 * M * N + o, x.argmin(AXIS, True))
+    dl.store(out_ptr + 2 * M * N + offs, dl.maximum(x, y, propagate_nan=dl.PropagateNan.NONE))
+    dl.store(out_ptr + 3 * M * N + offs, dl.minimum(x, y, propagate_nan=dl.PropagateNan.ALL))
+    dl.store(out_ptr + 4 * M * N + offs, dl.clamp(x, min=-0.5, max=0.5))
+    dl.store(out_ptr + 5 * M * N + offs, dl.clamp(x, lo=-0.25, hi=y, propagate_nan=dl.PropagateNan.NONE))
+    dl.store(out_ptr + 6 * M * N + offs, dl.minimum(x, y, dl.PropagateNan.NONE))
+
+
+@pytest.mark.parametrize("m, n, axis", [(1, 1, 1), (1, 13, 1), (5, 7, 0), (5, 7, 1), (3, 64, 1)])
+def test_return_indices_tie_break_and_propagate_nan(rng, m, n, axis):
+    x = rng.integers(-3, 3, (m, n)).astype(np.float32)  # many ties
+    y = rng.standard_normal((m, n)).astype(np.float32)
+    x.flat[::3] = np.nan
+    y.flat[::2] = np.nan
+    out = np.zeros(7 * m * n, np.float32)
+    iout = np.zeros(4 * m * n, np.int32)
+    _kwargs_k[(1,)](x, y, out, iout, M=m, N=n, AXIS=axis)
+    k = x.shape[1 - axis]
+    mn = m * n
+    np.testing.assert_array_equal(out[:k], np.max(x, axis=axis))
+    np.testing.assert_array_equal(iout[:k], np.argmax(x, axis=axis))
+    np.testing.assert_array_equal(out[mn:mn + k], np.min(x, axis=axis))
+    np.testing.assert_array_equal(iout[mn:mn + k], np.argmin(x, axis=axis))
+    np.testing.assert_array_equal(iout[2 * mn:2 * mn + k], np.argmax(x, axis=axis))
+    np.testing.assert_array_equal(iout[3 * mn:3 * mn + k], np.argmin(x, axis=axis))
+    part = [out[(2 + q) * mn:(3 + q) * mn].reshape(m, n) for q in range(5)]
+    np.testing.assert_array_equal(part[0], np.fmax(x, y))
+    np.testing.assert_array_equal(part[1], np.minimum(x, y))
+    np.testing.assert_array_equal(part[2], np.clip(x, -0.5, 0.5))
+    np.testing.assert_array_equal(part[3], np.fmin(np.fmax(x, -0.25), y))
+    np.testing.assert_array_equal(part[4], np.fmin(x, y))
+
+
+@dvmlang.kernel
+def _int_kwargs_k(x_ptr, out_ptr, N: dl.constexpr):
+    offs = dl.arange(0, N)
+    x = dl.load(x_ptr + offs)
+    dl.store(out_ptr + offs, dl.maximum(x, 3, propagate_nan=dl.PropagateNan.NONE))
+    dl.store(out_ptr + N + offs, dl.clamp(x, 0, 5))
+    dl.store(out_ptr + 2 * N + offs, dl.cumsum(x, 0, dtype=dl.int8))
+    dl.store(out_ptr + 3 * N + offs, x.cumsum(reverse=True, dtype=dl.int64).to(dl.int32))
+    dl.store(out_ptr + 4 * N + offs, dl.cumsum(x.to(dl.int8)))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_integer_kwargs_and_cumsum_dtype(rng, n):
+    x = rng.integers(-100, 100, n).astype(np.int32)
+    out = np.zeros(5 * n, np.int32)
+    _int_kwargs_k[(1,)](x, out, N=n)
+    np.testing.assert_array_equal(out[:n], np.maximum(x, 3))
+    np.testing.assert_array_equal(out[n:2 * n], np.clip(x, 0, 5))
+    np.testing.assert_array_equal(out[2 * n:3 * n], np.cumsum(x.astype(np.int8), dtype=np.int8))  # wraps in int8
+    np.testing.assert_array_equal(out[3 * n:4 * n], np.cumsum(x[::-1])[::-1])
+    np.testing.assert_array_equal(out[4 * n:], np.cumsum(x.astype(np.int8).astype(np.int32)))  # int8 scans in int32
+
+
+@dvmlang.kernel
+def _rounding_k(x_ptr, out_ptr, h_ptr, s, N: dl.constexpr, DT: dl.constexpr, MODE: dl.constexpr):
+    offs = dl.arange(0, N)
+    x = dl.load(x_ptr + offs)
+    dl.store(out_ptr + offs, dl.cast(x, DT, fp_downcast_rounding=MODE))
+    dl.store(out_ptr + N + offs, x.to(DT, fp_downcast_rounding=MODE, bitcast=False))
+    dl.store(h_ptr, s.to(dl.float16, fp_downcast_rounding=MODE))
+
+
+def _rtz_ref(x, dtype):
+    with np.errstate(over="ignore"):
+        r = x.astype(dtype)
+    away = np.abs(r.astype(np.float64)) > np.abs(x.astype(np.float64))
+    bits = r.view(np.dtype(f"u{r.dtype.itemsize}"))
+    return np.where(away, bits - 1, bits).astype(bits.dtype).view(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("mode", ["rtne", "rtz"])
+def test_fp_downcast_rounding(rng, dtype, mode):
+    x = (rng.standard_normal(13) * 10).astype(np.float32)
+    x[:6] = [1e9, -1e9, np.inf, -np.inf, 1e-9, -1e-9]
+    out = np.zeros(26, dtype)
+    h = np.zeros(1, np.float16)
+    s = np.float32(1.0009765625 + 2 ** -12)  # halfway between two float16 neighbours above 1
+    _rounding_k[(1,)](x, out, h, s, N=13, DT=dl.float16 if dtype == np.float16 else dl.bfloat16, MODE=mode)
+    with np.errstate(over="ignore"):
+        ref = x.astype(dtype) if mode == "rtne" else _rtz_ref(x, dtype)
+    np.testing.assert_array_equal(out[:13].view(np.uint16), ref.view(np.uint16))
+    np.testing.assert_array_equal(out[13:].view(np.uint16), ref.view(np.uint16))
+    assert h[0] == (np.float16(1.0009765625) if mode == "rtz" else np.float16(s))
+    if mode == "rtz" and dtype == np.float16:  # a finite overflow gives the largest finite value
+        finite = np.finfo(np.float16).max
+        assert out[0] == finite and out[1] == -finite and np.isinf(out[2]) and out[4] == 0
+
+
+@dvmlang.kernel
+def _hints_k(x_ptr, a_ptr, b_ptr, out_ptr, N: dl.constexpr, K: dl.constexpr):
+    offs = dl.max_constancy(dl.arange(0, N), 1)
+    dl.assume(N > 0)
+    x = dl.load(x_ptr + offs)
+    dl.assume(dl.max(x, axis=0) < 1000.0)
+    dl.device_assert(x >= 0, "x must not be negative")
+    a = dl.load(a_ptr + dl.arange(0, N)[:, None] * K + dl.arange(0, K)[None, :])
+    b = dl.load(b_ptr + dl.arange(0, K)[:, None] * N + dl.arange(0, N)[None, :])
+    c = dl.dot(a, b, max_num_imprecise_acc=0)
+    dl.store(out_ptr + dl.arange(0, N)[:, None] * N + dl.arange(0, N)[None, :], c + x[None, :])
+
+
+def test_hints_and_max_num_imprecise_acc(rng):
+    x = rng.uniform(0, 1, 7).astype(np.float32)
+    a = rng.standard_normal((7, 5)).astype(np.float16)
+    b = rng.standard_normal((5, 7)).astype(np.float16)
+    out = np.zeros((7, 7), np.float32)
+    _hints_k[(1,)](x, a, b, out, N=7, K=5)
+    np.testing.assert_allclose(out, a.astype(np.float32) @ b.astype(np.float32) + x[None, :], rtol=1e-5, atol=1e-5)
+
+
+@dvmlang.kernel
+def _assert_k(x_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    m = offs < n
+    x = dl.load(x_ptr + offs, mask=m, other=-1)
+    dl.device_assert(x >= 0, "negative count", mask=m)
+    dl.device_assert(dl.sum(x, axis=0) < 1000)
+
+
+def test_device_assert_is_mask_aware_and_names_line_and_message():
+    x = np.arange(10, dtype=np.int32)
+    _assert_k[(2,)](x, 10, BLOCK=8)  # the masked-off tail reads -1 but is not checked
+    x[9] = -5
+    with pytest.raises(dvmlang.DeviceError) as ei:
+        _assert_k[(2,)](x, 10, BLOCK=8)
+    text = str(ei.value)
+    assert "programs [1]" in text and "negative count" in text
+    assert f"test_language_triton_names.py:{_assert_k.fn.__code__.co_firstlineno + 5}" in text
+    x[9] = 1500
+    with pytest.raises(dvmlang.DeviceError, match="device assertion failed"):
+        _assert_k[(2,)](x, 10, BLOCK=8)
+
+
+@dvmlang.kernel
+def _bad_kwargs_k(x_ptr, N: dl.constexpr, CASE: dl.constexpr):
+    offs = dl.arange(0, N)
+    x = dl.load(x_ptr + offs)
+    if CASE == 0:
+        r = dl.maximum(x, x, propagate_nan=True)
+    elif CASE == 1:
+        r = dl.clamp(x, 0.0, 1.0, lo=0.0)
+    elif CASE == 2:
+        r = x.to(dl.float16, fp_downcast_rounding="rtp")
+    elif CASE == 3:
+        r = x.to(dl.float64, fp_downcast_rounding="rtz")
+    elif CASE == 4:
+        r = dl.cumsum(x, dtype=dl.int1)
+    elif CASE == 5:
+        r = dl.max(x, 0, return_indices=x > 0)
+    else:
+        r = dl.clamp(x)
+    dl.store(x_ptr + offs, r)
+
+
+@pytest.mark.parametrize("case, message", [
+    (0, "propagate_nan must be dl.PropagateNan.NONE or dl.PropagateNan.ALL"),
+    (1, "needs its `min` bound exactly once"),
+    (2, "fp_downcast_rounding must be 'rtne' or 'rtz'"),
+    (3, "applies to a float converted to a narrower float, not to dl.float32 to dl.float64"),
+    (4, "cannot accumulate in int1"),
+    (5, "return_indices must be a compile-time value"),
+    (6, "needs its `min` bound exactly once"),
+])
+def test_wrong_keyword_use_is_a_compile_error(case, message):
+    text = _compile_error(_bad_kwargs_k, np.zeros(4, np.float32), N=4, CASE=case)
+    assert message in text

@@ -22,13 +22,14 @@ _PY_BINARY = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
     "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow, "and": operator.and_,
     "or": operator.or_, "xor": operator.xor, "shl": operator.lshift, "shr": operator.rshift,
-    "maximum": max, "minimum": min,
+    "maximum": max, "minimum": min, "fmax": max, "fmin": min,
 }
 _PY_COMPARE = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq,
                "ne": operator.ne}
 SYMBOL = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%", "pow": "**",
           "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>", "lt": "<", "le": "<=", "gt": ">",
-          "ge": ">=", "eq": "==", "ne": "!=", "maximum": "maximum", "minimum": "minimum"}
+          "ge": ">=", "eq": "==", "ne": "!=", "maximum": "maximum", "minimum": "minimum", "fmax": "maximum",
+          "fmin": "minimum"}
 
 FLOAT_UNARY = frozenset({"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf",
                          "floor", "ceil", "recip"})
@@ -68,8 +69,22 @@ class Semantic:
             raise KernelTypeError(f"{x!r} is a pointer; load from it with dl.load first")
         raise KernelTypeError(f"expected a number or a tile, got {type(x).__name__} {x!r}")
 
-    def cast(self, x, dtype: dt.DType, bitcast: bool = False) -> tensor:
+    def cast(self, x, dtype: dt.DType, bitcast: bool = False, rounding=None) -> tensor:
+        """``rounding`` is ``fp_downcast_rounding``: None or "rtne" (to nearest even) or "rtz" (toward zero), for a
+        float converted to a narrower float."""
         dtype = self.dtype_arg(dtype)
+        rounding = unwrap(rounding)
+        if rounding is not None:
+            if rounding not in ("rtne", "rtz"):
+                raise KernelTypeError(f"fp_downcast_rounding must be 'rtne' or 'rtz', got {rounding!r}",
+                                      hint="'rtne' rounds to nearest even (the default), 'rtz' toward zero")
+            x = self.to_tensor(x)
+            if bitcast or not (x.dtype.is_float and dtype.is_float and dtype.bits < x.dtype.bits):
+                raise KernelTypeError(f"fp_downcast_rounding applies to a float converted to a narrower float, not to "
+                                      f"{'a bitcast' if bitcast else f'{x.dtype} to {dtype}'}",
+                                      hint="drop fp_downcast_rounding")
+            if rounding == "rtz":
+                return tensor(self.b.cast(x.handle, dtype, False, "rtz"))
         x = self.to_tensor(x, dtype if not bitcast else None)
         if x.dtype is dtype:
             return x
@@ -514,12 +529,17 @@ class Semantic:
                 x = self.cast(x, res)
         return tensor(self.b.reduce(x.handle, opname, ax, keep_dims, res))
 
-    def scan(self, x, opname: str, axis=0, reverse=False):
+    def scan(self, x, opname: str, axis=0, reverse=False, dtype=None):
         x = self.to_tensor(x)
         if x.is_scalar:
             raise KernelTypeError("a scan needs a tile")
         ax = self._axis(x, axis)
-        if x.dtype.is_bool or (x.dtype.is_int and x.dtype.bits < 32):
+        if dtype is not None:
+            d = self.dtype_arg(dtype)
+            if d.is_bool:
+                raise KernelTypeError("a scan cannot accumulate in int1", hint="pass dtype=dl.int32")
+            x = self.cast(x, d)
+        elif x.dtype.is_bool or (x.dtype.is_int and x.dtype.bits < 32):
             x = self.cast(x, dt.int32)
         return tensor(self.b.scan(x.handle, opname, ax, bool(unwrap(reverse))))
 

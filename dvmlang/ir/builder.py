@@ -107,8 +107,11 @@ class Builder:
                 shape = broadcast_shapes(shape, s or ())
         return self.op("select", [c, a, b], [make_type(shape, a.dtype)]).result
 
-    def cast(self, x: Value, dtype: dt.DType, bitcast: bool = False) -> Value:
-        return self.op("cast", [x], [make_type(shape_of(x), dtype)], {"dtype": dtype, "bitcast": bitcast}).result
+    def cast(self, x: Value, dtype: dt.DType, bitcast: bool = False, rounding: str | None = None) -> Value:
+        attrs = {"dtype": dtype, "bitcast": bitcast}
+        if rounding is not None:
+            attrs["rounding"] = rounding  # "rtz": a narrowing float conversion rounds toward zero
+        return self.op("cast", [x], [make_type(shape_of(x), dtype)], attrs).result
 
     def fma(self, a: Value, b: Value, c: Value) -> Value:
         shape = ()

@@ -575,10 +575,11 @@ class Machine:
     def _m_scast(self, d):
         rd, ra, bitcast = d.vals["rd"], d.vals["ra"], d.vals["bitcast"]
         npdt = d.dtype.np
+        cast = _cast_rtz if d.vals["rtz"] else _cast
 
         def fn(b, L):
             v = np.asarray(b.regs[ra])
-            b.regs[rd] = v.view(npdt) if bitcast else _cast(v, npdt)
+            b.regs[rd] = v.view(npdt) if bitcast else cast(v, npdt)
         return Step(d, fn, 1)
 
     def _m_scmp(self, d):
@@ -791,10 +792,11 @@ class Machine:
         w = self._writer(d.vals["dst"])
         npdt = d.dtype.np
         bitcast = d.vals["bitcast"]
+        cast = _cast_rtz if d.vals["rtz"] else _cast
 
         def fn(b, L):
             a = ra(b, L)
-            w(b, np.ascontiguousarray(a).view(npdt) if bitcast else _cast(a, npdt))
+            w(b, np.ascontiguousarray(a).view(npdt) if bitcast else cast(a, npdt))
         return Step(d, fn, self._vec_cost(2, d.vals["dst"], d.vals["a"]))
 
     def _m_vdup(self, d):
@@ -1163,6 +1165,18 @@ def _cast(a: np.ndarray, npdt) -> np.ndarray:
         x = np.where(np.isnan(x), 0, np.clip(np.trunc(x), info.min, info.max))
         return x.astype(npdt)
     return a.astype(npdt)
+
+
+def _cast_rtz(a: np.ndarray, npdt) -> np.ndarray:
+    """A float converted to a narrower float, rounded toward zero: the nearest value, moved one step toward
+    zero wherever rounding went away from zero (so a finite overflow gives the largest finite value)."""
+    r = np.asarray(a.astype(npdt))
+    wide = np.asarray(a, dtype=np.float64)
+    away = (np.abs(r.astype(np.float64)) > np.abs(wide)) | (np.isnan(r.astype(np.float64)) & ~np.isnan(wide))
+    if not away.any():
+        return r
+    bits = r.view(np.dtype(f"u{r.dtype.itemsize}"))
+    return np.where(away, bits - 1, bits).astype(bits.dtype).view(npdt)
 
 
 def _lift(v, rank: int, npdt) -> np.ndarray:

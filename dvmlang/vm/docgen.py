@@ -33,7 +33,8 @@ FAMILY_RULES = {
     "jmp": "the target lies inside the kernel's code and starts an instruction",
     "br": "`rc` is an integer or int1 register; the target lies inside the kernel and starts an instruction",
     "ssel": "`rd`, `ra`, `rb` have the row's dtype; `rc` is int1",
-    "scast": "`rd` has the row's dtype; `ra` exists; a bitcast needs equal sizes",
+    "scast": "`rd` has the row's dtype; `ra` exists; a bitcast needs equal sizes; `rtz` needs a float converted "
+             "to a narrower float (and no bitcast)",
     "scmp": "`rd` is int1; `ra`, `rb` have the row's dtype; `cc` is 0-5",
     "sbin": "`rd`, `ra`, `rb` have the row's dtype, which the dtype rule allows",
     "sun": "`rd`, `ra` have the row's dtype, which the dtype rule allows",
@@ -56,7 +57,8 @@ FAMILY_RULES = {
     "vcmps": "dst is int1, a has the row's dtype, equal shapes; `rs` has the row's dtype; `cc` is 0-5",
     "vun": "two UB tiles of the row's dtype with equal shapes",
     "vsel": "c is int1; dst, a, b have the row's dtype; dst's shape is the broadcast of c, a, b",
-    "vcast": "dst has the row's dtype and a's shape; a bitcast needs equal element sizes",
+    "vcast": "dst has the row's dtype and a's shape; a bitcast needs equal element sizes; `rtz` needs a float "
+             "converted to a narrower float (and no bitcast)",
     "vdup": "dst has the row's dtype; `rs` has it too",
     "viota": "dst is a 1-D int32 tile; `start` is an immediate",
     "vcopy": "same dtypes; a broadcasts to dst's shape",

@@ -280,7 +280,7 @@ BINARY = {
     "maximum": (np.maximum, "num", 1), "minimum": (np.minimum, "num", 1), "pow": (_pow, "num", 8),
     "and": (np.bitwise_and, "intbool", 1), "or": (np.bitwise_or, "intbool", 1),
     "xor": (np.bitwise_xor, "intbool", 1), "shl": (_shl, "int", 1), "shr": (_shr, "int", 1),
-    "umulhi": (_umulhi, "int", 2),
+    "umulhi": (_umulhi, "int", 2), "fmax": (np.fmax, "num", 1), "fmin": (np.fmin, "num", 1),
 }
 COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
            "ne": np.not_equal}
@@ -317,8 +317,9 @@ _row("BRNZ", 0x0009, S, [H("rc", "reg"), F("target", "target")], Cost("branch", 
      "Jump to target if rc is not zero.", "br", dtypes="none", when=True)
 _row("SSEL", 0x000A, S, [H("rd", "reg"), H("rc", "reg"), H("ra", "reg"), F("rb", "reg")], Cost("scalar", 1),
      "rd = rc ? ra : rb.", "ssel")
-_row("SCAST", 0x000B, S, [H("rd", "reg"), H("ra", "reg"), H("bitcast", "flag")], Cost("scalar", 1),
-     "rd = ra converted to the row's dtype (bitcast reinterprets the bits).", "scast")
+_row("SCAST", 0x000B, S, [H("rd", "reg"), H("ra", "reg"), H("bitcast", "flag"), H("rtz", "flag")], Cost("scalar", 1),
+     "rd = ra converted to the row's dtype (bitcast reinterprets the bits; rtz rounds a narrowing float "
+     "conversion toward zero).", "scast")
 _row("SCMP", 0x000C, S, [H("rd", "reg"), H("ra", "reg"), H("cc", "cc"), F("rb", "reg")], Cost("scalar", 1),
      "rd (int1) = ra <cc> rb, compared in the row's dtype.", "scmp", dtypes="num")
 _row("MOVTS", 0x000D, S, [H("rd", "reg"), F("src", "tile")], Cost("scalar_gm", 1),
@@ -378,8 +379,9 @@ for _name, (_fn, _rule, _k) in UNARY.items():
     _op += 1
 _row("VSEL", 0x0380, V, [F("dst", "tile"), F("c", "tile"), F("a", "tile"), F("b", "tile")], Cost("vector", 1),
      "dst = c ? a : b, elementwise with broadcasting.", "vsel")
-_row("VCAST", 0x0381, V, [H("bitcast", "flag"), F("dst", "tile"), F("a", "tile")], Cost("vector", 2),
-     "dst = a converted to dst's dtype (round to nearest even; bitcast reinterprets).", "vcast")
+_row("VCAST", 0x0381, V, [H("bitcast", "flag"), H("rtz", "flag"), F("dst", "tile"), F("a", "tile")],
+     Cost("vector", 2), "dst = a converted to dst's dtype (round to nearest even, or toward zero with rtz on a "
+     "narrowing float conversion; bitcast reinterprets).", "vcast")
 _row("VDUP", 0x0382, V, [H("rs", "reg"), F("dst", "tile")], Cost("vector", 1), "Fill dst with a scalar register.",
      "vdup")
 _row("VIOTA", 0x0383, V, [F("dst", "tile"), F("start", "sop")], Cost("vector", 1),

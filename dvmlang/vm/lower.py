@@ -765,12 +765,13 @@ class Lowering:
         x = op.operands[0]
         r = op.result
         bitcast = int(op.attrs["bitcast"])
+        rtz = int(op.attrs.get("rounding") == "rtz")
         if not r.is_tile:
-            self._emit(isa.BY_NAME["SCAST"], {"rd": self.reg(r), "ra": self.reg(x), "bitcast": bitcast}, r.dtype,
-                       op.loc)
+            self._emit(isa.BY_NAME["SCAST"], {"rd": self.reg(r), "ra": self.reg(x), "bitcast": bitcast, "rtz": rtz},
+                       r.dtype, op.loc)
             return
-        self._emit(isa.BY_NAME["VCAST"], {"bitcast": bitcast, "dst": self.tile(r), "a": self.tile(x)}, r.dtype,
-                   op.loc, reads=[self.rng(x)], writes=[self.rng(r)])
+        self._emit(isa.BY_NAME["VCAST"], {"bitcast": bitcast, "rtz": rtz, "dst": self.tile(r), "a": self.tile(x)},
+                   r.dtype, op.loc, reads=[self.rng(x)], writes=[self.rng(r)])
 
     def _op_broadcast(self, op):
         r = op.result

@@ -100,6 +100,12 @@ class _KernelValidator:
         if t not in self.starts:
             self.fail(d, "branch into the middle of an instruction", "an instruction boundary", str(t))
 
+    def rtz(self, d, src, dst):
+        """Rounding toward zero applies to a float conversion to a narrower float, never to a bitcast."""
+        if d.vals["rtz"] and (d.vals["bitcast"] or not (src.is_float and dst.is_float and dst.bits < src.bits)):
+            self.fail(d, "rtz rounding needs a conversion from a float to a narrower float",
+                      "a narrowing float conversion", f"{src.name} -> {dst.name}")
+
     def same(self, d, what, a, b):
         if a != b:
             self.fail(d, what, str(b), str(a))
@@ -226,6 +232,7 @@ class _KernelValidator:
             src = self.reg(d, "ra")
             if v["bitcast"] and src.itemsize != ty.itemsize:
                 self.fail(d, "bitcast between types of different sizes")
+            self.rtz(d, src, ty)
         elif fam == "scmp":
             self.reg(d, "rd", dt.bool_)
             self.reg(d, "ra", ty)
@@ -329,6 +336,7 @@ class _KernelValidator:
             self.same(d, "result shape", ds, as_)
             if v["bitcast"] and dd.itemsize != ad.itemsize:
                 self.fail(d, "bitcast between types of different sizes")
+            self.rtz(d, ad, dd)
         elif fam == "vdup":
             dd, _ = self.tile(d, "dst")
             self.same(d, "result dtype", dd, ty)
