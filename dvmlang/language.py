@@ -410,8 +410,9 @@ def softmax(x, dim=None, keep_dims=False, ieee_rounding=False, _sem=None):
     """``exp(x - max) / sum(exp(x - max))`` along ``dim`` (as in Triton, ``None`` means dimension 0). The result
     has ``x``'s shape; ``keep_dims`` and ``ieee_rounding`` are accepted and change nothing."""
     x = _sem.to_tensor(x)
-    if x.is_scalar:
-        raise KernelTypeError("dl.softmax needs a tile, got a scalar")
+    if not x.shape:
+        raise KernelTypeError("dl.softmax needs a tile with at least one dimension, got a single value",
+                              hint="the softmax of a single value is 1.0")
     d = 0 if unwrap(dim) is None else dim
     z = _sem.binary("sub", x, _sem.reduce(x, "max", d, True))
     num = _sem.unary("exp", z)
@@ -555,8 +556,8 @@ def device_assert(cond, msg="", mask=None, _sem=None):
 
 
 @builtin
-def ravel(x, _sem=None):
-    """The tile flattened to one dimension (row-major)."""
+def ravel(x, can_reorder=False, _sem=None):
+    """The tile flattened to one dimension (row-major; ``can_reorder`` is accepted, the order is always kept)."""
     x = _sem.to_tensor(x)
     return _sem.reshape(x, (x.numel,))
 
@@ -567,7 +568,8 @@ def squeeze(x, dim, _sem=None):
     x = _sem.to_tensor(x)
     d = _int_const(dim, "squeeze dim") % len(x.shape)
     if x.shape[d] != 1:
-        raise KernelTypeError(f"dl.squeeze: dimension {d} of shape {x.shape} is not 1")
+        raise KernelTypeError(f"dl.squeeze: dimension {d} of shape {x.shape} is not 1",
+                              hint="only a dimension of size 1 can be removed; use dl.reshape to change sizes")
     return _sem.reshape(x, x.shape[:d] + x.shape[d + 1:])
 
 
@@ -582,13 +584,27 @@ def split(a, _sem=None):
     """The inverse of ``dl.join``: split a tile whose last dimension is 2 into two tiles."""
     a = _sem.to_tensor(a)
     if not a.shape or a.shape[-1] != 2:
-        raise KernelTypeError(f"dl.split needs a last dimension of 2, got shape {a.shape}")
+        raise KernelTypeError(f"dl.split needs a last dimension of 2, got shape {a.shape}",
+                              hint="dl.split undoes dl.join; reshape to (..., 2) first, or slice with x[..., :k]")
     r = len(a.shape)
     outs = []
     for j in (0, 1):
         part = _sem.slice(a, (0,) * (r - 1) + (j,), a.shape[:-1] + (1,))
         outs.append(_sem.reshape(part, a.shape[:-1]) if r > 1 else _sem.as_scalar(part))
     return tuple(outs)
+
+
+@builtin
+def interleave(a, b, _sem=None):
+    """The elements of ``a`` and ``b`` alternating along the last dimension, which doubles (both broadcast to
+    one shape first); two scalars give a tile of 2."""
+    return _sem.interleave(a, b)
+
+
+@builtin
+def flip(x, dim=None, _sem=None):
+    """``x`` reversed along ``dim`` (the last dimension when None)."""
+    return _sem.flip(x, dim)
 
 
 @builtin
@@ -664,7 +680,7 @@ TENSOR_METHODS = {
     "softmax": "softmax", "cdiv": "cdiv", "logical_and": "logical_and", "logical_or": "logical_or",
     "atomic_add": "atomic_add", "atomic_max": "atomic_max", "atomic_min": "atomic_min", "atomic_xchg": "atomic_xchg",
     "atomic_and": "atomic_and", "atomic_or": "atomic_or", "atomic_xor": "atomic_xor", "atomic_cas": "atomic_cas",
-    "advance": "advance",
+    "advance": "advance", "flip": "flip", "interleave": "interleave", "join": "join",
 }
 
 

@@ -474,3 +474,136 @@ def _bad_kwargs_k(x_ptr, N: dl.constexpr, CASE: dl.constexpr):
 def test_wrong_keyword_use_is_a_compile_error(case, message):
     text = _compile_error(_bad_kwargs_k, np.zeros(4, np.float32), N=4, CASE=case)
     assert message in text
+
+
+# ---- shape helpers -----------------------------------------------------------------------------------------
+
+@dvmlang.kernel
+def _offs(SHAPE):
+    if len(SHAPE) == 1:
+        return dl.arange(0, SHAPE[0])
+    if len(SHAPE) == 2:
+        return dl.arange(0, SHAPE[0])[:, None] * SHAPE[1] + dl.arange(0, SHAPE[1])[None, :]
+    return (dl.arange(0, SHAPE[0])[:, None, None] * SHAPE[1] + dl.arange(0, SHAPE[1])[None, :, None]) * SHAPE[2] + \
+        dl.arange(0, SHAPE[2])[None, None, :]
+
+
+@dvmlang.kernel
+def _flip_k(x_ptr, out_ptr, SHAPE: dl.constexpr, DIM: dl.constexpr, METHOD: dl.constexpr):
+    offs = _offs(SHAPE)
+    x = dl.load(x_ptr + offs)
+    dl.store(out_ptr + offs, x.flip(DIM) if METHOD else dl.flip(x, dim=DIM))
+
+
+@pytest.mark.parametrize("shape, dim", [((1,), None), ((7,), None), ((13,), 0), ((64,), -1), ((5, 7), 0),
+                                        ((5, 7), 1), ((1, 13), None), ((3, 4, 5), 1), ((3, 4, 5), None)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+def test_flip(rng, shape, dim, dtype):
+    x = (rng.standard_normal(shape) * 50).astype(dtype)
+    for method in (False, True):
+        out = np.zeros_like(x)
+        _flip_k[(1,)](x, out, SHAPE=shape, DIM=dim, METHOD=method)
+        np.testing.assert_array_equal(out, np.flip(x, axis=len(shape) - 1 if dim is None else dim))
+
+
+@dvmlang.kernel
+def _interleave_k(a_ptr, b_ptr, out_ptr, s_ptr, M: dl.constexpr, N: dl.constexpr):
+    a = dl.load(a_ptr + _offs((M, N)))
+    b = dl.load(b_ptr + _offs((M, N)))
+    dl.store(out_ptr + _offs((M, 2 * N)), dl.interleave(a, b))
+    dl.store(out_ptr + 2 * M * N + _offs((2 * N,)), dl.interleave(dl.reshape(a[0], (N,)), 5.0))
+    dl.store(s_ptr + dl.arange(0, 2), dl.interleave(dl.sum(a, axis=None), dl.max(b, axis=None)))
+    x, y = dl.split(dl.join(a, b))
+    dl.store(out_ptr + 2 * M * N + 2 * N + _offs((M, N)), x - y)
+
+
+@pytest.mark.parametrize("m, n", [(1, 1), (1, 7), (5, 13), (4, 16)])
+def test_interleave_join_split(rng, m, n):
+    a = rng.standard_normal((m, n)).astype(np.float32)
+    b = rng.standard_normal((m, n)).astype(np.float32)
+    out = np.zeros(3 * m * n + 2 * n, np.float32)
+    s = np.zeros(2, np.float32)
+    _interleave_k[(1,)](a, b, out, s, M=m, N=n)
+    ref = np.stack([a, b], axis=-1).reshape(m, 2 * n)
+    np.testing.assert_array_equal(out[:2 * m * n].reshape(m, 2 * n), ref)
+    np.testing.assert_array_equal(out[2 * m * n:2 * m * n + 2 * n], np.stack([a[0], np.full(n, 5.0)], -1).ravel())
+    np.testing.assert_allclose(s, [a.sum(), b.max()], rtol=1e-6)
+    np.testing.assert_array_equal(out[2 * m * n + 2 * n:].reshape(m, n), a - b)
+
+
+@dvmlang.kernel
+def _reshape_helpers_k(x_ptr, out_ptr, s_ptr, M: dl.constexpr, N: dl.constexpr):
+    x = dl.load(x_ptr + _offs((M, N)))
+    base = 0
+    dl.store(out_ptr + _offs((M * N,)), dl.ravel(x))
+    dl.store(out_ptr + M * N + _offs((M * N,)), x.ravel(can_reorder=True) * 2)
+    dl.store(out_ptr + 2 * M * N + _offs((N, M)), x.reshape(N, M))
+    dl.store(out_ptr + 3 * M * N + _offs((M * N,)), dl.view(x, M * N) + 1)
+    dl.store(out_ptr + 4 * M * N + _offs((M, N)), x.view(M, N) - 1)
+    row = dl.load(x_ptr + _offs((N,)))
+    dl.store(out_ptr + 5 * M * N + _offs((M, N)), dl.broadcast_to(row, M, N) + row.broadcast_to(M, N))
+    e = dl.expand_dims(row, (0, 2))
+    dl.store(out_ptr + 6 * M * N + _offs((1, N, 1)), e * 3)
+    dl.store(out_ptr + 6 * M * N + N + _offs((N,)), dl.squeeze(dl.unsqueeze(row, 0), 0) + row.unsqueeze(1).squeeze(1))
+    p, q = dl.split(dl.reshape(dl.arange(0, 2), (2,)))
+    dl.store(s_ptr + base, p * 10 + q)
+
+
+@pytest.mark.parametrize("m, n", [(1, 1), (1, 7), (5, 13), (4, 16)])
+def test_ravel_reshape_view_broadcast_squeeze(rng, m, n):
+    x = rng.standard_normal((m, n)).astype(np.float32)
+    out = np.zeros(6 * m * n + 2 * n, np.float32)
+    s = np.zeros(1, np.int32)
+    _reshape_helpers_k[(1,)](x, out, s, M=m, N=n)
+    mn = m * n
+    np.testing.assert_array_equal(out[:mn], x.ravel())
+    np.testing.assert_array_equal(out[mn:2 * mn], x.ravel() * 2)
+    np.testing.assert_array_equal(out[2 * mn:3 * mn], x.ravel())
+    np.testing.assert_array_equal(out[3 * mn:4 * mn], x.ravel() + 1)
+    np.testing.assert_array_equal(out[4 * mn:5 * mn], x.ravel() - 1)
+    np.testing.assert_array_equal(out[5 * mn:6 * mn].reshape(m, n), np.broadcast_to(2 * x.ravel()[:n], (m, n)))
+    np.testing.assert_array_equal(out[6 * mn:6 * mn + n], x.ravel()[:n] * 3)
+    np.testing.assert_array_equal(out[6 * mn + n:], x.ravel()[:n] * 2)
+    assert s[0] == 1
+
+
+@dvmlang.kernel
+def _bad_shape_k(x_ptr, N: dl.constexpr, CASE: dl.constexpr):
+    x = dl.load(x_ptr + dl.arange(0, N))
+    if CASE == 0:
+        r = dl.flip(x, 1)
+    elif CASE == 1:
+        r, _ = dl.split(x)
+    elif CASE == 2:
+        r = dl.squeeze(x, 0)
+    else:
+        r = dl.flip(dl.sum(x, axis=0))
+    dl.store(x_ptr + dl.arange(0, N), r)
+
+
+@pytest.mark.parametrize("case, message", [(0, "axis 1 is out of range"), (1, "needs a last dimension of 2"),
+                                           (2, "is not 1"), (3, "dl.flip needs a tile with at least one dimension")])
+def test_shape_helper_errors(case, message):
+    text = _compile_error(_bad_shape_k, np.zeros(4, np.float32), N=4, CASE=case)
+    assert message in text
+
+
+@dvmlang.kernel
+def _broadcast_users_k(x_ptr, out_ptr, M: dl.constexpr, N: dl.constexpr):
+    row = dl.load(x_ptr + dl.arange(0, N))
+    b = dl.broadcast_to(row, M, N)
+    offs = _offs((M, N))
+    dl.store(out_ptr + offs, b + 1.0)
+    dl.store(out_ptr + M * N + offs, dl.where(b > 1.0, b, 0.0))
+    dl.store(out_ptr + 2 * M * N + offs, dl.fma(b, b, 1.0))
+    dl.store(out_ptr + 3 * M * N + offs, b + dl.broadcast_to(row[None, :] * 2, (M, N)))
+
+
+@pytest.mark.parametrize("m, n", [(1, 1), (2, 3), (3, 1)])
+def test_explicit_broadcasts_next_to_scalars_and_other_broadcasts(m, n):
+    # regression: an unmaterialised broadcast next to a scalar, or meeting another one, gave invalid bytecode
+    x = np.arange(n, dtype=np.float32) + 1
+    out = np.zeros(4 * m * n, np.float32)
+    _broadcast_users_k[(1,)](x, out, M=m, N=n)
+    b = np.broadcast_to(x, (m, n)).ravel()
+    np.testing.assert_array_equal(out.reshape(4, -1), [b + 1, np.where(b > 1, b, 0), b * b + 1, 3 * b])

@@ -489,6 +489,27 @@ class Semantic:
         r = len(a.shape)
         return self.cat(self.expand_dims(a, r), self.expand_dims(b, r), axis=r)
 
+    def flip(self, x, dim=None):
+        """``x`` reversed along ``dim`` (the last dimension when None): a take with a descending index."""
+        x = self.to_tensor(x)
+        if not x.shape:
+            raise KernelTypeError("dl.flip needs a tile with at least one dimension, got a single value",
+                                  hint="a single value is its own flip")
+        ax = len(x.shape) - 1 if unwrap(dim) is None else self._axis(x, dim)
+        n = x.shape[ax]
+        if n == 1:
+            return x
+        rev = self.binary("sub", n - 1, self.arange(0, n))
+        idx = self.reshape(rev, tuple(n if d == ax else 1 for d in range(len(x.shape))))
+        return tensor(self.b.take(x.handle, idx.handle, ax))
+
+    def interleave(self, a, b):
+        """The elements of ``a`` and ``b`` alternating along the last dimension."""
+        c = self.join(a, b)
+        if len(c.shape) == 1:
+            return c
+        return self.reshape(c, c.shape[:-2] + (2 * c.shape[-2],))
+
     def slice(self, x: tensor, starts, sizes) -> tensor:
         return tensor(self.b.slice(x.handle, tuple(starts), tuple(sizes)))
 
@@ -501,7 +522,8 @@ class Semantic:
             raise ConstexprError("the reduction axis must be a compile-time integer")
         rank = len(x.shape)
         if not -rank <= axis < rank:
-            raise KernelTypeError(f"axis {axis} is out of range for a tile of shape {_shape_text(x.shape)}")
+            raise KernelTypeError(f"axis {axis} is out of range for a tile of shape {_shape_text(x.shape)}",
+                                  hint=f"axes run from 0 to {rank - 1}; negative axes count from the end")
         return axis % rank
 
     def reduce(self, x, opname: str, axis=None, keep_dims=False, dtype=None):

@@ -139,6 +139,10 @@ class Builder:
         return self.op("slice", [x], [TileType(tuple(sizes), x.dtype)],
                        {"starts": tuple(starts), "sizes": tuple(sizes)}).result
 
+    def take(self, x: Value, index: Value, axis: int) -> Value:
+        shape = tuple(index.shape[d] if d == axis else x.shape[d] for d in range(len(x.shape)))
+        return self.op("take", [x, index], [TileType(shape, x.dtype)], {"axis": axis}).result
+
     def to_scalar(self, x: Value) -> Value:
         return self.op("to_scalar", [x], [ScalarType(x.dtype)]).result
 

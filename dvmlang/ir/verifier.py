@@ -14,7 +14,7 @@ KNOWN = frozenset({
     "const", "program_id", "num_programs", "arange", "full", "tensor_dim", "tensor_stride", "binary",
     "compare", "unary", "select", "cast", "fma", "broadcast", "reshape", "permute", "cat", "slice",
     "to_scalar", "reduce", "scan", "load", "store", "dma_load", "dma_store", "gather", "scatter", "atomic",
-    "dot", "print", "for", "while", "if", "scope", "yield", "break", "continue", "return", "assert",
+    "dot", "print", "for", "while", "if", "scope", "yield", "break", "continue", "return", "assert", "take",
 })
 
 
@@ -101,6 +101,13 @@ class _Verifier:
                 want = [r.type for r in target.results]
                 if [v.type for v in op.operands] != want:
                     self.fail(op, f"{k} carries {[str(v.type) for v in op.operands]}, expected {want}")
+        elif k == "take":
+            x, idx = types
+            ax = op.attrs["axis"]
+            if not (isinstance(x, TileType) and isinstance(idx, TileType)) or not idx.dtype.is_int or \
+                    len(x.shape) != len(idx.shape) or not 0 <= ax < len(x.shape) or \
+                    any(idx.shape[d] not in (1, x.shape[d]) for d in range(len(x.shape)) if d != ax):
+                self.fail(op, "take needs a tile and an integer index tile of its rank that fit along the axis")
         elif k == "dot":
             a, b = types[0], types[1]
             if not (isinstance(a, TileType) and isinstance(b, TileType)) or a.shape[-1] != b.shape[-2]:

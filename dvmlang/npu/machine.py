@@ -915,6 +915,29 @@ class Machine:
             w(b, ra(b, L)[sl])
         return Step(d, fn, self._vec_cost(1, d.vals["dst"]))
 
+    def _m_vtake(self, d):
+        ra, ri = self._reader(d.vals["a"]), self._reader(d.vals["index"])
+        w = self._writer(d.vals["dst"])
+        axis = d.vals["axis"] + 1
+        _, _, ashape = self._layout(d.vals["a"])
+        _, _, dshape = self._layout(d.vals["dst"])
+        n = ashape[d.vals["axis"]]
+        pc = d.pc
+
+        def fn(b, L):
+            a, idx = ra(b, L), ri(b, L)
+            bad = (idx < 0) | (idx >= n)
+            if bad.any():
+                rows = bad.reshape(bad.shape[0], -1).any(axis=1)
+                pids = b.pids[rows] if rows.shape[0] == b.n else b.pids
+                raise DeviceError(f"kernel `{L.name}`: gather index {idx[bad].flat[0]} is outside [0, {n}) in "
+                                  f"programs {pids[:8].tolist()}" + _where(L, pc))
+            rows = max(a.shape[0], idx.shape[0])
+            a = np.broadcast_to(a, (rows,) + a.shape[1:])
+            idx = np.broadcast_to(idx.astype(np.intp, copy=False), (rows,) + tuple(dshape))
+            w(b, np.take_along_axis(a, idx, axis=axis))
+        return Step(d, fn, self._vec_cost(d.ins.cost.k, d.vals["dst"], d.vals["a"]))
+
     def _m_vcat(self, d):
         ra, rb = self._reader(d.vals["a"]), self._reader(d.vals["b"])
         w = self._writer(d.vals["dst"])

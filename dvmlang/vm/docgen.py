@@ -68,6 +68,8 @@ FAMILY_RULES = {
     "vperm": "`perm` is a permutation of a's axes (rank <= 4); dst has the permuted shape and a's dtype",
     "vslice": "equal ranks <= 4; every start plus dst's extent fits inside a; same dtypes",
     "vcat": "`axis` < rank; equal ranks; a and b agree off the axis; dst's extent on the axis is their sum",
+    "vtake": "`axis` < rank; a, index and dst have one rank; index is an integer tile whose dims off the axis are "
+             "1 or a's; dst has a's dims off the axis and index's on it, and the row's dtype, as a has",
     "vfma": "four tiles of the row's dtype; dst's shape is the broadcast of a, b, c",
     "dma_load": "`tensor` names a tensor parameter of the tile's dtype; the tile's rank equals the row's "
                 "rank and lies inside the footprint of its memory space; base, strides and box bounds are "

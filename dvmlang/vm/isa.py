@@ -400,6 +400,9 @@ _row("VSLICE", 0x0388, V, [F("dst", "tile"), F("a", "tile"), F("s0", "u16"), F("
      "dst = a[s0:, s1:, ...] cut to dst's shape.", "vslice")
 _row("VCAT", 0x0389, V, [H("axis", "u4"), F("dst", "tile"), F("a", "tile"), F("b", "tile")], Cost("vector", 1),
      "dst = concatenate(a, b, axis).", "vcat")
+_row("VTAKE", 0x038B, V, [H("axis", "u4"), F("dst", "tile"), F("a", "tile"), F("index", "tile")], Cost("vector", 4),
+     "dst = take_along_axis(a, index, axis): dst[..., i, ...] = a[..., index[..., i, ...], ...]; index's other "
+     "dims are 1 or a's. An index outside [0, a.shape[axis]) faults.", "vtake")
 _row("VFMA", 0x038A, V, [F("dst", "tile"), F("a", "tile"), F("b", "tile"), F("c", "tile")], Cost("vector", 2),
      "dst = a * b + c (rounded once per op in the dtype).", "vfma", dtypes="float")
 

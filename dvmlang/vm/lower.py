@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import BufferOverflowError, CompilationError, ResourceError, SourceLoc
+from ..ir.builder import broadcast_shapes
 from ..ir.core import Block, Function, Op, ScalarType, TileType, Value
 from . import isa
 
@@ -283,8 +284,23 @@ class Lowering:
         return y is d.result and self._users.get(y.id) == [term]
 
     def _all_elementwise_users(self, v: Value) -> bool:
+        """Whether a broadcast may stay unmaterialised: every user is elementwise and still gets its result's shape
+        from numpy broadcasting when every broadcast among its operands is left at its source's shape (a tile
+        next to a scalar, or two broadcasts that only meet in the result, need the copy)."""
         users = self._users.get(v.id, [])
-        return bool(users) and all(u.kind in ELEMENTWISE and isinstance(u.results[0].type, TileType) for u in users)
+        if not users:
+            return False
+        for u in users:
+            if u.kind not in ELEMENTWISE or not isinstance(u.results[0].type, TileType):
+                return False
+            shape = ()
+            for x in u.operands:
+                if isinstance(x.type, TileType):
+                    src = x.op.operands[0] if x.op is not None and x.op.kind == "broadcast" else x
+                    shape = broadcast_shapes(shape, src.shape)
+            if shape != u.results[0].shape:
+                return False
+        return True
 
     def _home_for(self, values: list[Value], loc) -> list:
         homes = []
@@ -816,6 +832,13 @@ class Lowering:
         self._emit(isa.BY_NAME["VSLICE"], {"dst": self.tile(r), "a": self.tile(x), "s0": starts[0], "s1": starts[1],
                                            "s2": starts[2], "s3": starts[3]}, r.dtype, op.loc,
                    reads=[self.rng(x)], writes=[self.rng(r)])
+
+    def _op_take(self, op):
+        r = op.result
+        x, idx = op.operands
+        self._emit(isa.BY_NAME["VTAKE"], {"axis": op.attrs["axis"], "dst": self.tile(r), "a": self.tile(x),
+                                          "index": self.tile(idx)}, r.dtype, op.loc,
+                   reads=[self.rng(x), self.rng(idx)], writes=[self.rng(r)])
 
     def _op_to_scalar(self, op):
         x = op.operands[0]

@@ -397,6 +397,21 @@ class _KernelValidator:
                 if v[f"s{i}"] + n > m:
                     self.fail(d, "slice outside the source", f"<= {m}", str(v[f's{i}'] + n))
             self.same(d, "result dtype", dd, ad)
+        elif fam == "vtake":
+            dd, ds = self.tile(d, "dst")
+            ad, as_ = self.tile(d, "a")
+            idd, is_ = self.tile(d, "index")
+            ax = v["axis"]
+            if not idd.is_int:
+                self.fail(d, "VTAKE index must be an integer tile", "an integer dtype", idd.name)
+            if len(as_) != len(is_) or len(ds) != len(as_) or ax >= len(as_):
+                self.fail(d, "VTAKE ranks or axis out of range")
+            want = tuple(is_[i] if i == ax else as_[i] for i in range(len(as_)))
+            if any(is_[i] not in (1, as_[i]) for i in range(len(as_)) if i != ax):
+                self.fail(d, "VTAKE index dims off the axis must be 1 or the source's", str(as_), str(is_))
+            self.same(d, "result shape", ds, want)
+            self.same(d, "operand dtype", ad, ty)
+            self.same(d, "operand dtype", dd, ty)
         elif fam == "vcat":
             dd, ds = self.tile(d, "dst")
             ad, as_ = self.tile(d, "a")
