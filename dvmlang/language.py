@@ -355,7 +355,13 @@ def _reduction(name, doc):
 
 sum = _reduction("sum", "Sum along ``axis`` (all elements when None). Small ints sum in int32; fp16/bf16 accumulate in fp32.")
 prod = _reduction("prod", "Product along ``axis``.")
-xor_sum = _reduction("xor_sum", "Bitwise xor along ``axis``.")
+xor_sum = _reduction("xor_sum", "Bitwise xor along ``axis`` (integers and booleans).")
+
+
+@builtin
+def reduce_or(input, axis=None, keep_dims=False, _sem=None):
+    """Bitwise or along ``axis`` (integers and booleans; on booleans, "any")."""
+    return _sem.reduce(input, "or", axis, keep_dims)
 
 
 def _max_min(name, doc):
@@ -417,6 +423,47 @@ def softmax(x, dim=None, keep_dims=False, ieee_rounding=False, _sem=None):
     z = _sem.binary("sub", x, _sem.reduce(x, "max", d, True))
     num = _sem.unary("exp", z)
     return _sem.binary("truediv", num, _sem.reduce(num, "sum", d, True))
+
+
+@builtin
+def sort(x, dim=None, descending=False, _sem=None):
+    """``x`` sorted along ``dim`` (the last dimension when None), ascending unless ``descending``; NaN sorts as
+    the largest value."""
+    return _sem.sort(x, dim, _bool_const(descending, "descending"))
+
+
+@builtin
+def topk(x, k, dim=None, _sem=None):
+    """The ``k`` largest elements along ``dim`` (the last dimension when None), largest first."""
+    return _sem.topk(x, k, dim)
+
+
+@builtin
+def gather(src, index, axis, _sem=None):
+    """``out[..., i, ...] = src[..., index[..., i, ...], ...]`` along ``axis``: ``index`` has ``src``'s rank and
+    shape except along ``axis``; the result has ``index``'s shape. An index outside ``[0, src.shape[axis])``
+    stops the launch with ``DeviceError``."""
+    return _sem.gather(src, index, axis)
+
+
+@builtin
+def histogram(input, num_bins, mask=None, _sem=None):
+    """The ``int32`` counts of the values ``0 .. num_bins - 1`` among the integer elements of ``input`` (any
+    shape); other values, and elements where ``mask`` is false, are not counted."""
+    return _sem.histogram(input, num_bins, mask)
+
+
+@builtin
+def swizzle2d(i, j, size_i, size_j, size_g, _sem=None):
+    """Triton's tile reordering: the index pair (i, j) of a row-major ``size_i x size_j`` grid mapped to one that
+    walks column-major within groups of ``size_g`` rows (better reuse for matmul tiles)."""
+    ij = _sem.binary("add", _sem.binary("mul", i, size_j), j)
+    size_gj = _sem.binary("mul", size_g, size_j)
+    off_i = _sem.binary("mul", _sem.binary("floordiv", ij, size_gj), size_g)
+    rows = _sem.binary("minimum", _sem.binary("sub", size_i, off_i), size_g)
+    new_i = _sem.binary("add", off_i, _sem.binary("mod", ij, rows))
+    new_j = _sem.binary("floordiv", _sem.binary("mod", ij, size_gj), rows)
+    return new_i, new_j
 
 
 # ---- memory ----------------------------------------------------------------------------------------------
@@ -680,7 +727,8 @@ TENSOR_METHODS = {
     "softmax": "softmax", "cdiv": "cdiv", "logical_and": "logical_and", "logical_or": "logical_or",
     "atomic_add": "atomic_add", "atomic_max": "atomic_max", "atomic_min": "atomic_min", "atomic_xchg": "atomic_xchg",
     "atomic_and": "atomic_and", "atomic_or": "atomic_or", "atomic_xor": "atomic_xor", "atomic_cas": "atomic_cas",
-    "advance": "advance", "flip": "flip", "interleave": "interleave", "join": "join",
+    "advance": "advance", "flip": "flip", "interleave": "interleave", "join": "join", "reduce_or": "reduce_or",
+    "sort": "sort", "topk": "topk", "gather": "gather", "histogram": "histogram",
 }
 
 

@@ -607,3 +607,186 @@ def test_explicit_broadcasts_next_to_scalars_and_other_broadcasts(m, n):
     _broadcast_users_k[(1,)](x, out, M=m, N=n)
     b = np.broadcast_to(x, (m, n)).ravel()
     np.testing.assert_array_equal(out.reshape(4, -1), [b + 1, np.where(b > 1, b, 0), b * b + 1, 3 * b])
+
+
+# ---- reduce_or, histogram, gather, sort, topk, swizzle2d --------------------------------------------------
+
+@dvmlang.kernel
+def _reduce_or_k(x_ptr, out_ptr, M: dl.constexpr, N: dl.constexpr):
+    x = dl.load(x_ptr + _offs((M, N)))
+    dl.store(out_ptr + dl.arange(0, N), dl.reduce_or(x, 0))
+    dl.store(out_ptr + N + dl.arange(0, M), x.reduce_or(axis=1))
+    dl.store(out_ptr + N + M + _offs((M, 1)), dl.reduce_or(x, 1, keep_dims=True))
+    dl.store(out_ptr + N + 2 * M, dl.reduce_or(x))
+    dl.store(out_ptr + N + 2 * M + 1, dl.reduce_or(x != 0, axis=None).to(x.dtype))
+
+
+@pytest.mark.parametrize("m, n", [(1, 1), (5, 7), (3, 64)])
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.int64])
+def test_reduce_or(rng, m, n, dtype):
+    x = (rng.integers(0, 256, (m, n)) << rng.integers(0, 7, (m, n))).astype(dtype)
+    out = np.zeros(n + 2 * m + 2, dtype)
+    _reduce_or_k[(1,)](x, out, M=m, N=n)
+    np.testing.assert_array_equal(out[:n], np.bitwise_or.reduce(x, axis=0))
+    np.testing.assert_array_equal(out[n:n + m], np.bitwise_or.reduce(x, axis=1))
+    np.testing.assert_array_equal(out[n + m:n + 2 * m], np.bitwise_or.reduce(x, axis=1))
+    assert out[n + 2 * m] == np.bitwise_or.reduce(x.ravel()) and out[-1] == (x != 0).any()
+
+
+@dvmlang.kernel
+def _histogram_k(x_ptr, out_ptr, n, BLOCK: dl.constexpr, BINS: dl.constexpr):
+    offs = dl.arange(0, BLOCK)
+    m = offs < n
+    x = dl.load(x_ptr + offs, mask=m, other=0)
+    dl.store(out_ptr + dl.arange(0, BINS), dl.histogram(x, BINS, mask=m))
+    dl.store(out_ptr + BINS + dl.arange(0, BINS), x.histogram(BINS))
+    dl.store(out_ptr + 2 * BINS + dl.arange(0, BINS), dl.histogram(dl.reshape(x, (1, BLOCK)), BINS, mask=False))
+    dl.store(out_ptr + 3 * BINS + dl.arange(0, BINS), dl.histogram(x[None, :], BINS, mask=m[None, :] & (x > 1)))
+
+
+@pytest.mark.parametrize("block, n, bins", [(1, 1, 1), (7, 5, 5), (13, 13, 17), (64, 50, 8)])
+@pytest.mark.parametrize("dtype", [np.int32, np.int8])
+def test_histogram(rng, block, n, bins, dtype):
+    x = rng.integers(-2, bins + 3, block).astype(dtype)  # values outside [0, bins) are not counted
+    out = np.zeros(4 * bins, np.int32)
+    _histogram_k[(1,)](x, out, n, BLOCK=block, BINS=bins)
+
+    def hist(v):
+        return np.bincount(v[(v >= 0) & (v < bins)].astype(np.int64), minlength=bins)
+    tail = np.where(np.arange(block) < n, x, 0)
+    np.testing.assert_array_equal(out[:bins], hist(x[:n]))
+    np.testing.assert_array_equal(out[bins:2 * bins], hist(tail))
+    np.testing.assert_array_equal(out[2 * bins:3 * bins], 0)
+    np.testing.assert_array_equal(out[3 * bins:], hist(x[:n][x[:n] > 1]))
+
+
+@dvmlang.kernel
+def _gather_k(src_ptr, idx_ptr, out_ptr, M: dl.constexpr, N: dl.constexpr, K: dl.constexpr, AXIS: dl.constexpr):
+    src = dl.load(src_ptr + _offs((M, N)))
+    if AXIS == 0:
+        idx = dl.load(idx_ptr + _offs((K, N)))
+        dl.store(out_ptr + _offs((K, N)), dl.gather(src, idx, 0))
+    else:
+        idx = dl.load(idx_ptr + _offs((M, K)))
+        dl.store(out_ptr + _offs((M, K)), src.gather(idx, axis=-1))
+
+
+@pytest.mark.parametrize("m, n, k, axis", [(1, 1, 1, 0), (1, 13, 7, 1), (5, 7, 3, 0), (5, 7, 11, 1), (4, 64, 64, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int16])
+def test_gather(rng, m, n, k, axis, dtype):
+    src = (rng.standard_normal((m, n)) * 100).astype(dtype)
+    ishape = (k, n) if axis == 0 else (m, k)
+    idx = rng.integers(0, src.shape[axis], ishape).astype(np.int32)
+    out = np.zeros(ishape, dtype)
+    _gather_k[(1,)](src, idx, out, M=m, N=n, K=k, AXIS=axis)
+    np.testing.assert_array_equal(out, np.take_along_axis(src, idx, axis=axis))
+
+
+def test_gather_index_out_of_range_is_a_device_error(rng):
+    src = rng.standard_normal((5, 7)).astype(np.float32)
+    idx = rng.integers(0, 7, (5, 3)).astype(np.int32)
+    idx[2, 1] = 7
+    with pytest.raises(dvmlang.DeviceError) as ei:
+        _gather_k[(1,)](src, idx, np.zeros((5, 3), np.float32), M=5, N=7, K=3, AXIS=1)
+    text = str(ei.value)
+    assert "gather index 7 is outside [0, 7)" in text and "programs [0]" in text
+    assert f"test_language_triton_names.py:{_gather_k.fn.__code__.co_firstlineno + 8}" in text
+
+
+@dvmlang.kernel
+def _sort_k(x_ptr, out_ptr, M: dl.constexpr, N: dl.constexpr, DIM: dl.constexpr, K: dl.constexpr):
+    offs = _offs((M, N))
+    x = dl.load(x_ptr + offs)
+    dl.store(out_ptr + offs, dl.sort(x, DIM))
+    dl.store(out_ptr + M * N + offs, x.sort(dim=DIM, descending=True))
+    if DIM == 0:
+        dl.store(out_ptr + 2 * M * N + _offs((K, N)), dl.topk(x, K, dim=0))
+    else:
+        dl.store(out_ptr + 2 * M * N + _offs((M, K)), x.topk(K))
+
+
+@pytest.mark.parametrize("m, n, dim, k", [(1, 1, None, 1), (1, 13, None, 4), (1, 64, 1, 64), (5, 7, 0, 2),
+                                          (5, 7, -1, 7), (4, 16, 1, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.int32, np.uint8])
+def test_sort_and_topk(rng, m, n, dim, k, dtype):
+    x = (rng.standard_normal((m, n)) * 50).astype(dtype)
+    if np.dtype(dtype).kind in "fV" and x.size > 3:
+        x.flat[[0, 3]] = np.nan  # NaN sorts as the largest value
+    axis = 1 if dim is None else dim
+    kshape = (k, n) if axis == 0 else (m, k)
+    out = np.zeros(2 * m * n + k * (n if axis == 0 else m), dtype)
+    _sort_k[(1,)](x, out, M=m, N=n, DIM=dim, K=k)
+    out = out.astype(np.float64)  # compares NaN with NaN for bfloat16 too
+    asc = np.sort(x.astype(np.float64), axis=axis)
+    desc = np.flip(asc, axis=axis)
+    np.testing.assert_array_equal(out[:m * n].reshape(m, n), asc)
+    np.testing.assert_array_equal(out[m * n:2 * m * n].reshape(m, n), desc)
+    top = desc[:k] if axis == 0 else desc[:, :k]
+    np.testing.assert_array_equal(out[2 * m * n:].reshape(kshape), top)
+
+
+def _swizzle_ref(i, j, size_i, size_j, size_g):
+    ij = i * size_j + j
+    size_gj = size_g * size_j
+    off_i = (ij // size_gj) * size_g
+    rows = np.minimum(size_i - off_i, size_g)
+    return off_i + ij % rows, (ij % size_gj) // rows
+
+
+@dvmlang.kernel
+def _swizzle_k(out_ptr, size_i, size_j, G: dl.constexpr, BI: dl.constexpr, BJ: dl.constexpr):
+    i = dl.arange(0, BI)[:, None]
+    j = dl.arange(0, BJ)[None, :]
+    ni, nj = dl.swizzle2d(i, j, size_i, size_j, G)
+    dl.store(out_ptr + _offs((BI, BJ)), ni * 1000 + nj)
+    si, sj = dl.swizzle2d(dl.program_id(0), 1, size_i, size_j, G)
+    dl.store(out_ptr + BI * BJ, si * 1000 + sj)
+    ci, cj = dl.swizzle2d(3, 2, 5, 4, 2)
+    dl.static_assert(ci * 1000 + cj == 2003)  # compile-time operands give compile-time values
+    dl.store(out_ptr + BI * BJ + 1, ci * 1000 + cj)
+
+
+@pytest.mark.parametrize("size_i, size_j, g", [(4, 4, 2), (5, 3, 2), (7, 1, 3), (1, 6, 4), (6, 5, 1)])
+def test_swizzle2d(size_i, size_j, g):
+    out = np.zeros(size_i * size_j + 2, np.int32)
+    _swizzle_k[(1,)](out, size_i, size_j, G=g, BI=size_i, BJ=size_j)
+    i, j = np.meshgrid(np.arange(size_i), np.arange(size_j), indexing="ij")
+    ni, nj = _swizzle_ref(i, j, size_i, size_j, g)
+    np.testing.assert_array_equal(out[:-2].reshape(size_i, size_j), ni * 1000 + nj)
+    si, sj = _swizzle_ref(0, 1, size_i, size_j, g)
+    assert out[-2] == si * 1000 + sj and out[-1] == 2003
+    if (size_i, size_j, g) == (4, 4, 2):  # Triton's docstring example: element (i, j) moves to (ni, nj)
+        moved = np.zeros((4, 4), np.int64)
+        moved[ni, nj] = i * 4 + j
+        np.testing.assert_array_equal(moved, [[0, 2, 4, 6], [1, 3, 5, 7], [8, 10, 12, 14], [9, 11, 13, 15]])
+
+
+@dvmlang.kernel
+def _bad_select_k(x_ptr, N: dl.constexpr, CASE: dl.constexpr):
+    x = dl.load(x_ptr + dl.arange(0, N))
+    if CASE == 0:
+        r = dl.reduce_or(x, 0)
+    elif CASE == 1:
+        r = dl.histogram(x, 4)
+    elif CASE == 2:
+        r = dl.gather(x, dl.arange(0, N)[:, None], 0)
+    elif CASE == 3:
+        r = dl.gather(x, x, 0)
+    elif CASE == 4:
+        r = dl.topk(x, N + 1)
+    elif CASE == 5:
+        r = dl.xor_sum(x)
+    else:
+        r = dl.histogram(x.to(dl.int32), 0)
+    dl.store(x_ptr, r)
+
+
+@pytest.mark.parametrize("case, message", [
+    (0, "dl.reduce_or needs an integer or boolean tile"), (1, "dl.histogram counts integer values"),
+    (2, "needs a tile and an index tile of the same rank"), (3, "dl.gather indices must be integers"),
+    (4, "k = 5 must lie in [1, 4]"), (5, "dl.xor_sum needs an integer or boolean tile"),
+    (6, "num_bins must be a positive compile-time integer"),
+])
+def test_selection_errors(case, message):
+    text = _compile_error(_bad_select_k, np.zeros(4, np.float32), N=4, CASE=case)
+    assert message in text

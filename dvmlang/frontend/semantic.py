@@ -510,6 +510,74 @@ class Semantic:
             return c
         return self.reshape(c, c.shape[:-2] + (2 * c.shape[-2],))
 
+    def gather(self, src, index, axis):
+        """Triton's ``tl.gather``: ``out[..., i, ...] = src[..., index[..., i, ...], ...]`` along ``axis``."""
+        src, index = self.to_tensor(src), self.to_tensor(index)
+        if not src.shape or len(index.shape) != len(src.shape):
+            raise KernelTypeError(f"dl.gather needs a tile and an index tile of the same rank, got shapes "
+                                  f"{_shape_text(src.shape)} and {_shape_text(index.shape)}",
+                                  hint="add unit dimensions to the index with idx[:, None] or dl.expand_dims")
+        if not index.dtype.is_int:
+            raise KernelTypeError(f"dl.gather indices must be integers, got {index.dtype}",
+                                  hint="convert them with .to(dl.int32)")
+        ax = self._axis(src, axis)
+        for d in range(len(src.shape)):
+            if d != ax and index.shape[d] != src.shape[d]:
+                raise KernelTypeError(f"dl.gather index shape {index.shape} must match the source shape {src.shape} "
+                                      f"in every dimension but the axis {ax}", hint="broadcast the index first")
+        return tensor(self.b.take(src.handle, index.handle, ax))
+
+    def sort(self, x, dim=None, descending=False):
+        x = self.to_tensor(x)
+        if not x.shape:
+            raise KernelTypeError("dl.sort needs a tile with at least one dimension, got a single value",
+                                  hint="a single value is already sorted")
+        ax = len(x.shape) - 1 if unwrap(dim) is None else self._axis(x, dim)
+        if x.shape[ax] == 1:
+            return x
+        return tensor(self.b.sort(x.handle, ax, bool(descending)))
+
+    def topk(self, x, k, dim=None):
+        x = self.to_tensor(x)
+        if not x.shape:
+            raise KernelTypeError("dl.topk needs a tile with at least one dimension, got a single value")
+        ax = len(x.shape) - 1 if unwrap(dim) is None else self._axis(x, dim)
+        k = unwrap(k)
+        if not isinstance(k, int) or isinstance(k, bool):
+            raise ConstexprError(f"dl.topk's k must be a compile-time integer, got {k!r}",
+                                 hint="pass a literal or a dl.constexpr parameter")
+        if not 1 <= k <= x.shape[ax]:
+            raise KernelTypeError(f"dl.topk's k = {k} must lie in [1, {x.shape[ax]}] for a tile of shape {x.shape} "
+                                  f"along dimension {ax}", hint="sort with dl.sort(x, descending=True) for all of them")
+        s = self.sort(x, ax, True)
+        return s if k == x.shape[ax] else self.slice(s, (0,) * len(x.shape),
+                                                      tuple(k if d == ax else n for d, n in enumerate(x.shape)))
+
+    def histogram(self, x, num_bins, mask=None):
+        x = self.to_tensor(x)
+        if not x.dtype.is_int:
+            raise KernelTypeError(f"dl.histogram counts integer values, got {x.dtype}",
+                                  hint="compute bin indices first, for example dl.floor(v * scale).to(dl.int32)")
+        num_bins = unwrap(num_bins)
+        if not isinstance(num_bins, int) or isinstance(num_bins, bool) or num_bins < 1:
+            raise ConstexprError(f"dl.histogram's num_bins must be a positive compile-time integer, got {num_bins!r}",
+                                 hint="pass a literal or a dl.constexpr parameter")
+        self._numel_check((num_bins,))
+        m = unwrap(mask)
+        if m is not None and not isinstance(m, tensor):
+            if not m:
+                return self.full((num_bins,), 0, dt.int32)
+            m = None
+        shape = x.shape if x.shape else (1,)
+        if m is not None:
+            m = self.truth(m)
+            if m.shape != shape and broadcast_shapes(m.shape, shape) != shape:
+                raise KernelTypeError(f"dl.histogram mask shape {_shape_text(m.shape)} does not broadcast to the "
+                                      f"input shape {shape}", hint="give the mask the input's shape")
+            m = self.reshape(self.broadcast_to(m, shape), (x.numel,))
+        x = self.reshape(x, (x.numel,))
+        return tensor(self.b.histogram(x.handle, m.handle if m is not None else None, num_bins))
+
     def slice(self, x: tensor, starts, sizes) -> tensor:
         return tensor(self.b.slice(x.handle, tuple(starts), tuple(sizes)))
 
@@ -540,6 +608,10 @@ class Semantic:
                 r = self.reshape(r, (1,) * rank)
             return r
         res = x.dtype
+        if opname in ("xor_sum", "or") and x.dtype.is_float:
+            what = "dl.xor_sum" if opname == "xor_sum" else "dl.reduce_or"
+            raise KernelTypeError(f"{what} needs an integer or boolean tile, got {x.dtype}",
+                                  hint="compare first (x != 0), or reinterpret the bits with x.to(dl.int32, bitcast=True)")
         if opname in ("argmax", "argmin"):
             res = dt.int32
         elif opname in ("sum", "prod"):

@@ -143,6 +143,14 @@ class Builder:
         shape = tuple(index.shape[d] if d == axis else x.shape[d] for d in range(len(x.shape)))
         return self.op("take", [x, index], [TileType(shape, x.dtype)], {"axis": axis}).result
 
+    def sort(self, x: Value, axis: int, descending: bool) -> Value:
+        return self.op("sort", [x], [TileType(x.shape, x.dtype)], {"axis": axis, "descending": descending}).result
+
+    def histogram(self, x: Value, mask: Value | None, num_bins: int) -> Value:
+        operands = [x] + ([mask] if mask is not None else [])
+        return self.op("histogram", operands, [TileType((num_bins,), dt.int32)],
+                       {"num_bins": num_bins, "has_mask": mask is not None}).result
+
     def to_scalar(self, x: Value) -> Value:
         return self.op("to_scalar", [x], [ScalarType(x.dtype)]).result
 

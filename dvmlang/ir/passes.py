@@ -7,7 +7,7 @@ from .core import Block, Function, Value
 PURE = frozenset({
     "const", "program_id", "num_programs", "arange", "full", "tensor_dim", "tensor_stride", "binary",
     "compare", "unary", "select", "cast", "fma", "broadcast", "reshape", "permute", "cat", "slice",
-    "reduce", "scan", "take",
+    "reduce", "scan", "take", "sort", "histogram",
 })
 # Ops whose results may be dropped when unused (pure ops plus loads, which have no effect).
 REMOVABLE = PURE | {"load", "dma_load", "gather", "to_scalar", "dot"}

@@ -15,6 +15,7 @@ KNOWN = frozenset({
     "compare", "unary", "select", "cast", "fma", "broadcast", "reshape", "permute", "cat", "slice",
     "to_scalar", "reduce", "scan", "load", "store", "dma_load", "dma_store", "gather", "scatter", "atomic",
     "dot", "print", "for", "while", "if", "scope", "yield", "break", "continue", "return", "assert", "take",
+    "sort", "histogram",
 })
 
 
@@ -108,6 +109,14 @@ class _Verifier:
                     len(x.shape) != len(idx.shape) or not 0 <= ax < len(x.shape) or \
                     any(idx.shape[d] not in (1, x.shape[d]) for d in range(len(x.shape)) if d != ax):
                 self.fail(op, "take needs a tile and an integer index tile of its rank that fit along the axis")
+        elif k == "sort":
+            if not isinstance(types[0], TileType) or not 0 <= op.attrs["axis"] < len(types[0].shape):
+                self.fail(op, "sort needs a tile and an axis inside it")
+        elif k == "histogram":
+            x = types[0]
+            if not isinstance(x, TileType) or len(x.shape) != 1 or not x.dtype.is_int or \
+                    (op.attrs["has_mask"] and (types[1].dtype is not dt.bool_ or types[1].shape != x.shape)):
+                self.fail(op, "histogram needs a 1-D integer tile (and an int1 mask of its shape)")
         elif k == "dot":
             a, b = types[0], types[1]
             if not (isinstance(a, TileType) and isinstance(b, TileType)) or a.shape[-1] != b.shape[-2]:

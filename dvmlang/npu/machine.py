@@ -848,6 +848,8 @@ class Machine:
                 r = (np.argmax if op == "argmax" else np.argmin)(a, axis=axis).astype(np.int32)
             elif op == "xor_sum":
                 r = np.bitwise_xor.reduce(a, axis=axis)
+            elif op == "or":
+                r = np.bitwise_or.reduce(a, axis=axis)
             else:
                 x = a.astype(acc) if acc is not None else a
                 r = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[op](x, axis=axis)
@@ -937,6 +939,42 @@ class Machine:
             idx = np.broadcast_to(idx.astype(np.intp, copy=False), (rows,) + tuple(dshape))
             w(b, np.take_along_axis(a, idx, axis=axis))
         return Step(d, fn, self._vec_cost(d.ins.cost.k, d.vals["dst"], d.vals["a"]))
+
+    def _m_vsort(self, d):
+        ra = self._reader(d.vals["a"])
+        w = self._writer(d.vals["dst"])
+        axis = d.vals["axis"] + 1
+        desc = d.vals["descending"]
+        _, ad, ashape = self._layout(d.vals["a"])
+        exact = np.float32 if ad.np.kind == "V" else None  # bf16/fp8 sort as float32 (exactly), NaN last
+
+        def fn(b, L):
+            a = ra(b, L)
+            r = np.sort(a.astype(exact) if exact is not None else a, axis=axis)
+            if desc:
+                r = np.flip(r, axis=axis)
+            w(b, np.ascontiguousarray(r).astype(ad.np, copy=False))
+        n = ashape[d.vals["axis"]]
+        cost = self._vec_cost(d.ins.cost.k, d.vals["a"]) + \
+            self.profile.reduce_tree_step * max(1, math.ceil(math.log2(max(2, n))))
+        return Step(d, fn, cost)
+
+    def _m_vhist(self, d):
+        ra = self._reader(d.vals["a"])
+        rm = self._reader(d.vals["mask"]) if d.vals["masked"] else None
+        w = self._writer(d.vals["dst"])
+        _, _, (bins,) = self._layout(d.vals["dst"])
+
+        def fn(b, L):
+            a = ra(b, L)
+            keep = (a >= 0) & (a < bins)
+            if rm is not None:
+                keep = keep & rm(b, L)
+            rows = keep.shape[0]
+            a = np.broadcast_to(a, keep.shape)
+            slot = np.arange(rows, dtype=np.int64)[:, None] * bins + np.where(keep, a, 0).astype(np.int64)
+            w(b, np.bincount(slot[keep], minlength=rows * bins).reshape(rows, bins).astype(np.int32))
+        return Step(d, fn, self._vec_cost(d.ins.cost.k, d.vals["a"]))
 
     def _m_vcat(self, d):
         ra, rb = self._reader(d.vals["a"]), self._reader(d.vals["b"])

@@ -62,8 +62,11 @@ FAMILY_RULES = {
     "vdup": "dst has the row's dtype; `rs` has it too",
     "viota": "dst is a 1-D int32 tile; `start` is an immediate",
     "vcopy": "same dtypes; a broadcasts to dst's shape",
-    "vreduce": "`op` < 7 and `axis` < a's rank; dst's shape drops the axis or keeps it as 1; dst has a's "
-               "dtype (int32 for argmax/argmin); xor_sum needs integers",
+    "vreduce": "`op` < 8 and `axis` < a's rank; dst's shape drops the axis or keeps it as 1; dst has a's "
+               "dtype (int32 for argmax/argmin); xor_sum and or need integers or booleans",
+    "vsort": "`axis` < a's rank; dst has a's shape; both have the row's dtype",
+    "vhist": "dst is a 1-D int32 tile and the row's dtype is int32; a is a 1-D integer tile; a mask (when "
+             "`masked`) is int1 of a's shape",
     "vscan": "`op` < 4 and `axis` < a's rank; dst has a's shape and dtype",
     "vperm": "`perm` is a permutation of a's axes (rank <= 4); dst has the permuted shape and a's dtype",
     "vslice": "equal ranks <= 4; every start plus dst's extent fits inside a; same dtypes",

@@ -292,7 +292,7 @@ UNARY = {
     "sigmoid": (_sigmoid, "float", 8), "erf": (_erf, "float", 8), "floor": (np.floor, "float", 1),
     "ceil": (np.ceil, "float", 1), "recip": (_recip, "float", 2),
 }
-REDUCE_OPS = ("sum", "max", "min", "prod", "argmax", "argmin", "xor_sum")
+REDUCE_OPS = ("sum", "max", "min", "prod", "argmax", "argmin", "xor_sum", "or")
 SCAN_OPS = ("sum", "prod", "max", "min")
 ATOMIC_OPS = ("add", "max", "min", "xchg", "and", "or", "xor", "cas")
 
@@ -389,7 +389,8 @@ _row("VIOTA", 0x0383, V, [F("dst", "tile"), F("start", "sop")], Cost("vector", 1
 _row("VCOPY", 0x0384, V, [F("dst", "tile"), F("a", "tile")], Cost("vector", 1),
      "dst = a broadcast to dst's shape (numpy rules).", "vcopy")
 _row("VREDUCE", 0x0385, V, [H("op", "u4"), H("axis", "u4"), F("dst", "tile"), F("a", "tile")], Cost("reduce", 1),
-     "dst = reduce(a, axis) with op in (sum, max, min, prod, argmax, argmin, xor_sum); fp16/bf16 accumulate in fp32.",
+     "dst = reduce(a, axis) with op in (sum, max, min, prod, argmax, argmin, xor_sum, or); fp16/bf16 accumulate in "
+     "fp32.",
      "vreduce")
 _row("VSCAN", 0x0386, V, [H("op", "u4"), H("axis", "u4"), H("reverse", "flag"), F("dst", "tile"), F("a", "tile")],
      Cost("reduce", 2), "dst = inclusive scan(a, axis) with op in (sum, prod, max, min).", "vscan")
@@ -403,6 +404,12 @@ _row("VCAT", 0x0389, V, [H("axis", "u4"), F("dst", "tile"), F("a", "tile"), F("b
 _row("VTAKE", 0x038B, V, [H("axis", "u4"), F("dst", "tile"), F("a", "tile"), F("index", "tile")], Cost("vector", 4),
      "dst = take_along_axis(a, index, axis): dst[..., i, ...] = a[..., index[..., i, ...], ...]; index's other "
      "dims are 1 or a's. An index outside [0, a.shape[axis]) faults.", "vtake")
+_row("VSORT", 0x038C, V, [H("axis", "u4"), H("descending", "flag"), F("dst", "tile"), F("a", "tile")],
+     Cost("reduce", 8), "dst = a sorted along axis, ascending (descending with the flag); NaN sorts as the largest "
+     "value.", "vsort")
+_row("VHIST", 0x038D, V, [H("masked", "flag"), F("dst", "tile"), F("a", "tile"), F("mask", "tile")], Cost("vector", 4),
+     "dst[v] = the number of elements of the 1-D integer tile a equal to v, for v in [0, len(dst)); elements outside "
+     "that range, or where the mask (when masked) is false, are not counted.", "vhist", dtypes="int")
 _row("VFMA", 0x038A, V, [F("dst", "tile"), F("a", "tile"), F("b", "tile"), F("c", "tile")], Cost("vector", 2),
      "dst = a * b + c (rounded once per op in the dtype).", "vfma", dtypes="float")
 

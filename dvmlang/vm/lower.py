@@ -840,6 +840,20 @@ class Lowering:
                                           "index": self.tile(idx)}, r.dtype, op.loc,
                    reads=[self.rng(x), self.rng(idx)], writes=[self.rng(r)])
 
+    def _op_sort(self, op):
+        r, x = op.result, op.operands[0]
+        self._emit(isa.BY_NAME["VSORT"], {"axis": op.attrs["axis"], "descending": int(op.attrs["descending"]),
+                                          "dst": self.tile(r), "a": self.tile(x)}, r.dtype, op.loc,
+                   reads=[self.rng(x)], writes=[self.rng(r)])
+
+    def _op_histogram(self, op):
+        r, x = op.result, op.operands[0]
+        mask = op.operands[1] if op.attrs["has_mask"] else None
+        reads = [self.rng(x)] + ([self.rng(mask)] if mask is not None else [])
+        self._emit(isa.BY_NAME["VHIST"], {"masked": int(mask is not None), "dst": self.tile(r), "a": self.tile(x),
+                                          "mask": self.tile(mask) if mask is not None else 0}, r.dtype, op.loc,
+                   reads=reads, writes=[self.rng(r)])
+
     def _op_to_scalar(self, op):
         x = op.operands[0]
         self._emit(isa.BY_NAME["MOVTS"], {"rd": self.reg(op.result), "src": self.tile(x)}, op.result.dtype, op.loc,

@@ -377,8 +377,8 @@ class _KernelValidator:
                     self.same(d, "result dtype", dd, dt.int32)
                 else:
                     self.same(d, "result dtype", dd, ad)
-                if op == "xor_sum" and ad.is_float:
-                    self.fail(d, "xor_sum needs integers")
+                if op in ("xor_sum", "or") and ad.is_float:
+                    self.fail(d, f"{op} needs integers or booleans")
         elif fam == "vperm":
             dd, ds = self.tile(d, "dst")
             ad, as_ = self.tile(d, "a")
@@ -412,6 +412,25 @@ class _KernelValidator:
             self.same(d, "result shape", ds, want)
             self.same(d, "operand dtype", ad, ty)
             self.same(d, "operand dtype", dd, ty)
+        elif fam == "vsort":
+            dd, ds = self.tile(d, "dst")
+            ad, as_ = self.tile(d, "a")
+            if v["axis"] >= len(as_):
+                self.fail(d, "axis out of range", f"< {len(as_)}", str(v["axis"]))
+            self.same(d, "result shape", ds, as_)
+            self.same(d, "operand dtype", ad, ty)
+            self.same(d, "operand dtype", dd, ty)
+        elif fam == "vhist":
+            dd, ds = self.tile(d, "dst")
+            ad, as_ = self.tile(d, "a")
+            self.same(d, "result dtype", dd, dt.int32)
+            self.same(d, "row dtype", ty, dt.int32)
+            if len(ds) != 1 or len(as_) != 1 or not ad.is_int:
+                self.fail(d, "VHIST counts a 1-D integer tile into a 1-D tile", "1-D", f"{as_} {ad.name} -> {ds}")
+            if v["masked"]:
+                md, ms = self.tile(d, "mask")
+                self.same(d, "mask dtype", md, dt.bool_)
+                self.same(d, "mask shape", ms, as_)
         elif fam == "vcat":
             dd, ds = self.tile(d, "dst")
             ad, as_ = self.tile(d, "a")
