@@ -790,3 +790,168 @@ def _bad_select_k(x_ptr, N: dl.constexpr, CASE: dl.constexpr):
 def test_selection_errors(case, message):
     text = _compile_error(_bad_select_k, np.zeros(4, np.float32), N=4, CASE=case)
     assert message in text
+
+
+# ---- random numbers ----------------------------------------------------------------------------------------
+
+M32 = 0xFFFFFFFF
+
+
+def _philox_ref(seed, c0, c1, c2, c3, n_rounds=10):
+    """Philox4x32 in numpy: counters are uint32 arrays, the key is the low and high half of a uint64 seed."""
+    c0, c1, c2, c3 = (np.asarray(c, np.uint32).astype(np.uint64) for c in (c0, c1, c2, c3))
+    k0, k1 = np.uint64(seed & M32), np.uint64((seed >> 32) & M32)
+    for _ in range(n_rounds):
+        p0 = np.uint64(0xD2511F53) * c0
+        p2 = np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = (p2 >> np.uint64(32)) ^ c1 ^ k0, p2 & np.uint64(M32), (p0 >> np.uint64(32)) ^ c3 ^ k1, \
+            p0 & np.uint64(M32)
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & np.uint64(M32), (k1 + np.uint64(0xBB67AE85)) & np.uint64(M32)
+    return [c.astype(np.uint32) for c in (c0, c1, c2, c3)]
+
+
+def _uniform_ref(u):
+    x = u.view(np.int32)
+    x = np.where(x < 0, -x - 1, x)
+    return x.astype(np.float32) * np.float32(4.6566127342e-10)
+
+
+def _normal_ref(u1, u2):
+    u1 = np.maximum(np.float32(1e-7), u1)
+    th = np.float32(6.283185307179586) * u2
+    r = np.sqrt(np.float32(-2.0) * np.log(u1))
+    return r * np.cos(th), r * np.sin(th)
+
+
+@dvmlang.kernel
+def _random_k(out_ptr, f_ptr, seed, base, N: dl.constexpr, ROUNDS: dl.constexpr, WIDE: dl.constexpr):
+    offs = dl.arange(0, N)
+    o = base + offs
+    if WIDE:
+        o = o.to(dl.int64) * 3_000_000_000
+    a, b, c, d = dl.randint4x(seed, o, ROUNDS)
+    dl.store(out_ptr + offs, a)
+    dl.store(out_ptr + N + offs, b)
+    dl.store(out_ptr + 2 * N + offs, c)
+    dl.store(out_ptr + 3 * N + offs, d)
+    dl.store(out_ptr + 4 * N + offs, dl.randint(seed, o, n_rounds=ROUNDS))
+    dl.store(f_ptr + offs, dl.rand(seed, o, ROUNDS))
+    u1, u2, u3, u4 = dl.rand4x(seed, o, ROUNDS)
+    dl.store(f_ptr + N + offs, u4)
+    dl.store(f_ptr + 2 * N + offs, dl.randn(seed, o, ROUNDS))
+    n1, n2, n3, n4 = dl.randn4x(seed, o, ROUNDS)
+    dl.store(f_ptr + 3 * N + offs, n2)
+    dl.store(f_ptr + 4 * N + offs, n3)
+
+
+@pytest.mark.parametrize("n", [1, 13, 64])
+@pytest.mark.parametrize("seed, base, rounds, wide", [(0, 0, 10, False), (12345, -7, 10, False),
+                                                      (-1, 2**31 - 5, 10, False), (2**40 + 17, 3, 7, False),
+                                                      (42, 5, 10, True)])
+def test_random_numbers_match_philox_bit_for_bit(n, seed, base, rounds, wide):
+    out = np.zeros(5 * n, np.uint32)
+    f = np.zeros(5 * n, np.float32)
+    _random_k[(1,)](out, f, seed, base, N=n, ROUNDS=rounds, WIDE=wide)
+    offs = (np.int64(base) + np.arange(n)).astype(np.int32).astype(np.int64)  # the int32 offsets wrap
+    if wide:
+        offs = offs * 3_000_000_000
+    zero = np.zeros(n, np.uint32)
+    lo = (offs & M32).astype(np.uint32)
+    hi = ((offs >> 32) & M32).astype(np.uint32) if wide else zero  # 32-bit offsets leave the high word 0
+    ref = _philox_ref(seed % 2**64, lo, hi, zero, zero, rounds)  # the seed as uint64 (-1 sign-extends)
+    np.testing.assert_array_equal(out.reshape(5, n), ref + [ref[0]])
+    u = [_uniform_ref(r) for r in ref]
+    np.testing.assert_array_equal(f[:n], u[0])
+    np.testing.assert_array_equal(f[n:2 * n], u[3])
+    np.testing.assert_array_equal(f[2 * n:3 * n], _normal_ref(u[0], u[1])[0])
+    np.testing.assert_array_equal(f[3 * n:4 * n], _normal_ref(u[0], u[1])[1])
+    np.testing.assert_array_equal(f[4 * n:], _normal_ref(u[2], u[3])[0])
+    assert ((f[:2 * n] >= 0) & (f[:2 * n] < 1)).all()
+
+
+@dvmlang.kernel
+def _philox_k(out_ptr, seed, c0, c1, c2, c3):
+    a, b, c, d = dl.philox(seed, c0, c1, c2, c3)
+    o = dl.arange(0, 1)
+    dl.store(out_ptr + o, dl.full((1,), a, dl.uint32))
+    dl.store(out_ptr + 1 + o, dl.full((1,), b, dl.uint32))
+    dl.store(out_ptr + 2 + o, dl.full((1,), c, dl.uint32))
+    dl.store(out_ptr + 3 + o, dl.full((1,), d, dl.uint32))
+
+
+@pytest.mark.parametrize("key, ctr, expected", [
+    # Philox4x32-10 known-answer vectors of the Random123 reference (counter, key -> output)
+    ((0, 0), (0, 0, 0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((M32, M32), (M32, M32, M32, M32), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0xA4093822, 0x299F31D0), (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+])
+def test_philox_known_answers(key, ctr, expected):
+    seed = key[0] | key[1] << 32
+    assert [int(v[()]) for v in _philox_ref(seed, *ctr)] == list(expected)
+    out = np.zeros(4, np.uint32)
+    _philox_k[(1,)](out, np.uint64(seed), *(np.uint32(c) for c in ctr))
+    assert out.tolist() == list(expected)
+
+
+@dvmlang.kernel
+def _bad_random_k(out_ptr, N: dl.constexpr, CASE: dl.constexpr):
+    offs = dl.arange(0, N)
+    if CASE == 0:
+        r = dl.rand(7, offs.to(dl.float32))
+    elif CASE == 1:
+        r = dl.randint(1.5, offs)
+    elif CASE == 2:
+        r, _, _, _ = dl.philox_impl(offs, offs, offs, offs, 1, 2)
+    else:
+        r, _, _, _ = dl.philox(1, offs, offs, offs, offs.to(dl.int64))
+    dl.store(out_ptr + offs, r)
+
+
+@pytest.mark.parametrize("case, message", [(0, "random-number offsets must be integers"),
+                                           (1, "the Philox seed must be an integer"),
+                                           (2, "needs four uint32 or four uint64 counters"),
+                                           (3, "needs four 32-bit or four 64-bit counters")])
+def test_random_number_errors(case, message):
+    text = _compile_error(_bad_random_k, np.zeros(4, np.float32), N=4, CASE=case)
+    assert message in text
+
+
+def _philox4x64_ref(k0, k1, ctr, n_rounds=10):
+    """Philox4x64 on Python integers."""
+    m = 2**64 - 1
+    c0, c1, c2, c3 = ctr
+    for _ in range(n_rounds):
+        p0, p2 = 0xD2E7470EE14C6C93 * c0, 0xCA5A826395121157 * c2
+        c0, c1, c2, c3 = (p2 >> 64) ^ c1 ^ k0, p2 & m, (p0 >> 64) ^ c3 ^ k1, p0 & m
+        k0, k1 = (k0 + 0x9E3779B97F4A7C15) & m, (k1 + 0xBB67AE8584CAA73B) & m
+    return c0, c1, c2, c3
+
+
+@dvmlang.kernel
+def _philox64_k(out_ptr, seed, c_ptr, N: dl.constexpr):
+    offs = dl.arange(0, N)
+    c0 = dl.load(c_ptr + offs)
+    c1 = dl.load(c_ptr + N + offs)
+    c2 = dl.load(c_ptr + 2 * N + offs)
+    c3 = dl.load(c_ptr + 3 * N + offs)
+    a, b, cc, d = dl.philox(seed, c0, c1, c2, c3)
+    dl.store(out_ptr + offs, a.to(dl.int64, bitcast=True))
+    dl.store(out_ptr + N + offs, b.to(dl.int64, bitcast=True))
+    dl.store(out_ptr + 2 * N + offs, cc.to(dl.int64, bitcast=True))
+    dl.store(out_ptr + 3 * N + offs, d.to(dl.int64, bitcast=True))
+
+
+def test_philox_with_64_bit_counters(rng):
+    n = 5
+    ctr = rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, (4, n), dtype=np.int64)
+    ctr[:, 0] = 0
+    out = np.zeros(4 * n, np.int64)
+    for seed in (0, 0x0123456789ABCDEF):
+        _philox64_k[(1,)](out, seed, ctr, N=n)
+        for i in range(n):
+            ref = _philox4x64_ref(seed, 0, [int(v) % 2**64 for v in ctr[:, i]])
+            assert [int(v) % 2**64 for v in out.reshape(4, n)[:, i]] == list(ref)
+    # the Random123 known answer for counter 0 and key 0
+    assert _philox4x64_ref(0, 0, (0, 0, 0, 0)) == (0x16554D9ECA36314C, 0xDB20FE9D672D0FDC, 0xD7E772CEE186176B,
+                                                   0x7E68B68AEC7BA23B)
