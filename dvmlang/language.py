@@ -302,6 +302,9 @@ class PropagateNan(_enum.Enum):
     ALL = 0xFFFF
 
 
+__all__.append("PropagateNan")
+
+
 def _nan_op(opname, propagate_nan):
     p = unwrap(propagate_nan)
     if p is PropagateNan.ALL:

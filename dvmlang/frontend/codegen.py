@@ -961,8 +961,11 @@ class CodeGen(ast.NodeVisitor):
             args = [fn.self] + list(args)
             fn = fn.fn
         if getattr(fn, "__dvm_builtin__", False):
-            _check_arguments(fn, args, kwargs)
-            return fn(*args, _sem=self.sem, **kwargs)
+            try:
+                return fn(*args, _sem=self.sem, **kwargs)
+            except TypeError:
+                _check_arguments(fn, args, kwargs)  # arguments that do not fit the signature: say so
+                raise
         if isinstance(fn, Kernel):
             return self.inline(fn, args, kwargs, node)
         if fn is builtins.print:
@@ -1253,7 +1256,8 @@ _SIGNATURES: dict = {}
 
 def _check_arguments(fn, args, kwargs) -> None:
     """A call of a ``dl`` function whose arguments do not fit its parameters (an unknown keyword, a missing
-    or extra argument) is a ``KernelTypeError`` whose hint is the signature."""
+    or extra argument) is a ``KernelTypeError`` whose hint is the signature. Checked only after a call raised
+    ``TypeError``, so well-formed calls cost nothing."""
     sig = _SIGNATURES.get(fn)
     if sig is None:
         sig = _SIGNATURES[fn] = inspect.signature(fn)
