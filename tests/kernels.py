@@ -38,3 +38,20 @@ def matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: dl.constexpr, BN: dl.constexpr, BK:
         b = dl.load(b_ptr + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc += dl.dot(a, b)
     dl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@dvmlang.kernel
+def loop_sum(x_ptr, out_ptr, n_cols, stride, BLOCK: dl.constexpr):
+    row = dl.program_id(0)
+    acc = dl.zeros((BLOCK,), dl.float32)
+    count = 0
+    for start in range(0, n_cols, BLOCK):
+        cols = start + dl.arange(0, BLOCK)
+        acc += dl.load(x_ptr + row * stride + cols, mask=cols < n_cols, other=0.0)
+        count += 1
+    total = dl.sum(acc, axis=0)
+    if count > 3:
+        total = total + 1000.0
+    else:
+        total = total - 1000.0
+    dl.store(out_ptr + row, total)

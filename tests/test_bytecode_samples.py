@@ -3,7 +3,7 @@ small arrays built from its own parameter table.
 
 The samples cover the instruction families the fuzzer should reach: DMA with masks (vector add),
 reductions and transcendental vector ops (softmax), scalar control flow with a runtime loop and an
-``if`` (loop_if), and the cube path with ``dl.dot`` (matmul).
+``if`` (loop_if: the shared loop_sum kernel), and the cube path with ``dl.dot`` (matmul).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import dvmlang
 import dvmlang.language as dl
 from dvmlang.npu import Device
 from kernels import add as vector_add
+from kernels import loop_sum as loop_if
 from kernels import matmul, softmax
 
 
@@ -25,21 +26,6 @@ from kernels import matmul, softmax
 
 
 
-@dvmlang.kernel
-def loop_if(x_ptr, out_ptr, n_cols, stride, BLOCK: dl.constexpr):
-    row = dl.program_id(0)
-    acc = dl.zeros((BLOCK,), dl.float32)
-    count = 0
-    for start in range(0, n_cols, BLOCK):
-        cols = start + dl.arange(0, BLOCK)
-        acc += dl.load(x_ptr + row * stride + cols, mask=cols < n_cols, other=0.0)
-        count += 1
-    total = dl.sum(acc, axis=0)
-    if count > 2:
-        total = total + 1000.0
-    else:
-        total = total - 1000.0
-    dl.store(out_ptr + row, total)
 
 
 

@@ -5,7 +5,7 @@ import pytest
 
 import dvmlang
 import dvmlang.language as dl
-from kernels import add, softmax
+from kernels import add, loop_sum, softmax
 
 
 
@@ -138,21 +138,6 @@ def test_reductions_2d(rng, op, axis):
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
 
-@dvmlang.kernel
-def loop_sum(x_ptr, out_ptr, n_cols, stride, BLOCK: dl.constexpr):
-    row = dl.program_id(0)
-    acc = dl.zeros((BLOCK,), dl.float32)
-    count = 0
-    for start in range(0, n_cols, BLOCK):
-        cols = start + dl.arange(0, BLOCK)
-        acc += dl.load(x_ptr + row * stride + cols, mask=cols < n_cols, other=0.0)
-        count += 1
-    total = dl.sum(acc, axis=0)
-    if count > 3:
-        total = total + 1000.0
-    else:
-        total = total - 1000.0
-    dl.store(out_ptr + row, total)
 
 
 @pytest.mark.parametrize("n_cols", [1, 100, 128, 129, 1000])
