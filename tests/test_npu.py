@@ -280,12 +280,7 @@ def test_programs_with_identical_timing_are_placed_as_wave_by_wave_placement_wou
         first, last = np.repeat(f0[:, None], P, 1), np.repeat(l0[:, None], P, 1)
         for double_buffer in (False, True):
             fast = dev._compose(T, first, last, cores, double_buffer)
-            saved = dev._steady_waves
-            dev._steady_waves = lambda *a, **k: None
-            try:
-                slow = dev._compose(T, first, last, cores, double_buffer)
-            finally:
-                dev._steady_waves = saved
+            slow = dev._place_waves(T, first, last, cores, double_buffer)
             np.testing.assert_allclose(fast[0], slow[0], rtol=0, atol=1e-6)
             np.testing.assert_allclose(fast[1], slow[1], rtol=0, atol=1e-6)
 

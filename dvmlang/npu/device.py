@@ -382,22 +382,31 @@ def _compose(T, first, last, cores: int, double_buffer: bool, port=None):
     """Place programs on cores (p -> core p % cores) and overlap consecutive ones where legal. A core's
     transfers share its GM port, so a core is busy at least as long as all its programs' transfers take."""
     P = len(T)
-    offsets = np.zeros(P)
-    core_end = np.zeros(min(P, cores))
     if P == 0:
-        return offsets, core_end
-    waves = -(-P // cores)
-    steady = _steady_waves(T, first, last, cores, double_buffer, waves)
+        return np.zeros(0), np.zeros(0)
+    steady = _steady_waves(T, first, last, cores, double_buffer, -(-P // cores))
     if steady is not None:
         offsets = steady[np.arange(P) // cores]
-        c = np.arange(cores)
+        c = np.arange(min(P, cores))
         core_end = offsets[c + cores * ((P - 1 - c) // cores)] + T[0]  # each core's last program ends last
-        waves = 0
+    else:
+        offsets, core_end = _place_waves(T, first, last, cores, double_buffer)
+    if port is not None:
+        per_core = np.bincount(np.arange(P) % cores, weights=port, minlength=len(core_end))[:len(core_end)]
+        core_end = np.maximum(core_end, per_core)
+    return offsets, core_end
+
+
+def _place_waves(T, first, last, cores: int, double_buffer: bool):
+    """(start offset of every program, end of every core), placing one wave of programs after another."""
+    P = len(T)
+    offsets = np.zeros(P)
+    core_end = np.zeros(min(P, cores))
     prev_o = np.zeros(cores)
     prev_T = np.zeros(cores)
     prev_last = np.zeros((first.shape[0], cores))
     prev2_end = np.zeros(cores)
-    for w in range(waves):  # wave by wave, unless the steady spacing placed them all
+    for w in range(-(-P // cores)):
         lo, hi = w * cores, min(P, (w + 1) * cores)
         c = np.arange(hi - lo)
         if w == 0:
@@ -414,9 +423,6 @@ def _compose(T, first, last, cores: int, double_buffer: bool, port=None):
         prev_T[c] = T[lo:hi]
         prev_last[:, c] = last[:, lo:hi]
         core_end[c] = np.maximum(core_end[c], o + T[lo:hi])
-    if port is not None:
-        per_core = np.bincount(np.arange(P) % cores, weights=port, minlength=len(core_end))[:len(core_end)]
-        core_end = np.maximum(core_end, per_core)
     return offsets, core_end
 
 
@@ -430,7 +436,7 @@ def _steady_waves(T, first, last, cores: int, double_buffer: bool, waves: int, p
             not (last == last[:, :1]).all():
         return None
     n = probe * cores
-    head, _ = _compose(T[:n], first[:, :n], last[:, :n], cores, double_buffer)
+    head, _ = _place_waves(T[:n], first[:, :n], last[:, :n], cores, double_buffer)
     o = head[::cores]
     d = np.diff(o)
     for period in (1, 2, 3):
