@@ -139,18 +139,13 @@ def chunks(slot: Slot):
     return [(r, min(n, r + step)) for r in range(0, n, step)]
 
 
-def evaluate(slot: Slot, out: np.ndarray | None = None) -> np.ndarray:
-    """Evaluate a pending computation chunk by chunk (into ``out`` when given)."""
+def evaluate(slot: Slot) -> np.ndarray:
+    """Evaluate a pending computation, chunk by chunk when it has pending inputs to keep in cache."""
     fn, args, finish = slot.lazy
     parts = chunks(slot)
     if len(parts) == 1:
-        v = finish(fn(*[_eval_rows(a, 0, slot.rows, {}) for a in args]))
-        if out is not None:
-            out[...] = v
-            return out
-        return v
-    if out is None:
-        out = np.empty((slot.rows,) + tuple(slot.shape), dtype=slot.dtype)
+        return finish(fn(*[_eval_rows(a, 0, slot.rows, {}) for a in args]))
+    out = np.empty((slot.rows,) + tuple(slot.shape), dtype=slot.dtype)
     for r0, r1 in parts:
         out[r0:r1] = finish(fn(*[_eval_rows(a, r0, r1, {}) for a in args]))
     return out
@@ -472,8 +467,6 @@ class Machine:
             place(b, slot)
 
         write.lazy = write_lazy
-        write.npdt = np.dtype(npdt)
-        write.shape = shape
         return write
 
     # ---- scalar operands --------------------------------------------------------------------------------------
@@ -1049,16 +1042,10 @@ class Machine:
             if slot is not None and slot.lazy is not None and slot.nbytes == src_bytes and \
                     isinstance(slot.lazy[0], np.ufunc) and slot.dtype == g.dtype and tuple(slot.shape) == shape:
                 view, box = _store_view(g, desc, shape, b.n, whole=slot.keep)
-            if view is not None and box is None:
-                # compute the pending elementwise result straight into global memory
-                f, args, _ = slot.lazy
-                rows = slot.rows
-                for r0, r1 in chunks(slot):
-                    f(*[_eval_rows(a, r0, r1, {}) for a in args], out=view[r0:r1] if rows > 1 else view)
-                slot.arr = view
-                slot.gm = frozenset((L.alias[t],))
-            elif view is not None and _store_box(slot, view, box):
-                pass  # a masked store: only the stored box was computed, straight into global memory
+            if view is not None and _compute_into(slot, view, box):
+                if box is None:  # the whole tile went to GM: later readers read it there
+                    slot.arr = view
+                    slot.gm = frozenset((L.alias[t],))
             else:
                 _dma_write(g, desc, shape, r(b, L), b.n)
             if L.races is not None:
@@ -1515,21 +1502,26 @@ def _store_view(g: np.ndarray, desc: _Desc, shape, n, whole: bool):
     return view, None if full else u.box()
 
 
-def _store_box(slot: Slot, view: np.ndarray, box) -> bool:
-    """Compute only the ``box`` of a pending elementwise result, into ``view``; False (nothing written) when an
-    operand is not laid out as the tile (then the caller stores the whole tile)."""
+def _compute_into(slot: Slot, view: np.ndarray, box) -> bool:
+    """Compute a pending elementwise result straight into global memory: all of it (``box`` None) or only the
+    box a masked store writes. False (nothing written) when an operand is not laid out as the tile, so it
+    cannot be cut to the box (then the caller stores the whole tile)."""
     f, args, _ = slot.lazy
     shape = tuple(slot.shape)
-    rank = len(shape)
     for i, (r0, r1) in enumerate(chunks(slot)):
         vals = [_eval_rows(a, r0, r1, {}) for a in args]
-        if i == 0 and any(np.ndim(v) != rank + 1 or any(d not in (1, s) for d, s in zip(v.shape[1:], shape))
-                          for v in vals):
-            return False
-        cut = [v[(slice(None),) + tuple(bx if d == s else slice(None) for bx, d, s in zip(box, v.shape[1:], shape))]
-               for v in vals]
-        f(*cut, out=view[r0:r1] if slot.rows > 1 else view)
+        if box is not None:
+            if i == 0 and not all(_tile_shaped(v, shape) for v in vals):
+                return False
+            vals = [v[(slice(None),) + tuple(bx if d == s else slice(None)
+                                             for bx, d, s in zip(box, v.shape[1:], shape))] for v in vals]
+        f(*vals, out=view[r0:r1] if slot.rows > 1 else view)
     return True
+
+
+def _tile_shaped(v: np.ndarray, shape) -> bool:
+    """Whether ``v`` is (rows, *shape) with some dims of ``shape`` broadcast as 1 (so a box can be cut from it)."""
+    return np.ndim(v) == len(shape) + 1 and all(d in (1, s) for d, s in zip(v.shape[1:], shape))
 
 
 def _overlapping(step, st, ext, n) -> bool:
