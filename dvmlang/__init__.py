@@ -12,9 +12,9 @@
     launch = add[(dl.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
 """
 
-from .errors import (ArgumentError, BufferOverflowError, BytecodeError, CompilationError, ConstexprError, DeviceError, DvmError,
-                     DvmWarning, InvalidBytecodeError, IRVerificationError, KernelTypeError, LaunchError,
-                     MalformedBytecodeError, MemoryFault, PerformanceWarning, RaceDetected, ResourceError,
+from .errors import (ArgumentError, BufferOverflowError, BytecodeError, CompilationError, ConstexprError,
+                     DeviceError, DvmError, DvmWarning, InvalidBytecodeError, IRVerificationError, KernelTypeError,
+                     LaunchError, MalformedBytecodeError, MemoryFault, PerformanceWarning, RaceDetected, ResourceError,
                      UninitializedRead, UnsupportedSyntaxError, VersionError, WatchdogTimeout)
 from . import npu, ops
 from .fuser.api import GraphFunction, graph
@@ -33,10 +33,11 @@ def trace(max_events: int | None = 2_000_000, sample: int = 1, summary_only: boo
 
 
 __all__ = [
-    "kernel", "Kernel", "run", "trace", "Bytecode", "CacheInfo", "graph", "GraphFunction", "GraphError", "ops",
+    "kernel", "Kernel", "run", "trace", "Bytecode", "CacheInfo", "graph", "GraphFunction", "GraphError", "ops", "npu",
     "lazy", "tensor", "LazyTensor", "LazySession", "DvmError", "CompilationError",
     "UnsupportedSyntaxError", "KernelTypeError", "ConstexprError", "IRVerificationError", "ArgumentError",
     "LaunchError", "BytecodeError", "MalformedBytecodeError", "InvalidBytecodeError", "VersionError",
-    "ResourceError", "BufferOverflowError", "DeviceError", "MemoryFault", "WatchdogTimeout", "UninitializedRead", "RaceDetected",
+    "ResourceError", "BufferOverflowError", "DeviceError", "MemoryFault", "WatchdogTimeout", "UninitializedRead",
+    "RaceDetected",
     "DvmWarning", "PerformanceWarning",
 ]

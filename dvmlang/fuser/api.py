@@ -329,40 +329,36 @@ def _kernel_name(graph_name: str, grp: Group) -> str:
 
 
 def _custom(grp: Group, env, values, device, name: str):
-        call = grp.nodes[0]
-        ins = iter(call.inputs)
-        args = []
-        for c in call.attrs["consts"]:
-            if c is None:
-                args.append(np.ascontiguousarray(_materialise(next(ins), values, env)))
-            elif isinstance(c, Sym):
-                args.append(env.value(c))
-            else:
-                args.append(c)
-        outs = []
-        users = [o for o in grp.outputs]
-        for o in sorted(users, key=lambda x: x.attrs["index"]):
-            arr = np.empty(tuple(env.value(d) for d in o.shape), dtype=o.dtype.np)
-            values[o.id] = arr
-            outs.append(arr)
-        grid = call.attrs["grid"]
-        if callable(grid):
-            grid = grid(*[a.shape if isinstance(a, np.ndarray) else a for a in args])
-        kernel = call.attrs["kernel"]
-        _, bc, flat, alias = kernel.prepare(grid, *args, *outs, device=device, **call.attrs["constexprs"])
-        return [(bc, flat, name, alias)]
+    """The launch of an ``ops.custom`` call: the user kernel prepared on its materialised inputs and new outputs."""
+    call = grp.nodes[0]
+    ins = iter(call.inputs)
+    args = []
+    for c in call.attrs["consts"]:
+        if c is None:
+            args.append(np.ascontiguousarray(_materialise(next(ins), values, env)))
+        elif isinstance(c, Sym):
+            args.append(env.value(c))
+        else:
+            args.append(c)
+    outs = []
+    for o in sorted(grp.outputs, key=lambda x: x.attrs["index"]):
+        arr = np.empty(tuple(env.value(d) for d in o.shape), dtype=o.dtype.np)
+        values[o.id] = arr
+        outs.append(arr)
+    grid = call.attrs["grid"]
+    if callable(grid):
+        grid = grid(*[a.shape if isinstance(a, np.ndarray) else a for a in args])
+    kernel = call.attrs["kernel"]
+    _, bc, flat, alias = kernel.prepare(grid, *args, *outs, device=device, **call.attrs["constexprs"])
+    return [(bc, flat, name, alias)]
+
 
 def _total(name, records):
     """One record summing separate launches (the unfused baseline)."""
     from ..npu.device import LaunchRecord
-    first = records[0]
-    total = LaunchRecord(name=name, grid=(), cycles=sum(r.cycles for r in records),
-                         bytes_read=sum(r.bytes_read for r in records),
-                         bytes_written=sum(r.bytes_written for r in records),
-                         time_us=sum(r.time_us for r in records), kind="unfused",
-                         launch_overhead=sum(r.launch_overhead for r in records), profile=first.profile, group=name)
+    total = LaunchRecord.combined(name, records, sum(r.cycles for r in records), "unfused",
+                                  sum(r.launch_overhead for r in records), records[0].profile, len(records))
     total.members = [m for r in records for m in r.members]
-    total.launches = len(records)
     return total
 
 

@@ -52,8 +52,24 @@ class LaunchRecord:
     instructions: int = 0
     hbm_stretch: float = 1.0
     start: float = 0.0
-    members: list = field(default_factory=list)
+    members: list = field(default_factory=list)  # the kernels' records of a stacked or summed launch
     stages: list = field(default_factory=list)
+    launches: int = 1
+
+    @classmethod
+    def combined(cls, name: str, parts: list, cycles: int, kind: str, launch_overhead: int, profile: Profile,
+                 launches: int = 1) -> "LaunchRecord":
+        """One record for several kernels' records: bytes, instructions and pipe time summed, ``cycles`` as
+        the caller composed them (side by side, in sequence, or in separate launches)."""
+        total = cls(name=name, grid=(), cycles=cycles, bytes_read=sum(r.bytes_read for r in parts),
+                    bytes_written=sum(r.bytes_written for r in parts), time_us=cycles / profile.clock_hz * 1e6,
+                    cores=max((r.cores for r in parts), default=0), kind=kind, launch_overhead=launch_overhead,
+                    profile=profile, group=name, instructions=sum(r.instructions for r in parts),
+                    launches=launches)
+        for r in parts:
+            for q, v in r.pipe_busy.items():
+                total.pipe_busy[q] = total.pipe_busy.get(q, 0.0) + v
+        return total
 
     def __repr__(self) -> str:
         return (f"<Launch {self.name} grid={self.grid} cycles={self.cycles} ({self.time_us:.2f} us) "
@@ -143,15 +159,7 @@ class Device:
                 members.append(rec)
                 longest = max(longest, rec.cycles)
             clock += longest
-        cycles = int(round(overhead + clock))
-        total = LaunchRecord(name=name, grid=(), cycles=cycles, bytes_read=sum(r.bytes_read for r in members),
-                             bytes_written=sum(r.bytes_written for r in members),
-                             time_us=cycles / prof.clock_hz * 1e6, cores=max((r.cores for r in members), default=0),
-                             kind="stack", launch_overhead=overhead, profile=prof, group=name,
-                             instructions=sum(r.instructions for r in members))
-        for r in members:
-            for q, v in r.pipe_busy.items():
-                total.pipe_busy[q] = total.pipe_busy.get(q, 0.0) + v
+        total = LaunchRecord.combined(name, members, int(round(overhead + clock)), "stack", overhead, prof)
         total.members = members
         total.stages = [len(s) for s in stages]
         total.wall_s = time.perf_counter() - t0
@@ -239,10 +247,7 @@ class Device:
                               waves=waves, kind="mix" if kern.mix else "vector", double_buffer=kern.double_buffer,
                               launch_overhead=overhead, pipe_busy=pipe_busy, profile=prof,
                               prints=_format_prints(L.prints), diagnostics=L.diagnostics, bytecode=bc,
-                              instructions=instrs)
-        record.hbm_stretch = stretch
-        record.group = group
-        record.start = start
+                              instructions=instrs, hbm_stretch=stretch, group=group, start=start)
         if rec is not None:
             record.trace = rec.finish(offsets + start, cores, record, T * stretch, stretch)
         for line in record.prints:
