@@ -293,7 +293,7 @@ class Kernel:
             session = record.Session() if not isinstance(trace, record.Session) else trace
         self.stats.launches += 1
         rec = device.run(bc, flat, trace=session, name=name or self.__name__, alias_groups=alias)
-        rec.encode_s = getattr(bc, "encode_s", 0.0)
+        rec.encode_s = bc.encode_s
         return rec
 
     def encode(self, grid, *args, device=None, **kwargs):

@@ -53,6 +53,9 @@ class Emitted:
     pc: int = 0
     extra_waits: list = field(default_factory=list)
     extra_sets: list = field(default_factory=list)
+    target: "Label | None" = None  # branches and jumps
+    reloc_param: int | None = None  # the tensor parameter whose address goes in the `gm` field
+    scalar_param: int | None = None  # the scalar parameter whose value goes in the `imm` field
 
 
 @dataclass
@@ -146,7 +149,6 @@ class Lowering:
         self.alt_active = False
         self.unrolled: set = set()  # ids of loops emitted twice per trip (double-buffered)
         self.l0c_shadow: dict = {}  # loop id -> [(L0C home, UB copy, result)] made at the loop exit
-        self.profile_double_buffer = getattr(profile, "double_buffer", True)
         self._scratch_n = 0  # splat slots handed out (4 rotating 32-byte slots above the allocation)
         self._scratch_top = 0
         self._cube: dict = {}  # cube staging buffers by (space, layout, ping-pong copy)
@@ -382,7 +384,7 @@ class Lowering:
             self.unrolled.add(id(op))
 
     def _double_buffer_loop(self, op: Op) -> bool:
-        if op.kind != "for" or not self.profile_double_buffer:
+        if op.kind != "for" or not self.profile.double_buffer:
             return False
         body = op.regions[0]
         has_load = False
@@ -1364,17 +1366,13 @@ class Lowering:
         relocs, slots, debug = [], [], []
         last_loc = None
         for e in instrs:
-            tgt = getattr(e, "target", None)
-            if tgt is not None:
-                e.vals["target"] = tgt.pc
+            if e.target is not None:
+                e.vals["target"] = e.target.pc
             encode_into(words, e.pc, e.ins, e.vals, e.dtype, e.set, e.wait)
-            rp = getattr(e, "reloc_param", None)
-            if rp is not None:
-                widx = e.pc + _field_word(e.ins, "gm")
-                relocs.append((widx, 0, rp))
-            sp = getattr(e, "scalar_param", None)
-            if sp is not None:
-                slots.append((e.pc + _field_word(e.ins, "imm"), sp, e.dtype))
+            if e.reloc_param is not None:
+                relocs.append((e.pc + _field_word(e.ins, "gm"), 0, e.reloc_param))
+            if e.scalar_param is not None:
+                slots.append((e.pc + _field_word(e.ins, "imm"), e.scalar_param, e.dtype))
             if e.loc is not None and (last_loc is None or (e.loc.line, e.loc.col) != (last_loc.line, last_loc.col)):
                 debug.append((e.pc, e.loc))
                 last_loc = e.loc
@@ -1503,7 +1501,7 @@ def _insert_sync(items: list) -> None:
         else:
             pos += 1
     for i, e in enumerate(instrs):
-        t = getattr(e, "target", None)
+        t = e.target
         if t is not None and label_pos.get(id(t), i + 1) <= i:
             loops.append((label_pos[id(t)], i))
     deps: dict[int, dict[int, int]] = {}  # consumer index -> {producer pipe: producer index}
@@ -1594,9 +1592,8 @@ def _insert_sync(items: list) -> None:
     for x in items:
         if isinstance(x, Emitted) and x.extra_waits:
             for (q, ev) in x.extra_waits:
-                w = Emitted(isa.BY_NAME["WAIT"], {"src": int(q), "dst": int(x.ins.pipe), "event": ev}, None, x.loc)
-                w.pipe_override = x.ins.pipe
-                out.append(w)
+                out.append(Emitted(isa.BY_NAME["WAIT"], {"src": int(q), "dst": int(x.ins.pipe), "event": ev}, None,
+                                   x.loc))
         out.append(x)
         if isinstance(x, Emitted) and x.extra_sets:
             for (dst, ev) in x.extra_sets:
