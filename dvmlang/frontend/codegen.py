@@ -23,6 +23,7 @@ from ..errors import (CompilationError, ConstexprError, DvmError, KernelTypeErro
 from ..ir.builder import Builder
 from ..ir.core import Block, Op, ScalarType, Value
 from . import carry
+from .blockptr import descriptor_load, descriptor_store, load_block, store_block, tensor_descriptor
 from .carry import _kind
 from .semantic import Semantic
 from .values import Undefined, block_pointer, constexpr, pointer, tensor, unwrap
@@ -720,7 +721,6 @@ class CodeGen(ast.NodeVisitor):
 
     def _tensor_attr(self, t, attr, node):
         from .. import language as dl
-        from .blockptr import descriptor_load, descriptor_store, tensor_descriptor
         if isinstance(t, tensor_descriptor):
             if attr == "load":
                 return _method(lambda offsets: descriptor_load(self.sem, t, offsets))
@@ -1215,7 +1215,6 @@ class CodeGen(ast.NodeVisitor):
     def device_print(self, prefix, values, hex):
         """One line per runtime value, each led by the text written before it (so ``print("a", x, "b", y)``
         prints ``a <x>`` then ``b <y>``); text after the last value gets a line of its own."""
-        from .blockptr import tensor_descriptor
         prefix = unwrap(prefix)
         if not isinstance(prefix, str):
             values = (prefix,) + tuple(values)
@@ -1239,14 +1238,12 @@ class CodeGen(ast.NodeVisitor):
     def load(self, ptr, mask, other, boundary_check, padding_option):
         ptr = unwrap(ptr)
         if isinstance(ptr, block_pointer):
-            from .blockptr import load_block
             return load_block(self.sem, ptr, boundary_check, padding_option)
         return self.sem.load(ptr, mask, other)
 
     def store(self, ptr, value, mask, boundary_check):
         ptr = unwrap(ptr)
         if isinstance(ptr, block_pointer):
-            from .blockptr import store_block
             return store_block(self.sem, ptr, value, boundary_check)
         return self.sem.store(ptr, value, mask)
 
@@ -1288,9 +1285,11 @@ class _BoundMethod:
 # ---- helpers over frontend values --------------------------------------------------------------------
 
 
+_RUNTIME_VALUES = (tensor, pointer, block_pointer, tensor_descriptor)
+
+
 def _runtime(v) -> bool:
-    from .blockptr import tensor_descriptor
-    return isinstance(unwrap(v), (tensor, pointer, block_pointer, tensor_descriptor))
+    return isinstance(unwrap(v), _RUNTIME_VALUES)
 
 
 def _as_tuple(v):
