@@ -880,7 +880,7 @@ class CodeGen(ast.NodeVisitor):
             idx = (idx,)
         if isinstance(base, pointer):
             if all(i is None or (isinstance(i, slice) and i == slice(None)) for i in idx):
-                return self.sem._ptr_with(base, lambda off: self._index_tensor(off, idx, node))
+                return self.sem.ptr_with(base, lambda off: self._index_tensor(off, idx, node))
             raise self.error(UnsupportedSyntaxError, node, "pointer tiles only support [:, None]-style indexing")
         shape = list(base.shape)
         if base.is_scalar and all(i is None for i in idx):

@@ -336,7 +336,7 @@ class Semantic:
             return off
         return self.binary("add", off, s)
 
-    def _ptr_with(self, ptr: pointer, fn) -> pointer:
+    def ptr_with(self, ptr: pointer, fn) -> pointer:
         """Apply a shape operation to the tile part of a pointer (a scalar-only pointer becomes a tile)."""
         off = ptr.offset if ptr.offset is not None else self.const(0)
         return pointer(ptr.param, ptr.dtype, fn(off), ptr.name, ptr.scalar)
@@ -391,7 +391,7 @@ class Semantic:
         shape = self.shape_arg(shape)
         x = unwrap(x)
         if isinstance(x, pointer):
-            return self._ptr_with(x, lambda off: self.broadcast_to(off, shape))
+            return self.ptr_with(x, lambda off: self.broadcast_to(off, shape))
         x = self.to_tensor(x)
         if x.is_scalar:
             return tensor(self.b.full(shape, x.handle))
@@ -408,7 +408,7 @@ class Semantic:
         shape = tuple(unwrap(s) for s in shape)
         x = unwrap(x)
         if isinstance(x, pointer):
-            return self._ptr_with(x, lambda off: self.reshape(off, shape))
+            return self.ptr_with(x, lambda off: self.reshape(off, shape))
         x = self.to_tensor(x)
         if -1 in shape:
             known = 1
@@ -434,7 +434,7 @@ class Semantic:
         axes = unwrap(axis)
         axes = [unwrap(a) for a in axes] if isinstance(axes, (tuple, list)) else [axes]
         if isinstance(x, pointer):
-            return self._ptr_with(x, lambda off: self.expand_dims(off, tuple(axes)))
+            return self.ptr_with(x, lambda off: self.expand_dims(off, tuple(axes)))
         x = self.to_tensor(x)
         shape = list(x.shape)
         for a in axes:
@@ -675,10 +675,8 @@ class Semantic:
         o = unwrap(other)
         if ptr.shape == () and isinstance(m, tensor) and m.numel == 1 and not (isinstance(o, tensor) and o.numel > 1):
             # a masked scalar load: one masked element through the vector unit, then into a register
-            one = self._one_element(ptr)
-            m1 = self.reshape(m, (1,)) if m.is_tile else self.splat(self.truth(m), (1,))
-            o1 = self.reshape(o, (1,)) if isinstance(o, tensor) and o.is_tile else o
-            return self.as_scalar(self.load(one, m1, o1, attrs))
+            o1 = self._one(o) if isinstance(o, tensor) and o.is_tile else o
+            return self.as_scalar(self.load(self._one_element(ptr), self._one(m, mask=True), o1, attrs))
         shape = self._mem_shapes(ptr, m if isinstance(m, tensor) else None, o if isinstance(o, tensor) else None)
         offs = self._offsets(ptr, shape)
         mk = self._mask(m, shape)
@@ -701,6 +699,12 @@ class Semantic:
         """A scalar pointer as a pointer tile of shape (1,)."""
         return pointer(ptr.param, ptr.dtype, self.splat(self.ptr_offsets(ptr), (1,)), ptr.name)
 
+    def _one(self, x: tensor, mask: bool = False) -> tensor:
+        """A one-element value as a tile of shape (1,) (a scalar mask is made boolean first)."""
+        if x.is_tile:
+            return self.reshape(x, (1,))
+        return self.splat(self.truth(x) if mask else x, (1,))
+
     def store(self, ptr, value, mask=None, attrs=None):
         ptr = unwrap(ptr)
         if not isinstance(ptr, pointer):
@@ -715,9 +719,9 @@ class Semantic:
                 not (isinstance(m, tensor) and m.is_tile and m.numel > 1):
             # one element from the vector unit, or a masked scalar store: a one-element DMA
             ptr = self._one_element(ptr)
-            v = self.reshape(v, (1,)) if v.is_tile else self.splat(v, (1,))
+            v = self._one(v)
             if isinstance(m, tensor):
-                m = self.reshape(m, (1,)) if m.is_tile else self.splat(self.truth(m), (1,))
+                m = self._one(m, mask=True)
         shape = self._mem_shapes(ptr, v, m if isinstance(m, tensor) else None)
         offs = self._offsets(ptr, shape)
         v = self.cast(v, ptr.dtype)
@@ -735,9 +739,8 @@ class Semantic:
         c = self.to_tensor(unwrap(cmp), ptr.dtype) if cmp is not None else None
         if ptr.shape == () and all(x is None or not isinstance(x, tensor) or x.numel == 1 for x in (v, m, c)):
             # a scalar atomic: a one-element tile atomic, its old value read back into a register
-            one = lambda x: x if not isinstance(x, tensor) else \
-                self.reshape(x, (1,)) if x.is_tile else self.splat(x, (1,))  # noqa: E731
-            return self.as_scalar(self.atomic(opname, self._one_element(ptr), one(v), one(m), one(c)))
+            v, m, c = (self._one(x) if isinstance(x, tensor) else x for x in (v, m, c))
+            return self.as_scalar(self.atomic(opname, self._one_element(ptr), v, m, c))
         shape = self._mem_shapes(ptr, v, m if isinstance(m, tensor) else None, c)
         offs = self._offsets(ptr, shape)
         v = self.cast(v, ptr.dtype)
