@@ -27,25 +27,9 @@ _SET_BITS = (7 << isa.SET_PIPE_SHIFT) | (7 << isa.SET_EVENT_SHIFT)
 _WAIT_BITS = (7 << isa.WAIT_PIPE_SHIFT) | (7 << isa.WAIT_EVENT_SHIFT)
 
 
-def field_masks(ins: isa.Instr) -> tuple[int, tuple[int, ...]]:
-    """The bits an instruction's row defines: (head word mask without the set/wait event fields, one mask
-    per operand word). Every other bit is reserved and must be zero."""
-    head = _HEAD_FIXED
-    ops = [0] * (ins.words - 1)
-    for f, (w, shift) in zip(ins.fields, ins.layout):
-        m = ((1 << f.bits) - 1) << shift
-        if f.head:
-            head |= m
-        else:
-            ops[w - 1] |= m
-    return head, tuple(ops)
-
-
-MASKS = {ins.opcode: field_masks(ins) for ins in isa.TABLE}
-
-
 class _Row:
-    """What decoding needs of one ISA row, computed once from the table."""
+    """What decoding needs of one ISA row, computed once from its packing (``Instr.packing``: name, word,
+    shift and mask of every field; word 0 is the head)."""
 
     __slots__ = ("ins", "words", "pipe", "head_fields", "op_fields", "head_mask", "op_masks")
 
@@ -53,15 +37,21 @@ class _Row:
         self.ins = ins
         self.words = ins.words
         self.pipe = int(ins.pipe)
-        self.head_fields = tuple((f.name, shift, (1 << f.bits) - 1)
-                                 for f, (_, shift) in zip(ins.fields, ins.layout) if f.head)
-        self.op_fields = tuple((f.name, w, shift, (1 << f.bits) - 1)
-                               for f, (w, shift) in zip(ins.fields, ins.layout) if not f.head)
-        self.head_mask, self.op_masks = MASKS[ins.opcode]
+        self.head_fields = tuple((name, shift, mask) for name, w, shift, mask in ins.packing if not w)
+        self.op_fields = tuple(f for f in ins.packing if f[1])
+        # the bits the row defines; every other bit is reserved and must be zero (the set/wait event
+        # fields count only when their flag is set)
+        head = _HEAD_FIXED
+        ops = [0] * (ins.words - 1)
+        for _, w, shift, mask in ins.packing:
+            if w:
+                ops[w - 1] |= mask << shift
+            else:
+                head |= mask << shift
+        self.head_mask, self.op_masks = head, tuple(ops)
 
 
 ROWS = {ins.opcode: _Row(ins) for ins in isa.TABLE}
-WORDS = {ins.opcode: ins.words for ins in isa.TABLE}
 _DTYPES = tuple(dt.BY_CODE.get(c) for c in range(16))
 
 
@@ -118,7 +108,7 @@ def decode_kernel(code, start: int, nwords: int) -> list[Decoded]:
     while pc < end:
         d = decode_one(code, pc, end)
         out.append(d)
-        pc += WORDS[d.head & 0xFFFF]
+        pc += d.ins.words
     return out
 
 
