@@ -1,0 +1,18 @@
+"""The one budget knob of the differential generators.
+
+``DVMLANG_FUZZ_SCALE`` multiplies every generator's example count (default 1, the CI budget). Run the
+generators 20x longer with ``DVMLANG_FUZZ_SCALE=20 python -m pytest tests/test_diff_*.py``. Seeds are
+fixed (``derandomize``) so a CI failure reproduces; a scaled run explores further from the same start.
+"""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+SCALE = max(1, int(os.environ.get("DVMLANG_FUZZ_SCALE", "1")))
+
+
+def budget(examples: int, **kw) -> settings:
+    """Hypothesis settings for a differential generator: ``examples`` at scale 1, times DVMLANG_FUZZ_SCALE."""
+    return settings(max_examples=examples * SCALE, deadline=None, database=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck), **kw)
