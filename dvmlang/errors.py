@@ -10,6 +10,9 @@ so ordinary Python habits keep working.
 
 from __future__ import annotations
 
+import functools
+import os
+import types
 from dataclasses import dataclass
 
 
@@ -233,3 +236,55 @@ class DvmWarning(UserWarning):
 
 class PerformanceWarning(DvmWarning):
     """Code that works but maps poorly onto the NPU (for example a gather instead of a DMA)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# How errors reach users: their own frames, not the compiler's
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
+
+
+def _user_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` without the entries of dvmlang's own files, nor of the standard library called from them
+    (``ast.NodeVisitor.visit``): what is left is the user's code (their call site, their ``@graph``
+    function, their combine function) in the same order."""
+    kept = []
+    inside = False
+    while tb is not None:
+        file = tb.tb_frame.f_code.co_filename
+        if file.startswith(_PACKAGE_DIR):
+            inside = True
+        elif not (inside and file.startswith(_STDLIB_DIR) and "site-packages" not in file):
+            kept.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(kept):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def _trim(err: BaseException) -> None:
+    err.__traceback__ = _user_traceback(err.__traceback__)
+    err.__suppress_context__ = True  # an internal exception dvmlang turned into this error is no news to a user
+    if isinstance(err.__cause__, DvmError):
+        _trim(err.__cause__)
+
+
+def user_frames(fn):
+    """Decorate a public entry point: a ``DvmError`` raised below it reaches the caller with dvmlang's own
+    frames removed, so a user sees their call site and the diagnostic (which names file:line of kernel
+    code), not the compiler. ``DVMLANG_TRACEBACK=1`` in the environment keeps every frame, for debugging
+    dvmlang itself. Other exceptions are dvmlang bugs and keep their whole traceback."""
+
+    @functools.wraps(fn)
+    def entry(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except DvmError as err:
+            if os.environ.get("DVMLANG_TRACEBACK"):
+                raise
+            _trim(err)
+            raise err  # a dvmlang error about the code that called here; DVMLANG_TRACEBACK=1 shows dvmlang's frames
+
+    return entry

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes as dt
-from .errors import ArgumentError, DvmError, LaunchError
+from .errors import ArgumentError, DvmError, LaunchError, user_frames
 from .vm.container import ParamInfo, TargetInfo
 
 MAX_INSTANCES = 256
@@ -119,6 +119,7 @@ class Kernel:
     def __getitem__(self, grid):
         return _Launcher(self, grid)
 
+    @user_frames
     def __call__(self, *args, **kwargs):
         raise DvmError(f"launch `{self.__name__}` with a grid: {self.__name__}[grid](...); inside another kernel "
                        "a call is inlined")
@@ -272,6 +273,7 @@ class Kernel:
         return device, build, bc, arrays
 
     # ---- public entry points ----------------------------------------------------------------------------
+    @user_frames
     def prepare(self, grid, *args, device=None, **kwargs):
         """Bind, build and encode a launch without running it: ``(device, bytecode, arrays, alias groups)``,
         ready for ``device.run`` or, with other launches, ``device.run_stack``."""
@@ -284,6 +286,7 @@ class Kernel:
         flat = {i: a.ravel() for i, a in arrays.items()}  # C-contiguous (checked when bound): views, not copies
         return device, bc, flat, _alias_groups(arrays)
 
+    @user_frames
     def run(self, grid, *args, trace=False, device=None, name=None, **kwargs):
         """Same as ``kernel[grid](*args, ...)``."""
         device, bc, flat, alias = self.prepare(grid, *args, device=device, **kwargs)
@@ -296,16 +299,19 @@ class Kernel:
         rec.encode_s = bc.encode_s
         return rec
 
+    @user_frames
     def encode(self, grid, *args, device=None, **kwargs):
         """The ``Bytecode`` of one launch instance, without running it."""
         _, _, bc, _ = self._prepare(grid, args, kwargs, device)
         return bc
 
+    @user_frames
     def export(self, path, grid, *args, device=None, **kwargs):
         """Encode an instance and save it as a ``.dvmb`` file (ahead-of-time export)."""
         bc = self.encode(grid, *args, device=device, **kwargs)
         return bc.save(path)
 
+    @user_frames
     def ir(self, *args, device=None, **kwargs) -> str:
         """The tile IR of the build these arguments select, as text."""
         from .ir.printer import print_function
@@ -314,6 +320,7 @@ class Kernel:
         _, specs, key = self._bind(args, kwargs)
         return print_function(self._build(specs, key, device.profile).fn)
 
+    @user_frames
     def build_for(self, *args, device=None, **kwargs) -> Build:
         from .npu.device import default_device
         device = device or default_device()
@@ -328,6 +335,7 @@ class _Launcher:
         self.kernel = kernel
         self.grid = grid
 
+    @user_frames
     def __call__(self, *args, trace=False, device=None, name=None, **kwargs):
         return self.kernel.run(self.grid, *args, trace=trace, device=device, name=name, **kwargs)
 
@@ -527,6 +535,7 @@ def _alias_groups(arrays: dict[int, np.ndarray]) -> dict[int, int]:
     return group
 
 
+@user_frames
 def run(bytecode, *args, device=None, trace=False):
     """Run a ``Bytecode`` (for example one loaded from a ``.dvmb`` file) on new arrays and scalars of the same
     signature: one argument per runtime parameter, in order."""
