@@ -92,6 +92,23 @@ def identical(vals) -> bool:
     return all(same(v, vals[0]) for v in vals[1:])
 
 
+def holds_local(v, local) -> bool:
+    """Whether ``v`` holds an IR value whose id is in ``local`` (defined inside the paths being merged, so it
+    must be carried out of them even where every path agrees)."""
+    v = unwrap(v)
+    if isinstance(v, (tuple, list)):
+        return any(holds_local(x, local) for x in v)
+    kind, _, ps = parts_of(v)
+    if kind == "c":
+        return False
+    return any(isinstance(unwrap(p), tensor) and unwrap(p).handle.id in local for p in ps)
+
+
+def _fixed(col, local) -> bool:
+    """A part every path holds as the very same object, visible after the paths: it stays fixed."""
+    return identical(col) and not holds_local(col[0], local)
+
+
 def _part_type(values, loop: bool, describe):
     """The one type a carried part takes, from the values it holds on each path."""
     runtime = [v for v in values if isinstance(v, tensor)]
@@ -142,12 +159,13 @@ class _Describe:
         return f"`{self.name}`{self.what}"
 
 
-def unify(vals, name: str, loop: bool = False) -> Tmpl:
-    """The template every value in ``vals`` (one per path) can be converted to."""
+def unify(vals, name: str, loop: bool = False, local=frozenset()) -> Tmpl:
+    """The template every value in ``vals`` (one per path) can be converted to. ``local`` holds the ids of
+    the IR values defined inside the paths (see ``holds_local``)."""
     vals = [unwrap(v) for v in vals]
     kinds = {parts_of(v)[0] for v in vals}
     if kinds <= {"c"}:
-        if identical(vals):
+        if _fixed(vals, local):
             return Tmpl("c", None, [vals[0]], [False])
         ty = _part_type(vals, loop, _Describe(name))
         return Tmpl("t", None, [tensor(Value(ty))], [True])
@@ -161,7 +179,7 @@ def unify(vals, name: str, loop: bool = False) -> Tmpl:
     kind = runtime_kinds.pop()
     if kind == "t":
         ty = _part_type(vals, loop, _Describe(name))
-        if identical(vals):
+        if _fixed(vals, local):
             return Tmpl("t", None, [vals[0]], [False])
         return Tmpl("t", None, [tensor(Value(ty))], [True])
     metas = [parts_of(v)[1] for v in vals]
@@ -174,7 +192,7 @@ def unify(vals, name: str, loop: bool = False) -> Tmpl:
     columns = list(zip(*[parts_of(v)[2] for v in vals]))
     parts, carried = [], []
     for i, col in enumerate(columns):
-        if identical(col):
+        if _fixed(col, local):
             parts.append(col[0])
             carried.append(False)
             continue

@@ -21,7 +21,7 @@ from .. import dtypes as dt
 from ..errors import (CompilationError, ConstexprError, DvmError, KernelTypeError, SourceLoc,
                       UnsupportedSyntaxError)
 from ..ir.builder import Builder
-from ..ir.core import Block, Op, ScalarType, Value
+from ..ir.core import Block, Op, ScalarType, Value, defined_in
 from . import carry
 from .blockptr import descriptor_load, descriptor_store, load_block, store_block, tensor_descriptor
 from .carry import _kind
@@ -412,10 +412,11 @@ class CodeGen(ast.NodeVisitor):
         if not else_exit:
             live.append((else_names, else_block))
         keys = [k for k in dict.fromkeys(list(then_names) + list(else_names))]
+        local = defined_in([then_block, else_block])
         carried, templates = [], []
         for k in keys:
             vals = [names.get(k) for names, _ in live]
-            if all(v is vals[0] for v in vals):
+            if all(v is vals[0] for v in vals) and not carry.holds_local(vals[0], local):
                 if vals[0] is not None:
                     merged[k] = vals[0]
                 continue
@@ -424,7 +425,7 @@ class CodeGen(ast.NodeVisitor):
                 merged[k] = Undefined(k, f"`{k}` is assigned in only {where} of the `if` at line "
                                          f"{self.loc(node).line}; assign it before the `if` or in every branch")
                 continue
-            t = self._unify(vals, k, node)
+            t = self._unify(vals, k, node, local=local)
             if not t.any_carried:
                 merged[k] = vals[0]
                 continue
@@ -647,9 +648,9 @@ class CodeGen(ast.NodeVisitor):
         return ends, [e for e in ctx.exit_values]
 
     # ---- merging values from several paths -------------------------------------------------------------
-    def _unify(self, vals, name, node, loop=False) -> carry.Tmpl:
+    def _unify(self, vals, name, node, loop=False, local=frozenset()) -> carry.Tmpl:
         try:
-            return carry.unify(vals, name, loop)
+            return carry.unify(vals, name, loop, local)
         except KernelTypeError as e:
             raise self.error(KernelTypeError, node, e.message, e.hint) from None
 
@@ -814,7 +815,7 @@ class CodeGen(ast.NodeVisitor):
             # the merge names the value by its internal key: name the expression instead
             raise self.error(KernelTypeError, node, e.message.replace(f"`{key}`", "the conditional expression"),
                              e.hint) from None
-        value = self.names.pop(key)
+        value = self.names.pop(key, None)  # absent when both sides give None (two stores)
         if isinstance(value, Undefined):
             raise self.error(KernelTypeError, node, "both sides of a conditional expression must give a value")
         return value
@@ -1083,7 +1084,8 @@ class CodeGen(ast.NodeVisitor):
         flat = [_as_tuple(v) for v in values]
         if len({len(f) for f in flat}) != 1:
             raise self.error(KernelTypeError, node, f"`{self.src.name}` returns different numbers of values")
-        templates = [self._unify([f[i] for f in flat], f"return value {i} of {self.src.name}", node)
+        local = defined_in([block])
+        templates = [self._unify([f[i] for f in flat], f"return value {i} of {self.src.name}", node, local=local)
                      for i in range(len(flat[0]))]
         pending = []
         for f, (_, _, blk) in zip(flat, self.ret.exits):

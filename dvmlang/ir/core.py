@@ -137,6 +137,28 @@ TERMINATORS = frozenset({"yield", "break", "continue", "return"})
 EXITS = frozenset({"break", "continue", "return"})
 
 
+def ends_in_exit(block: Block) -> bool:
+    """Control never reaches the end of ``block``: it ends in an exit, or in an ``if`` whose branches both
+    end in one (``if c: continue`` / ``else: continue``), after which nothing else is compiled."""
+    if not block.ops:
+        return False
+    last = block.ops[-1]
+    return last.kind in EXITS or (last.kind == "if" and all(ends_in_exit(r) for r in last.regions))
+
+
+def defined_in(blocks) -> set[int]:
+    """The ids of the values defined inside ``blocks`` (op results and block arguments, nested regions
+    included): none of them is visible after the construct that owns the blocks."""
+    ids: set[int] = set()
+    for block in blocks:
+        for top in block.ops:
+            for op in top.walk():
+                ids.update(v.id for v in op.results)
+                for r in op.regions:
+                    ids.update(a.id for a in r.args)
+    return ids
+
+
 @dataclass
 class Param:
     """A kernel parameter as the device sees it: a tensor in global memory or a runtime scalar."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from .. import dtypes as dt
 from ..errors import IRVerificationError
 from .builder import broadcast_shapes
-from .core import EXITS, TERMINATORS, Block, Function, Op, ScalarType, TileType
+from .core import EXITS, TERMINATORS, Block, Function, Op, ScalarType, TileType, ends_in_exit
 
 VIEW_OPS = frozenset({"reshape", "expand_dims"})
 KNOWN = frozenset({
@@ -50,8 +50,7 @@ class _Verifier:
                 self.block(r, visible, enclosing + [op])
             visible.update(r.id for r in op.results)
         if not top and block.parent is not None and block.parent.kind != "if":
-            term = block.terminator
-            if term is None:
+            if block.terminator is None and not ends_in_exit(block):
                 self.fail(block.parent, f"a region of {block.parent.kind} has no terminator")
 
     def check(self, op: Op, enclosing: list[Op], top: bool):

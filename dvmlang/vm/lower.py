@@ -24,7 +24,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import BufferOverflowError, CompilationError, ResourceError, SourceLoc
 from ..ir.builder import broadcast_shapes
-from ..ir.core import Block, Function, Op, ScalarType, TileType, Value
+from ..ir.core import Block, Function, Op, ScalarType, TileType, Value, ends_in_exit
 from . import isa
 
 ELEMENTWISE = frozenset({"binary", "compare", "select", "fma"})
@@ -1294,7 +1294,7 @@ class Lowering:
         e.target = else_l
         self.scopes.append(_Scope(op, end_l, None, homes))
         self._emit_block(then_b)
-        if not _ends_in_exit(then_b):
+        if not ends_in_exit(then_b):
             j = self._emit(isa.BY_NAME["JMP"], {"target": 0}, None, op.loc)
             j.target = end_l
         self.out.append(else_l)
@@ -1391,11 +1391,6 @@ def _without_terminator(block: Block) -> Block:
     view = Block()
     view.ops = block.ops[:-1] if block.terminator is not None else list(block.ops)
     return view
-
-
-def _ends_in_exit(block: Block) -> bool:
-    t = block.terminator
-    return t is not None and t.kind in ("break", "continue", "return")
 
 
 def _coalescible_def(op: Op) -> bool:

@@ -1,0 +1,166 @@
+"""Regressions of control flow, kernel arguments and the batched device (issue 11): each test failed before
+its fix. Every kernel runs on the batched device and on the sequential one, which must agree."""
+
+import numpy as np
+import pytest
+
+import dvmlang
+import dvmlang.language as dl
+
+BATCHED = dvmlang.npu.Device()
+SEQUENTIAL = dvmlang.npu.Device(sequential=True)
+
+
+def run_both(kernel, grid, make_args, **meta):
+    """Run ``kernel`` on both devices with fresh arguments; return the batched run's arguments after
+    checking that the sequential run stored the same numbers."""
+    results = []
+    for device in (BATCHED, SEQUENTIAL):
+        args = make_args()
+        kernel[grid](*args, device=device, **meta)
+        results.append(args)
+    for a, b in zip(*results):
+        if isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a, b)
+    return results[0]
+
+
+def one(kernel, *scalars, grid=(1,)):
+    out = run_both(kernel, grid, lambda: [np.full(1, -7, np.int32), *scalars])[0]
+    return int(out[0])
+
+
+# ---- 1. legal control flow that the IR verifier rejected --------------------------------------------------
+@dvmlang.kernel
+def nested_if_else_continue(out, n):
+    acc = 0
+    for j in range(-2, 3):
+        if j <= 0:
+            if n > 1:
+                acc = j
+        else:
+            continue
+    dl.store(out, acc)
+
+
+@pytest.mark.parametrize("n,expected", [(3, 0), (1, 0)])
+def test_value_from_the_only_branch_that_falls_through_is_yielded(n, expected):
+    assert one(nested_if_else_continue, n) == expected
+
+
+@dvmlang.kernel
+def continue_in_both_branches(out, n):
+    acc = 0
+    for j in range(5):
+        acc += 1
+        if j < n:
+            continue
+        else:
+            continue
+    dl.store(out, acc)
+
+
+def test_continue_in_both_branches_of_an_if():
+    assert one(continue_in_both_branches, 2) == 5
+
+
+@dvmlang.kernel
+def break_in_both_branches(out, n):
+    acc = 0
+    while acc < 100:
+        acc += 3
+        if acc > n:
+            break
+        else:
+            break
+    dl.store(out, acc)
+
+
+def test_break_in_both_branches_of_an_if():
+    assert one(break_in_both_branches, 2) == 3
+
+
+@dvmlang.kernel
+def nested_early_return(out, n):
+    acc = 0
+    for i in range(4):
+        if i > 1:
+            if n > 3:
+                dl.store(out, acc)
+                return
+            else:
+                acc += 10
+        acc += 1
+    dl.store(out, acc)
+
+
+@pytest.mark.parametrize("n,expected", [(5, 2), (1, 24)])
+def test_early_return_inside_a_nested_if_else(n, expected):
+    assert one(nested_early_return, n) == expected
+
+
+@dvmlang.kernel
+def return_one_branch_changes(out, n):
+    x = n * 2
+    if n > 0:
+        if n > 3:
+            return
+        else:
+            x = x + 1
+    else:
+        x = x - 1
+    dl.store(out, x)
+
+
+@pytest.mark.parametrize("n,expected", [(2, 5), (5, -7), (-1, -3)])
+def test_early_return_next_to_an_assignment(n, expected):
+    assert one(return_one_branch_changes, n) == expected
+
+
+@dvmlang.kernel
+def returns_from_both_branches(x):
+    if x > 2:
+        return x + 1
+    else:
+        return x - 1
+
+
+@dvmlang.kernel
+def helper_inside_if(out, n):
+    r = 0
+    if n > 0:
+        r = returns_from_both_branches(n)
+    dl.store(out, r)
+
+
+@pytest.mark.parametrize("n,expected", [(3, 4), (1, 0), (0, 0)])
+def test_inlined_helper_returning_from_both_branches_inside_an_if(n, expected):
+    assert one(helper_inside_if, n) == expected
+
+
+@dvmlang.kernel
+def returns_a_local_on_every_path(x):
+    y = x + 1
+    if x > 2:
+        return y
+    return y
+
+
+@dvmlang.kernel
+def helper_returning_a_local(out, n):
+    dl.store(out, returns_a_local_on_every_path(n))
+
+
+def test_inlined_helper_returning_one_local_value_on_every_path():
+    assert one(helper_returning_a_local, 3) == 4
+
+
+@dvmlang.kernel
+def store_or_store(a, b, n):
+    dl.store(a, 1) if n > 0 else dl.store(b, 2)
+
+
+@pytest.mark.parametrize("n,expected", [(1, [1, 0]), (0, [0, 2])])
+def test_conditional_expression_of_two_stores(n, expected):
+    a, b, _ = run_both(store_or_store, (1,), lambda: [np.zeros(1, np.int32), np.zeros(1, np.int32), n])
+    assert [int(a[0]), int(b[0])] == expected
