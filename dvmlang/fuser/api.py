@@ -464,7 +464,10 @@ def _addressing(n: Node, values, env, space):
         root = arr
         while isinstance(root.base, np.ndarray):
             root = root.base
-        if not root.flags.c_contiguous or any(st < 0 for st in arr.strides):
+        if not root.flags.c_contiguous or any(st < 0 or st % item for st in arr.strides) or \
+                root.dtype != arr.dtype:
+            # a view the kernel cannot address from its root: negative or misaligned strides, or another
+            # dtype's bytes (x_int16.view(bfloat16)); the kernel reads a contiguous copy
             arr = root = np.ascontiguousarray(arr)
         off = (arr.__array_interface__["data"][0] - root.__array_interface__["data"][0]) // item
         flat = root.reshape(-1)[off:]

@@ -95,6 +95,9 @@ def canonicalize(g: Graph) -> None:
 
     for n in g.nodes:
         n.inputs = [replace.get(i.id, i) for i in n.inputs]
+        if n.op == "reshape" and not _reshape_is_a_view(n.inputs[0]):
+            x = n.inputs[0]
+            n.inputs = [add(Node("broadcast_to", [x], x.shape, x.dtype, {"copy": True}))]
         if n.op != "reduce":
             new_nodes.append(n)
             continue
@@ -130,6 +133,23 @@ def canonicalize(g: Graph) -> None:
     for n in g.nodes:  # scalar arithmetic on constants and sizes (e.g. 1/sqrt(head size)) is free
         if n.op in EW and n.rank == 0 and n.inputs and n.id not in outputs and all(is_free(i) for i in n.inputs):
             n.attrs["free_scalar"] = True
+
+
+def _reshape_is_a_view(x: Node) -> bool:
+    """Whether a reshape of ``x`` reads its elements in memory order, so it can be a view of a stored value. A
+    value computed in the launch is stored contiguously; a permute that moves a dimension other than a
+    literal 1 makes a reshape of it a gather, which the kernels reading it cannot express as strides (numpy
+    would copy at bind time, before the producer ran): such a reshape gets a copy kernel (``broadcast_to``
+    to the same shape) under it. A reshape of a view of an input stays a view: numpy copies the input's real
+    elements when the launch is bound."""
+    reorders = False
+    while x.op in VIEWS:
+        if x.op == "permute":
+            src = x.inputs[0].shape
+            moved = [d for d in x.attrs["perm"] if not (isinstance(src[d], int) and src[d] == 1)]
+            reorders = reorders or moved != sorted(moved)
+        x = x.inputs[0]
+    return not reorders or x.op == "input"
 
 
 def _same_shape(g: Graph, a, b) -> bool | None:

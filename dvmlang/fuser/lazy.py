@@ -62,7 +62,9 @@ class _Guards:
     """Arrays that pending or in-flight work reads or writes are made read-only until that work has run, so a
     stray numpy write fails at once (``ValueError: assignment destination is read-only``) instead of changing
     what a flush reads. Guards are counted per memory root; a root and every array object guarded under it
-    get their own flags back when the last holder releases it."""
+    get their own flags back when the last holder releases it. Memory numpy does not own (a torch tensor's
+    ``.numpy()``, ``np.frombuffer``, an object's ``__array_interface__``) is not guarded: numpy may refuse to
+    make such an array writeable again, so its flags are never touched."""
 
     def __init__(self):
         self.lock = threading.RLock()
@@ -70,6 +72,8 @@ class _Guards:
 
     def acquire(self, arr: np.ndarray) -> np.ndarray:
         root = _root(arr)
+        if not root.flags.owndata:
+            return root  # release() finds no entry for it
         with self.lock:
             e = self.entries.get(id(root))
             if e is None:
@@ -228,9 +232,12 @@ class _Value:
 
 
 def _same_storage(a: _Value, b: _Value) -> bool:
+    """Whether two values may live in the same memory: one storage, or arrays whose byte ranges overlap (two numpy
+    arrays over one buffer numpy does not own, such as two ``.numpy()`` of one torch tensor, have different
+    roots)."""
     if a.token is not None and a.token is b.token:
         return True
-    return a.array is not None and b.array is not None and _root(a.array) is _root(b.array)
+    return a.array is not None and b.array is not None and np.may_share_memory(a.array, b.array)
 
 
 class _Pending:
