@@ -62,14 +62,16 @@ def render_span(loc: SourceLoc) -> str:
 
 class CompilationError(DvmError):
     """A kernel could not be compiled. The message shows ``file:line:col``, the source line with a caret
-    span under the offending code, the chain of inlined kernel calls, and the rewrite to use."""
+    span under the offending code, notes pointing at related code (``notes``: (text, loc) pairs, such as the
+    loop an assignment sits in), the chain of inlined kernel calls, and the rewrite to use."""
 
     def __init__(self, message: str, loc: SourceLoc | None = None, hint: str | None = None,
-                 call_chain: tuple[tuple[str, SourceLoc], ...] = ()):
+                 call_chain: tuple[tuple[str, SourceLoc], ...] = (), notes: tuple[tuple[str, SourceLoc], ...] = ()):
         self.message = message
         self.loc = loc
         self.hint = hint
         self.call_chain = call_chain
+        self.notes = tuple(notes)
         super().__init__(self._render())
 
     def _render(self) -> str:
@@ -81,6 +83,11 @@ class CompilationError(DvmError):
                 parts.append(span)
         else:
             parts.append(self.message)
+        for text, site in self.notes:
+            parts.append(f"note: {site}: {text}")
+            span = render_span(site)
+            if span:
+                parts.append(span)
         for name, site in self.call_chain:
             parts.append(f"  in kernel `{name}` called from {site}")
             span = render_span(site)
@@ -95,7 +102,8 @@ class CompilationError(DvmError):
         """A copy of this error with a location and call chain filled in where they were missing."""
         err = type(self).__new__(type(self))
         CompilationError.__init__(err, self.message, self.loc or loc, self.hint,
-                                  self.call_chain if call_chain is None or self.call_chain else call_chain)
+                                  self.call_chain if call_chain is None or self.call_chain else call_chain,
+                                  self.notes)
         return err
 
 

@@ -164,3 +164,45 @@ def store_or_store(a, b, n):
 def test_conditional_expression_of_two_stores(n, expected):
     a, b, _ = run_both(store_or_store, (1,), lambda: [np.zeros(1, np.int32), np.zeros(1, np.int32), n])
     assert [int(a[0]), int(b[0])] == expected
+
+
+# ---- 2. a loop-carried tile that changes type: the error names the assignment, the loop is a note ----------
+@dvmlang.kernel
+def carried_tile_changes_type(out, n, BLOCK: dl.constexpr):
+    acc = dl.zeros((BLOCK,), dl.int32)
+    for i in range(n):
+        x = dl.arange(0, BLOCK)
+        acc = acc + x.to(dl.float32)
+    dl.store(out + dl.arange(0, BLOCK), acc)
+
+
+@dvmlang.kernel
+def carried_tile_changes_shape_in_a_branch(out, n, BLOCK: dl.constexpr):
+    acc = dl.zeros((BLOCK,), dl.int32)
+    for i in range(n):
+        if i > 2:
+            acc = dl.zeros((2 * BLOCK,), dl.int32)
+    dl.store(out + dl.arange(0, BLOCK), acc)
+
+
+def _line_of(kernel, text):
+    import inspect
+    lines, start = inspect.getsourcelines(kernel.source.fn)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+@pytest.mark.parametrize("kernel,assignment,construct,message", [
+    (carried_tile_changes_type, "acc = acc + x.to", "for i in range(n)",
+     "loop-carried `acc` changes type: it is a tile<16xint32> before the loop and a tile<16xfloat32> in the body"),
+    (carried_tile_changes_shape_in_a_branch, "acc = dl.zeros((2 * BLOCK", "if i > 2",
+     "`acc` changes shape: a tile<16xint32> vs a tile<32xint32>"),
+])
+def test_type_change_points_at_the_assignment(kernel, assignment, construct, message):
+    with pytest.raises(dvmlang.KernelTypeError) as info:
+        kernel[(1,)](np.zeros(16, np.float32), 3, BLOCK=16)
+    e = info.value
+    lines = str(e).splitlines()
+    assert e.loc.line == _line_of(kernel, assignment) and message in lines[0]
+    assert lines[1].strip().startswith(assignment)
+    note = next(i for i, line in enumerate(lines) if line.startswith("note: "))
+    assert f":{_line_of(kernel, construct)}:" in lines[note] and lines[note + 1].strip().startswith(construct)

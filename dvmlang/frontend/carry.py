@@ -243,7 +243,7 @@ def _coerce_part(sem, v, template: tensor, name):
 def _kind(v) -> str:
     v = unwrap(v)
     if isinstance(v, tensor):
-        return f"a tile {v.handle.type}" if v.is_tile else f"a scalar {v.dtype}"
+        return f"a {v.handle.type}" if v.is_tile else f"a scalar {v.dtype}"
     if isinstance(v, pointer):
         return f"a pointer into {v.name}"
     if isinstance(v, block_pointer):

@@ -186,6 +186,8 @@ class CodeGen(ast.NodeVisitor):
         self.is_top = not call_chain
         self.return_value = None
         self.rt_depth = 0  # how many runtime ifs/loops enclose the code being compiled
+        self.stmt = None  # the statement being compiled
+        self.origins: dict[int, tuple] = {}  # id(runtime value) -> (value, the statement that assigned it)
         self.globals = src.fn.__globals__
         self.closure = {}
         if src.fn.__closure__:
@@ -202,8 +204,8 @@ class CodeGen(ast.NodeVisitor):
             return node
         return self.src.loc(node)
 
-    def error(self, cls, node, msg, hint=None):
-        return cls(msg, self.loc(node), hint, self.call_chain)
+    def error(self, cls, node, msg, hint=None, notes=()):
+        return cls(msg, self.loc(node), hint, self.call_chain, notes)
 
     def visit(self, node):
         saved = self.b.loc
@@ -265,6 +267,7 @@ class CodeGen(ast.NodeVisitor):
     def visit_block(self, stmts) -> bool:
         """Visit statements; return True if the block ended in an exit (break/continue/return)."""
         for i, s in enumerate(stmts):
+            self.stmt = s
             try:
                 self.visit(s)
             except _Exit:
@@ -307,9 +310,8 @@ class CodeGen(ast.NodeVisitor):
 
     def assign(self, target, value):
         if isinstance(target, ast.Name):
-            if isinstance(value, Undefined):
-                self.names[target.id] = value
-                return
+            if _runtime(value):
+                self.origins[id(value)] = (value, self.stmt)
             self.names[target.id] = value
             return
         if isinstance(target, (ast.Tuple, ast.List)):
@@ -440,6 +442,9 @@ class CodeGen(ast.NodeVisitor):
         it = iter(op.results)
         for k, t in zip(carried, templates):
             merged[k] = carry.rebuild(t, it)
+            at = next((self.origins[id(n[k])] for n, _ in live if id(n[k]) in self.origins), None)
+            if at is not None:  # a later type error names the assignment in the branch
+                self.origins[id(merged[k])] = (merged[k], at[1])
         self.names = merged
         return op
 
@@ -652,7 +657,32 @@ class CodeGen(ast.NodeVisitor):
         try:
             return carry.unify(vals, name, loop, local)
         except KernelTypeError as e:
-            raise self.error(KernelTypeError, node, e.message, e.hint) from None
+            raise self._merge_error(e, vals, node, loop) from None
+
+    def _merge_error(self, e, vals, node, loop):
+        """The error of values that cannot be merged where paths meet, at the assignment inside ``node`` (the
+        `if` or loop) that made one of them differ, with ``node`` as a note; at ``node`` if none is known."""
+        construct = self.loc(node)
+        inside = []
+        for v in vals:
+            at = self.origins.get(id(v))
+            if at is not None and at[0] is v and at[1] is not None:
+                loc = self.loc(at[1])
+                if loc.file == construct.file and construct.line < loc.line <= (construct.end_line or loc.line):
+                    inside.append((v, at[1]))
+        if not inside:
+            return self.error(KernelTypeError, node, e.message, e.hint)
+
+        def conflicts(v):
+            try:
+                carry.unify([vals[0], v], "", loop)
+                return False
+            except KernelTypeError:
+                return True
+
+        stmt = next((st for v, st in inside if conflicts(v)), inside[0][1])
+        what = "loop" if loop else "`if`"
+        return self.error(KernelTypeError, stmt, e.message, e.hint, notes=[(f"in the {what} here", construct)])
 
     def _coerce(self, v, t: carry.Tmpl, name, node):
         if isinstance(v, Undefined) or v is None:
