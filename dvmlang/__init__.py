@@ -17,6 +17,7 @@ from .errors import (ArgumentError, BufferOverflowError, BytecodeError, Compilat
                      LaunchError, MalformedBytecodeError, MemoryFault, PerformanceWarning, RaceDetected, ResourceError,
                      UninitializedRead, UnsupportedSyntaxError, VersionError, WatchdogTimeout)
 from . import npu, ops
+from .autotune import Autotuner, Config, Heuristics, autotune, heuristics
 from .fuser.api import GraphFunction, graph
 from .fuser.graph import GraphError
 from .fuser.lazy import LazySession, LazyTensor, lazy, tensor
@@ -33,7 +34,7 @@ def trace(max_events: int | None = 2_000_000, sample: int = 1, summary_only: boo
 
 
 __all__ = [
-    "kernel", "Kernel", "run", "trace", "Bytecode", "CacheInfo", "graph", "GraphFunction", "GraphError", "ops", "npu",
+    "kernel", "Kernel", "run", "autotune", "heuristics", "Config", "Autotuner", "Heuristics", "trace", "Bytecode", "CacheInfo", "graph", "GraphFunction", "GraphError", "ops", "npu",
     "lazy", "tensor", "LazyTensor", "LazySession", "DvmError", "CompilationError",
     "UnsupportedSyntaxError", "KernelTypeError", "ConstexprError", "IRVerificationError", "ArgumentError",
     "LaunchError", "BytecodeError", "MalformedBytecodeError", "InvalidBytecodeError", "VersionError",

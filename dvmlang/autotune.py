@@ -1,0 +1,321 @@
+"""Autotuning and heuristics for kernels: ``dvmlang.autotune``, ``dvmlang.heuristics``, ``dvmlang.Config``.
+
+The same decorators as Triton's, with one difference that matters: candidates are timed in *simulated
+cycles*, so the same inputs on the same device profile always pick the same config (no GPU autotuner can
+promise that), and a config whose tiles do not fit on-chip memory is pruned when it is built or encoded,
+before anything runs.
+
+    @dvmlang.autotune(configs=[dvmlang.Config({"BLOCK": 256}), dvmlang.Config({"BLOCK": 1024})], key=["n"])
+    @dvmlang.kernel
+    def add(x_ptr, y_ptr, out_ptr, n, BLOCK: dl.constexpr): ...
+
+    add[lambda meta: (dl.cdiv(n, meta["BLOCK"]),)](x, y, out, n)
+
+Tuning never changes what the caller sees: every writeable array argument is saved before each candidate
+runs and put back afterwards (``reset_to_zero`` arguments are zeroed for each candidate, as in Triton),
+then the chosen config runs once on the arguments as they were given. The choice is cached per key in
+memory and on disk (``$DVMLANG_CACHE_DIR``, default ``~/.cache/dvmlang``), keyed by the kernel's source,
+the device profile, the configs and the key values.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ConstexprError, DvmError, LaunchError, ResourceError, user_frames
+
+# Config options that shape a launch on a GPU. Each is accepted; docs/triton.md says what it means here.
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+class Config:
+    """One candidate: constexpr values (``kwargs``) and launch options, as Triton's ``triton.Config``.
+
+    ``num_warps``, ``num_ctas`` and ``maxnreg`` have no effect on the simulated NPU (a program runs on one
+    core, and its tiles are whole-tile instructions, not threads); ``num_stages`` is recorded but buffering
+    depth is chosen by the compiler. ``pre_hook(nargs)`` runs before each launch with this config."""
+
+    def __init__(self, kwargs: dict, num_warps: int = 4, num_stages: int = 3, num_ctas: int = 1,
+                 maxnreg: int | None = None, pre_hook=None):
+        if not isinstance(kwargs, dict):
+            raise LaunchError(f"Config takes a dict of constexpr values, got {type(kwargs).__name__}")
+        self.kwargs = dict(kwargs)
+        self.num_warps = num_warps
+        self.num_stages = num_stages
+        self.num_ctas = num_ctas
+        self.maxnreg = maxnreg
+        self.pre_hook = pre_hook
+
+    def all_kwargs(self) -> dict:
+        """The constexpr values and the launch options that are set, as one dict (Triton's method)."""
+        opts = {k: getattr(self, k) for k in LAUNCH_OPTIONS if getattr(self, k) is not None}
+        return {**self.kwargs, **opts}
+
+    def __repr__(self) -> str:
+        return ", ".join(f"{k}: {v}" for k, v in self.all_kwargs().items())
+
+
+def _innermost(fn):
+    """The ``Kernel`` under any stack of autotune/heuristics wrappers."""
+    while not hasattr(fn, "source"):
+        fn = fn.fn
+    return fn
+
+
+class _Wrapper:
+    """What autotune and heuristics wrappers share: the launch syntax and the wrapped kernel's names."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.kernel = _innermost(fn)
+        self.arg_names = list(self.kernel.source.params)
+        self.__name__ = self.kernel.__name__
+        self.__doc__ = self.kernel.__doc__
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(grid, *args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        raise DvmError(f"launch `{self.__name__}` with a grid: {self.__name__}[grid](...)")
+
+    def _named(self, args, kwargs) -> dict:
+        return {**dict(zip(self.arg_names, args)), **kwargs}
+
+
+class Heuristics(_Wrapper):
+    """``@dvmlang.heuristics({"BLOCK": lambda args: ...})``: constexpr values computed from the other
+    arguments at each launch (``args`` maps every parameter name to its value)."""
+
+    def __init__(self, fn, values: dict):
+        super().__init__(fn)
+        if not isinstance(values, dict) or not all(callable(v) for v in values.values()):
+            raise LaunchError("heuristics takes a dict of parameter name -> function of the arguments dict")
+        unknown = [k for k in values if k not in self.arg_names]
+        if unknown:
+            raise LaunchError(f"heuristics for `{self.__name__}` name {', '.join(map(repr, unknown))}, which "
+                              f"{'is not a parameter' if len(unknown) == 1 else 'are not parameters'}; its "
+                              f"parameters are {', '.join(self.arg_names)}")
+        self.values = dict(values)
+
+    @user_frames
+    def run(self, grid, *args, **kwargs):
+        for name, rule in self.values.items():
+            kwargs[name] = rule(self._named(args, kwargs))
+        return self.fn.run(grid, *args, **kwargs)
+
+
+def heuristics(values: dict):
+    """Decorator: ``@dvmlang.heuristics(values)`` above ``@dvmlang.kernel`` (or ``@dvmlang.autotune``)."""
+    return lambda fn: Heuristics(fn, values)
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("DVMLANG_CACHE_DIR") or Path.home() / ".cache" / "dvmlang") / "autotune"
+
+
+def _key_part(v):
+    """A launch argument as it enters the tuning key: arrays by dtype and shape, scalars by value."""
+    if hasattr(v, "dtype") and hasattr(v, "shape"):
+        return f"{v.dtype}{list(v.shape)}"
+    if isinstance(v, (bool, int, float, str, type(None))) or isinstance(v, np.generic):
+        return repr(v.item() if isinstance(v, np.generic) else v)
+    return type(v).__name__
+
+
+class Autotuner(_Wrapper):
+    """``@dvmlang.autotune(configs, key, ...)``: runs each config once per new key on the simulated device,
+    keeps the one with the fewest cycles (the first on a tie), and launches with it.
+
+    ``configs_timings`` holds the last tuning's cycles per config (``inf`` for a pruned one) and
+    ``best_config`` the last choice; ``report()`` renders them as a table."""
+
+    def __init__(self, fn, configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None,
+                 pre_hook=None, post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None,
+                 cache_results=True, print_autotuning=None):
+        super().__init__(fn)
+        self.configs = list(configs) or [Config({})]
+        if not all(isinstance(c, Config) for c in self.configs):
+            raise LaunchError("autotune configs must be dvmlang.Config objects")
+        self.keys = list(key)
+        for group, names in (("key", self.keys), ("reset_to_zero", reset_to_zero or []),
+                             ("restore_value", restore_value or [])):
+            bad = [n for n in names if n not in self.arg_names]
+            if bad:
+                raise LaunchError(f"autotune {group} of `{self.__name__}` names {', '.join(map(repr, bad))}; its "
+                                  f"parameters are {', '.join(self.arg_names)}")
+        prune = prune_configs_by or {}
+        unknown = set(prune) - {"perf_model", "top_k", "early_config_prune"}
+        if unknown:
+            raise LaunchError(f"prune_configs_by takes perf_model, top_k and early_config_prune, not "
+                              f"{', '.join(sorted(unknown))}")
+        self.perf_model = prune.get("perf_model")
+        self.top_k = prune.get("top_k")
+        self.early_config_prune = prune.get("early_config_prune")
+        self.reset_to_zero = list(reset_to_zero or [])
+        self.restore_value = list(restore_value or [])  # every writeable array is restored: listed or not
+        self.user_pre_hook = pre_hook
+        self.user_post_hook = post_hook
+        self.do_bench = do_bench
+        self.cache_results = cache_results
+        self.print_autotuning = print_autotuning
+        self.cache: dict = {}
+        self.configs_timings: dict = {}
+        self.best_config: Config | None = None
+        self.tunings = 0  # how many keys were tuned by running candidates (not found in a cache)
+
+    # ---- the tuning key and its caches --------------------------------------------------------------------
+    def _key(self, named: dict) -> tuple:
+        missing = [k for k in self.keys if k not in named]
+        if missing:
+            raise LaunchError(f"autotune key {', '.join(map(repr, missing))} of `{self.__name__}` was not passed")
+        parts = [_key_part(named[k]) for k in self.keys]
+        parts += [str(v.dtype) for v in named.values() if hasattr(v, "dtype") and hasattr(v, "shape")]
+        return tuple(parts)
+
+    def _disk_file(self, device) -> Path:
+        h = hashlib.sha256()
+        for part in (ast.dump(self.kernel.source.tree), repr(device.profile), repr([c.all_kwargs() for c in self.configs])):
+            h.update(part.encode())
+            h.update(b"\0")
+        return _cache_dir() / f"{self.__name__}-{h.hexdigest()[:24]}.json"
+
+    def _disk_lookup(self, device, key):
+        try:
+            data = json.loads(self._disk_file(device).read_text())
+            index = data["entries"][json.dumps(key)]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # no file, another format, or not this key: tune
+        return self.configs[index] if isinstance(index, int) and 0 <= index < len(self.configs) else None
+
+    def _disk_store(self, device, key, config: Config) -> None:
+        path = self._disk_file(device)
+        try:
+            entries = json.loads(path.read_text()).get("entries", {})
+        except (OSError, ValueError, AttributeError):
+            entries = {}
+        entries[json.dumps(key)] = self.configs.index(config)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"version": 1, "kernel": self.__name__, "entries": entries}))
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a cache that cannot be written only costs a re-tune next time
+
+    # ---- pruning and timing --------------------------------------------------------------------------------
+    def prune_configs(self, named: dict) -> list:
+        configs = self.configs
+        if self.early_config_prune is not None:
+            configs = list(self.early_config_prune(configs, named))
+        if self.perf_model is not None and self.top_k is not None:
+            k = self.top_k
+            if isinstance(k, float) and k <= 1.0:
+                k = max(1, int(len(configs) * k))
+            est = {i: self.perf_model(**named, **c.all_kwargs()) for i, c in enumerate(configs)}
+            configs = [configs[i] for i in sorted(est, key=lambda i: (est[i], i))[:k]]
+        if not configs:
+            raise LaunchError(f"autotune of `{self.__name__}`: pruning left no config to run")
+        return configs
+
+    def _bench(self, grid, args, kwargs, config: Config, device) -> float:
+        """The simulated cycles of one config (``inf`` when it does not fit or its static_asserts fail).
+        Every writeable array argument is saved before and restored after, so tuning changes nothing."""
+        arrays = {id(v): v for v in (*args, *kwargs.values()) if isinstance(v, np.ndarray) and v.flags.writeable}
+        saved = [(a, a.copy()) for a in arrays.values()]
+        named = self._named(args, {**kwargs, **config.kwargs})
+        try:
+            for name in self.reset_to_zero:
+                if isinstance(named[name], np.ndarray):
+                    named[name][...] = 0
+            if config.pre_hook is not None:
+                config.pre_hook(named)
+            if self.user_pre_hook is not None:
+                self.user_pre_hook(named)
+            call = lambda: self.fn.run(grid, *args, **kwargs, **config.kwargs, device=device)  # noqa: E731
+            try:
+                if self.do_bench is not None:
+                    cost = float(self.do_bench(call))
+                else:
+                    cost = float(call().cycles)
+            except (ResourceError, ConstexprError):
+                cost = float("inf")  # pruned before running: it does not fit, or the config fails a static_assert
+            except Exception as e:
+                if self.user_post_hook is not None:
+                    self.user_post_hook(named, exception=e)
+                raise
+            if self.user_post_hook is not None:
+                self.user_post_hook(named, exception=None)
+            return cost
+        finally:
+            for a, copy in saved:
+                np.copyto(a, copy)
+
+    def _choose(self, grid, args, kwargs, named, key, device) -> Config:
+        t0 = time.perf_counter()
+        configs = self.prune_configs(named)
+        timings = {c: self._bench(grid, args, kwargs, c, device) for c in configs} if len(configs) > 1 else {
+            configs[0]: float("nan")}
+        best = min(timings, key=lambda c: (timings[c], configs.index(c))) if len(configs) > 1 else configs[0]
+        if timings[best] == float("inf"):
+            raise ResourceError(f"autotune of `{self.__name__}`: no config fits on the device ({len(configs)} tried: "
+                                + "; ".join(map(repr, configs)) + ")")
+        self.configs_timings = timings
+        self.tunings += 1
+        if self.print_autotuning or (self.print_autotuning is None and os.environ.get("DVMLANG_PRINT_AUTOTUNING")):
+            from rich.console import Console
+            Console(stderr=True).print(self.report(title=f"autotuning `{self.__name__}` for key {key} "
+                                                         f"({time.perf_counter() - t0:.2f} s)"))
+        return best
+
+    @user_frames
+    def run(self, grid, *args, device=None, **kwargs):
+        from .npu.device import default_device
+        device = device or default_device()
+        named = self._named(args, kwargs)
+        key = self._key(named)
+        config = self.cache.get(key)
+        if config is None and self.cache_results:
+            config = self._disk_lookup(device, key)
+        if config is None:
+            config = self._choose(grid, args, kwargs, named, key, device)
+            if self.cache_results:
+                self._disk_store(device, key, config)
+        self.cache[key] = config
+        self.best_config = config
+        clash = [k for k in config.kwargs if k in kwargs]
+        if clash:
+            raise LaunchError(f"`{self.__name__}` got {', '.join(map(repr, clash))} both from the call and from an "
+                              "autotune config; pass each constexpr one way")
+        if config.pre_hook is not None:
+            config.pre_hook(self._named(args, {**kwargs, **config.kwargs}))
+        return self.fn.run(grid, *args, **kwargs, **config.kwargs, device=device)
+
+    def report(self, title: str | None = None):
+        """The last tuning as a ``rich`` table: each config, its simulated cycles, the chosen one marked."""
+        from rich.table import Table
+        table = Table(title=title or f"autotuning `{self.__name__}`")
+        table.add_column("config")
+        table.add_column("cycles", justify="right")
+        table.add_column("")
+        for c, t in self.configs_timings.items():
+            shown = "pruned (does not fit)" if t == float("inf") else "not timed (one config)" if t != t else f"{t:,.0f}"
+            table.add_row(repr(c), shown, "best" if c is self.best_config else "")
+        return table
+
+
+def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,
+             post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None, cache_results=True,
+             print_autotuning=None):
+    """Decorator: ``@dvmlang.autotune(configs=[...], key=[...])`` above ``@dvmlang.kernel``.
+
+    ``warmup``, ``rep`` and ``use_cuda_graph`` have no effect: simulated time is the same on every run.
+    ``do_bench(fn)`` replaces the cycle count with what it returns for a call of ``fn``."""
+    return lambda fn: Autotuner(fn, configs, key, prune_configs_by, reset_to_zero, restore_value, pre_hook,
+                                post_hook, warmup, rep, use_cuda_graph, do_bench, cache_results, print_autotuning)
