@@ -956,7 +956,15 @@ class LazySession:
         arr = v.array
         if not _guards.writeable(arr):
             raise GraphError(f"indexed assignment to a tensor whose array is read-only (shape {t.shape})")
-        arr[index] = value
+        try:
+            arr[index] = value
+        except (IndexError, TypeError, ValueError) as e:
+            try:
+                target = f"t[{_index_text(index)}] of shape {np.shape(arr[index])}"
+            except (IndexError, TypeError, ValueError):
+                target = f"a tensor of shape {arr.shape}"
+            raise GraphError(f"t[{_index_text(index)}] = value: {e}; the target is {target}: give an index within "
+                             "the shape and a value of the target's shape (or one that broadcasts to it)") from None
 
     # ---- flushing -----------------------------------------------------------------------------------------
     def flush(self, wait: bool = False) -> FlushRecord | None:
@@ -1210,6 +1218,18 @@ def _note(b: _Batch) -> None:
         e.add_note(note)
 
 
+def _index_text(index) -> str:
+    """``index`` as written between brackets (``0, 1:3``), for messages."""
+    parts = index if isinstance(index, tuple) else (index,)
+
+    def one(i):
+        if isinstance(i, slice):
+            return ":".join("" if x is None else str(x) for x in (i.start, i.stop)) + \
+                ("" if i.step is None else f":{i.step}")
+        return "..." if i is Ellipsis else repr(i)
+    return ", ".join(one(i) for i in parts)
+
+
 def _can_cast(src: dt.DType, dst: dt.DType) -> bool:
     """numpy's same_kind rule for in-place results: float into int (or into bool) is refused."""
     order = {"b": 0, "u": 1, "i": 1, "f": 2}
@@ -1388,7 +1408,11 @@ class LazyTensor(TensorOperators):
     # ---- indexing (not fusible: runs on concrete arrays) ----------------------------------------------------
     def __getitem__(self, index) -> "LazyTensor":
         a = self._observe("unfusible", "indexing")
-        r = a[index]
+        try:
+            r = a[index]
+        except (IndexError, TypeError, ValueError) as e:
+            raise GraphError(f"t[{_index_text(index)}]: {e} (the tensor has shape {a.shape}); index with ints, "
+                             "slices, None, ... or integer/boolean arrays within the shape") from None
         if not isinstance(r, np.ndarray):
             r = np.asarray(r)
         out = tensor(r)
@@ -1432,7 +1456,11 @@ def tensor(x, dtype=None) -> LazyTensor:
     if isinstance(x, np.ndarray):
         arr = x
     else:
-        arr = np.asarray(x)
+        try:
+            arr = np.asarray(x)
+        except ValueError as e:
+            raise GraphError(f"dvmlang.tensor: cannot make an array of this data ({e}); nested lists must be "
+                             "rectangular, not ragged: every row of the same length") from None
         if arr.dtype == np.float64 and not isinstance(x, np.generic):
             arr = arr.astype(np.float32)
         elif arr.dtype == np.int64 and not isinstance(x, np.generic):
