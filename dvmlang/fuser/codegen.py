@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import linecache
 import math
+import weakref
 
 from .. import dtypes as dt
 from .fusion import Group, is_free
@@ -125,13 +126,15 @@ class KernelText:
         self.kernel = None
 
     def compile(self):
-        """Turn the text into a ``Kernel`` (the source is registered with linecache for the frontend)."""
+        """Turn the text into a ``Kernel``. The source is registered with linecache for the frontend, the trace
+        viewer and error messages, for as long as this kernel text lives (its program's cache decides)."""
         if self.kernel is None:
             import dvmlang
             import dvmlang.language as dl
             filename = f"<dvmlang fused {self.name} #{next(_counter)}>"
             lines = self.text.splitlines(True)
             linecache.cache[filename] = (len(self.text), None, lines, filename)
+            weakref.finalize(self, linecache.cache.pop, filename, None)
             ns = {"dl": dl, "dvmlang": dvmlang}
             exec(compile(self.text, filename, "exec"), ns)  # noqa: S102 - our own generated code
             self.kernel = ns[self.name]
