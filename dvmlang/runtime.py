@@ -153,6 +153,8 @@ class Kernel:
                                       + (f"; pass it as a keyword: {self.__name__}[grid](..., {name}=...)"
                                          if name in src.constexpr_params else ""))
             v = values[name]
+            if isinstance(v, np.ndarray) and v.__class__ is not np.ndarray:
+                v = values[name] = _plain_array(self.__name__, name, v)
             if name in src.constexpr_params:
                 spec = ("constexpr", _constexpr_value(self.__name__, name, v))
                 specs.append(spec)
@@ -368,6 +370,23 @@ def _constexpr_value(kname, name, v):
     return v
 
 
+def _plain_array(kname, name, v: np.ndarray) -> np.ndarray:
+    """An argument of a numpy array subclass as a plain array. A memmap is ordinary memory: a base-class view
+    shares it, so stores land in the file's mapping. A matrix or a masked array is refused with what to pass
+    (their values are not just their memory, or they are not the shape a kernel indexes)."""
+    where = f"argument `{name}` of `{kname}`"
+    if isinstance(v, np.memmap):
+        return v.view(np.ndarray)
+    if isinstance(v, np.ma.MaskedArray):
+        raise ArgumentError(f"{where} is a MaskedArray; a kernel sees memory, not masks. Pass m.filled(fill_value) "
+                            "for the values with the masked elements replaced, or m.data for the raw memory "
+                            "(stores land in it), and pass the mask separately if the kernel needs it")
+    if isinstance(v, np.matrix):
+        raise ArgumentError(f"{where} is an np.matrix; pass np.asarray(m), a plain array sharing its memory")
+    raise ArgumentError(f"{where} is a {type(v).__name__}, a numpy array subclass dvmlang does not bind; pass "
+                        "np.asarray(x), a plain array sharing its memory")
+
+
 def _classify(kname, name, v):
     if isinstance(v, np.ndarray):
         d = dt.from_numpy(v.dtype)
@@ -551,6 +570,8 @@ def run(bytecode, *args, device=None, trace=False):
         raise ArgumentError(f"`{bytecode.name}` takes {len(params)} arguments ({names}) but {len(args)} were given")
     infos, scalars, arrays = [], {}, {}
     for i, (p, v) in enumerate(zip(params, args)):
+        if isinstance(v, np.ndarray) and v.__class__ is not np.ndarray:
+            v = _plain_array(bytecode.name, p.name, v)
         spec = _classify(bytecode.name, p.name, v)
         if p.kind == "tensor":
             if spec[0] != "tensor" or spec[1] is not p.dtype or spec[2] != p.rank:

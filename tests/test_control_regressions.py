@@ -206,3 +206,45 @@ def test_type_change_points_at_the_assignment(kernel, assignment, construct, mes
     assert lines[1].strip().startswith(assignment)
     note = next(i for i, line in enumerate(lines) if line.startswith("note: "))
     assert f":{_line_of(kernel, construct)}:" in lines[note] and lines[note + 1].strip().startswith(construct)
+
+
+# ---- 3. numpy array subclasses as kernel arguments ------------------------------------------------------
+@dvmlang.kernel
+def add_one(x, out, n, BLOCK: dl.constexpr):
+    offs = dl.arange(0, BLOCK)
+    m = offs < n
+    dl.store(out + offs, dl.load(x + offs, mask=m) + 1, mask=m)
+
+
+def test_memmap_arguments_run_and_stores_land_in_the_file(tmp_path):
+    x = np.memmap(tmp_path / "x.bin", dtype=np.float32, mode="w+", shape=(8,))
+    x[:] = np.arange(8)
+    out = np.memmap(tmp_path / "out.bin", dtype=np.float32, mode="w+", shape=(8,))
+    for device in (BATCHED, SEQUENTIAL):
+        out[:] = 0
+        add_one[(1,)](x, out, 8, BLOCK=8, device=device)
+        out.flush()
+        np.testing.assert_array_equal(np.fromfile(tmp_path / "out.bin", np.float32), np.arange(8) + 1)
+    np.testing.assert_array_equal(np.asarray(x), np.arange(8))
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass")
+@pytest.mark.parametrize("make,fix", [
+    (lambda: np.matrix(np.arange(8, dtype=np.float32)), "np.asarray(m)"),
+    (lambda: np.ma.masked_array(np.arange(8, dtype=np.float32), mask=[0, 1] * 4), "m.filled("),
+])
+def test_matrix_and_masked_array_arguments_say_what_to_pass(make, fix):
+    x, out = make(), np.zeros(8, np.float32)
+    with pytest.raises(dvmlang.ArgumentError) as info:
+        add_one[(1,)](x, out, 8, BLOCK=8)
+    msg = str(info.value)
+    assert "argument `x` of `add_one`" in msg and type(x).__name__ in msg and fix in msg
+    assert not out.any()
+
+
+def test_masked_array_output_is_refused_before_anything_runs():
+    x = np.arange(8, dtype=np.float32)
+    out = np.ma.masked_array(np.zeros(8, np.float32))
+    with pytest.raises(dvmlang.ArgumentError, match="m.data"):
+        add_one[(1,)](x, out, 8, BLOCK=8)
+    assert not out.data.any()
