@@ -436,6 +436,17 @@ class _Batch:
         self.done = threading.Event()
         self.error: BaseException | None = None
         self.reported = False
+        self.cancelled: str | None = None  # why the batch must not publish (its session was interrupted)
+        self.publishing = False  # past the point of no return: its results are being published
+
+    def cancel(self, why: str) -> bool:
+        """Keep the batch from publishing anything (its session was interrupted): True unless it has already
+        begun to publish, which it then completes."""
+        with _state_lock:
+            if self.publishing or self.done.is_set():
+                return False
+            self.cancelled = why
+            return True
 
     def wait(self) -> None:
         if not self.done.is_set():
@@ -597,6 +608,10 @@ def _execute(b: _Batch) -> None:
             rec.bytes_read = int(record.bytes_read)
             rec.cycles = int(record.cycles)
             rec.names = [m.name for m in record.members]
+        with _state_lock:
+            if b.cancelled is not None:
+                raise GraphError(b.cancelled)
+            b.publishing = True
         for target, i in b.wbs:
             _guards.write_into(target.array, results[i])
         with _state_lock:
@@ -761,6 +776,7 @@ class LazySession:
         self.pg = _Pending(self)
         self.thread = threading.get_ident()
         self.last: _Batch | None = None
+        self.unfinished: list[_Batch] = []  # submitted batches that may not have run yet (an interrupt cancels them)
         self.errors: list[_Batch] = []
         self.active = False
 
@@ -786,8 +802,7 @@ class LazySession:
             st.pop()
         self.active = False
         if exc_type is not None and not issubclass(exc_type, Exception):
-            self._discard("the lazy block was interrupted by " + exc_type.__name__)
-            self.wait(raise_errors=False)
+            self._interrupted(exc_type)
             return False
         try:
             self._flush("exit", "leaving the dvmlang.lazy() block" if exc is None else
@@ -798,7 +813,20 @@ class LazySession:
                 raise
             exc.add_note(f"dvmlang.lazy: the work pending when the block raised could not be computed either "
                          f"({type(e).__name__}: {e}); those values are never computed")
+        except BaseException as e:  # Ctrl-C while the block's last flushes run
+            self._interrupted(type(e))
+            raise
         return False
+
+    def _interrupted(self, exc_type: type) -> None:
+        """A KeyboardInterrupt (any BaseException that is not an Exception) ends the block: the pending graph is
+        dropped and flushes still in flight publish nothing (unless one has begun to), so no wrapped array is
+        written after the interrupt. Their values are never computed."""
+        why = "the lazy block was interrupted by " + exc_type.__name__
+        self._discard(why)
+        for b in self.unfinished:
+            b.cancel(why)
+        self.wait(raise_errors=False)
 
     # ---- the hooks dvmlang.ops calls --------------------------------------------------------------------
     def shape_text(self, shape) -> str:
@@ -1069,9 +1097,14 @@ class LazySession:
                 _writers.set(target.token, b)
                 if target.array is not None:
                     _writers.set(_root(target.array), b)
-        self.last = b
+        self._track(b)
         _run_batch(b, self.background and not self.eager)
         return rec
+
+    def _track(self, b: _Batch) -> None:
+        """``b`` is this session's newest batch (and unfinished until it ran)."""
+        self.unfinished = [u for u in self.unfinished if not u.done.is_set()] + [b]
+        self.last = b
 
     def wait(self, raise_errors: bool = True) -> None:
         """Wait until every flush of this session has run; raise the first error not reported yet."""
@@ -1141,7 +1174,7 @@ class LazySession:
                 v.batch = b
                 v.token = _Storage()
         b.outputs = values
-        self.last = b
+        self._track(b)
         _run_batch(b, self.background and not self.eager)
         return _CustomCall([LazyTensor._of(v) for v in values])
 
