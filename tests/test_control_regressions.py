@@ -248,3 +248,32 @@ def test_masked_array_output_is_refused_before_anything_runs():
     with pytest.raises(dvmlang.ArgumentError, match="m.data"):
         add_one[(1,)](x, out, 8, BLOCK=8)
     assert not out.data.any()
+
+
+# ---- 4. programs storing scalars to one address: last program wins; race detection reports it -------------
+@dvmlang.kernel
+def store_program_id(out):
+    dl.store(out, dl.program_id(0))
+
+
+@dvmlang.kernel
+def store_to_parity_cell(out):
+    pid = dl.program_id(0)
+    dl.store(out + pid % 2, pid * 10 + 1)
+
+
+@pytest.mark.parametrize("kernel,grid,expected", [
+    (store_program_id, 2, [1]), (store_program_id, 7, [6]),
+    (store_to_parity_cell, 2, [1, 11]), (store_to_parity_cell, 9, [81, 71]),
+])
+def test_scalar_stores_to_one_address_keep_the_last_program(kernel, grid, expected):
+    out = run_both(kernel, (grid,), lambda: [np.full(len(expected), -1, np.int32)])[0]
+    assert out.tolist() == expected
+
+
+@pytest.mark.parametrize("sequential", [False, True])
+@pytest.mark.parametrize("kernel", [store_program_id, store_to_parity_cell])
+def test_race_detection_reports_scalar_stores_to_one_address(kernel, sequential):
+    device = dvmlang.npu.Device(race_detection=True, sequential=sequential)
+    with pytest.raises(dvmlang.RaceDetected, match="both wrote element"):
+        kernel[(3,)](np.zeros(2, np.int32), device=device)

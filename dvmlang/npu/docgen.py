@@ -112,7 +112,11 @@ the cube accumulates in fp32 (int32 for integer inputs). Integer division and mo
   poison (NaN for floats, all-ones for integers) instead of 0, and bytecode that reads on-chip memory
   nothing wrote gets poison and a `DvmWarning` (`debug="raise"`: an `UninitializedRead` error).
 * Race detection (`Device(race_detection=True)`): `RaceDetected` when two programs write the same element
-  without atomics.
+  without atomics (tile stores, scatters and scalar stores alike, on the batched and the sequential device).
+  Without it, such a race leaves the value of the last program in program order, as the sequential device
+  runs them, as long as the racing stores execute in step (the same store instruction at the same point of
+  every racing program's run: straight-line code, equal loop trip counts); after a divergent branch split
+  the batch, the parts store in the order they run, which need not be program order.
 
 ## Host speed
 

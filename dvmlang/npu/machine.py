@@ -637,8 +637,9 @@ class Machine:
             idx = np.asarray(off(b)).astype(np.int64)
             _check_bounds(L, b, t, idx, idx, pc, True)
             _materialise_views(b, L, t)
-            val = np.broadcast_to(np.asarray(b.regs[rs]), (b.n,)) if np.ndim(idx) else b.regs[rs]
-            g[idx] = val
+            if L.races is not None:
+                L.races.record_elements(b, t, np.broadcast_to(idx, (b.n,))[:, None], np.ones((b.n, 1), bool))
+            _store_scalars(g, idx, b.regs[rs], b.n)
             b.bytes_written += g.itemsize
         return Step(d, fn, self.profile.scalar_gm_latency)
 
@@ -1263,6 +1264,17 @@ def _same(x):
 def _owns(v: np.ndarray) -> bool:
     """Whether an array owns its memory (a fresh result, not a view of something else)."""
     return v.base is None and v.flags.writeable
+
+
+def _store_scalars(g: np.ndarray, idx, val, n: int) -> None:
+    """One scalar store by each of ``n`` programs (in program order) at ``idx`` (one offset, or one per
+    program). Where several programs store to one element, the last program's value stays: the result of
+    running them one after another, as the sequential device does."""
+    if not np.ndim(idx):
+        g[idx] = val[-1] if np.ndim(val) else val
+        return
+    last = n - 1 - np.unique(idx[::-1], return_index=True)[1]  # each element's last storing program
+    g[idx[last]] = np.broadcast_to(np.asarray(val), (n,))[last]
 
 
 def _materialise_views(b: Batch, L, t: int) -> None:
