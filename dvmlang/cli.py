@@ -194,12 +194,15 @@ def cmd_trace(args) -> int:
 
 
 def cmd_disasm(args) -> int:
+    from .errors import DvmError
+    from .vm.bytecode import read_file
+    from .vm.container import LIMITS
     from .vm.disasm import disassemble_bytes
     path = Path(args.file)
     try:
-        data = path.read_bytes()
-    except OSError as e:
-        return _fail("disasm", f"cannot read {path}: {e.strerror}", 2)
+        data = read_file(path, LIMITS.max_file_bytes)
+    except DvmError as e:
+        return _fail("disasm", str(e).removeprefix("malformed bytecode: "), 2)
     result = disassemble_bytes(data, source=not args.no_source)
     print(result.text)
     if not result.ok:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import stat
 import struct
 import sys
 import zlib
@@ -197,17 +198,7 @@ class Bytecode:
     def load(cls, path, limits: C.Limits = C.LIMITS) -> "Bytecode":
         """Read and validate a ``.dvmb`` file. Loading is safe on untrusted files: the bytes are parsed by
         the bounds-checked reader and validated; nothing is unpickled or evaluated."""
-        path = Path(path)
-        try:
-            size = path.stat().st_size
-            if size > limits.max_file_bytes:
-                raise MalformedBytecodeError(f"{path} is too large", expected=f"at most {limits.max_file_bytes} "
-                                             "bytes", found=str(size))
-            with open(path, "rb") as f:
-                data = f.read(limits.max_file_bytes + 1)  # the file may grow between stat and read
-        except OSError as e:
-            raise DvmError(f"cannot read {path}: {e.strerror}") from None
-        return cls.from_bytes(data, limits)
+        return cls.from_bytes(read_file(path, limits.max_file_bytes), limits)
 
     def disassemble(self, *, source: bool = True) -> str:
         """The program as text, ``dis``-style: line | offset | pipe | OPNAME | operands | ; comment."""
@@ -230,6 +221,32 @@ class Bytecode:
         bc.decoded = self.decoded
         bc.template_key = self.template_key
         return bc
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def read_file(path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them. Anything else (a FIFO, a device, a
+    directory) is refused before a byte is read, so a path from outside can neither block the reader nor feed
+    it without end. Refusals are ``MalformedBytecodeError``; a file that cannot be opened is a ``DvmError``."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # opening a FIFO must not wait for a writer
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            kind = next((name for test, name in _FILE_KINDS if test(mode)), "a special file")
+            raise MalformedBytecodeError(f"cannot read {path}: not a regular file ({kind}); bytecode is read only "
+                                         "from regular files")
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise DvmError(f"cannot read {path}: {e.strerror}") from None
+    if len(data) > limit:
+        raise MalformedBytecodeError(f"{path} is too large", expected=f"at most {limit} bytes", found="more")
+    return data
 
 
 def _with_version_note(e: BytecodeError, data) -> BytecodeError:
