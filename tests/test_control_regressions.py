@@ -277,3 +277,38 @@ def test_race_detection_reports_scalar_stores_to_one_address(kernel, sequential)
     device = dvmlang.npu.Device(race_detection=True, sequential=sequential)
     with pytest.raises(dvmlang.RaceDetected, match="both wrote element"):
         kernel[(3,)](np.zeros(2, np.int32), device=device)
+
+
+# ---- 5. a budget on the body copies static_range unrolls ------------------------------------------------
+@dvmlang.kernel
+def nested_static_ranges(out):
+    acc = 0
+    for i in dl.static_range(4096):
+        for j in dl.static_range(4096):
+            acc += 1
+    dl.store(out, acc)
+
+
+@dvmlang.kernel
+def many_static_ranges(out, N: dl.constexpr):
+    acc = 0
+    for k in dl.static_range(N):
+        for i in dl.static_range(4096):
+            acc += 1
+    dl.store(out, acc)
+
+
+def test_nested_static_ranges_over_the_unroll_budget_are_an_error_at_the_loop():
+    with pytest.raises(dvmlang.CompilationError) as info:
+        nested_static_ranges[(1,)](np.zeros(1, np.int32))
+    e = info.value
+    assert e.loc.line == _line_of(nested_static_ranges, "for j in dl.static_range(4096)")
+    assert "65536" in str(e) and "use range(...)" in str(e)
+
+
+def test_the_unroll_budget_counts_every_copy_and_allows_up_to_it():
+    out = np.zeros(1, np.int32)
+    many_static_ranges[(1,)](out, N=2)
+    assert out[0] == 8192
+    with pytest.raises(dvmlang.CompilationError, match="65536"):
+        many_static_ranges[(1,)](out, N=17)

@@ -14,11 +14,17 @@ from .semantic import Semantic
 from .values import pointer, tensor
 
 
+# The most loop bodies dl.static_range may unroll in one build, nested copies and inlined kernels included.
+UNROLL_BUDGET = 65536
+
+
 class BuildContext:
     """Per-build state shared by the code generators of a kernel and everything it inlines."""
 
     def __init__(self):
         self.dry_depth = 0
+        self.unrolled = 0  # body copies dl.static_range has unrolled so far (dry runs not counted)
+        self.unrolling: list[int] = []  # the iteration counts of the static_range loops being unrolled
         self.global_reads: dict = {}
         self.static_prints: list[str] = []
 

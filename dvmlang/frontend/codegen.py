@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import math
 import textwrap
 
 from .. import dtypes as dt
@@ -487,7 +488,9 @@ class CodeGen(ast.NodeVisitor):
         if n > 4096:
             raise self.error(KernelTypeError, node.iter, f"dl.static_range unrolls {n} iterations, more than 4096",
                              "use range(...) for long loops")
+        self._claim_unroll(node, n)
         self.loops.append(LoopContext(None, [], [], "static"))
+        self.build.unrolling.append(n)
         try:
             for i in builtins.range(lo, hi, step):
                 self.assign(node.target, i)
@@ -495,6 +498,21 @@ class CodeGen(ast.NodeVisitor):
                     raise self.error(UnsupportedSyntaxError, node, "an exit inside dl.static_range is not supported")
         finally:
             self.loops.pop()
+            self.build.unrolling.pop()
+
+    def _claim_unroll(self, node, n):
+        """Count ``n`` body copies against the build's unroll budget; a loop that would exceed it, by itself
+        inside the static loops around it or with the copies unrolled before, is an error at its line."""
+        from .build import UNROLL_BUDGET
+        nested = math.prod(self.build.unrolling) * n
+        total = self.build.unrolled + (0 if self.dry_run() else n)
+        if nested > UNROLL_BUDGET or total > UNROLL_BUDGET:
+            what = (f"{nested} body copies inside the static loops around it" if nested > UNROLL_BUDGET
+                    else f"{total} body copies with the static loops before it")
+            raise self.error(CompilationError, node.iter, f"dl.static_range unrolls {what}, more than the "
+                             f"budget of {UNROLL_BUDGET} per kernel",
+                             "use range(...) for a runtime loop (at least for the outer loops)")
+        self.build.unrolled = total
 
     def _runtime_for(self, node, args):
         lo, hi, step = self._range_args(args)
