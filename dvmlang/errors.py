@@ -46,9 +46,12 @@ def source_line(file: str, line: int) -> str:
     return linecache.getline(file, line).rstrip("\n")
 
 
-def render_span(loc: SourceLoc) -> str:
-    """Render a source line with a ``^^^`` marker under the span of ``loc``."""
-    text = source_line(loc.file, loc.line)
+def render_span(loc: SourceLoc, text: str | None = None) -> str:
+    """Render a source line with a ``^^^`` marker under the span of ``loc``. ``text`` is the line when the
+    caller has it (run-time faults pass the bytecode's embedded text: a loaded file is never opened);
+    ``None`` reads it from the file."""
+    if text is None:
+        text = source_line(loc.file, loc.line)
     if not text:
         return ""
     start = max(0, loc.col)
@@ -208,10 +211,10 @@ class DeviceError(DvmError):
 
 class MemoryFault(DeviceError):
     """An access outside the tensor it belongs to. Names kernel, program id, tensor, index range and the
-    kernel source line."""
+    kernel source line (``source``: its text as the bytecode embeds it; "" shows file:line only)."""
 
     def __init__(self, message: str, *, kernel: str = "", tensor: str = "", index_range=None,
-                 program_id=None, loc: SourceLoc | None = None):
+                 program_id=None, loc: SourceLoc | None = None, source: str | None = None):
         self.kernel = kernel
         self.tensor = tensor
         self.index_range = index_range
@@ -220,7 +223,7 @@ class MemoryFault(DeviceError):
         text = message
         if loc is not None:
             text += f"\n  at {loc}"
-            span = render_span(loc)
+            span = render_span(loc, source)
             if span:
                 text += "\n" + span
         super().__init__(text)

@@ -1367,10 +1367,11 @@ def _fault(L, b, t, lane, lo, hi, size, pc):
     grid = L.kernel.grid
     coords = (pid % grid[0], (pid // grid[0]) % grid[1], pid // (grid[0] * grid[1]))
     pid_text = str(coords[0]) if grid[1] == grid[2] == 1 else str(coords)
+    loc = L.loc_of_pc(pc)
     raise MemoryFault(f"out-of-bounds access to `{name}` in kernel `{L.name}`: program {pid_text} touched "
                       f"elements [{lo}, {hi}] but `{name}` has {size} elements (valid 0..{size - 1}); mask the access "
                       "or fix the offsets", kernel=L.name, tensor=name, index_range=(lo, hi), program_id=coords,
-                      loc=L.loc_of_pc(pc))
+                      loc=loc, source=L.bc.debug.line_text(loc.file, loc.line) if loc is not None else None)
 
 
 def _where(L, pc) -> str:

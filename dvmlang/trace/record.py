@@ -126,7 +126,7 @@ class LaunchTrace:
         return len(self.step)
 
     def source_line(self, file: str | None, line: int | None) -> str:
-        """The text of ``file:line`` as the kernel's debug info (or the file on disk) has it."""
+        """The text of ``file:line`` as the recorded source has it (see ``Recorder``), else ""."""
         if file is None or line is None:
             return ""
         src = self.source.get(file)
@@ -135,7 +135,7 @@ class LaunchTrace:
             i = line - first
             if 0 <= i < len(lines):
                 return lines[i]
-        return linecache.getline(file, line).rstrip("\n")
+        return ""
 
     def rows(self):
         """Iterate rows as dicts (convenient in tests and small traces)."""
@@ -242,7 +242,7 @@ class Recorder:
         self.source = {}
         for fi, (first, text) in bc.debug.sources.items():
             self.source[bc.debug.files[fi]] = (first, text.splitlines())
-        for f in files:
+        for f in files if bc.template_key is not None else ():  # in-process: the whole file; never a loaded one's
             if f not in self.source:
                 lines = linecache.getlines(f)
                 if lines:

@@ -97,6 +97,21 @@ class DebugInfo:
     lines: list[tuple[int, int, int, int]] = field(default_factory=list)  # (pc, file index, line, col)
     sources: dict[int, tuple[int, str]] = field(default_factory=dict)  # file index -> (first line, text)
     present: bool = True  # whether the container has a debug section at all
+    _split: dict = field(default_factory=dict, compare=False, repr=False)  # file index -> (text, its lines)
+
+    def line_text(self, file: str, line: int) -> str:
+        """Line ``line`` of ``file`` as the embedded source text has it, or "" when it is not embedded. Only
+        the container's own bytes are consulted: the file a loaded container names is never opened (it
+        may be any host file, or a FIFO)."""
+        fi = self.files.index(file) if file in self.files else None
+        if fi not in self.sources:
+            return ""
+        first, text = self.sources[fi]
+        split = self._split.get(fi)
+        if split is None or split[0] is not text:  # split each text once (a listing asks line by line)
+            split = self._split[fi] = (text, text.splitlines())
+        i = line - first
+        return split[1][i] if 0 <= i < len(split[1]) else ""
 
 
 SPACES = ("ub", "l1", "l0a", "l0b", "l0c")

@@ -1,9 +1,9 @@
 """A disassembler in the spirit of Python's ``dis``.
 
 Columns: ``line | offset | pipe | OPNAME | operands | ; comment``, with the kernel's source lines
-interleaved. Bad input never crashes it: an undecodable word prints as ``<invalid 0x...>`` and
-disassembly goes on at the next word; a container that cannot be parsed prints what could be read and
-where it stopped.
+interleaved as the container embeds them (a file it names is never opened). Bad input never crashes it:
+an undecodable word prints as ``<invalid 0x...>`` and disassembly goes on at the next word; a container
+that cannot be parsed prints what could be read and where it stopped.
 """
 
 from __future__ import annotations
@@ -121,24 +121,6 @@ def _operands(bc, d, relocs) -> tuple[str, str]:
     return ", ".join(parts), "; ".join(comments)
 
 
-def _source_lookup(bc):
-    srcs = {}
-    for fi, (first, text) in bc.debug.sources.items():
-        srcs[fi] = (first, text.splitlines())
-    import linecache
-
-    def get(fi, line):
-        if fi in srcs:
-            first, lines = srcs[fi]
-            i = line - first
-            return lines[i] if 0 <= i < len(lines) else None
-        if fi < len(bc.debug.files):
-            t = linecache.getline(bc.debug.files[fi], line)
-            return t.rstrip("\n") if t else None
-        return None
-    return get
-
-
 def disassemble(bc, *, source: bool = True, invalid_pc: int | None = None) -> Disassembly:
     """Disassemble a parsed ``Bytecode`` (validated or not)."""
     out: list[str] = []
@@ -148,7 +130,6 @@ def disassemble(bc, *, source: bool = True, invalid_pc: int | None = None) -> Di
     for w, kind, p in bc.relocs:
         if p < len(bc.params):
             relocs[(w, kind)] = bc.params[p].name
-    get_src = _source_lookup(bc)
     line_at = {}
     for pc, fi, line, col in bc.debug.lines:
         line_at[pc] = (fi, line)
@@ -167,8 +148,9 @@ def disassemble(bc, *, source: bool = True, invalid_pc: int | None = None) -> Di
         while pc < end:
             loc = line_at.get(pc)
             if loc is not None and source and loc != cur_line:
-                text = get_src(*loc)
-                if text is not None:
+                files = bc.debug.files
+                text = bc.debug.line_text(files[loc[0]], loc[1]) if loc[0] < len(files) else ""
+                if text:
                     out.append(f"{'':>5}  {'':>6}  ; {loc[1]}: {text.strip()}")
             if loc is not None:
                 cur_line = loc
