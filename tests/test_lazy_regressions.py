@@ -2,7 +2,6 @@
 
 import gc
 import linecache
-import signal
 import threading
 
 import ml_dtypes
@@ -151,28 +150,32 @@ def test_an_interrupt_inside_a_foreground_flush_leaves_the_array_untouched(monke
 
 
 def test_ctrl_c_during_a_background_flush_leaves_the_array_untouched(monkeypatch):
-    """A real SIGINT reaches the main thread while the worker runs the flush of a pending ``t += 1``: the flush
-    must not publish afterwards."""
+    """Ctrl-C reaches the main thread while it waits at the block's end for the worker, which is inside the flush
+    of a pending ``t += 1``: the flush must not publish afterwards."""
     a = np.ones((4, 6), np.float32)
-    main = threading.main_thread().ident
-    assert threading.get_ident() == main
-    cancelled = threading.Event()
-    run = lazy_mod._TimedProgram.run
+    main = threading.get_ident()
+    inside, cancelled = threading.Event(), threading.Event()
+    run, cancel, wait = lazy_mod._TimedProgram.run, lazy_mod._Batch.cancel, lazy_mod._Batch.wait
 
-    def slow_run(self, *args, **kwargs):
-        if threading.get_ident() != main and not cancelled.is_set():
-            signal.pthread_kill(main, signal.SIGINT)  # Ctrl-C while the worker is inside the flush
+    def run_until_cancelled(self, *args, **kwargs):
+        if threading.get_ident() != main and not inside.is_set():
+            inside.set()
             cancelled.wait(10)  # (only a broken cancel lets this time out; the test then fails below)
         return run(self, *args, **kwargs)
 
-    cancel = lazy_mod._Batch.cancel
+    def interrupted_wait(self):
+        if threading.get_ident() == main and not cancelled.is_set():
+            inside.wait(10)
+            raise KeyboardInterrupt  # as a SIGINT does in the waiting main thread
+        return wait(self)
 
     def cancel_and_go_on(self, why):
         out = cancel(self, why)
         cancelled.set()
         return out
 
-    monkeypatch.setattr(lazy_mod._TimedProgram, "run", slow_run)
+    monkeypatch.setattr(lazy_mod._TimedProgram, "run", run_until_cancelled)
+    monkeypatch.setattr(lazy_mod._Batch, "wait", interrupted_wait)
     monkeypatch.setattr(lazy_mod._Batch, "cancel", cancel_and_go_on)
     with pytest.raises(KeyboardInterrupt):
         with dvmlang.lazy(background=True):

@@ -438,6 +438,15 @@ class _Batch:
         self.reported = False
         self.cancelled: str | None = None  # why the batch must not publish (its session was interrupted)
         self.publishing = False  # past the point of no return: its results are being published
+        self.claimed = False  # someone (the thread running it, or an interrupted submission) finishes it
+
+    def claim(self) -> bool:
+        """Take the batch to run or to fail it: True for the first caller only."""
+        with _state_lock:
+            if self.claimed:
+                return False
+            self.claimed = True
+            return True
 
     def cancel(self, why: str) -> bool:
         """Keep the batch from publishing anything (its session was interrupted): True unless it has already
@@ -451,7 +460,9 @@ class _Batch:
     def wait(self) -> None:
         if not self.done.is_set():
             t0 = time.perf_counter()
-            self.done.wait()
+            # in slices: a Ctrl-C that arrives just before the wait begins is only seen when it returns
+            while not self.done.wait(0.05):
+                pass
             self.session.stats.blocked_intervals.append((t0, time.perf_counter()))
 
 
@@ -578,6 +589,8 @@ def _symbolic(nodes: list[Node], out_nodes: list[Node], vals: dict, name: str) -
 def _execute(b: _Batch) -> None:
     """Run one batch: resolve its inputs, compile (or reuse) its program, launch, then publish every result at
     once. On any error nothing is published: the batch's values become failed (never computed)."""
+    if not b.claim():
+        return  # its submission was interrupted and the main thread failed it
     rec = b.record
     results: list = []
     try:
@@ -660,11 +673,13 @@ def _run_batch(b: _Batch, background: bool) -> None:
             _worker.submit(b)
             return
         _worker.drain(b.session)
-    except BaseException as e:
-        _fail(b, e)
-        for root in b.guarded:
-            _guards.release(root)
-        b.done.set()
+    except BaseException as e:  # an interrupt while submitting: the worker may have the batch already
+        b.cancel(f"submitting the flush was interrupted by {type(e).__name__}")
+        if b.claim():
+            _fail(b, e)
+            for root in b.guarded:
+                _guards.release(root)
+            b.done.set()
         raise
     t0 = time.perf_counter()
     _execute(b)
