@@ -101,31 +101,36 @@ def lookup(value) -> DType | None:
         return None
 
 
-def _float_rank(d: DType) -> int:
-    return {float8e5: 0, float8e4nv: 0, float16: 1, bfloat16: 1, float32: 2, float64: 3}[d]
-
-
-def promote(a: DType, b: DType) -> DType:
-    """The common dtype of two operands (Triton's rules: floats win, wider wins, fp16+bf16 -> fp32,
-    signed+unsigned of one width -> unsigned)."""
-    if a is b:
-        return a
+def promote(a: DType, b: DType, div_or_mod: bool = False) -> DType:
+    """The type two runtime operands compute in: Triton's ``computation_type_impl``. float64 wins, then float32;
+    float16 beats bfloat16 and fp8 (bfloat16 only stays with itself, and gives float32 next to anything else);
+    two different fp8 types give float16; a float wins over an integer or bool. Between integers, C's usual
+    conversions (``integer_promote``). ``div_or_mod`` (``/``, ``//``, ``%``) computes float16/bfloat16 in float32,
+    as Triton does."""
     if a.is_float or b.is_float:
-        if not a.is_float:
-            return b
-        if not b.is_float:
-            return a
-        ra, rb = _float_rank(a), _float_rank(b)
-        if ra != rb:
-            return a if ra > rb else b
-        return float32 if ra <= 1 else a
-    if a.is_bool:
-        return b
-    if b.is_bool:
-        return a
-    if a.bits != b.bits:
+        if float64 in (a, b):
+            return float64
+        if float32 in (a, b):
+            return float32
+        if float16 in (a, b):
+            return float32 if div_or_mod else float16
+        if bfloat16 in (a, b):
+            return bfloat16 if a is b and not div_or_mod else float32
+        if a.is_float and b.is_float:
+            return a if a is b else float16
+        return a if a.is_float else b  # fp8 with an integer: Triton rejects it; the float wins here
+    return integer_promote(a, b)
+
+
+def integer_promote(a: DType, b: DType) -> DType:
+    """Triton's ``integer_promote_impl`` (C's usual arithmetic conversions; int1 counts as unsigned): the same
+    signedness gives the wider; otherwise the unsigned type if it is at least as wide, else the signed one."""
+    a_uns, b_uns = a.kind in "ub", b.kind in "ub"
+    if a_uns == b_uns:
         return a if a.bits > b.bits else b
-    return a if a.kind == "u" else b
+    if a_uns:
+        return a if a.bits >= b.bits else b
+    return b if b.bits >= a.bits else a
 
 
 def int_fits(value: int, d: DType) -> bool:

@@ -312,23 +312,26 @@ def _nan_op(opname, propagate_nan):
     if p is PropagateNan.NONE:
         return {"maximum": "fmax", "minimum": "fmin"}[opname]
     raise KernelTypeError(f"propagate_nan must be dl.PropagateNan.NONE or dl.PropagateNan.ALL, got {p!r}",
-                          hint="dl.PropagateNan.ALL (the default) propagates NaN; NONE returns the other operand")
+                          hint="dl.PropagateNan.NONE (the default, as in Triton) returns the other operand; ALL "
+                               "propagates NaN")
 
 
 @builtin
-def maximum(a, b, propagate_nan=PropagateNan.ALL, _sem=None):
-    """Elementwise maximum; NaN-propagating unless ``propagate_nan=dl.PropagateNan.NONE``."""
+def maximum(a, b, propagate_nan=PropagateNan.NONE, _sem=None):
+    """Elementwise maximum; a NaN operand gives the other one (Triton's default), or NaN with
+    ``propagate_nan=dl.PropagateNan.ALL``."""
     return _sem.binary(_nan_op("maximum", propagate_nan), a, b)
 
 
 @builtin
-def minimum(a, b, propagate_nan=PropagateNan.ALL, _sem=None):
-    """Elementwise minimum; NaN-propagating unless ``propagate_nan=dl.PropagateNan.NONE``."""
+def minimum(a, b, propagate_nan=PropagateNan.NONE, _sem=None):
+    """Elementwise minimum; a NaN operand gives the other one (Triton's default), or NaN with
+    ``propagate_nan=dl.PropagateNan.ALL``."""
     return _sem.binary(_nan_op("minimum", propagate_nan), a, b)
 
 
 @builtin
-def clamp(x, min=None, max=None, propagate_nan=PropagateNan.ALL, lo=None, hi=None, _sem=None):  # noqa: A002
+def clamp(x, min=None, max=None, propagate_nan=PropagateNan.NONE, lo=None, hi=None, _sem=None):  # noqa: A002
     """``minimum(maximum(x, min), max)``; the bounds may also be given as ``lo`` and ``hi``."""
     bounds = []
     for name, alias, v, w in (("min", "lo", min, lo), ("max", "hi", max, hi)):
@@ -464,10 +467,9 @@ def swizzle2d(i, j, size_i, size_j, size_g, _sem=None):
     ij = _sem.binary("add", _sem.binary("mul", i, size_j), j)
     size_gj = _sem.binary("mul", size_g, size_j)
     off_i = _sem.binary("mul", _sem.binary("floordiv", ij, size_gj), size_g)
-    rows = _sem.binary("minimum", _sem.binary("sub", size_i, off_i), size_g)
-    new_i = _sem.binary("add", off_i, _sem.binary("mod", ij, rows))
-    new_j = _sem.binary("floordiv", _sem.binary("mod", ij, size_gj), rows)
-    return new_i, new_j
+    rows = _sem.binary("minimum", _sem.binary("sub", size_i, off_i), size_g)  # the last group may have fewer
+    in_group = _sem.binary("mod", ij, size_gj)
+    return _sem.binary("add", off_i, _sem.binary("mod", in_group, rows)), _sem.binary("floordiv", in_group, rows)
 
 
 # ---- memory ----------------------------------------------------------------------------------------------

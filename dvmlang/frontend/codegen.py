@@ -1232,7 +1232,9 @@ class CodeGen(ast.NodeVisitor):
         while k < n:
             lo = [self._cut(x, axis, 0, n - k) for x in xs]
             hi = [self._cut(x, axis, k, n - k) for x in xs]
-            c = self._combine(fn, lo, hi, single, "dl.associative_scan")
+            # the part earlier in scan order is the first argument: a reverse scan runs from the end (Triton)
+            first, second = (hi, lo) if reverse else (lo, hi)
+            c = self._combine(fn, first, second, single, "dl.associative_scan")
             if reverse:
                 xs = [self.sem.cat(cc, self._cut(x, axis, n - k, k), axis) for cc, x in zip(c, xs)]
             else:

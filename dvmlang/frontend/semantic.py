@@ -31,6 +31,7 @@ SYMBOL = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", 
           "ge": ">=", "eq": "==", "ne": "!=", "maximum": "maximum", "minimum": "minimum", "fmax": "maximum",
           "fmin": "minimum"}
 
+_DIVISION = frozenset({"truediv", "floordiv", "mod"})  # Triton's div_or_mod: float16/bfloat16 compute in float32
 FLOAT_UNARY = frozenset({"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf",
                          "floor", "ceil", "recip"})
 MAX_TILE_ELEMS = 1 << 22
@@ -85,6 +86,10 @@ class Semantic:
                                       hint="drop fp_downcast_rounding")
             if rounding == "rtz":
                 return tensor(self.b.cast(x.handle, dtype, False, "rtz"))
+        x = unwrap(x)
+        if isinstance(x, (int, float)) and not isinstance(x, bool) and (
+                isinstance(x, float) and not dtype.is_float or dtype.is_int and not dt.int_fits(x, dtype)):
+            x = self.to_tensor(x)  # as Triton: the number takes its own type, then converts (-1 to uint8 is 255)
         x = self.to_tensor(x, dtype if not bitcast else None)
         if x.dtype is dtype:
             return x
@@ -115,17 +120,15 @@ class Semantic:
 
     # ---- promotion ----------------------------------------------------------------------------------
     def _weak(self, x, other: tensor) -> tensor:
-        """Give a Python number the type it takes next to ``other``."""
-        if isinstance(x, bool):
-            return self.const(x, other.dtype if other.dtype.is_bool else dt.int32 if not other.dtype.is_float else other.dtype)
+        """Give a Python number the type it takes next to ``other`` (Triton: a number of a kind no higher than the
+        tile's, bool < int < float, takes the tile's dtype). An int that does not fit an integer tile's dtype
+        becomes int64 (Triton raises)."""
+        if isinstance(x, bool) or isinstance(x, int) and other.dtype.is_float:
+            return self.const(x, other.dtype)
         if isinstance(x, int):
-            if other.dtype.is_int:
-                if dt.int_fits(x, other.dtype):
-                    return self.const(x, other.dtype)
-                return self.const(x, dt.int64)
-            if other.dtype.is_float:
+            if other.dtype.is_int and dt.int_fits(x, other.dtype):
                 return self.const(x, other.dtype)
-            return self.const(x)
+            return self.const(x, dt.int64 if other.dtype.is_int else None)
         if isinstance(x, float):
             return self.const(x, other.dtype if other.dtype.is_float else dt.float32)
         return self.to_tensor(x)
@@ -167,25 +170,47 @@ class Semantic:
                 raise ConstexprError(f"cannot evaluate constant `{a!r} {SYMBOL[opname]} {b!r}`: {e}") from None
         a, b = self.pair(a, b)
         self._check_shapes(a, b, SYMBOL[opname])
-        if opname in ("and", "or", "xor"):
-            if a.dtype.is_float or b.dtype.is_float:
-                raise KernelTypeError(f"`{SYMBOL[opname]}` needs integer or boolean operands, got {a.dtype} and {b.dtype}",
-                                      hint="compare first (x > 0), or cast with .to(dl.int32)")
+        if opname in ("and", "or", "xor", "shl", "shr"):
+            return self._bitwise(opname, a, b)
+        division = opname in _DIVISION
+        if division and not (a.dtype.is_float or b.dtype.is_float) and (a.dtype.kind in "ub") != (b.dtype.kind in "ub"):
+            raise KernelTypeError(f"cannot use `{SYMBOL[opname]}` with {a.dtype} and {b.dtype}: they have different "
+                                  "signedness (as in Triton)", hint="cast one of them, for example .to(dl.int32)")
+        res = dt.promote(a.dtype, b.dtype, division)
+        if opname == "truediv" and not res.is_float:
+            res = dt.float32
+        a, b = self.cast(a, res), self.cast(b, res)
+        if res.is_bool:
+            return self._int1_arith(opname, a, b)
+        if opname == "floordiv" and res.is_int:
+            opname = "div"  # C division, truncating toward zero (Triton's sdiv/udiv)
+        return tensor(self.b.binary(opname, a.handle, b.handle, res))
+
+    def _bitwise(self, opname: str, a: tensor, b: tensor) -> tensor:
+        """``& | ^ << >>`` in the promoted integer type (Triton's bitwise_op_type_checking_impl). ``>>`` is
+        arithmetic when the left operand is signed, even if the promoted type is unsigned (``int8 >> uint32``)."""
         if opname in ("shl", "shr"):
             if not (a.dtype.is_int and b.dtype.is_int):
                 raise KernelTypeError(f"`{SYMBOL[opname]}` needs integer operands, got {a.dtype} and {b.dtype}")
-            b = self.cast(b, a.dtype)
-            return tensor(self.b.binary(opname, a.handle, b.handle, a.dtype))
-        if opname == "truediv":
-            res = dt.promote(a.dtype, b.dtype)
-            if not res.is_float:
-                res = dt.float32
-        else:
-            res = dt.promote(a.dtype, b.dtype)
-            if res.is_bool and opname in ("add", "sub", "mul", "floordiv", "mod", "pow"):
-                res = dt.int32
+        elif a.dtype.is_float or b.dtype.is_float:
+            raise KernelTypeError(f"`{SYMBOL[opname]}` needs integer or boolean operands, got {a.dtype} and {b.dtype}",
+                                  hint="compare first (x > 0), or cast with .to(dl.int32)")
+        res = dt.promote(a.dtype, b.dtype)
+        signed_shr = opname == "shr" and a.dtype.is_signed and not res.is_signed
         a, b = self.cast(a, res), self.cast(b, res)
-        return tensor(self.b.binary(opname, a.handle, b.handle, res))
+        if not signed_shr:
+            return tensor(self.b.binary(opname, a.handle, b.handle, res))
+        sres = dt.by_name(res.name[1:])  # uint32 -> int32: the same bits, shifted arithmetically
+        r = self.b.binary("shr", self.cast(a, sres, bitcast=True).handle, self.cast(b, sres, bitcast=True).handle, sres)
+        return self.cast(tensor(r), res, bitcast=True)
+
+    def _int1_arith(self, opname: str, a: tensor, b: tensor) -> tensor:
+        """Arithmetic on two int1 values, which Triton treats as a 1-bit unsigned integer: computed in uint8 and
+        wrapped to the low bit (``True + True`` is False, ``maximum`` is ``or``)."""
+        u8 = dt.uint8
+        r = tensor(self.b.binary(opname if opname != "floordiv" else "div", self.cast(a, u8).handle,
+                                 self.cast(b, u8).handle, u8))
+        return self.cast(tensor(self.b.binary("and", r.handle, self.const(1, u8).handle, u8)), dt.bool_)
 
     def compare(self, opname: str, a, b):
         a, b = unwrap(a), unwrap(b)
@@ -243,8 +268,8 @@ class Semantic:
             if opname in ("floor", "ceil"):
                 return x
             x = self.cast(x, dt.float32)
-        if opname == "neg" and x.dtype.is_bool:
-            x = self.cast(x, dt.int32)
+        if opname in ("neg", "abs") and x.dtype.is_bool:
+            return x  # int1 is a 1-bit unsigned integer (Triton): -x wraps to x, abs is the identity
         return tensor(self.b.unary(opname, x.handle))
 
     def where(self, cond, a, b):
@@ -682,7 +707,7 @@ class Semantic:
         mk = self._mask(m, shape)
         oth = None
         if o is not None and mk is not None:
-            oth = self.cast(self.to_tensor(o, ptr.dtype) if not isinstance(o, tensor) else o, ptr.dtype)
+            oth = self.cast(o, ptr.dtype)
             if oth.is_tile and oth.handle.op is not None and oth.handle.op.kind == "full":
                 oth = tensor(oth.handle.op.operands[0])  # a splat: its scalar is the fill value
             elif oth.is_tile:
@@ -713,7 +738,7 @@ class Semantic:
         value = unwrap(value)
         if isinstance(value, pointer):
             raise KernelTypeError("cannot store a pointer", hint="store a loaded or computed value")
-        v = self.to_tensor(value, ptr.dtype) if not isinstance(value, tensor) else value
+        v = self.cast(value, ptr.dtype)
         m = unwrap(mask)
         if ptr.shape == () and v.numel == 1 and (v.is_tile or isinstance(m, tensor)) and \
                 not (isinstance(m, tensor) and m.is_tile and m.numel > 1):
@@ -734,9 +759,9 @@ class Semantic:
         ptr = unwrap(ptr)
         if not isinstance(ptr, pointer):
             raise KernelTypeError(f"dl.atomic_{opname} expects a pointer, got {_describe(ptr)}")
-        v = self.to_tensor(unwrap(val), ptr.dtype)
+        v = self.cast(val, ptr.dtype)
         m = unwrap(mask)
-        c = self.to_tensor(unwrap(cmp), ptr.dtype) if cmp is not None else None
+        c = self.cast(cmp, ptr.dtype) if cmp is not None else None
         if ptr.shape == () and all(x is None or not isinstance(x, tensor) or x.numel == 1 for x in (v, m, c)):
             # a scalar atomic: a one-element tile atomic, its old value read back into a register
             v, m, c = (self._one(x) if isinstance(x, tensor) else x for x in (v, m, c))
@@ -766,10 +791,10 @@ class Semantic:
         if a.dtype is not b.dtype:
             res = dt.promote(a.dtype, b.dtype)
             a, b = self.cast(a, res), self.cast(b, res)
-        if out_dtype is not None:
+        if a.dtype.is_int or a.dtype.is_bool:
+            od = dt.int32  # as Triton: integer inputs accumulate in and give int32, whatever out_dtype says
+        elif out_dtype is not None:
             od = self.dtype_arg(out_dtype)
-        elif a.dtype.is_int:
-            od = dt.int32
         else:
             od = dt.float32
         shape = (a.shape[0], b.shape[1])
@@ -779,7 +804,7 @@ class Semantic:
             if acc.shape != shape:
                 raise KernelTypeError(f"dl.dot accumulator shape {_shape_text(acc.shape)} does not match the "
                                       f"product shape {shape}")
-            od = acc.dtype if out_dtype is None else od
+            od = acc.dtype if out_dtype is None and not od.is_int else od
             acc = self.cast(acc, od)
         return tensor(self.b.dot(a.handle, b.handle, acc.handle if acc is not None else None, od))
 

@@ -839,14 +839,17 @@ class Machine:
 
         def reduce(a):
             if op in ("argmax", "argmin"):
-                r = (np.argmax if op == "argmax" else np.argmin)(a, axis=axis).astype(np.int32)
+                # Triton ignores NaN: the first index of the NaN-ignoring extreme (0 when every value is NaN)
+                best = (np.fmax if op == "argmax" else np.fmin).reduce(a, axis=axis, keepdims=True)
+                r = np.argmax(a == best, axis=axis).astype(np.int32)
             elif op == "xor_sum":
                 r = np.bitwise_xor.reduce(a, axis=axis)
             elif op == "or":
                 r = np.bitwise_or.reduce(a, axis=axis)
             else:
                 x = a.astype(acc) if acc is not None else a
-                r = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[op](x, axis=axis)
+                # max and min ignore NaN, as Triton's (maxnum/minnum); all NaN gives NaN
+                r = {"sum": np.sum, "max": np.fmax.reduce, "min": np.fmin.reduce, "prod": np.prod}[op](x, axis=axis)
                 r = r.astype(npdt, copy=False)
             return r.reshape((r.shape[0],) + dshape)
 

@@ -187,12 +187,24 @@ def _floordiv(a, b):
     return np.floor(np.true_divide(a, b))
 
 
+def _div(a, b):
+    """C's integer division: the quotient truncated toward zero (``-7 div 2 == -3``); ``x div 0`` is 0."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        b0 = np.where(b == 0, 1, b)
+        q = np.floor_divide(a, b0)
+        q = q + ((np.fmod(a, b0) != 0) & ((a < 0) != (b0 < 0)))
+        return np.where(b == 0, 0, q).astype(np.result_type(a, b), copy=False)
+
+
 def _mod(a, b):
+    """C's remainder, with the dividend's sign (``-7 mod 2 == -1``): ``fmod`` for floats; an integer ``x mod 0``
+    is 0."""
     if np.issubdtype(np.result_type(a, b), np.integer):
         with np.errstate(divide="ignore", invalid="ignore"):
             b0 = np.where(b == 0, 1, b)
-            return np.where(b == 0, 0, np.mod(a, b0)).astype(np.result_type(a, b), copy=False)
-    return np.mod(a, b)
+            return np.where(b == 0, 0, np.fmod(a, b0)).astype(np.result_type(a, b), copy=False)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.fmod(a, b)
 
 
 def _shl(a, b):
@@ -247,8 +259,8 @@ _ERF = np.frompyfunc(math.erf, 1, 1)
 
 
 def _erf(x):
-    out = _ERF(x.astype(np.float64)).astype(np.float64)
-    return out.astype(x.dtype)
+    x = np.asarray(x)
+    return np.asarray(_ERF(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
 
 
 def _not(x):
@@ -281,6 +293,7 @@ BINARY = {
     "and": (np.bitwise_and, "intbool", 1), "or": (np.bitwise_or, "intbool", 1),
     "xor": (np.bitwise_xor, "intbool", 1), "shl": (_shl, "int", 1), "shr": (_shr, "int", 1),
     "umulhi": (_umulhi, "int", 2), "fmax": (np.fmax, "num", 1), "fmin": (np.fmin, "num", 1),
+    "div": (_div, "int", 4),
 }
 COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
            "ne": np.not_equal}
