@@ -618,6 +618,11 @@ def _parse(data, limits: C.Limits, verify: bool = True) -> Bytecode:
             r.fail("unknown kernel flags", "bits 0-1", f"{fl:#x}")
         kernels.append(KernelInfo(name, grid, start, words, regs, fp, bool(fl & 1), bool(fl & 2)))
     r.done()
+    covered = sum(k.code_words for k in kernels)
+    if covered > limits.max_code_words:  # each kernel's range is validated: shared code must not multiply the work
+        r.pos = sections["kernels"][0]
+        r.fail(f"the {len(kernels)} kernels' code ranges cover {covered} words together; each range is validated, so "
+               "together they may cover at most max_code_words", f"<= {limits.max_code_words}", str(covered))
     r = reader("relocs")
     n = r.count(limits.max_relocs, "relocations", 3)
     relocs = []

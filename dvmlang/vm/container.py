@@ -34,11 +34,11 @@ class Limits:
     """Implementation limits applied to every container read from outside. Exceeding one is a
     ``MalformedBytecodeError`` naming the limit; pass your own ``Limits`` to ``Bytecode.from_bytes`` to
     tighten them for untrusted input. The run-time limit on loop trip counts is the device's watchdog
-    (``dvmlang.npu.Device(watchdog=N)``, instructions per program)."""
+    (``dvmlang.npu.Device(watchdog=N)``, instructions per kernel launch)."""
 
     max_file_bytes: int = 64 << 20        # whole container
     max_sections: int = 64                # sections, custom ones included
-    max_code_words: int = 1 << 20         # 64-bit words in the code section
+    max_code_words: int = 1 << 20         # 64-bit words in the code section, and in all kernels' ranges together
     max_strings: int = 1 << 16            # symbol table entries
     max_string_bytes: int = 1 << 16       # one symbol (embedded source text: max_source_bytes)
     max_source_bytes: int = 1 << 24       # one embedded source file

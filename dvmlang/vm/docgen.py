@@ -104,7 +104,8 @@ DTYPE_RULES = {
 LIMIT_TEXT = {
     "max_file_bytes": "bytes in a whole container",
     "max_sections": "sections, custom sections included",
-    "max_code_words": "64-bit words in the code section",
+    "max_code_words": "64-bit words in the code section, and in all kernels' code ranges together (each range is "
+                      "validated, so kernels sharing code cannot multiply the work)",
     "max_strings": "entries in the symbol table (and files in the debug section)",
     "max_string_bytes": "bytes in one symbol or custom-section name",
     "max_source_bytes": "bytes of one embedded source file",
