@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import DvmError, InvalidBytecodeError, LaunchError, ResourceError, WatchdogTimeout
+from ..errors import DvmError, InvalidBytecodeError, LaunchError, ResourceError, WatchdogTimeout, render_span
 from ..vm import isa
 from .machine import Batch, Launch, Machine
 from .profile import Profile, get_profile
 
 N_PIPES = isa.N_PIPES
+DEFAULT_WATCHDOG = 1 << 18  # instructions per kernel launch: a runaway scalar loop ends within a few seconds
 PIPE_LABELS = [isa.PIPE_NAMES[isa.Pipe(q)] for q in range(N_PIPES)]
 
 
@@ -81,10 +82,11 @@ class Device:
 
     Options: ``debug`` (poison reads of unwritten on-chip memory are reported; ``"raise"`` makes them
     errors), ``race_detection`` (report programs writing the same GM bytes without atomics),
-    ``watchdog`` (instructions one program may execute), ``batch_bytes`` (host working set per batch),
-    ``sequential`` (run one program at a time: the reference path)."""
+    ``watchdog`` (instructions a kernel's launch may execute, all its programs together; an instruction run
+    for a batch of programs counts once: the budget bounds the host's work), ``batch_bytes`` (host working
+    set per batch), ``sequential`` (run one program at a time: the reference path)."""
 
-    def __init__(self, profile=None, *, debug=False, race_detection=False, watchdog: int = 1 << 24,
+    def __init__(self, profile=None, *, debug=False, race_detection=False, watchdog: int = DEFAULT_WATCHDOG,
                  batch_bytes: int = 64 << 20, sequential: bool = False):
         self.profile = get_profile(profile)
         self.debug = debug
@@ -192,6 +194,7 @@ class Device:
         L = Launch(bc, kern, arrays, prof, debug=self.debug, watchdog=self.watchdog, kernel_name=name or kern.name,
                    active_cores=active, alias_groups=alias_groups, loc_of_pc=m.loc_of_pc, mix=kern.mix)
         L.imm = _imm_reader(bc.code)
+        L.executed = 0  # instructions run so far, every batch together: what the watchdog counts
         L.races = _RaceLog() if self.race_detection else None
         per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
         B = 1 if self.sequential else max(1, min(P, self.batch_bytes // max(per_prog, 1), 16384))
@@ -291,21 +294,33 @@ def _imm_reader(code):
     return imm
 
 
+def _watchdog_timeout(L: Launch, s, b: Batch) -> WatchdogTimeout:
+    """The error ending a launch that used up its instruction budget: kernel, programs, pc and source line
+    (as the bytecode embeds it)."""
+    loc = L.loc_of_pc(s.pc)
+    where = ""
+    if loc is not None:
+        span = render_span(loc, L.bc.debug.line_text(loc.file, loc.line))
+        where = f"\n  at {loc}" + (f"\n{span}" if span else "")
+    return WatchdogTimeout(
+        f"kernel `{L.name}`: the launch executed more than {L.watchdog} instructions (a runaway loop?) — program(s) "
+        f"{b.pids[:4].tolist()} stopped at pc {s.pc} ({s.ins.name})" + where +
+        "\nhint: check the loop condition, or raise the limit with dvmlang.npu.Device(watchdog=N)")
+
+
 def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):
     """Run one batch to completion, splitting where programs diverge; yields finished parts."""
     work = [(0, batch)]
     limit = L.watchdog
+    left = limit - L.executed  # the budget is the launch's: every batch draws on it
     while work:
         i, b = work.pop()
         while True:
             s = steps[i]
             b.count += 1
-            if b.count > limit:
-                loc = L.loc_of_pc(s.pc)
-                raise WatchdogTimeout(
-                    f"kernel `{L.name}`: program(s) {b.pids[:4].tolist()} executed more than {limit} instructions "
-                    f"(a runaway loop?) — stopped at pc {s.pc} ({s.ins.name})" + (f"\n  at {loc}" if loc else "") +
-                    "\nhint: check the loop condition, or raise the limit with dvmlang.npu.Device(watchdog=N)")
+            left -= 1
+            if left < 0:
+                raise _watchdog_timeout(L, s, b)
             try:
                 r = s.fn(b, L)
             except DvmError:
@@ -357,6 +372,7 @@ def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):
             if kind == "op" or kind == "set" or kind == "wait" or kind == "barrier":
                 i += 1
             elif kind == "end":
+                L.executed = limit - left
                 yield b
                 break
             elif kind == "jmp":

@@ -40,7 +40,7 @@ Device(profile=Profile(double_buffer=False))               # custom profiles are
 
 `Device` options: `debug` (poison and report reads of on-chip memory nothing wrote; `"raise"` makes
 them errors), `race_detection` (report two programs writing the same global-memory element without
-atomics), `watchdog` (instructions one program may execute before `WatchdogTimeout`, default 2^24),
+atomics), `watchdog` (the instruction budget of one kernel's launch, default 2^18: see *Faults*),
 `sequential` (run one program at a time — the reference path; numerics are identical to the batched
 path), `batch_bytes` (the host working set of one batch of programs).
 """
@@ -107,7 +107,12 @@ the cube accumulates in fp32 (int32 for integer inputs). Integer division and mo
 
 * `MemoryFault` — any access outside its tensor (masked-off elements are never touched, so they cannot
   fault).
-* `WatchdogTimeout` — a program executed more than `watchdog` instructions.
+* `WatchdogTimeout` — the launch executed more than `watchdog` instructions (`Device(watchdog=N)`,
+  default 2^18), naming the kernel, the programs, the pc and the source line. The budget is the launch's,
+  all its programs together, and counts instructions as the simulator runs them: one instruction executed
+  for a batch of programs counts once (with `sequential=True`, once per program). So it bounds the host's
+  work: a runaway loop ends within seconds however many programs diverge into it, while a kernel of the
+  gallery needs a few thousand. Loops that can never exit are rejected before running (`docs/bytecode.md`).
 * Debug mode (`Device(debug=True)`): masked loads without `other` fill the masked-off elements with
   poison (NaN for floats, all-ones for integers) instead of 0, and bytecode that reads on-chip memory
   nothing wrote gets poison and a `DvmWarning` (`debug="raise"`: an `UninitializedRead` error).
