@@ -304,3 +304,36 @@ def test_negative_other_and_store_on_uint8_wrap():
     out = np.zeros(8, np.uint8)
     other_k[(1,)](x, out, 2, N=4)
     assert out.tolist() == [1, 2, 255, 255, 254, 254, 254, 254]
+
+
+# ---- found by tests/test_diff_kernels.py ----------------------------------------------------------------
+
+@dvmlang.kernel
+def cast_k(x_ptr, o_ptr, s, N: dl.constexpr):
+    offs = dl.arange(0, N)
+    dl.store(o_ptr + offs, dl.load(x_ptr + offs).to(o_ptr.dtype.element_ty))
+    dl.store(o_ptr + N, s.to(o_ptr.dtype.element_ty))
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint32])
+def test_float_to_wide_int_casts_saturate(dtype):
+    """Documented: float to integer saturates at the range (NaN gives 0). A float at or past 2**63 cast to int64
+    gave -2**63 (the clipped bound 2**63 - 1 rounds up to 2**63 in float64 and wrapped), tile and scalar alike."""
+    info = np.iinfo(dtype)
+    x = np.array([np.inf, -np.inf, np.nan, 1e30, -1e30, 2.5, -2.5, 2.0 ** 63], np.float32)
+    out = np.zeros(x.size + 1, dtype)
+    cast_k[(1,)](x, out, 1e30, N=x.size)
+    minus_two = -2 if info.min < 0 else 0
+    assert out.tolist() == [info.max, info.min, 0, info.max, info.min, 2, minus_two, info.max, info.max]
+
+
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+def test_maximum_minimum_order_signed_zeros(op):
+    """-0.0 counts as below +0.0, whatever the operand order (was numpy's order-dependent choice, so the batched and
+    the sequential devices could store different zeros)."""
+    x = np.array([-0.0, 0.0, -0.0, 0.0, 1.0], np.float32)
+    y = np.array([0.0, -0.0, -0.0, 0.0, 1.0], np.float32)
+    want = np.array([-0.0, -0.0, -0.0, 0.0, 1.0] if op == "minimum" else [0.0, 0.0, -0.0, 0.0, 1.0], np.float32)
+    for a, b in ((x, y), (y, x)):
+        got = _run_binop(op, a, b, np.float32)
+        assert got.tobytes() == want.tobytes(), (a, b, got)

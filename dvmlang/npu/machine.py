@@ -1214,8 +1214,12 @@ def _cast(a: np.ndarray, npdt) -> np.ndarray:
     if np.issubdtype(npdt, np.integer) and (np.issubdtype(src, np.floating) or src.kind == "V"):
         info = np.iinfo(npdt)
         x = np.asarray(a, dtype=np.float64)
-        x = np.where(np.isnan(x), 0, np.clip(np.trunc(x), info.min, info.max))
-        return x.astype(npdt)
+        x = np.where(np.isnan(x), 0, np.trunc(x))
+        # compare with the bounds as floats: 2**63 - 1 is 2**63 in float64, and converting that would wrap
+        big, small = x >= float(info.max), x <= float(info.min)
+        inside = np.where(big | small, 0, x).astype(npdt)
+        top, bottom = np.dtype(npdt).type(info.max), np.dtype(npdt).type(info.min)
+        return np.where(big, top, np.where(small, bottom, inside))
     return a.astype(npdt)
 
 

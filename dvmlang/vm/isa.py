@@ -217,6 +217,19 @@ def _shr(a, b):
     return np.right_shift(a, np.clip(b, 0, bits - 1)).astype(np.result_type(a), copy=False)
 
 
+def _zero_ordered(fn, lower: bool):
+    """``fn`` (numpy's maximum/minimum/fmax/fmin) with -0.0 below +0.0: numpy returns either zero of a tie,
+    depending on operand order and loop, so the batched and sequential paths could differ."""
+    def op(a, b):
+        r = fn(a, b)
+        zeros = (a == 0) & (b == 0)
+        if not np.any(zeros):
+            return r
+        signed = -(-a + -b) if lower else a + b  # a sum of zeros is -0.0 only when both are
+        return np.where(zeros, signed, r).astype(r.dtype, copy=False)
+    return op
+
+
 def _pow(a, b):
     if np.issubdtype(np.result_type(a, b), np.integer):
         return np.power(a, np.maximum(b, 0))
@@ -289,10 +302,12 @@ BINARY = {
     # name: (numpy fn, dtype rule, vector cycles per repeat)
     "add": (np.add, "num", 1), "sub": (np.subtract, "num", 1), "mul": (np.multiply, "num", 1),
     "truediv": (np.true_divide, "float", 4), "floordiv": (_floordiv, "num", 4), "mod": (_mod, "num", 4),
-    "maximum": (np.maximum, "num", 1), "minimum": (np.minimum, "num", 1), "pow": (_pow, "num", 8),
+    "maximum": (_zero_ordered(np.maximum, False), "num", 1), "minimum": (_zero_ordered(np.minimum, True), "num", 1),
+    "pow": (_pow, "num", 8),
     "and": (np.bitwise_and, "intbool", 1), "or": (np.bitwise_or, "intbool", 1),
     "xor": (np.bitwise_xor, "intbool", 1), "shl": (_shl, "int", 1), "shr": (_shr, "int", 1),
-    "umulhi": (_umulhi, "int", 2), "fmax": (np.fmax, "num", 1), "fmin": (np.fmin, "num", 1),
+    "umulhi": (_umulhi, "int", 2), "fmax": (_zero_ordered(np.fmax, False), "num", 1),
+    "fmin": (_zero_ordered(np.fmin, True), "num", 1),
     "div": (_div, "int", 4),
 }
 COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
