@@ -285,7 +285,8 @@ def _dims_equal(g, a, b) -> bool:
 
 
 def broadcast_to(x, shape):
-    """``x`` broadcast to ``shape`` (a view: nothing is copied until something computes with it)."""
+    """``x`` broadcast to ``shape``. Nothing is copied until something computes with it, but the result is a value
+    of its own, not an alias of ``x``: a later in-place write to ``x`` does not change it (unlike numpy's view)."""
     g = _graph(x)
     x = _value(g, x)
     shape = tuple(shape)

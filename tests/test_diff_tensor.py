@@ -259,7 +259,7 @@ class _Numpy:
         elif kind == "reshape":
             r = pool[ins[1]].reshape(ins[2])
         elif kind == "broadcast":
-            r = np.broadcast_to(pool[ins[1]], ins[2])
+            r = np.array(np.broadcast_to(pool[ins[1]], ins[2]))  # a new tensor in dvmlang (numpy's view is read-only)
         else:  # inplace
             a, b = pool[ins[2]], pool[ins[3]]
             res = INPLACE[ins[1]][1](a.astype(np.float32), b.astype(np.float32))
