@@ -85,7 +85,8 @@ def cast(v, src, dst):
 
         def sat(x):
             return 0 if x != x else info.min if x <= info.min else info.max if x >= info.max else int(x)
-        return np.asarray(np.frompyfunc(sat, 1, 1)(v.astype(np.float64)), dtype=object).astype(NP[dst])
+        with np.errstate(invalid="ignore"):  # NaN compares are part of the rule
+            return np.asarray(np.frompyfunc(sat, 1, 1)(v.astype(np.float64)), dtype=object).astype(NP[dst])
     if src not in FLOATS and dst not in FLOATS:
         return wrap(v.astype(object), dst)
     return np.asarray(v.astype(NP[dst]))
