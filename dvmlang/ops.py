@@ -93,7 +93,7 @@ def _broadcast(g, a: tuple, b: tuple, why: str) -> tuple:
 
 
 def _result_dtype(a: dt.DType, b: dt.DType, op: str) -> dt.DType:
-    r = dt.promote(a, b)
+    r = dt.promote_tensors(a, b)
     if op == "truediv" and not r.is_float:
         return dt.float32
     return r
@@ -116,7 +116,7 @@ def _binary(op, a, b):
                        b.node.shape if isinstance(b, GraphValue) else b.shape, f"operands of {op}")
     if op in COMPARISONS:
         d = dt.bool_
-        common = dt.promote(a.dtype, b.dtype)
+        common = dt.promote_tensors(a.dtype, b.dtype)
         a, b = cast(a, common), cast(b, common)
     elif op in ("and", "or"):
         d = dt.bool_
@@ -257,7 +257,7 @@ def where(cond, a, b):
     else:
         b = _value(g, b)
         a = _value(g, a, b.dtype)
-    d = dt.promote(a.dtype, b.dtype)
+    d = dt.promote_tensors(a.dtype, b.dtype)
     a, b = cast(a, d), cast(b, d)
     if c.dtype is not dt.bool_:
         c = ne(c, 0)
@@ -266,7 +266,8 @@ def where(cond, a, b):
 
 
 def cast(x, dtype):
-    """Convert to ``dtype`` (a dvmlang dtype, numpy dtype or name)."""
+    """Convert to ``dtype`` (a dvmlang dtype, numpy dtype or name). A cast to ``x``'s own dtype returns ``x`` itself
+    (as torch's ``.to`` does, unlike numpy's copying ``astype``): a later in-place write to ``x`` shows through it."""
     g = _graph(x)
     x = _value(g, x)
     d = dt.lookup(dtype)
@@ -512,7 +513,7 @@ def matmul(a, b):
         raise GraphError("matmul needs operands of rank >= 2")
     g.syms.unify(sa[-1], sb[-2], "inner dimensions of matmul")
     batch = _broadcast(g, sa[:-2], sb[:-2], "batch dimensions of matmul")
-    d = dt.promote(a.dtype, b.dtype)
+    d = dt.promote_tensors(a.dtype, b.dtype)
     a, b = cast(a, d), cast(b, d)
     return _node(g, "matmul", [a, b], batch + (sa[-2], sb[-1]), d)
 

@@ -253,7 +253,7 @@ class _Numpy:
             r = (a.astype(np.float32) @ b.astype(np.float32)).astype(a.dtype)
         elif kind == "cast":
             with np.errstate(over="ignore"):  # float32 -> float16 overflows to inf, as on the device
-                r = pool[ins[2]].astype(CASTS[ins[1]])
+                r = pool[ins[2]].astype(CASTS[ins[1]], copy=False)  # to its own dtype: the tensor itself
         elif kind == "permute":
             r = pool[ins[1]].transpose(ins[2])
         elif kind == "reshape":
@@ -411,5 +411,9 @@ def _graph_fn(prog, names):
                                         ("reshape", 3, 3), ("scalar", "add", 4, 0.5)], seed=0)
 # inputs reinterpreting an integer array's bytes (were bound as the integer array)
 @example(spec=[("bf16_bits", 2, 3), ("f32_bits", 2, 3)], steps=[("unary", "exp", 0), ("unary", "exp", 1)], seed=1)
+# found by the generator: broadcast_to is a value of its own, not an alias that sees a later in-place write
+@example(spec=[("plain", 3, 1), ("T", 1, 4)], steps=[("broadcast", 0, 1), ("inplace", "iadd", 0, 0)], seed=0)
+# found by the generator: a cast to the tensor's own dtype is the tensor itself (it sees a later in-place write)
+@example(spec=[("plain", 1, 1)], steps=[("cast", "float32", 0), ("inplace", "imul", 0, 0)], seed=2)
 def test_tensor_programs_agree(spec, steps, seed):
     differential(spec, steps, seed)
