@@ -122,6 +122,31 @@ def promote(a: DType, b: DType, div_or_mod: bool = False) -> DType:
     return integer_promote(a, b)
 
 
+def promote_tensors(a: DType, b: DType) -> DType:
+    """The common dtype of two tensor operands of ``dvmlang.ops`` (graphs, lazy and eager tensors): PyTorch's
+    rules, which are numpy's for arrays, where kernels follow Triton's (``promote``). A float wins over an
+    integer or bool and keeps its own dtype; between floats the wider, and float16 with bfloat16 (or two
+    different fp8 types) gives float32; between integers of one signedness the wider; a signed and an unsigned
+    integer give the narrowest signed type that holds both (uint8 with int8 is int16), and uint64 with a signed
+    integer float64, as numpy."""
+    if a is b:
+        return a
+    if a.is_float != b.is_float:
+        return a if a.is_float else b
+    if a.is_float:
+        if a.bits != b.bits:
+            return a if a.bits > b.bits else b
+        return float32 if a.bits <= 16 else a
+    if a.is_bool or b.is_bool:
+        return b if a.is_bool else a
+    if (a.kind == "u") == (b.kind == "u"):
+        return a if a.bits > b.bits else b
+    s, u = (a, b) if b.kind == "u" else (b, a)
+    if s.bits > u.bits:
+        return s
+    return {8: int16, 16: int32, 32: int64}.get(u.bits, float64)
+
+
 def integer_promote(a: DType, b: DType) -> DType:
     """Triton's ``integer_promote_impl`` (C's usual arithmetic conversions; int1 counts as unsigned): the same
     signedness gives the wider; otherwise the unsigned type if it is at least as wide, else the signed one."""

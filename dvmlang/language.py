@@ -372,9 +372,14 @@ def reduce_or(input, axis=None, keep_dims=False, _sem=None):
 
 
 def _max_min(name, doc):
-    def fn(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False, _sem=None):
+    def fn(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False,
+           propagate_nan=PropagateNan.NONE, _sem=None):
         _bool_const(return_indices_tie_break_left, "return_indices_tie_break_left")
-        value = _sem.reduce(input, name, axis, keep_dims)
+        nan = _nan_op("maximum", propagate_nan) == "maximum"  # ALL: a NaN in the input gives NaN
+        if nan and _bool_const(return_indices, "return_indices"):
+            raise KernelTypeError(f"dl.{name}(..., propagate_nan=dl.PropagateNan.ALL) returns no indices",
+                                  hint=f"call dl.arg{name} for the indices (it ignores NaN, as in Triton)")
+        value = _sem.reduce(input, name + "_nan" if nan else name, axis, keep_dims)
         if _bool_const(return_indices, "return_indices"):
             return value, _sem.reduce(input, "arg" + name, axis, keep_dims)
         return value
@@ -384,10 +389,12 @@ def _max_min(name, doc):
     return builtin(fn)
 
 
-max = _max_min("max", "Maximum along ``axis``; with ``return_indices=True`` the pair (maximum, index of its first "
-                      "occurrence).")
-min = _max_min("min", "Minimum along ``axis``; with ``return_indices=True`` the pair (minimum, index of its first "
-                      "occurrence).")
+max = _max_min("max", "Maximum along ``axis``, ignoring NaN as Triton does (NaN only if every value is NaN; "
+                      "``propagate_nan=dl.PropagateNan.ALL``: NaN if any value is); with ``return_indices=True`` the "
+                      "pair (maximum, index of its first occurrence).")
+min = _max_min("min", "Minimum along ``axis``, ignoring NaN as Triton does (NaN only if every value is NaN; "
+                      "``propagate_nan=dl.PropagateNan.ALL``: NaN if any value is); with ``return_indices=True`` the "
+                      "pair (minimum, index of its first occurrence).")
 
 
 @builtin

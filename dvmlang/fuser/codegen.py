@@ -24,7 +24,7 @@ UNARY = {"exp": "dl.exp({})", "log": "dl.log({})", "sqrt": "dl.sqrt({})", "rsqrt
          "cos": "dl.cos({})", "floor": "dl.floor({})", "ceil": "dl.ceil({})", "abs": "dl.abs({})",
          "neg": "(-{})", "recip": "(1.0 / {})"}
 BINARY = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "truediv": "({} / {})", "pow": "({} ** {})",
-          "maximum": "dl.maximum({}, {})", "minimum": "dl.minimum({}, {})", "lt": "({} < {})", "le": "({} <= {})",
+          "maximum": "dl.maximum({}, {}, propagate_nan=dl.PropagateNan.ALL)", "minimum": "dl.minimum({}, {}, propagate_nan=dl.PropagateNan.ALL)", "lt": "({} < {})", "le": "({} <= {})",
           "gt": "({} > {})", "ge": "({} >= {})", "eq": "({} == {})", "ne": "({} != {})", "and": "({} & {})",
           "or": "({} | {})"}
 
@@ -244,11 +244,12 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
             op = n.attrs["op"]
             v = names[n.inputs[0].id]
             masked = f"dl.where(cmask[None, :], {v}, {_ident(op, n.dtype)})"
-            red = f"dl.{op}({masked}, axis=1, keep_dims=True)"
+            nan = ", propagate_nan=dl.PropagateNan.ALL" if op in ("max", "min") else ""  # numpy's NaN rule, not Triton's
+            red = f"dl.{op}({masked}, axis=1, keep_dims=True{nan})"
             if grp.mode == "loop":
                 src(f"r{n.id} = {red}")
-                combine = {"sum": "acc{0} + r{0}", "max": "dl.maximum(acc{0}, r{0})",
-                           "min": "dl.minimum(acc{0}, r{0})"}[op].format(n.id)
+                combine = {"sum": "acc{0} + r{0}", "max": "dl.maximum(acc{0}, r{0}, propagate_nan=dl.PropagateNan.ALL)",
+                           "min": "dl.minimum(acc{0}, r{0}, propagate_nan=dl.PropagateNan.ALL)"}[op].format(n.id)
                 src(f"acc{n.id} = {combine}")
                 names[n.id] = f"acc{n.id}"
             else:

@@ -848,8 +848,10 @@ class Machine:
                 r = np.bitwise_or.reduce(a, axis=axis)
             else:
                 x = a.astype(acc) if acc is not None else a
-                # max and min ignore NaN, as Triton's (maxnum/minnum); all NaN gives NaN
-                r = {"sum": np.sum, "max": np.fmax.reduce, "min": np.fmin.reduce, "prod": np.prod}[op](x, axis=axis)
+                # max and min ignore NaN, as Triton's (maxnum/minnum; all NaN gives NaN); max_nan and min_nan
+                # propagate it, as numpy's
+                r = {"sum": np.sum, "max": np.fmax.reduce, "min": np.fmin.reduce, "prod": np.prod, "max_nan": np.max,
+                     "min_nan": np.min}[op](x, axis=axis)
                 r = r.astype(npdt, copy=False)
             return r.reshape((r.shape[0],) + dshape)
 

@@ -320,7 +320,8 @@ UNARY = {
     "sigmoid": (_sigmoid, "float", 8), "erf": (_erf, "float", 8), "floor": (np.floor, "float", 1),
     "ceil": (np.ceil, "float", 1), "recip": (_recip, "float", 2),
 }
-REDUCE_OPS = ("sum", "max", "min", "prod", "argmax", "argmin", "xor_sum", "or")
+# max and min ignore NaN (Triton's); max_nan and min_nan propagate it (numpy's and PyTorch's, for dvmlang.ops)
+REDUCE_OPS = ("sum", "max", "min", "prod", "argmax", "argmin", "xor_sum", "or", "max_nan", "min_nan")
 SCAN_OPS = ("sum", "prod", "max", "min")
 ATOMIC_OPS = ("add", "max", "min", "xchg", "and", "or", "xor", "cas")
 
