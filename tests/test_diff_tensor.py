@@ -222,7 +222,7 @@ class _Numpy:
     @staticmethod
     def common(a, b):
         da, db = dvmlang.dtypes.from_numpy(a.dtype), dvmlang.dtypes.from_numpy(b.dtype)
-        d = dvmlang.dtypes.promote(da, db).np
+        d = dvmlang.dtypes.promote_tensors(da, db).np
         return a.astype(d, copy=False), b.astype(d, copy=False)
 
     def run(self, ins, pool):
