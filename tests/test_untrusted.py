@@ -237,3 +237,12 @@ def test_a_runaway_kernel_ends_with_kernel_program_and_line():
 def test_the_default_watchdog_budget_is_small():
     from dvmlang.npu.device import DEFAULT_WATCHDOG
     assert Device().watchdog == DEFAULT_WATCHDOG <= 1 << 20
+
+
+@pytest.mark.parametrize("call", [lambda: dvmlang.Bytecode.load(None), lambda: dvmlang.Bytecode.load(3),
+                                  lambda: dvmlang.Bytecode.from_bytes(b"\0dvm", limits=5),
+                                  lambda: dvmlang.Bytecode.load("x.dvmb", limits=None),
+                                  lambda: dvmlang.Bytecode.from_bytes(_shared_code_file(1, 2)).save(None)])
+def test_a_bad_path_or_limits_argument_is_an_argument_error(call):
+    with pytest.raises(dvmlang.ArgumentError, match="expects"):
+        call()

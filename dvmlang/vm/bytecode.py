@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import dtypes as dt
-from ..errors import BytecodeError, DvmError, MalformedBytecodeError, VersionError
+from ..errors import ArgumentError, BytecodeError, DvmError, MalformedBytecodeError, VersionError, user_frames
 from . import container as C
 from .container import DebugInfo, KernelInfo, ParamInfo, Reader, TargetInfo
 
@@ -159,10 +159,12 @@ class Bytecode:
         return _serialise(self)
 
     @classmethod
+    @user_frames
     def from_bytes(cls, data, limits: C.Limits = C.LIMITS) -> "Bytecode":
         """Parse and validate bytes from outside. Any byte string gives a valid ``Bytecode`` or raises a
         ``BytecodeError``: ``MalformedBytecodeError`` when it cannot be decoded (``VersionError`` for an
         unsupported major version), ``InvalidBytecodeError`` when it decodes but is unsafe to run."""
+        _check_limits(limits)
         try:
             bc = _parse(data, limits)
             bc.validate()
@@ -175,6 +177,7 @@ class Bytecode:
         bc._bytes = bytes(data)
         return bc
 
+    @user_frames
     def validate(self):
         """Run the validator (once); raises ``InvalidBytecodeError`` if the program is unsafe."""
         if self.decoded is None:
@@ -182,10 +185,11 @@ class Bytecode:
             self.decoded = validate(self)
         return self
 
+    @user_frames
     def save(self, path) -> Path:
         """Write the container to ``path`` (conventionally ``*.dvmb``). The file is written under a temporary
         name and renamed, so a reader never sees half a file."""
-        path = Path(path)
+        path = _as_path(path, "Bytecode.save")
         tmp = path.with_name(path.name + ".tmp")
         try:
             tmp.write_bytes(self.to_bytes())
@@ -195,11 +199,14 @@ class Bytecode:
         return path
 
     @classmethod
+    @user_frames
     def load(cls, path, limits: C.Limits = C.LIMITS) -> "Bytecode":
         """Read and validate a ``.dvmb`` file. Loading is safe on untrusted files: the bytes are parsed by
         the bounds-checked reader and validated; nothing is unpickled or evaluated."""
-        return cls.from_bytes(read_file(path, limits.max_file_bytes), limits)
+        _check_limits(limits)
+        return cls.from_bytes(read_file(_as_path(path, "Bytecode.load"), limits.max_file_bytes), limits)
 
+    @user_frames
     def disassemble(self, *, source: bool = True) -> str:
         """The program as text, ``dis``-style: line | offset | pipe | OPNAME | operands | ; comment."""
         from .disasm import disassemble
@@ -225,6 +232,18 @@ class Bytecode:
 
 _FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _as_path(path, what: str) -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentError(f"{what} expects a file path (str or os.PathLike), got {type(path).__name__}")
+    return Path(path)
+
+
+def _check_limits(limits):
+    if not isinstance(limits, C.Limits):
+        raise ArgumentError(f"Bytecode.from_bytes/load expects limits=dvmlang.vm.container.Limits(...), got "
+                            f"{type(limits).__name__}")
 
 
 def read_file(path, limit: int) -> bytes:
