@@ -4,7 +4,8 @@ Every program is a random instruction sequence: each instruction is a row of ``d
 whose fields are filled from their kinds and names — registers of the dtype the row wants, tiles naming
 layouts of the right dtype and shape at 32-byte aligned addresses inside the footprint, tensors of the
 right dtype and rank, branch targets on instruction boundaries (backward ones make loops), waits matching
-earlier sets — and a controlled fraction of fields (``BAD``) get an arbitrary value of their width. The
+earlier sets, counted loops whose trip count differs between programs (so batches split) — and a
+controlled fraction of fields (``BAD``) get an arbitrary value of their width. The
 program is wrapped in a container (``Bytecode(...).serialise()``) and checked:
 
 * ``Bytecode.from_bytes`` accepts it or raises a ``BytecodeError``, nothing else;
@@ -56,6 +57,7 @@ TARGET = C.TargetInfo("910B2-like", 48, 24, 192 << 10, 512 << 10, 64 << 10, 64 <
 EDGES = (0, -1, 63, 64, 65, 1 << 30, -(1 << 30), (1 << 31) - 1, -(1 << 31), 1 << 40, -(1 << 62))  # immediates
 STRINGS = ["k", "x", "y", "n", "message {}", "gen.py"]
 STORES = ("dma_store", "scatter", "atomic", "stg")  # the families that write global memory
+RANDOM_TARGET = object()  # a branch to any instruction of the program, drawn once its length is known
 OPS = {"vreduce": len(isa.REDUCE_OPS), "vscan": len(isa.SCAN_OPS), "atomic": len(isa.ATOMIC_OPS)}
 ROW_DTYPES = {"float": (dt.float32, dt.float16), "int": (dt.int32,), "intbool": (dt.int32, dt.bool_),
               "num": (dt.float32, dt.float16, dt.int32), "any": DTYPES, "none": (None,)}
@@ -70,6 +72,8 @@ class Program:
                        C.ParamInfo("tensor", "y", self.pick(DTYPES), 2, (8, 8), (8, 1)),
                        C.ParamInfo("scalar", "n", dt.int32)]
         self.regs = [dt.int32] * 4 + [dt.float32, dt.float32, dt.bool_, dt.bool_, dt.float16, dt.float16]
+        self.loop_regs = len(self.regs)  # counter, limit, one (int32) and condition (int1) of counted loops
+        self.regs += [dt.int32, dt.int32, dt.int32, dt.bool_]
         self.sets: list[tuple[int, int, int]] = []  # (source pipe, target pipe, event) set so far
 
     # ---- drawing -----------------------------------------------------------------------------------------------
@@ -81,8 +85,9 @@ class Program:
 
     def reg(self, want):
         """A register of dtype ``want`` (any register when ``want`` is None or no register has it)."""
-        fits = [i for i, d in enumerate(self.regs) if want is None or d is want]
-        return self.pick(fits or list(range(len(self.regs))))
+        free = self.regs[:self.loop_regs]  # random instructions leave the counted loops' registers alone
+        fits = [i for i, d in enumerate(free) if want is None or d is want]
+        return self.pick(fits or list(range(len(free))))
 
     def tile(self, dtype, shape) -> int:
         """A tile field naming a layout of ``dtype`` and ``shape`` at an aligned address inside the footprint."""
@@ -103,8 +108,9 @@ class Program:
         return self.draw(lo, hi) & ((1 << 31) - 1)
 
     # ---- one instruction -------------------------------------------------------------------------------------------
-    def instruction(self, n_instrs: int):
-        """(row, field values, dtype, set, wait, target ordinal or None) of one random instruction."""
+    def instruction(self):
+        """(row, field values, dtype, set, wait, target) of one random instruction; a branch's target is
+        ``RANDOM_TARGET`` (any instruction of the finished program) or an instruction's ordinal."""
         ins = self.pick(isa.TABLE)
         ty = self.pick(ROW_DTYPES[ins.dtypes])
         fam = ins.family
@@ -121,7 +127,7 @@ class Program:
         for f in ins.fields:
             vals[f.name] = self.field(ins, f, ty, tensor, tdt, trank, shape, axis, op)
             if f.kind == "target":
-                target = self.draw(0, n_instrs - 1)
+                target = RANDOM_TARGET
         if fam == "atomic":
             vals["has_cmp"] = int(isa.ATOMIC_OPS[op] == "cas") if not self.chance(BAD) else vals["has_cmp"]
         if fam in ("set", "wait") and vals["src"] == vals["dst"] and not self.chance(BAD):
@@ -232,9 +238,29 @@ class Program:
         return ty, shape
 
     # ---- the container -------------------------------------------------------------------------------------------
+    def counted_loop(self, at: int) -> list:
+        """The instructions of ``for c in range(pid + 1): <1-4 random instructions>`` starting at ordinal
+        ``at``: a loop that ends, after a number of trips that differs between programs (their batch splits)."""
+        c, lim, one, cond = range(self.loop_regs, self.loop_regs + 4)
+        row = isa.BY_NAME
+        head = [(row["PID"], {"rd": lim, "axis": 0}, None, None, None, None),
+                (row["MOVI"], {"rd": one, "imm": 1}, dt.int32, None, None, None),
+                (row["SADD"], {"rd": lim, "ra": lim, "rb": one}, dt.int32, None, None, None),
+                (row["MOVI"], {"rd": c, "imm": 0}, dt.int32, None, None, None)]
+        body = [self.instruction() for _ in range(self.draw(1, 4))]
+        tail = [(row["SADD"], {"rd": c, "ra": c, "rb": one}, dt.int32, None, None, None),
+                (row["SCMP"], {"rd": cond, "ra": c, "cc": isa.CC_NAMES.index("lt"), "rb": lim}, dt.int32, None, None,
+                 None),
+                (row["BRNZ"], {"rc": cond}, None, None, None, at + len(head))]
+        return head + body + tail
+
     def build(self) -> bytes:
-        n = self.draw(1, 14)
-        instrs = [self.instruction(n) for _ in range(n)]
+        instrs = []
+        for _ in range(self.draw(1, 10)):
+            if self.chance(0.15):
+                instrs += self.counted_loop(len(instrs))
+            else:
+                instrs.append(self.instruction())
         if not self.chance(BAD):
             instrs.append((isa.BY_NAME["END"], {}, None, None, None, None))
         pcs = []
@@ -246,7 +272,7 @@ class Program:
         relocs = []
         for (ins, vals, ty, set_, wait, target), at in zip(instrs, pcs):
             if target is not None:
-                vals["target"] = pcs[min(target, len(pcs) - 1)]
+                vals["target"] = pcs[self.draw(0, len(pcs) - 1) if target is RANDOM_TARGET else target]
             encode_into(code, at, ins, vals, ty, set_, wait)
             for f, (w, _) in zip(ins.fields, ins.layout):
                 if f.kind == "gm":
