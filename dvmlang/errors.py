@@ -299,3 +299,14 @@ def user_frames(fn):
             raise err  # a dvmlang error about the code that called here; DVMLANG_TRACEBACK=1 shows dvmlang's frames
 
     return entry
+
+
+def user_frames_methods(cls):
+    """Class decorator: ``user_frames`` on every public method and operator (``__add__``, ``__getitem__``,
+    ``__exit__``, ...) the class defines itself; private helpers and dvmlang's own protocols
+    (``__dvm_array__``) are left alone."""
+    for name, f in list(vars(cls).items()):
+        dunder = name.startswith("__") and name.endswith("__") and not name.startswith("__dvm")
+        if isinstance(f, types.FunctionType) and (dunder or not name.startswith("_")):
+            setattr(cls, name, user_frames(f))
+    return cls

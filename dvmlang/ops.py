@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from . import dtypes as dt
+from .errors import user_frames
 from .fuser.graph import (COMPARISONS, GraphError, GraphValue, Node, Sym, Tracer)
 
 __all__ = [
@@ -624,3 +625,8 @@ def custom(kernel, grid, out_shapes, *args, **constexprs):
         outs.append(_node(g, "custom_out", [call], tuple(shape), d2, index=i))
     return outs[0] if len(outs) == 1 else tuple(outs)
 
+
+# A dvmlang error from any op reaches the caller with dvmlang's frames removed (errors.user_frames).
+for _name in __all__:
+    globals()[_name] = user_frames(globals()[_name])
+del _name

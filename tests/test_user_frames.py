@@ -111,3 +111,29 @@ def test_script_prints_call_site_and_diagnostic_only(tmp_path):
 def test_debug_switch_shows_dvmlang_frames(tmp_path):
     err = _run(tmp_path, {"DVMLANG_TRACEBACK": "1"}).stderr
     assert "codegen.py" in err and "no_such_name" in err
+
+
+def _graph_with_bad_reshape(x):
+    return dvmlang.ops.reshape(x, (7, 7))  # the user's line: the error must show it
+
+
+@pytest.mark.parametrize("entry", ["graph", "eager", "lazy", "lazy_index", "bytecode"])
+def test_tensor_and_bytecode_entry_points_trim(entry):
+    import dvmlang.ops as ops
+    x = np.zeros((4, 6), np.float32)
+    with pytest.raises(dvmlang.DvmError) as info:
+        if entry == "graph":
+            dvmlang.graph(_graph_with_bad_reshape)(x)
+        elif entry == "eager":
+            ops.reshape(dvmlang.tensor(x), (7, 7))
+        elif entry == "lazy":
+            with dvmlang.lazy():
+                ops.reshape(dvmlang.tensor(x), (7, 7))
+        elif entry == "lazy_index":
+            with dvmlang.lazy():
+                dvmlang.tensor(x)[10]
+        else:
+            dvmlang.Bytecode.from_bytes(b"not bytecode at all")
+    assert _only_entry_frames(info.value), _dvmlang_frames(info.value)
+    if entry == "graph":  # the user's own function inside the graph call is kept
+        assert any(f.name == "_graph_with_bad_reshape" for f in traceback.extract_tb(info.value.__traceback__))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes as dt
+from ..errors import user_frames_methods
 from . import tiling as tl
 from .codegen import KernelText, matmul_kernel, vector_kernel
 from .fusion import VIEWS, Group, Plan, canonicalize, plan
@@ -187,6 +188,7 @@ def _constant(v) -> bool:
     return isinstance(v, (bool, int, float, str, type(None)))
 
 
+@user_frames_methods
 class GraphFunction:
     """A tensor program of ``dvmlang.ops`` compiled with fusion. Call it with numpy arrays."""
 

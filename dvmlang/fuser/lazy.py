@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import dtypes as dt
+from ..errors import user_frames, user_frames_methods
 from .api import Program
 from .fusion import FREE, VIEWS
 from .graph import Graph, GraphError, Node, SymTable
@@ -770,6 +771,7 @@ def _free_chain(n: Node) -> bool:
     return n.op in FREE
 
 
+@user_frames_methods
 class LazySession:
     """``with dvmlang.lazy() as session:`` — capture operations on ``dvmlang.tensor`` values and run them as fused
     launches when their results are needed. Options: ``background`` (encode and run flushes on a worker
@@ -1310,6 +1312,7 @@ def _wait_value(v: _Value, session: LazySession | None = None) -> np.ndarray:
 # ---- tensors ----------------------------------------------------------------------------------------------
 
 
+@user_frames_methods
 class LazyTensor(TensorOperators):
     """A tensor for eager code: wraps a numpy array (``dvmlang.tensor(x)``) or names the result of an operation.
     Outside ``dvmlang.lazy()`` operations run at once (one kernel each); inside they are captured and run fused
@@ -1492,6 +1495,7 @@ class LazyTensor(TensorOperators):
 # ---- public constructors ------------------------------------------------------------------------------------
 
 
+@user_frames
 def tensor(x, dtype=None) -> LazyTensor:
     """A ``dvmlang`` tensor. A numpy array is wrapped without copying (in-place operations write into it);
     other data (lists, numbers) is converted, Python floats to float32 and Python ints to int32. With

@@ -5,12 +5,15 @@ attached to, which ``ops`` works out from the operands.
 """
 from __future__ import annotations
 
+from ..errors import user_frames_methods
+
 
 def _ops():
     from .. import ops
     return ops
 
 
+@user_frames_methods
 class TensorOperators:
     """Arithmetic, comparison, matmul and reduction spelled as Python operators and methods."""
 
