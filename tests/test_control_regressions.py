@@ -312,3 +312,23 @@ def test_the_unroll_budget_counts_every_copy_and_allows_up_to_it():
     assert out[0] == 8192
     with pytest.raises(dvmlang.CompilationError, match="65536"):
         many_static_ranges[(1,)](out, N=17)
+
+
+# ---- 6. prints inside long loops keep a bounded number of lines ----------------------------------------
+@dvmlang.kernel
+def print_in_a_long_loop(n):
+    for i in range(n):
+        print("i", i)
+
+
+def test_a_print_in_a_long_loop_keeps_the_first_lines_and_counts_the_rest(capsys):
+    from dvmlang.npu.machine import PRINT_LIMIT
+    n = PRINT_LIMIT + 2500
+    for device in (BATCHED, SEQUENTIAL):
+        record = print_in_a_long_loop[(2,)](n, device=device)
+        assert len(record.prints) == PRINT_LIMIT + 1
+        assert record.prints[:2] == ["pid (0) i 0", "pid (0) i 1"]
+        assert record.prints[PRINT_LIMIT - 1] == f"pid (0) i {PRINT_LIMIT - 1}"
+        assert record.prints[-1] == f"... {2 * n - PRINT_LIMIT} more print lines dropped (a launch keeps the " \
+                                    f"first {PRINT_LIMIT})"
+        assert capsys.readouterr().out.splitlines() == record.prints

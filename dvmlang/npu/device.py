@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import DvmError, InvalidBytecodeError, LaunchError, ResourceError, WatchdogTimeout, render_span
 from ..vm import isa
-from .machine import Batch, Launch, Machine
+from .machine import PRINT_LIMIT, Batch, Launch, Machine
 from .profile import Profile, get_profile
 
 N_PIPES = isa.N_PIPES
@@ -249,7 +249,7 @@ class Device:
                               bytes_written=int(bytes_w), time_us=cycles / prof.clock_hz * 1e6, cores=active,
                               waves=waves, kind="mix" if kern.mix else "vector", double_buffer=kern.double_buffer,
                               launch_overhead=overhead, pipe_busy=pipe_busy, profile=prof,
-                              prints=_format_prints(L.prints), diagnostics=L.diagnostics, bytecode=bc,
+                              prints=_format_prints(*L.kept_prints()), diagnostics=L.diagnostics, bytecode=bc,
                               instructions=instrs, hbm_stretch=stretch, group=group, start=start)
         if rec is not None:
             record.trace = rec.finish(offsets + start, cores, record, T * stretch, stretch)
@@ -471,9 +471,10 @@ def _steady_waves(T, first, last, cores: int, double_buffer: bool, waves: int, p
     return None
 
 
-def _format_prints(prints) -> list[str]:
+def _format_prints(prints, dropped: int) -> list[str]:
+    """Print lines as text (``prints`` in output order), and a last line saying how many were dropped."""
     out = []
-    for pid, seq, prefix, val, hexa, npdt in sorted(prints, key=lambda x: (x[0], x[1])):
+    for pid, seq, prefix, val, hexa, npdt in prints:
         if val is None:
             text = ""
         else:
@@ -484,6 +485,8 @@ def _format_prints(prints) -> list[str]:
                 text = np.array2string(arr, threshold=64) if arr.ndim else str(arr.item() if hasattr(arr, "item") else arr)
         sep = " " if prefix and text else ""
         out.append(f"pid ({pid}) {prefix}{sep}{text}")
+    if dropped:
+        out.append(f"... {dropped} more print lines dropped (a launch keeps the first {PRINT_LIMIT})")
     return out
 
 

@@ -253,6 +253,9 @@ class Step:
         self.port = False  # uses the core's global-memory port (shared by MTE2 and MTE3)
 
 
+PRINT_LIMIT = 10_000  # the most device-print lines one launch keeps
+
+
 class Launch:
     """What one run of a bytecode needs: GM tensors, scalar values, profile, options."""
 
@@ -267,7 +270,8 @@ class Launch:
         self.name = kernel_name or kernel.name
         self.alias = alias_groups or {p: p for p in arrays}
         self.loc_of_pc = loc_of_pc or (lambda pc: None)
-        self.prints: list = []
+        self.prints: list = []  # (pid, sequence, prefix, value, hex, numpy dtype): see add_prints
+        self.prints_seen = 0
         self.diagnostics: list[str] = []
         cores = max(1, active_cores)
         self.dma_rate = min(profile.mte_bytes_per_cycle, profile.hbm_bytes_per_cycle / cores)
@@ -281,6 +285,21 @@ class Launch:
             self.group_bytes[g] = max(self.group_bytes.get(g, 0), a.size * a.itemsize)
         self.l2_bytes = profile.l2_bytes
         self.code = bc.code
+
+    def add_prints(self, entries: list) -> None:
+        """Buffer device-print lines, keeping only the first ``PRINT_LIMIT`` in output order (by program,
+        then sequence), so a print inside a long loop cannot exhaust memory."""
+        self.prints.extend(entries)
+        self.prints_seen += len(entries)
+        if len(self.prints) > 2 * PRINT_LIMIT:
+            self.prints.sort(key=_print_order)
+            del self.prints[PRINT_LIMIT:]
+
+    def kept_prints(self) -> tuple[list, int]:
+        """The print lines to show, in output order, and how many were dropped."""
+        self.prints.sort(key=_print_order)
+        del self.prints[PRINT_LIMIT:]
+        return self.prints, self.prints_seen - len(self.prints)
 
     def read_cost(self, t: int, nbytes, n: int):
         """Cycles the GM port spends reading ``nbytes`` (per program) of tensor ``t``."""
@@ -660,8 +679,8 @@ class Machine:
                 arr = read(b, L)
                 arr = np.broadcast_to(arr, (b.n,) + arr.shape[1:])
                 vals = [arr[i] for i in range(b.n)]
-            for i in range(b.n):
-                L.prints.append((int(b.pids[i]), int(b.print_seq[i]), prefix, vals[i], bool(hexa), npdt))
+            L.add_prints([(int(b.pids[i]), int(b.print_seq[i]), prefix, vals[i], bool(hexa), npdt)
+                          for i in range(b.n)])
             b.print_seq += 1
         return Step(d, fn, 0)
 
@@ -1284,6 +1303,10 @@ def _store_scalars(g: np.ndarray, idx, val, n: int) -> None:
         return
     last = n - 1 - np.unique(idx[::-1], return_index=True)[1]  # each element's last storing program
     g[idx[last]] = np.broadcast_to(np.asarray(val), (n,))[last]
+
+
+def _print_order(entry) -> tuple:
+    return entry[0], entry[1]
 
 
 def _materialise_views(b: Batch, L, t: int) -> None:
