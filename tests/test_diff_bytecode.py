@@ -28,7 +28,7 @@ from array import array
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 from rich.console import Console
 
@@ -347,7 +347,7 @@ def check(data: bytes, trace: bool = False) -> str:
 @given(st.data())
 def test_generated_programs_are_refused_or_run_safely(data):
     draw = lambda lo, hi: data.draw(st.integers(lo, hi))  # noqa: E731 - the one drawing primitive
-    check(Program(draw).build(), trace=data.draw(st.integers(0, 4)) == 0)
+    event(check(Program(draw).build(), trace=data.draw(st.integers(0, 4)) == 0))  # --hypothesis-show-statistics
 
 
 def test_the_generator_reaches_every_outcome():
