@@ -230,7 +230,8 @@ class MemoryFault(DeviceError):
 
 
 class WatchdogTimeout(DeviceError):
-    """A program executed more instructions than the watchdog allows (a runaway loop)."""
+    """A launch executed more instructions than its watchdog budget allows (a runaway loop): names the kernel,
+    the programs, the pc and the source line. The budget is `dvmlang.npu.Device(watchdog=N)`."""
 
 
 class UninitializedRead(DeviceError):
