@@ -259,14 +259,14 @@ PRINT_LIMIT = 10_000  # the most device-print lines one launch keeps
 class Launch:
     """What one run of a bytecode needs: GM tensors, scalar values, profile, options."""
 
-    def __init__(self, bc, kernel, arrays: dict[int, np.ndarray], profile, *, debug=False, watchdog=1 << 24,
+    def __init__(self, bc, kernel, arrays: dict[int, np.ndarray], profile, *, watchdog: int, debug=False,
                  kernel_name="", active_cores=1, alias_groups=None, loc_of_pc=None, mix=False):
         self.bc = bc
         self.kernel = kernel
         self.arrays = arrays
         self.profile = profile
         self.debug = debug
-        self.watchdog = watchdog
+        self.watchdog = watchdog  # the launch-wide instruction budget (Device(watchdog=N)); Device counts `executed`
         self.name = kernel_name or kernel.name
         self.alias = alias_groups or {p: p for p in arrays}
         self.loc_of_pc = loc_of_pc or (lambda pc: None)
