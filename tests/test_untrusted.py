@@ -246,3 +246,13 @@ def test_the_default_watchdog_budget_is_small():
 def test_a_bad_path_or_limits_argument_is_an_argument_error(call):
     with pytest.raises(dvmlang.ArgumentError, match="expects"):
         call()
+
+
+def test_the_sequential_device_gives_each_program_the_budget():
+    """One program at a time: a grid of many short programs is not a runaway, however many there are; a
+    runaway program still ends the launch."""
+    out = np.zeros(64, np.int32)
+    diverging_loops[(64,)](out, 40, device=Device(watchdog=2000, sequential=True))
+    np.testing.assert_array_equal(out, _diverging_reference(40))
+    with pytest.raises(dvmlang.WatchdogTimeout):
+        runaway[(4,)](np.zeros(1, np.int32), 10, device=Device(watchdog=500, sequential=True))

@@ -212,6 +212,8 @@ class Device:
         steps = m.steps
         with np.errstate(all="ignore"):
             for lo in range(0, P, B):
+                if self.sequential:
+                    L.executed = 0  # one program at a time: each gets the budget; a runaway one ends the launch
                 pids = np.arange(lo, min(P, lo + B), dtype=np.int64)
                 batch = Batch(pids, kern.grid, nregs, kern.reg_types)
                 for b in _execute(steps, batch, L, dispatch, rec):

@@ -110,9 +110,10 @@ the cube accumulates in fp32 (int32 for integer inputs). Integer division and mo
 * `WatchdogTimeout` — the launch executed more than `watchdog` instructions (`Device(watchdog=N)`,
   default 2^18), naming the kernel, the programs, the pc and the source line. The budget is the launch's,
   all its programs together, and counts instructions as the simulator runs them: one instruction executed
-  for a batch of programs counts once (with `sequential=True`, once per program). So it bounds the host's
-  work: a runaway loop ends within seconds however many programs diverge into it, while a kernel of the
-  gallery needs a few thousand. Loops that can never exit are rejected before running (`docs/bytecode.md`).
+  for a batch of programs counts once. So it bounds the host's work: a runaway loop ends within seconds
+  however many programs diverge into it, while a kernel of the gallery needs a few thousand. With
+  `sequential=True` the programs run one after another and each has the whole budget (the first runaway
+  one ends the launch), so a large grid of short programs runs there as it does on the batched device. Loops that can never exit are rejected before running (`docs/bytecode.md`).
 * Debug mode (`Device(debug=True)`): masked loads without `other` fill the masked-off elements with
   poison (NaN for floats, all-ones for integers) instead of 0, and bytecode that reads on-chip memory
   nothing wrote gets poison and a `DvmWarning` (`debug="raise"`: an `UninitializedRead` error).
