@@ -100,8 +100,9 @@ than HBM allows.
 Vector math runs in the tile's dtype and rounds after every operation, as the dtype does (numpy and
 ml_dtypes implement fp16/bf16/fp8 arithmetic that way). The hardware would upcast in a few places, and
 so do we: reductions and scans of fp16/bf16 accumulate in fp32 and round once; `dl.fma` rounds once;
-the cube accumulates in fp32 (int32 for integer inputs). Integer division and modulo follow Python
-(floor) semantics; division by zero gives 0. Float-to-integer casts truncate and saturate (NaN -> 0).
+the cube accumulates in fp32 (int32 for integer inputs). Integer division truncates toward zero and the
+remainder has the dividend's sign (C's and Triton's rules); division by zero gives 0. Float-to-integer
+casts truncate and saturate (NaN -> 0).
 
 ## Faults and debug aids
 
