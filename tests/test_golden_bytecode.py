@@ -1,0 +1,76 @@
+"""The bytecode of every gallery launch, pinned: a refactoring of the compiler must not change a byte.
+
+Each launch of each example's ``run()`` is recorded as a digest of what the device executes (code words,
+kernels, layouts, relocations, parameters; not the debug section, whose file names depend on where the
+checkout lives) and compared with ``tests/golden/bytecode.json``. A deliberate change of the encoding
+(a new instruction, a better lowering) regenerates the file:
+
+    DVMLANG_REGEN_GOLDEN=1 python -m pytest tests/test_golden_bytecode.py
+
+and the commit says why the bytes changed.
+"""
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from dvmlang.npu.device import Device
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "tests" / "golden" / "bytecode.json"
+EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py"))
+
+
+def digest(bc) -> str:
+    h = hashlib.sha256(bc.code.tobytes())
+    for part in (bc.kernels, bc.layouts, bc.relocs, bc.params):
+        h.update(repr(part).encode())
+    return h.hexdigest()[:20]
+
+
+def _launches(name: str, monkeypatch) -> list[str]:
+    seen: list[str] = []
+    run, run_stack = Device.run, Device.run_stack
+
+    def record(self, bc, arrays, **kw):
+        seen.append(digest(bc))
+        return run(self, bc, arrays, **kw)
+
+    def record_stack(self, stages, **kw):
+        seen.append("stack:" + ",".join(digest(bc) for stage in stages for bc, *_ in stage))
+        return run_stack(self, stages, **kw)
+
+    monkeypatch.setattr(Device, "run", record)
+    monkeypatch.setattr(Device, "run_stack", record_stack)
+    spec = importlib.util.spec_from_file_location(f"_golden_{name}", ROOT / "examples" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    try:
+        spec.loader.exec_module(mod)
+        mod.run()
+    finally:
+        del sys.modules[spec.name]
+    return seen
+
+
+@pytest.fixture(scope="module")
+def golden():
+    return json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_gallery_bytecode_is_unchanged(name, golden, monkeypatch):
+    got = _launches(name, monkeypatch)
+    assert got, f"{name} launched nothing"
+    if os.environ.get("DVMLANG_REGEN_GOLDEN"):
+        data = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+        data[name] = got
+        GOLDEN.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
+        return
+    assert name in golden, f"no golden bytecode for {name}: run with DVMLANG_REGEN_GOLDEN=1"
+    assert got == golden[name], f"the bytecode of {name} changed"
