@@ -151,3 +151,16 @@ def test_tile_too_big_for_ub_names_buffers():
     assert "does not fit UB" in msg and "KiB" in msg and "192 KiB available" in msg
     assert isinstance(info.value, dvmlang.CompilationError)  # a tile larger than UB is a compile error...
     assert "test_diagnostics.py:" in msg and "^^^" in msg and "hint: use smaller BLOCK" in msg  # ...with its line
+
+
+def test_failed_static_assert_on_a_pointer_dtype_does_not_blame_the_parameter():
+    """`o_ptr.dtype` is known at compile time: the failure is the assertion, not a missing constexpr."""
+    @dvmlang.kernel
+    def same_dtype(x_ptr, o_ptr, B: dl.constexpr):
+        x = dl.load(x_ptr + dl.arange(0, B))
+        dl.static_assert(x.dtype == o_ptr.dtype.element_ty)
+        dl.store(o_ptr + dl.arange(0, B), x)
+
+    with pytest.raises(dvmlang.ConstexprError) as e:
+        same_dtype[(1,)](np.zeros(4, np.float32), np.zeros(4, np.int32), B=4)
+    assert "static assertion failed" in str(e.value) and "runtime parameter" not in str(e.value)

@@ -106,6 +106,9 @@ def _assigned_names(stmts) -> list[str]:
     return found
 
 
+_STATIC_ATTRS = frozenset({"dtype", "type", "shape", "element_ty", "numel", "ndim"})
+
+
 class KernelSource:
     """The parsed source of one ``@dvmlang.kernel`` function, shared by every build of it."""
 
@@ -238,9 +241,11 @@ class CodeGen(ast.NodeVisitor):
         compile-time value was needed, also name the runtime parameters it uses (a forgotten annotation)."""
         if needs_constexpr:
             params = []
+            # `ptr.dtype`, `x.shape`: compile-time facts of a runtime value, not a use of its value
+            static = {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute) and n.attr in _STATIC_ATTRS}
             for n in ast.walk(node):
                 if isinstance(n, ast.Name) and n.id in self.src.params and n.id not in self.src.constexpr_params \
-                        and _runtime(self.names.get(n.id)) and n.id not in params:
+                        and id(n) not in static and _runtime(self.names.get(n.id)) and n.id not in params:
                     params.append(n.id)
             if params:
                 return " (" + ", ".join(f"`{p}` is a runtime parameter; declare it `{p}: dl.constexpr` to make it a "
