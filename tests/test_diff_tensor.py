@@ -356,7 +356,10 @@ def differential(spec, steps, seed=0):
         for k in range(n_in, len(pool)):
             check(f"{name} %{k - n_in}", pool[k], ref[k], prog)
         for k, (b, want) in enumerate(zip(bs, ref_bases)):
-            assert np.array_equal(b, want), f"{name}: input {k} was modified wrongly\n{_text(prog)}"
+            if has_inplace:  # values written in place are computed, so they agree within the dtype's tolerance
+                check(f"{name}: input {k} after its in-place updates", b, want, prog)
+            else:
+                assert np.array_equal(b, want), f"{name}: input {k} was modified\n{_text(prog)}"
             assert b.flags.writeable, f"{name}: input {k} was left read-only"
 
     # eagerly: every operation runs at once
@@ -415,5 +418,10 @@ def _graph_fn(prog, names):
 @example(spec=[("plain", 3, 1), ("T", 1, 4)], steps=[("broadcast", 0, 1), ("inplace", "iadd", 0, 0)], seed=0)
 # found by the generator: a cast to the tensor's own dtype is the tensor itself (it sees a later in-place write)
 @example(spec=[("plain", 1, 1)], steps=[("cast", "float32", 0), ("inplace", "imul", 0, 0)], seed=2)
+# found at scale 20 (a generator bug): an in-place sum with a matmul result agrees with numpy's BLAS within
+# the tolerance, not bit for bit
+@example(spec=[("plain", 1, 1), ("plain", 1, 6)], steps=[("unary", "abs", 0), ("matmul", 1, 0), ("unary", "abs", 0),
+                                                       ("where", "eq", 7, 0, 0), ("unary", "abs", 0),
+                                                       ("inplace", "iadd", 0, 22)], seed=0)
 def test_tensor_programs_agree(spec, steps, seed):
     differential(spec, steps, seed)
