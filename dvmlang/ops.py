@@ -486,7 +486,13 @@ def mean(x, axis=None, keepdims=False):
     x = _value(g, x)
     if not x.dtype.is_float:
         x = cast(x, dt.float32)
-    return _drop_axes(div(sum(x, axis, True), _count(x, axis)), x, axis, keepdims)
+    return _drop_axes(_in_dtype_of(x, div(sum(x, axis, True), _count(x, axis))), x, axis, keepdims)
+
+
+def _in_dtype_of(x, v):
+    """``v`` in ``x``'s dtype: a mean or variance of float16/bfloat16 divides by a float32 count (a runtime size in
+    lazy mode) and keeps the input's dtype, as numpy and PyTorch do."""
+    return v if v.dtype is x.dtype else cast(v, x.dtype)
 
 
 def var(x, axis=None, keepdims=False, correction=0):
@@ -498,7 +504,7 @@ def var(x, axis=None, keepdims=False, correction=0):
     d = sub(x, mean(x, axis, keepdims=True))
     s = sum(mul(d, d), axis, True)
     n = _count(x, axis)
-    return _drop_axes(div(s, sub(n, correction) if correction else n), x, axis, keepdims)
+    return _drop_axes(_in_dtype_of(x, div(s, sub(n, correction) if correction else n)), x, axis, keepdims)
 
 
 # ---- matrix ----------------------------------------------------------------------------------------------
