@@ -89,7 +89,8 @@ def cast(v, src, dst):
             return np.asarray(np.frompyfunc(sat, 1, 1)(v.astype(np.float64)), dtype=object).astype(NP[dst])
     if src not in FLOATS and dst not in FLOATS:
         return wrap(v.astype(object), dst)
-    return np.asarray(v.astype(NP[dst]))
+    with np.errstate(over="ignore"):  # an integer too large for float16 becomes inf, as the cast defines
+        return np.asarray(v.astype(NP[dst]))
 
 
 def _cdiv(x, y):
