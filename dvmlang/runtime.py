@@ -21,7 +21,6 @@ from .errors import ArgumentError, DvmError, LaunchError, user_frames
 from .vm.container import ParamInfo, TargetInfo
 
 MAX_INSTANCES = 256
-LAUNCH_KWARGS = ("trace", "device", "name")
 
 
 @dataclass

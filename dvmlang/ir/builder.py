@@ -207,12 +207,6 @@ class Builder:
         body = Block([Value(v.type) for v in inits])
         return self.op("while", inits, [v.type for v in inits], regions=[cond, body])
 
-    def if_op(self, cond: Value, result_types: list[Type]) -> Op:
-        return self.op("if", [cond], result_types, regions=[Block(), Block()])
-
-    def scope_op(self, result_types: list[Type]) -> Op:
-        return self.op("scope", [], result_types, regions=[Block()])
-
     def yield_(self, values: list[Value]) -> Op:
         return self.op("yield", values, [])
 

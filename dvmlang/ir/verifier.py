@@ -9,7 +9,6 @@ from ..errors import IRVerificationError
 from .builder import broadcast_shapes
 from .core import EXITS, TERMINATORS, Block, Function, Op, ScalarType, TileType, ends_in_exit
 
-VIEW_OPS = frozenset({"reshape", "expand_dims"})
 KNOWN = frozenset({
     "const", "program_id", "num_programs", "arange", "full", "tensor_dim", "tensor_stride", "binary",
     "compare", "unary", "select", "cast", "fma", "broadcast", "reshape", "permute", "cat", "slice",

@@ -513,9 +513,6 @@ class Machine:
         maker = getattr(self, "_m_" + fam)
         return maker(d)
 
-    def _scalar_cost(self, d):
-        return d.ins.cost.k
-
     def _m_nop(self, d):
         return Step(d, lambda b, L: None, 1)
 

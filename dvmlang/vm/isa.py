@@ -499,13 +499,3 @@ for _r in (1, 2, 3):
                            [H("tensor", "u8"), H("pad_undef", "flag"), F("dst", "tile"), F("base", "sop"), F("gm", "gm"),
                             F("pad", "sop")] + _dims(_r), Cost("dma"), f"GM -> L1, rank {_r}, the DMA_LOAD descriptor.", "dma_load",
                            rank=_r, space="l1")
-
-
-def describe_table() -> list[dict]:
-    """Rows as plain data (for docs and the disassembler's legend)."""
-    rows = []
-    for ins in TABLE:
-        rows.append({"name": ins.name, "opcode": ins.opcode, "pipe": PIPE_NAMES[ins.pipe],
-                     "words": ins.words, "fields": [(f.name, f.kind, f.head) for f in ins.fields],
-                     "cost": ins.cost.describe(), "doc": ins.doc, "dtypes": ins.dtypes})
-    return rows
