@@ -278,6 +278,15 @@ class Kernel:
     def prepare(self, grid, *args, device=None, **kwargs):
         """Bind, build and encode a launch without running it: ``(device, bytecode, arrays, alias groups)``,
         ready for ``device.run`` or, with other launches, ``device.run_stack``."""
+        return self._prepared(grid, args, kwargs, device)
+
+    @user_frames
+    def run(self, grid, *args, trace=False, device=None, name=None, **kwargs):
+        """Same as ``kernel[grid](*args, ...)``."""
+        return self._run(grid, args, kwargs, trace, device, name)
+
+    # the bodies of prepare and run, which launches call directly (one user_frames layer per launch)
+    def _prepared(self, grid, args, kwargs, device):
         device, build, bc, arrays = self._prepare(grid, args, kwargs, device)
         for i in build.written:
             a = arrays.get(i)
@@ -287,10 +296,8 @@ class Kernel:
         flat = {i: a.ravel() for i, a in arrays.items()}  # C-contiguous (checked when bound): views, not copies
         return device, bc, flat, _alias_groups(arrays)
 
-    @user_frames
-    def run(self, grid, *args, trace=False, device=None, name=None, **kwargs):
-        """Same as ``kernel[grid](*args, ...)``."""
-        device, bc, flat, alias = self.prepare(grid, *args, device=device, **kwargs)
+    def _run(self, grid, args, kwargs, trace, device, name):
+        device, bc, flat, alias = self._prepared(grid, args, kwargs, device)
         record = _trace_record()
         session = record.active_session()
         if trace:
@@ -338,7 +345,7 @@ class _Launcher:
 
     @user_frames
     def __call__(self, *args, trace=False, device=None, name=None, **kwargs):
-        return self.kernel.run(self.grid, *args, trace=trace, device=device, name=name, **kwargs)
+        return self.kernel._run(self.grid, args, kwargs, trace, device, name)
 
 
 def kernel(fn=None, **options):
