@@ -260,9 +260,11 @@ class Autotuner(_Wrapper):
     def _choose(self, grid, args, kwargs, named, key, device) -> Config:
         t0 = time.perf_counter()
         configs = self.prune_configs(named)
-        timings = {c: self._bench(grid, args, kwargs, c, device) for c in configs} if len(configs) > 1 else {
-            configs[0]: float("nan")}
-        best = min(timings, key=lambda c: (timings[c], configs.index(c))) if len(configs) > 1 else configs[0]
+        if len(configs) == 1:
+            timings = {configs[0]: float("nan")}  # nothing to compare it with: not timed
+        else:
+            timings = {c: self._bench(grid, args, kwargs, c, device) for c in configs}
+        best = min(timings, key=timings.get)  # min keeps the first of equal timings: the first listed wins a tie
         if timings[best] == float("inf"):
             raise ResourceError(f"autotune of `{self.__name__}`: no config fits on the device ({len(configs)} tried: "
                                 + "; ".join(map(repr, configs)) + ")")
