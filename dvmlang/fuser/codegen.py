@@ -23,8 +23,10 @@ UNARY = {"exp": "dl.exp({})", "log": "dl.log({})", "sqrt": "dl.sqrt({})", "rsqrt
          "tanh": "dl.tanh({})", "sigmoid": "dl.sigmoid({})", "erf": "dl.erf({})", "sin": "dl.sin({})",
          "cos": "dl.cos({})", "floor": "dl.floor({})", "ceil": "dl.ceil({})", "abs": "dl.abs({})",
          "neg": "(-{})", "recip": "(1.0 / {})"}
+# tensor ops propagate NaN through maximum/minimum, as numpy and PyTorch do (dl's default is Triton's NONE)
 BINARY = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "truediv": "({} / {})", "pow": "({} ** {})",
-          "maximum": "dl.maximum({}, {}, propagate_nan=dl.PropagateNan.ALL)", "minimum": "dl.minimum({}, {}, propagate_nan=dl.PropagateNan.ALL)", "lt": "({} < {})", "le": "({} <= {})",
+          "maximum": "dl.maximum({}, {}, propagate_nan=dl.PropagateNan.ALL)",
+          "minimum": "dl.minimum({}, {}, propagate_nan=dl.PropagateNan.ALL)", "lt": "({} < {})", "le": "({} <= {})",
           "gt": "({} > {})", "ge": "({} >= {})", "eq": "({} == {})", "ne": "({} != {})", "and": "({} & {})",
           "or": "({} | {})"}
 
