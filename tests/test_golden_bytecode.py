@@ -1,8 +1,10 @@
-"""The bytecode of every gallery launch, pinned: a refactoring of the compiler must not change a byte.
+"""The bytecode of every gallery launch and the simulated time it took, pinned: a refactoring of the compiler
+or the device must not change a byte or a cycle.
 
 Each launch of each example's ``run()`` is recorded as a digest of what the device executes (code words,
 kernels, layouts, relocations, parameters; not the debug section, whose file names depend on where the
-checkout lives) and compared with ``tests/golden/bytecode.json``. A deliberate change of the encoding
+checkout lives), followed by the launch's simulated cycles and GM bytes, and compared with
+``tests/golden/bytecode.json``. A deliberate change of the encoding
 (a new instruction, a better lowering) regenerates the file:
 
     DVMLANG_REGEN_GOLDEN=1 python -m pytest tests/test_golden_bytecode.py
@@ -37,13 +39,18 @@ def _launches(name: str, monkeypatch) -> list[str]:
     seen: list[str] = []
     run, run_stack = Device.run, Device.run_stack
 
+    def timed(rec):
+        return f" {rec.cycles}c {rec.bytes_read}r {rec.bytes_written}w"
+
     def record(self, bc, arrays, **kw):
-        seen.append(digest(bc))
-        return run(self, bc, arrays, **kw)
+        rec = run(self, bc, arrays, **kw)
+        seen.append(digest(bc) + timed(rec))
+        return rec
 
     def record_stack(self, stages, **kw):
-        seen.append("stack:" + ",".join(digest(bc) for stage in stages for bc, *_ in stage))
-        return run_stack(self, stages, **kw)
+        rec = run_stack(self, stages, **kw)
+        seen.append("stack:" + ",".join(digest(bc) for stage in stages for bc, *_ in stage) + timed(rec))
+        return rec
 
     monkeypatch.setattr(Device, "run", record)
     monkeypatch.setattr(Device, "run_stack", record_stack)
@@ -73,4 +80,4 @@ def test_gallery_bytecode_is_unchanged(name, golden, monkeypatch):
         GOLDEN.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
         return
     assert name in golden, f"no golden bytecode for {name}: run with DVMLANG_REGEN_GOLDEN=1"
-    assert got == golden[name], f"the bytecode of {name} changed"
+    assert got == golden[name], f"the bytecode or the simulated time of {name} changed"
