@@ -14,6 +14,7 @@ import sys as _sys
 import types as _types
 
 from . import dtypes as _dt
+from . import opdefs as _opdefs
 from .errors import ConstexprError, DvmError, KernelTypeError
 from .frontend.values import block_pointer, constexpr, is_runtime, pointer, tensor, unwrap
 
@@ -215,29 +216,18 @@ def join(a, b, _sem=None):
 
 # ---- math ------------------------------------------------------------------------------------------------
 
-def _unary(name, doc):
+def _unary(op: _opdefs.OpDef):
     def fn(x, _sem=None):
-        return _sem.unary(name, x)
-    fn.__name__ = name
-    fn.__qualname__ = name
-    fn.__doc__ = doc
+        return _sem.unary(op.name, x)
+    fn.__name__ = op.name
+    fn.__qualname__ = op.name
+    fn.__doc__ = op.dl
     return builtin(fn)
 
 
-exp = _unary("exp", "e ** x, elementwise.")
-exp2 = _unary("exp2", "2 ** x, elementwise.")
-log = _unary("log", "Natural logarithm.")
-log2 = _unary("log2", "Base-2 logarithm.")
-sqrt = _unary("sqrt", "Square root.")
-rsqrt = _unary("rsqrt", "1 / sqrt(x).")
-sin = _unary("sin", "Sine.")
-cos = _unary("cos", "Cosine.")
-tanh = _unary("tanh", "Hyperbolic tangent.")
-sigmoid = _unary("sigmoid", "1 / (1 + exp(-x)).")
-erf = _unary("erf", "The error function.")
-floor = _unary("floor", "Round down.")
-ceil = _unary("ceil", "Round up.")
-abs = _unary("abs", "Absolute value.")
+# dl.exp, dl.erf, ...: one function per unary row of the op vocabulary that names a dl function
+_MATH = {name: _unary(op) for name, op in _opdefs.UNARY.items() if op.dl}
+globals().update(_MATH)
 
 
 @builtin
@@ -884,8 +874,6 @@ def _namespace(name: str, doc: str, members: dict):
 
 math = _namespace("math", "Triton's ``tl.math`` spellings: each is the ``dl`` function of the same name "
                   "(``max`` and ``min`` are the elementwise ``maximum`` and ``minimum``).", {
-                      "abs": abs, "ceil": ceil, "cos": cos, "div_rn": div_rn, "erf": erf, "exp": exp, "exp2": exp2,
-                      "fdiv": fdiv, "floor": floor, "fma": fma, "log": log, "log2": log2, "max": maximum,
-                      "min": minimum, "rsqrt": rsqrt, "sin": sin, "sqrt": sqrt, "sqrt_rn": sqrt_rn,
-                      "umulhi": umulhi})
+                      **_MATH, "div_rn": div_rn, "fdiv": fdiv, "fma": fma, "max": maximum, "min": minimum,
+                      "sqrt_rn": sqrt_rn, "umulhi": umulhi})
 __all__.append("math")

@@ -14,14 +14,14 @@ import math
 import numpy as np
 
 from . import dtypes as dt
+from . import opdefs
 from .errors import user_frames
 from .fuser.graph import (COMPARISONS, GraphError, GraphValue, Node, Sym, Tracer)
 
-__all__ = [
-    "add", "sub", "mul", "div", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow",
-    "maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne", "where", "cast", "broadcast_to", "reshape",
+__all__ = [  # and one elementwise function per op vocabulary row with a tensor name (below)
+    "where", "cast", "broadcast_to", "reshape",
     "transpose", "permute", "sum", "max", "min", "mean", "var", "matmul", "softmax", "log_softmax",
-    "layer_norm", "rms_norm", "gelu", "silu", "swiglu", "scaled_dot_product_attention", "custom", "sin", "cos",
+    "layer_norm", "rms_norm", "gelu", "silu", "swiglu", "scaled_dot_product_attention", "custom",
 ]
 
 
@@ -127,10 +127,12 @@ def _binary(op, a, b):
     return _node(g, op, [a, b], shape, d)
 
 
-def _unary(op, x, float_only=True):
+def _unary(op, x):
     g = _graph(x)
     x = _value(g, x)
-    if float_only and not x.dtype.is_float:
+    if opdefs.UNARY[op].float_only and not x.dtype.is_float:
+        if "int_identity" in opdefs.UNARY[op].traits:
+            return x
         x = cast(x, dt.float32)
     return _node(g, op, [x], _shape(x), x.dtype)
 
@@ -139,113 +141,32 @@ def _shape(x):
     return x.node.shape if isinstance(x, GraphValue) else x.shape
 
 
-# ---- elementwise -------------------------------------------------------------------------------------------
+# ---- elementwise: one function per row of the op vocabulary with a tensor name (dvmlang/opdefs.py) ----------
 
 
-def add(a, b):
-    """a + b (numpy broadcasting; Python numbers adopt the tensor's dtype)."""
-    return _binary("add", a, b)
+def _elementwise(op: opdefs.OpDef):
+    if op.arity == 1:
+        def fn(x):
+            return _unary(op.name, x)
+        doc = op.dl or f"{op.symbol}x, elementwise."
+    else:
+        def fn(a, b):
+            return _binary(op.name, a, b)
+        doc = f"Elementwise {op.name}" if op.spelling.isalpha() else f"a {op.symbol} b, elementwise"
+        doc += " (numpy broadcasting; Python numbers adopt the tensor's dtype"
+        doc += "; a bool result)." if "compare" in op.traits else \
+            "; integers divide as float32)." if op.float_only else ")."
+    fn.__name__ = fn.__qualname__ = op.tensor
+    fn.__doc__ = doc
+    return fn
 
 
-def sub(a, b):
-    """a - b."""
-    return _binary("sub", a, b)
-
-
-def mul(a, b):
-    """a * b."""
-    return _binary("mul", a, b)
-
-
-def div(a, b):
-    """a / b (true division; integers divide as float32)."""
-    return _binary("truediv", a, b)
-
-
-def pow(a, b):  # noqa: A001
-    """a ** b."""
-    return _binary("pow", a, b)
-
-
-def maximum(a, b):
-    """Elementwise maximum."""
-    return _binary("maximum", a, b)
-
-
-def minimum(a, b):
-    """Elementwise minimum."""
-    return _binary("minimum", a, b)
-
-
-def lt(a, b):
-    return _binary("lt", a, b)
-
-
-def le(a, b):
-    return _binary("le", a, b)
-
-
-def gt(a, b):
-    return _binary("gt", a, b)
-
-
-def ge(a, b):
-    return _binary("ge", a, b)
-
-
-def eq(a, b):
-    return _binary("eq", a, b)
-
-
-def ne(a, b):
-    return _binary("ne", a, b)
-
-
-def neg(x):
-    """-x."""
-    return _unary("neg", x, float_only=False)
-
-
-def abs(x):  # noqa: A001
-    """|x|."""
-    return _unary("abs", x, float_only=False)
-
-
-def exp(x):
-    return _unary("exp", x)
-
-
-def log(x):
-    return _unary("log", x)
-
-
-def sqrt(x):
-    return _unary("sqrt", x)
-
-
-def rsqrt(x):
-    """1 / sqrt(x)."""
-    return _unary("rsqrt", x)
-
-
-def tanh(x):
-    return _unary("tanh", x)
-
-
-def sigmoid(x):
-    return _unary("sigmoid", x)
-
-
-def erf(x):
-    return _unary("erf", x)
-
-
-def sin(x):
-    return _unary("sin", x)
-
-
-def cos(x):
-    return _unary("cos", x)
+_EW = {op.tensor: _elementwise(op) for op in opdefs.ELEMENTWISE.values() if op.tensor}
+globals().update(_EW)
+__all__ += [name for name in _EW if name not in __all__]
+# the composites below call these by name
+add, sub, mul, div, ge, ne, exp, log, rsqrt, tanh, erf, sigmoid = (
+    _EW[n] for n in ("add", "sub", "mul", "div", "ge", "ne", "exp", "log", "rsqrt", "tanh", "erf", "sigmoid"))
 
 
 def where(cond, a, b):

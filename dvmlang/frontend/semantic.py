@@ -7,33 +7,23 @@ attaches the source span of the expression being compiled.
 from __future__ import annotations
 
 import math
-import operator
 
 import numpy as np
 
 from .. import dtypes as dt
+from .. import opdefs
 from ..errors import ConstexprError, KernelTypeError
 from ..ir.builder import Builder, broadcast_shapes
 from .values import block_pointer, pointer, tensor, unwrap
 
 PY_NUMBER = (bool, int, float)
 
-_PY_BINARY = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
-    "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow, "and": operator.and_,
-    "or": operator.or_, "xor": operator.xor, "shl": operator.lshift, "shr": operator.rshift,
-    "maximum": max, "minimum": min, "fmax": max, "fmin": min,
-}
-_PY_COMPARE = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq,
-               "ne": operator.ne}
-SYMBOL = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%", "pow": "**",
-          "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>", "lt": "<", "le": "<=", "gt": ">",
-          "ge": ">=", "eq": "==", "ne": "!=", "maximum": "maximum", "minimum": "minimum", "fmax": "maximum",
-          "fmin": "minimum"}
-
-_DIVISION = frozenset({"truediv", "floordiv", "mod"})  # Triton's div_or_mod: float16/bfloat16 compute in float32
-FLOAT_UNARY = frozenset({"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf",
-                         "floor", "ceil", "recip"})
+# from the op vocabulary: constant folding of Python numbers, spellings, Triton's div_or_mod promotion
+_PY_BINARY = {name: op.fold for name, op in opdefs.BINARY.items() if op.fold}
+_PY_COMPARE = {name: op.fold for name, op in opdefs.COMPARE.items()}
+SYMBOL = {name: op.spelling for name, op in opdefs.ELEMENTWISE.items()}
+_DIVISION = frozenset(name for name, op in opdefs.BINARY.items() if "division" in op.traits)
+_BITWISE = frozenset(name for name, op in opdefs.BINARY.items() if "bitwise" in op.traits)
 MAX_TILE_ELEMS = 1 << 22
 
 
@@ -170,7 +160,7 @@ class Semantic:
                 raise ConstexprError(f"cannot evaluate constant `{a!r} {SYMBOL[opname]} {b!r}`: {e}") from None
         a, b = self.pair(a, b)
         self._check_shapes(a, b, SYMBOL[opname])
-        if opname in ("and", "or", "xor", "shl", "shr"):
+        if opname in _BITWISE:
             return self._bitwise(opname, a, b)
         division = opname in _DIVISION
         if division and not (a.dtype.is_float or b.dtype.is_float) and (a.dtype.kind in "ub") != (b.dtype.kind in "ub"):
@@ -264,8 +254,8 @@ class Semantic:
             if x.dtype.is_float:
                 raise KernelTypeError(f"`~` needs an integer or boolean operand, got {x.dtype}")
             return tensor(self.b.unary("not", x.handle))
-        if opname in FLOAT_UNARY and not x.dtype.is_float:
-            if opname in ("floor", "ceil"):
+        if opname in opdefs.FLOAT_UNARY and not x.dtype.is_float:
+            if "int_identity" in opdefs.UNARY[opname].traits:
                 return x
             x = self.cast(x, dt.float32)
         if opname in ("neg", "abs") and x.dtype.is_bool:

@@ -14,22 +14,11 @@ import math
 import weakref
 
 from .. import dtypes as dt
+from .. import opdefs
 from .fusion import Group, is_free
 from .graph import Graph, Node
 
 _counter = itertools.count()
-
-UNARY = {"exp": "dl.exp({})", "log": "dl.log({})", "sqrt": "dl.sqrt({})", "rsqrt": "dl.rsqrt({})",
-         "tanh": "dl.tanh({})", "sigmoid": "dl.sigmoid({})", "erf": "dl.erf({})", "sin": "dl.sin({})",
-         "cos": "dl.cos({})", "floor": "dl.floor({})", "ceil": "dl.ceil({})", "abs": "dl.abs({})",
-         "neg": "(-{})", "recip": "(1.0 / {})"}
-# tensor ops propagate NaN through maximum/minimum, as numpy and PyTorch do (dl's default is Triton's NONE)
-BINARY = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "truediv": "({} / {})", "pow": "({} ** {})",
-          "maximum": "dl.maximum({}, {}, propagate_nan=dl.PropagateNan.ALL)",
-          "minimum": "dl.minimum({}, {}, propagate_nan=dl.PropagateNan.ALL)", "lt": "({} < {})", "le": "({} <= {})",
-          "gt": "({} > {})", "ge": "({} >= {})", "eq": "({} == {})", "ne": "({} != {})", "and": "({} & {})",
-          "or": "({} | {})"}
-
 
 class Source:
     def __init__(self):
@@ -85,10 +74,8 @@ def emit_value(src: Source, g: Graph, n: Node, names: dict, idx: dict) -> str:
     """One node as an expression over tiles ``names``; ``idx`` maps rows/cols/outer to index expressions."""
     a = [names.get(i.id) for i in n.inputs]
     op = n.op
-    if op in UNARY:
-        return UNARY[op].format(a[0])
-    if op in BINARY:
-        return BINARY[op].format(a[0], a[1])
+    if op in opdefs.FUSIBLE:
+        return opdefs.ELEMENTWISE[op].fuse.format(*a)
     if op == "where":
         return f"dl.where({a[0]}, {a[1]}, {a[2]})"
     if op == "cast":

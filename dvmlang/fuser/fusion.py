@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .graph import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, Graph, GraphError, Node
+from .. import opdefs
+from .graph import Graph, GraphError, Node
 
-EW = frozenset(ELEMENTWISE_UNARY) | frozenset(ELEMENTWISE_BINARY) | {"where", "cast", "broadcast_to"}
+EW = opdefs.FUSIBLE | {"where", "cast", "broadcast_to"}
 FREE = frozenset({"const", "dim", "iota"})  # copied into every group that uses them
 VIEWS = frozenset({"reshape", "permute"})
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import dtypes as dt
+from .. import opdefs
 from ..errors import DvmError
 from .operators import TensorOperators
 
@@ -109,12 +110,7 @@ class Node:
         return f"%{self.id}={self.op}"
 
 
-ELEMENTWISE_UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "floor",
-                     "ceil", "recip")
-ELEMENTWISE_BINARY = ("add", "sub", "mul", "truediv", "pow", "maximum", "minimum", "lt", "le", "gt", "ge", "eq",
-                      "ne", "and", "or")
-COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
-REDUCTIONS = ("sum", "max", "min")
+COMPARISONS = tuple(opdefs.COMPARE)
 
 
 class Graph:

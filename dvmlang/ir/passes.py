@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
+from ..opdefs import kinds_with
 from .core import Block, Function, Value
 
-PURE = frozenset({
-    "const", "program_id", "num_programs", "arange", "full", "tensor_dim", "tensor_stride", "binary",
-    "compare", "unary", "select", "cast", "fma", "broadcast", "reshape", "permute", "cat", "slice",
-    "reduce", "scan", "take", "sort", "histogram",
-})
-# Ops whose results may be dropped when unused (pure ops plus loads, which have no effect).
-REMOVABLE = PURE | {"load", "dma_load", "gather", "to_scalar", "dot"}
+PURE = kinds_with("pure")  # the op vocabulary's traits (dvmlang/opdefs.py)
+REMOVABLE = kinds_with("removable")  # pure ops plus reads, which have no effect
 
 
 def _attr_key(attrs: dict):

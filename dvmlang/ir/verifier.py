@@ -6,16 +6,11 @@ from __future__ import annotations
 
 from .. import dtypes as dt
 from ..errors import IRVerificationError
+from ..opdefs import KINDS
 from .builder import broadcast_shapes
 from .core import EXITS, TERMINATORS, Block, Function, Op, ScalarType, TileType, ends_in_exit
 
-KNOWN = frozenset({
-    "const", "program_id", "num_programs", "arange", "full", "tensor_dim", "tensor_stride", "binary",
-    "compare", "unary", "select", "cast", "fma", "broadcast", "reshape", "permute", "cat", "slice",
-    "to_scalar", "reduce", "scan", "load", "store", "dma_load", "dma_store", "gather", "scatter", "atomic",
-    "dot", "print", "for", "while", "if", "scope", "yield", "break", "continue", "return", "assert", "take",
-    "sort", "histogram",
-})
+KNOWN = frozenset(KINDS)
 
 
 def verify(fn: Function) -> None:

@@ -18,11 +18,10 @@ straddles two words, and 64-bit fields take a whole word.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-import numpy as np
+from .. import opdefs
 
 
 class Pipe(IntEnum):
@@ -177,149 +176,11 @@ def F(name, kind):
     return Field(name, kind)
 
 
-# ---- numpy semantics that numpy does not spell directly -------------------------------------------------
-
-def _floordiv(a, b):
-    if np.issubdtype(np.result_type(a, b), np.integer):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            b0 = np.where(b == 0, 1, b)
-            return np.where(b == 0, 0, np.floor_divide(a, b0)).astype(np.result_type(a, b), copy=False)
-    return np.floor(np.true_divide(a, b))
-
-
-def _div(a, b):
-    """C's integer division: the quotient truncated toward zero (``-7 div 2 == -3``); ``x div 0`` is 0."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        b0 = np.where(b == 0, 1, b)
-        q = np.floor_divide(a, b0)
-        q = q + ((np.fmod(a, b0) != 0) & ((a < 0) != (b0 < 0)))
-        return np.where(b == 0, 0, q).astype(np.result_type(a, b), copy=False)
-
-
-def _mod(a, b):
-    """C's remainder, with the dividend's sign (``-7 mod 2 == -1``): ``fmod`` for floats; an integer ``x mod 0``
-    is 0."""
-    if np.issubdtype(np.result_type(a, b), np.integer):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            b0 = np.where(b == 0, 1, b)
-            return np.where(b == 0, 0, np.fmod(a, b0)).astype(np.result_type(a, b), copy=False)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.fmod(a, b)
-
-
-def _shl(a, b):
-    bits = np.dtype(np.result_type(a)).itemsize * 8
-    return np.where((b >= 0) & (b < bits), np.left_shift(a, np.clip(b, 0, bits - 1)), 0).astype(np.result_type(a), copy=False)
-
-
-def _shr(a, b):
-    bits = np.dtype(np.result_type(a)).itemsize * 8
-    return np.right_shift(a, np.clip(b, 0, bits - 1)).astype(np.result_type(a), copy=False)
-
-
-def _zero_ordered(fn, lower: bool):
-    """``fn`` (numpy's maximum/minimum/fmax/fmin) with -0.0 below +0.0: numpy returns either zero of a tie,
-    depending on operand order and loop, so the batched and sequential paths could differ."""
-    def op(a, b):
-        r = fn(a, b)
-        zeros = (a == 0) & (b == 0)
-        if not np.any(zeros):
-            return r
-        signed = -(-a + -b) if lower else a + b  # a sum of zeros is -0.0 only when both are
-        return np.where(zeros, signed, r).astype(r.dtype, copy=False)
-    return op
-
-
-def _pow(a, b):
-    if np.issubdtype(np.result_type(a, b), np.integer):
-        return np.power(a, np.maximum(b, 0))
-    return np.power(a, b)
-
-
-def _umulhi(a, b):
-    """The high half of the double-width product of two integers whose bits are read as unsigned."""
-    a, b = np.asarray(a), np.asarray(b)
-    dtype = np.result_type(a, b)
-    udt = np.dtype(f"u{dtype.itemsize}")
-    ua, ub = a.astype(dtype, copy=False).view(udt), b.astype(dtype, copy=False).view(udt)
-    if dtype.itemsize < 8:
-        prod = ua.astype(np.uint64) * ub.astype(np.uint64)
-        return (prod >> np.uint64(dtype.itemsize * 8)).astype(udt).view(dtype)
-    lo32 = np.uint64(0xFFFFFFFF)
-    k = np.uint64(32)
-    a0, a1, b0, b1 = ua & lo32, ua >> k, ub & lo32, ub >> k
-    cross0, cross1 = a0 * b1, a1 * b0
-    mid = ((a0 * b0) >> k) + (cross0 & lo32) + (cross1 & lo32)
-    return (a1 * b1 + (cross0 >> k) + (cross1 >> k) + (mid >> k)).view(dtype)
-
-
-def _sigmoid(x):
-    one = np.ones((), dtype=x.dtype)
-    return one / (one + np.exp(-x))
-
-
-def _rsqrt(x):
-    one = np.ones((), dtype=x.dtype)
-    return one / np.sqrt(x)
-
-
-def _recip(x):
-    one = np.ones((), dtype=x.dtype)
-    return one / x
-
-
-_ERF = np.frompyfunc(math.erf, 1, 1)
-
-
-def _erf(x):
-    x = np.asarray(x)
-    return np.asarray(_ERF(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
-
-
-def _not(x):
-    if x.dtype == np.bool_:
-        return np.logical_not(x)
-    return np.invert(x)
-
-
-def _exp2(x):
-    return np.exp2(x)
-
-
-def _abs(x):
-    if x.dtype == np.bool_:
-        return x
-    return np.abs(x)
-
-
-def _neg(x):
-    if x.dtype == np.bool_:
-        return x
-    return np.negative(x)
-
-
-BINARY = {
-    # name: (numpy fn, dtype rule, vector cycles per repeat)
-    "add": (np.add, "num", 1), "sub": (np.subtract, "num", 1), "mul": (np.multiply, "num", 1),
-    "truediv": (np.true_divide, "float", 4), "floordiv": (_floordiv, "num", 4), "mod": (_mod, "num", 4),
-    "maximum": (_zero_ordered(np.maximum, False), "num", 1), "minimum": (_zero_ordered(np.minimum, True), "num", 1),
-    "pow": (_pow, "num", 8),
-    "and": (np.bitwise_and, "intbool", 1), "or": (np.bitwise_or, "intbool", 1),
-    "xor": (np.bitwise_xor, "intbool", 1), "shl": (_shl, "int", 1), "shr": (_shr, "int", 1),
-    "umulhi": (_umulhi, "int", 2), "fmax": (_zero_ordered(np.fmax, False), "num", 1),
-    "fmin": (_zero_ordered(np.fmin, True), "num", 1),
-    "div": (_div, "int", 4),
-}
-COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
-           "ne": np.not_equal}
-UNARY = {
-    "neg": (_neg, "num", 1), "not": (_not, "intbool", 1), "abs": (_abs, "num", 1),
-    "exp": (np.exp, "float", 4), "exp2": (_exp2, "float", 4), "log": (np.log, "float", 4),
-    "log2": (np.log2, "float", 4), "sqrt": (np.sqrt, "float", 2), "rsqrt": (_rsqrt, "float", 2),
-    "sin": (np.sin, "float", 8), "cos": (np.cos, "float", 8), "tanh": (np.tanh, "float", 8),
-    "sigmoid": (_sigmoid, "float", 8), "erf": (_erf, "float", 8), "floor": (np.floor, "float", 1),
-    "ceil": (np.ceil, "float", 1), "recip": (_recip, "float", 2),
-}
+# ---- elementwise rows come from the op vocabulary ------------------------------------------------------------
+# name: (numpy fn, dtype rule, vector cycles per repeat), in row order (the opcodes follow it)
+BINARY = {name: (op.ref, op.rule, op.cycles) for name, op in opdefs.BINARY.items()}
+COMPARE = {name: op.ref for name, op in opdefs.COMPARE.items()}
+UNARY = {name: (op.ref, op.rule, op.cycles) for name, op in opdefs.UNARY.items()}
 # max and min ignore NaN (Triton's); max_nan and min_nan propagate it (numpy's and PyTorch's, for dvmlang.ops)
 REDUCE_OPS = ("sum", "max", "min", "prod", "argmax", "argmin", "xor_sum", "or", "max_nan", "min_nan")
 SCAN_OPS = ("sum", "prod", "max", "min")
