@@ -17,80 +17,9 @@ from pathlib import Path
 from .. import dtypes as dt
 from . import container as C
 from . import isa
+from .families import FAMILIES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-
-# What the validator checks for each instruction family (kept here, beside the generator, so that a new
-# family without a description fails the docs check instead of going undocumented).
-FAMILY_RULES = {
-    "nop": "nothing",
-    "end": "nothing; every path through a kernel must be able to reach an END (or a TRAP)",
-    "movi": "`rd` exists and has the row's dtype; the immediate word is where scalar relocations may point",
-    "mov": "`rd` and `rs` exist and both have the row's dtype",
-    "pid": "`rd` is int32; `axis` is 0, 1 or 2",
-    "nprog": "`rd` is int32; `axis` is 0, 1 or 2",
-    "tdim": "`rd` is int32; `tensor` names a tensor parameter; `dim` is below its rank",
-    "jmp": "the target lies inside the kernel's code and starts an instruction",
-    "br": "`rc` is an integer or int1 register; the target lies inside the kernel and starts an instruction",
-    "ssel": "`rd`, `ra`, `rb` have the row's dtype; `rc` is int1",
-    "scast": "`rd` has the row's dtype; `ra` exists; a bitcast needs equal sizes; `rtz` needs a float converted "
-             "to a narrower float (and no bitcast)",
-    "scmp": "`rd` is int1; `ra`, `rb` have the row's dtype; `cc` is 0-5",
-    "sbin": "`rd`, `ra`, `rb` have the row's dtype, which the dtype rule allows",
-    "sun": "`rd`, `ra` have the row's dtype, which the dtype rule allows",
-    "movts": "`rd` has the row's dtype; the source tile has it too and lies inside the UB footprint",
-    "ldg": "`tensor` names a tensor parameter whose dtype `rd` has; `offset` is an integer operand; "
-           "the address word has a relocation to that tensor",
-    "stg": "`tensor` names a tensor parameter whose dtype `rs` has; `offset` is an integer operand; "
-           "the address word has a relocation to that tensor",
-    "print": "`string` names a symbol; `kind` is 0 (none), 1 (register `reg` exists) or 2 (tile `value` "
-             "inside the UB footprint)",
-    "set": "`src` and `dst` are two different pipes 0-6",
-    "wait": "`src` and `dst` are two different pipes 0-6; some instruction of the kernel sets the same "
-            "(src, dst, event)",
-    "barrier": "nothing (any mask)",
-    "trap": "`string` names a symbol",
-    "vbin": "three UB tiles inside the footprint, all of the row's dtype; dst's shape is the broadcast of "
-            "a's and b's",
-    "vbins": "two UB tiles of the row's dtype with equal shapes; `rs` has the row's dtype",
-    "vcmp": "dst is int1, a and b have the row's dtype; dst's shape is their broadcast; `cc` is 0-5",
-    "vcmps": "dst is int1, a has the row's dtype, equal shapes; `rs` has the row's dtype; `cc` is 0-5",
-    "vun": "two UB tiles of the row's dtype with equal shapes",
-    "vsel": "c is int1; dst, a, b have the row's dtype; dst's shape is the broadcast of c, a, b",
-    "vcast": "dst has the row's dtype and a's shape; a bitcast needs equal element sizes; `rtz` needs a float "
-             "converted to a narrower float (and no bitcast)",
-    "vdup": "dst has the row's dtype; `rs` has it too",
-    "viota": "dst is a 1-D int32 tile; `start` is an immediate",
-    "vcopy": "same dtypes; a broadcasts to dst's shape",
-    "vreduce": "`op` < 8 and `axis` < a's rank; dst's shape drops the axis or keeps it as 1; dst has a's "
-               "dtype (int32 for argmax/argmin); xor_sum and or need integers or booleans",
-    "vsort": "`axis` < a's rank; dst has a's shape; both have the row's dtype",
-    "vhist": "dst is a 1-D int32 tile and the row's dtype is int32; a is a 1-D integer tile; a mask (when "
-             "`masked`) is int1 of a's shape",
-    "vscan": "`op` < 4 and `axis` < a's rank; dst has a's shape and dtype",
-    "vperm": "`perm` is a permutation of a's axes (rank <= 4); dst has the permuted shape and a's dtype",
-    "vslice": "equal ranks <= 4; every start plus dst's extent fits inside a; same dtypes",
-    "vcat": "`axis` < rank; equal ranks; a and b agree off the axis; dst's extent on the axis is their sum",
-    "vtake": "`axis` < rank; a, index and dst have one rank; index is an integer tile whose dims off the axis are "
-             "1 or a's; dst has a's dims off the axis and index's on it, and the row's dtype, as a has",
-    "vfma": "four tiles of the row's dtype; dst's shape is the broadcast of a, b, c",
-    "dma_load": "`tensor` names a tensor parameter of the tile's dtype; the tile's rank equals the row's "
-                "rank and lies inside the footprint of its memory space; base, strides and box bounds are "
-                "integer operands; a register pad has the tensor's dtype; the address word has a relocation",
-    "dma_store": "`tensor` names a tensor parameter of the tile's dtype; the tile's rank equals the row's "
-                 "rank; base, strides and box bounds are integer operands; the address word has a relocation",
-    "gather": "dst has the tensor's dtype; offsets is an integer tile of dst's shape; a mask (when `masked`) "
-              "is int1 of that shape; a register pad has the tensor's dtype; the address word has a relocation",
-    "scatter": "src has the tensor's dtype; offsets is an integer tile of src's shape; a mask (when `masked`) "
-               "is int1 of that shape; the address word has a relocation",
-    "atomic": "`op` < 8; src has the tensor's dtype, offsets is an integer tile of its shape; dst (when "
-              "`want_old`), mask (when `masked`) and cmp (when `has_cmp`, only for cas) match; bitwise ops "
-              "need integers; the address word has a relocation",
-    "copy_space": "both tiles inside the footprints of their memory spaces, equal shapes (equal dtypes for the "
-                  "plain copies)",
-    "mmad": "a in L0A is (M, K), b in L0B is (K, N), dst in L0C is (M, N); a and b share a dtype; dst is "
-            "float32 or int32",
-}
 
 DTYPE_RULES = {
     "any": "any dtype",
@@ -221,9 +150,6 @@ def _extra_text(ins: isa.Instr) -> str:
 
 
 def render_isa() -> str:
-    for fam in {ins.family for ins in isa.TABLE}:
-        if fam not in FAMILY_RULES:
-            raise KeyError(f"docgen: describe what the validator checks for family `{fam}` in FAMILY_RULES")
     out = [
         "# The dvmlang instruction set",
         "",
@@ -285,7 +211,7 @@ def render_isa() -> str:
         extra = _extra_text(ins)
         if extra:
             out.append(f"* {extra}")
-        out.append(f"* validator ({ins.family}): {FAMILY_RULES[ins.family]}")
+        out.append(f"* validator ({ins.family}): {FAMILIES[ins.family].checks}")
         out.append("")
         if ins.fields:
             out.extend(_table(["field", "kind", "bits", "where"], _layout_text(ins)))
