@@ -3,6 +3,11 @@
 ``kernel[grid](*args, **constexprs)`` binds the arguments, finds (or makes) the build for the
 constexpr values, dtypes and ranks, finds (or encodes) the instance for the runtime values and
 shapes, and runs it on the device. A new runtime value or shape only encodes; it never rebuilds.
+
+The caches are keyed by typed records: a build by its ``BuildKey`` (the parameter specs and the device
+profile), an instance by its ``InstanceKey`` (the build, the launch keys of the runtime values, the grid).
+``Kernel`` is a ``frontend.source.KernelFunction``: all the frontend needs of it to compile it and to inline
+it into other kernels.
 """
 
 from __future__ import annotations
@@ -13,11 +18,15 @@ import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from . import dtypes as dt
 from .errors import ArgumentError, DvmError, LaunchError, user_frames
+from .frontend.source import KernelFunction
+from .frontend.specs import ConstexprSpec, ParamSpec, ScalarSpec, TensorSpec
+from .frontend.values import constexpr
 from .vm.container import ParamInfo, TargetInfo
 
 MAX_INSTANCES = 256
@@ -33,31 +42,56 @@ class CacheInfo:
     launches: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class BuildKey:
+    """What names one build of a kernel: the spec of every parameter, in order, and the device profile."""
+
+    specs: tuple[ParamSpec, ...]
+    profile_id: int
+
+
+class InstanceKey(NamedTuple):
+    """What names one encoded instance of a build: the launch keys of the runtime values (``_launch_key``)
+    and the grid (three ints)."""
+
+    build: "Build"
+    launch_keys: tuple
+    grid: tuple
+
+
+class LastLaunch(NamedTuple):
+    """The latest launch that went through a binding plan: a relaunch with the same ``key`` (grid, profile,
+    per-argument launch keys) reuses its build and bytecode outright."""
+
+    key: tuple
+    build: "Build"
+    bytecode: object
+    tensor_sources: list  # (runtime parameter index, argument position or keyword) per tensor parameter
+
+
 class Build:
     """One specialisation of a kernel: its IR, instruction template and instance encoder."""
 
-    def __init__(self, kernel: "Kernel", specs, profile):
+    def __init__(self, kernel: "Kernel", specs: tuple[ParamSpec, ...], profile):
         from .frontend.build import build_ir
         from .vm.bytecode import Encoder
         from .vm.lower import lower
-        t0 = time.perf_counter()
         self.profile = profile
         self.fn, ctx = build_ir(kernel.source, specs)
         self.global_reads = list(ctx.global_reads.values())
         self.template = lower(self.fn, profile)
         ub = self.template.footprint.get("ub", 0)
         self.template.double_buffer = profile.double_buffer and 2 * ub <= profile.ub_bytes
-        self.params = [p for p in self.fn.params]
-        self.tensor_params = [i for i, p in enumerate(self.params) if p.kind == "tensor"]
+        self.params = list(self.fn.params)
         self.written = _written_params(self.fn)
         sources = _embedded_sources(self.template.debug)
         target = TargetInfo(profile.name, profile.vector_cores, profile.cube_cores, profile.ub_bytes,
                             profile.l1_bytes, profile.l0a_bytes, profile.l0b_bytes, profile.l0c_bytes)
         infos = [ParamInfo(p.kind, p.name, p.dtype, p.rank) for p in self.params]
         self.encoder = Encoder(self.template, infos, target, sources)
-        self.build_s = time.perf_counter() - t0
 
     def still_valid(self) -> bool:
+        """Whether every global the build read as a constant still has the value it read."""
         for globs, name, value in self.global_reads:
             cur = globs.get(name)
             cur = getattr(cur, "value", cur) if type(cur).__name__ == "constexpr" else cur
@@ -89,28 +123,19 @@ def _embedded_sources(debug) -> dict:
     return out
 
 
-class Kernel:
+class Kernel(KernelFunction):
     """A ``@dvmlang.kernel`` function. Launch with ``kernel[grid](*args, **constexprs)``."""
 
     def __init__(self, fn):
         if not callable(fn):
             raise DvmError("@dvmlang.kernel decorates a function")
         functools.update_wrapper(self, fn)
-        self.fn = fn
-        self._source = None
-        self._builds: dict = {}
-        self._instances: OrderedDict = OrderedDict()
+        super().__init__(fn)
+        self._builds: dict[BuildKey, Build] = {}
+        self._instances: OrderedDict[InstanceKey, object] = OrderedDict()
         self._plans: dict = {}  # argument classes -> _Plan
-        self._last = None  # (launch key, build, bytecode, tensor positions) of the latest keyed launch
-        self._const = None  # (per position: is it a constexpr, the constexpr names)
+        self._last: LastLaunch | None = None
         self.stats = CacheInfo()
-
-    @property
-    def source(self):
-        if self._source is None:
-            from .frontend.codegen import KernelSource
-            self._source = KernelSource(self.fn)
-        return self._source
 
     def __repr__(self) -> str:
         return f"<dvmlang.kernel {self.fn.__qualname__}>"
@@ -141,7 +166,6 @@ class Kernel:
                 raise ArgumentError(f"`{self.__name__}` got two values for `{k}`")
             values[k] = v
         specs = []
-        key = []
         for name in names:
             if name not in values:
                 if name in src.defaults:
@@ -154,18 +178,12 @@ class Kernel:
             v = values[name]
             if isinstance(v, np.ndarray) and v.__class__ is not np.ndarray:
                 v = values[name] = _plain_array(self.__name__, name, v)
-            if name in src.constexpr_params:
-                spec = ("constexpr", _constexpr_value(self.__name__, name, v))
-                specs.append(spec)
-                key.append((type(spec[1]).__name__, spec[1]))
-                continue
-            spec = _classify(self.__name__, name, v)
-            specs.append(spec)
-            key.append(spec)
-        return values, specs, tuple(key)
+            specs.append(ConstexprSpec(_constexpr_value(self.__name__, name, v)) if name in src.constexpr_params
+                         else _classify(self.__name__, name, v))
+        return values, tuple(specs)
 
-    def _build(self, specs, key, profile) -> Build:
-        bkey = (key, id(profile))
+    def _build(self, specs: tuple[ParamSpec, ...], profile) -> Build:
+        bkey = BuildKey(specs, id(profile))
         b = self._builds.get(bkey)
         if b is not None and b.profile is profile and (not b.global_reads or b.still_valid()):
             return b
@@ -178,28 +196,28 @@ class Kernel:
         runtime = []
         arrays = {}
         for name, spec in zip(self.source.params, specs):
-            if spec[0] == "constexpr":
+            if isinstance(spec, ConstexprSpec):
                 continue
             v = values[name]
-            if spec[0] == "tensor":
+            if isinstance(spec, TensorSpec):
                 arrays[len(runtime)] = v
             runtime.append(v)
         try:
-            ikey = (build, tuple(map(_launch_key, runtime)), grid)
+            ikey = InstanceKey(build, tuple(map(_launch_key, runtime)), grid)
         except (TypeError, _NoLaunchKey):
             ikey = None
         return self._lookup_or_encode(build, ikey, runtime, grid), arrays
 
-    def _lookup_or_encode(self, build: Build, ikey, runtime: list, grid):
-        """The cached instance for ``ikey`` = (build, launch keys of the runtime values, grid) or a new one
-        encoded from the runtime parameter values."""
+    def _lookup_or_encode(self, build: Build, ikey: InstanceKey | None, runtime: list, grid):
+        """The cached instance for ``ikey`` or a new one encoded from the runtime parameter values (and not
+        cached when ``ikey`` is None: a value without a launch key)."""
         bc = self._instances.get(ikey) if ikey is not None else None
         if bc is not None:
             self._instances.move_to_end(ikey)
             self.stats.hits += 1
             return bc
         t0 = time.perf_counter()
-        bc = build.encoder.encode_values(runtime, grid, ikey[1] if ikey is not None else None)
+        bc = build.encoder.encode_values(runtime, grid, ikey.launch_keys if ikey is not None else None)
         bc.encode_s = time.perf_counter() - t0
         self.stats.encodes += 1
         if ikey is not None:
@@ -220,11 +238,9 @@ class Kernel:
         #    the build and the binding plan the ordinary path made for arguments of that class; the plan
         #    names the runtime values, whose launch keys and the grid name the instance (cached or encoded).
         ckey = None
-        const = self._const
-        if const is None:
-            src = self.source
-            const = self._const = (tuple(n in src.constexpr_params for n in src.params), src.constexpr_params)
-        if (grid.__class__ is tuple or grid.__class__ is int) and len(args) <= len(const[0]):
+        src = self.source
+        cp = src.constexpr_mask
+        if (grid.__class__ is tuple or grid.__class__ is int) and len(args) <= len(cp):
             try:
                 nd = np.ndarray
                 akeys = tuple([(v.dtype, v.shape, v.strides, v.flags.c_contiguous) if v.__class__ is nd
@@ -232,13 +248,13 @@ class Kernel:
                 kkeys = tuple([(k, _launch_key(v)) for k, v in kwargs.items()]) if kwargs else ()
                 lkey = (grid, id(profile), akeys, kkeys)
                 last = self._last
-                if last is not None and last[0] == lkey:
-                    build = last[1]
+                if last is not None and last.key == lkey:
+                    build = last.build
                     if build.profile is profile and (not build.global_reads or build.still_valid()):
                         self.stats.hits += 1
-                        return device, build, last[2], {i: (args[at] if at.__class__ is int else kwargs[at])
-                                                        for i, at in last[3]}
-                cp, cn = const
+                        return device, build, last.bytecode, {i: (args[at] if at.__class__ is int else kwargs[at])
+                                                              for i, at in last.tensor_sources}
+                cn = src.constexpr_params
                 ckey = (id(profile), tuple([k if c else (k[0], len(k[1]), k[3]) if len(k) == 4 else _class_of(k)
                                             for k, c in zip(akeys, cp)]),
                         tuple([(n, k if n in cn else _class_of(k)) for n, k in kkeys]))
@@ -257,20 +273,20 @@ class Kernel:
                     else:
                         runtime = [args[at] for at in sources]
                         keys = tuple([akeys[at] for at in sources])
-                    bc = self._lookup_or_encode(build, (build, keys, grid_t), runtime, grid_t)
-                    self._last = (lkey, build, bc, plan.positions)
+                    bc = self._lookup_or_encode(build, InstanceKey(build, keys, grid_t), runtime, grid_t)
+                    self._last = LastLaunch(lkey, build, bc, plan.positions)
                     return device, build, bc, {i: runtime[i] for i in plan.tensors}
-        values, specs, key = self._bind(args, kwargs)
+        values, specs = self._bind(args, kwargs)
         grid_t = _grid(self.__name__, grid, values)
-        build = self._build(specs, key, profile)
+        build = self._build(specs, profile)
         bc, arrays = self._instance(build, specs, values, grid_t)
         if ckey is not None:
-            plan = _Plan.make(self.source, build, specs, len(args), kwargs)
+            plan = _Plan.make(src, build, specs, len(args), kwargs)
             if plan is not None:
                 if len(self._plans) >= MAX_INSTANCES:
                     del self._plans[next(iter(self._plans))]
                 self._plans[ckey] = plan
-                self._last = (lkey, build, bc, plan.positions)
+                self._last = LastLaunch(lkey, build, bc, plan.positions)
         return device, build, bc, arrays
 
     # ---- public entry points ----------------------------------------------------------------------------
@@ -325,15 +341,15 @@ class Kernel:
         from .ir.printer import print_function
         from .npu.device import default_device
         device = device or default_device()
-        _, specs, key = self._bind(args, kwargs)
-        return print_function(self._build(specs, key, device.profile).fn)
+        _, specs = self._bind(args, kwargs)
+        return print_function(self._build(specs, device.profile).fn)
 
     @user_frames
     def build_for(self, *args, device=None, **kwargs) -> Build:
         from .npu.device import default_device
         device = device or default_device()
-        _, specs, key = self._bind(args, kwargs)
-        return self._build(specs, key, device.profile)
+        _, specs = self._bind(args, kwargs)
+        return self._build(specs, device.profile)
 
 
 class _Launcher:
@@ -361,7 +377,6 @@ _CONSTEXPR_TYPES = (bool, int, float, str, type(None), dt.DType, tuple)
 
 
 def _constexpr_value(kname, name, v):
-    from .frontend.values import constexpr
     if isinstance(v, constexpr):
         v = v.value
     if isinstance(v, np.generic):
@@ -393,7 +408,8 @@ def _plain_array(kname, name, v: np.ndarray) -> np.ndarray:
                         "np.asarray(x), a plain array sharing its memory")
 
 
-def _classify(kname, name, v):
+def _classify(kname, name, v) -> TensorSpec | ScalarSpec:
+    """The spec a runtime argument gives its parameter (or ``ArgumentError`` for what no kernel can take)."""
     if isinstance(v, np.ndarray):
         d = dt.from_numpy(v.dtype)
         if d is None:
@@ -402,22 +418,22 @@ def _classify(kname, name, v):
         if not v.flags.c_contiguous:
             raise ArgumentError(f"argument `{name}` of `{kname}` is not C-contiguous (strides {v.strides}); kernels "
                                 "address arrays as flat memory. Pass np.ascontiguousarray(x) and copy results back")
-        return ("tensor", d, v.ndim)
+        return TensorSpec(d, v.ndim)
     if isinstance(v, bool):
-        return ("scalar", dt.bool_)
+        return ScalarSpec(dt.bool_)
     if isinstance(v, int):
         if dt.int_fits(v, dt.int32):
-            return ("scalar", dt.int32)
+            return ScalarSpec(dt.int32)
         if dt.int_fits(v, dt.int64):
-            return ("scalar", dt.int64)
+            return ScalarSpec(dt.int64)
         raise ArgumentError(f"argument `{name}` of `{kname}` = {v} does not fit a 64-bit integer")
     if isinstance(v, float):
-        return ("scalar", dt.float32)
+        return ScalarSpec(dt.float32)
     if isinstance(v, np.generic):
         d = dt.from_numpy(v.dtype)
         if d is None:
             raise ArgumentError(f"argument `{name}` of `{kname}` has dtype {v.dtype}, which dvmlang does not support")
-        return ("scalar", d)
+        return ScalarSpec(d)
     if hasattr(v, "__dvm_array__"):
         return _classify(kname, name, v.__dvm_array__())
     kind = type(v).__name__
@@ -475,7 +491,7 @@ class _Plan:
         sources = []
         tensors = []
         for i, (name, spec) in enumerate(zip(src.params, specs)):
-            if spec[0] == "constexpr":
+            if isinstance(spec, ConstexprSpec):
                 continue
             if i < nargs:
                 at = i
@@ -483,7 +499,7 @@ class _Plan:
                 at = name
             else:
                 return None  # a runtime parameter from a default value: not worth a plan
-            if spec[0] == "tensor":
+            if isinstance(spec, TensorSpec):
                 tensors.append(len(sources))
             sources.append(at)
         plan = cls()
@@ -580,14 +596,14 @@ def run(bytecode, *args, device=None, trace=False):
             v = _plain_array(bytecode.name, p.name, v)
         spec = _classify(bytecode.name, p.name, v)
         if p.kind == "tensor":
-            if spec[0] != "tensor" or spec[1] is not p.dtype or spec[2] != p.rank:
+            if not isinstance(spec, TensorSpec) or spec.dtype is not p.dtype or spec.rank != p.rank:
                 raise ArgumentError(f"argument `{p.name}` must be a {p.rank}-d {p.dtype.name} array, got "
                                     f"{_describe(v)}")
             infos.append(ParamInfo("tensor", p.name, p.dtype, v.ndim, v.shape,
                                    tuple(s // v.itemsize for s in v.strides)))
             arrays[i] = v
         else:
-            if spec[0] != "scalar":
+            if not isinstance(spec, ScalarSpec):
                 raise ArgumentError(f"argument `{p.name}` must be a {p.dtype.name} scalar, got {_describe(v)}")
             if p.dtype.is_int and not isinstance(v, (int, np.integer)):
                 raise ArgumentError(f"argument `{p.name}` must be an integer, got {type(v).__name__}")

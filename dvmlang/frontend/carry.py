@@ -14,9 +14,7 @@ from __future__ import annotations
 from .. import dtypes as dt
 from ..errors import KernelTypeError
 from ..ir.core import ScalarType, TileType, Value
-from .values import block_pointer, pointer, tensor, unwrap
-
-PY_NUMBER = (bool, int, float)
+from .values import PY_NUMBER, block_pointer, pointer, tensor, unwrap
 
 
 class Tmpl:
@@ -115,7 +113,7 @@ def _part_type(values, loop: bool, describe):
     numbers = [v for v in values if isinstance(v, PY_NUMBER)]
     others = [v for v in values if v is not None and not isinstance(v, (tensor,) + PY_NUMBER)]
     if others:
-        raise KernelTypeError(f"{describe()} holds {_kind(others[0])}, which cannot change inside runtime control "
+        raise KernelTypeError(f"{describe()} holds {kind_of(others[0])}, which cannot change inside runtime control "
                               "flow", hint="compile-time values other than numbers must be the same on every path")
     if not runtime:
         if any(isinstance(v, float) for v in numbers):
@@ -129,7 +127,7 @@ def _part_type(values, loop: bool, describe):
     # a scalar and a 0-d tile (a reduction result) hold one value in two places: carry the 0-d tile
     scalar_or_0d = len(tiles) > 1 and shapes == {()}
     if (len(shapes) > 1 or len(tiles) > 1) and not scalar_or_0d:
-        desc = " vs ".join(sorted({_kind(v) for v in runtime}))
+        desc = " vs ".join(sorted({kind_of(v) for v in runtime}))
         hint = ("initialise it with the final shape, for example dl.zeros((BLOCK,), dl.float32)" if loop
                 else "give it the same shape on every path")
         raise KernelTypeError(f"{describe()} changes shape: {desc}", hint=hint)
@@ -140,8 +138,8 @@ def _part_type(values, loop: bool, describe):
             d = dt.int64 if dt.int64 in dtypes else dt.promote(*list(dtypes)[:2])
             return TileType(first.shape, d) if first.is_tile else ScalarType(d)
         if loop:
-            raise KernelTypeError(f"loop-carried {describe()} changes type: it is {_kind(runtime[0])} before the loop "
-                                  f"and {_kind(runtime[-1])} in the body",
+            raise KernelTypeError(f"loop-carried {describe()} changes type: it is {kind_of(runtime[0])} before the "
+                                  f"loop and {kind_of(runtime[-1])} in the body",
                                   hint=f"cast it explicitly, for example {describe.name} = {describe.name}.to("
                                        f"{runtime[0].dtype!r}), or initialise it with the type the loop produces")
         raise KernelTypeError(f"{describe()} has different types on different paths: "
@@ -170,7 +168,7 @@ def unify(vals, name: str, loop: bool = False, local=frozenset()) -> Tmpl:
         ty = _part_type(vals, loop, _Describe(name))
         return Tmpl("t", None, [tensor(Value(ty))], [True])
     if "c" in kinds and kinds != {"c", "t"}:
-        raise KernelTypeError(f"`{name}` is a pointer on one path and {_kind(next(v for v in vals if parts_of(v)[0] == 'c'))}"
+        raise KernelTypeError(f"`{name}` is a pointer on one path and {kind_of(next(v for v in vals if parts_of(v)[0] == 'c'))}"
                               " on another", hint="keep one pointer per name")
     runtime_kinds = kinds - {"c"}
     if len(runtime_kinds) > 1:
@@ -228,19 +226,20 @@ def _coerce_part(sem, v, template: tensor, name):
         raise KernelTypeError(f"`{name}` is a pointer on one path but a value elsewhere")
     if not isinstance(v, tensor):
         if not isinstance(v, PY_NUMBER):
-            raise KernelTypeError(f"`{name}` is {_kind(v)}, expected {_kind(template)}")
+            raise KernelTypeError(f"`{name}` is {kind_of(v)}, expected {kind_of(template)}")
         s = sem.const(v, template.dtype)
         return sem.splat(s, template.shape) if template.is_tile else s
     if v.is_tile != template.is_tile or v.shape != template.shape:
         if v.is_scalar and template.is_tile:
             return sem.splat(sem.cast(v, template.dtype), template.shape)
-        raise KernelTypeError(f"`{name}` is {_kind(v)}, expected {_kind(template)}")
+        raise KernelTypeError(f"`{name}` is {kind_of(v)}, expected {kind_of(template)}")
     if v.dtype is not template.dtype:
         return sem.cast(v, template.dtype)
     return v
 
 
-def _kind(v) -> str:
+def kind_of(v) -> str:
+    """``v`` described for a message: "a tile<...>", "a scalar int32", "the constant 3", ..."""
     v = unwrap(v)
     if isinstance(v, tensor):
         return f"a {v.handle.type}" if v.is_tile else f"a scalar {v.dtype}"

@@ -10,6 +10,8 @@ from __future__ import annotations
 from ..dtypes import DType
 from ..ir.core import TileType, Value
 
+PY_NUMBER = (bool, int, float)  # the Python values that act as (weakly typed) numbers in kernels
+
 
 class constexpr:
     """Marks a compile-time constant: ``BLOCK: dl.constexpr`` as a parameter annotation, or
