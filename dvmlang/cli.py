@@ -197,7 +197,7 @@ def cmd_disasm(args) -> int:
     from .errors import DvmError
     from .vm.bytecode import read_file
     from .vm.container import LIMITS
-    from .vm.disasm import disassemble_bytes
+    from .vm.dump import disassemble_bytes
     path = Path(args.file)
     try:
         data = read_file(path, LIMITS.max_file_bytes)

@@ -440,7 +440,7 @@ def test_tensor_operand_that_names_a_scalar():
 def test_invalid_error_marks_the_spot_in_the_disassembly():
     bc = parsed("vector_add")
     assemble(bc, 0, "MOVI", dtype=dvmlang.dtypes.int32, rd=200, imm=0)
-    from dvmlang.vm.disasm import disassemble_bytes
+    from dvmlang.vm.dump import disassemble_bytes
     result = disassemble_bytes(_serialise(bc))
     assert not result.ok
     marked = [line for line in result.text.splitlines() if "<-- invalid here" in line]

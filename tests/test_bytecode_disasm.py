@@ -14,7 +14,7 @@ from dvmlang.cli import main
 from dvmlang.vm import container as C
 from dvmlang.vm import isa
 from dvmlang.vm.bytecode import _parse, _serialise
-from dvmlang.vm.disasm import disassemble_bytes
+from dvmlang.vm.dump import disassemble_bytes
 from test_bytecode_samples import SAMPLES, sample_bytes
 
 

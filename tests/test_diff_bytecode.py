@@ -39,7 +39,7 @@ from dvmlang.trace.views import render
 from dvmlang.vm import container as C
 from dvmlang.vm import isa
 from dvmlang.vm.bytecode import scalar_bits
-from dvmlang.vm.disasm import disassemble_bytes
+from dvmlang.vm.dump import disassemble_bytes
 from dvmlang.vm.lower import encode_into
 from fuzzing import budget
 from test_bytecode_samples import small_args

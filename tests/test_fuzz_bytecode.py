@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import dvmlang
 from dvmlang.vm import container as C
 from dvmlang.vm import isa
-from dvmlang.vm.disasm import disassemble_bytes
+from dvmlang.vm.dump import disassemble_bytes
 from test_bytecode_samples import FUZZ_DEVICE, SAMPLES, sample_bytes, small_args
 
 pytestmark = pytest.mark.filterwarnings("ignore::dvmlang.PerformanceWarning", "ignore::dvmlang.DvmWarning")

@@ -22,6 +22,7 @@ from .. import dtypes as dt
 from ..errors import ArgumentError, BytecodeError, DvmError, MalformedBytecodeError, VersionError, user_frames
 from . import container as C
 from .container import DebugInfo, KernelInfo, ParamInfo, Reader, TargetInfo
+from .disasm import disassemble
 
 GM_BASE = 1 << 36
 GM_ALIGN = 4096
@@ -209,7 +210,6 @@ class Bytecode:
     @user_frames
     def disassemble(self, *, source: bool = True) -> str:
         """The program as text, ``dis``-style: line | offset | pipe | OPNAME | operands | ; comment."""
-        from .disasm import disassemble
         return disassemble(self, source=source).text
 
     # ---- rebinding (dvmlang.run) -------------------------------------------------------------------------

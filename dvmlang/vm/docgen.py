@@ -134,10 +134,10 @@ def _extra_text(ins: isa.Instr) -> str:
         parts.append(f"operation `{e['op']}`")
     if "rank" in e:
         parts.append(f"rank {e['rank']}")
-    if "space" in e:
-        parts.append(f"memory space {e['space'].upper()}")
-    if "spaces" in e:
-        parts.append(f"{e['spaces'][1].upper()} -> {e['spaces'][0].upper()}")
+    if ins.family == "dma_load" and ins.spaces["dst"] != "ub":
+        parts.append(f"memory space {ins.spaces['dst'].upper()}")
+    if ins.family == "copy_space":
+        parts.append(f"{ins.spaces['src'].upper()} -> {ins.spaces['dst'].upper()}")
     if "when" in e:
         parts.append("jumps when rc is " + ("not zero" if e["when"] else "zero"))
     for k, v in e.items():

@@ -3,7 +3,8 @@
 Every ISA row (``isa.TABLE``) names its family. A family's record says how control leaves an instruction
 (``flow``), whether the row's dtype rule applies (``typed``; ``compare`` rows accept int1 under ``num``),
 what the validator checks in words (``checks``, rendered into ``docs/isa.md``), and the rule itself: a short
-function ``rule(v, d)`` over the kernel validator ``v`` (its operand checks ``reg``, ``tile``, ``sop``,
+function ``rule(v, d)`` over the kernel validator ``v`` (its operand checks ``reg``, ``tile`` (in the memory
+space the row's field declares), ``sop``,
 ``tensor``, ``gm``, ``target``, ``rtz``, ``same``, ``fail``) and the decoded instruction ``d``, in the spirit of
 WebAssembly's validator (one typing rule per instruction). The other halves of a family live in their own
 layers: the device step each family builds is registered per family by ``dvmlang/npu`` (the VM executes
@@ -396,9 +397,8 @@ def _dma_load_dma_store(v, d):
     o = d.vals
     fam = d.ins.family
     rank = d.ins.extra["rank"]
-    space = d.ins.extra.get("space", "ub")
     tdt = v.tensor(d)
-    ld, ls = v.tile(d, "dst" if fam == "dma_load" else "src", space)
+    ld, ls = v.tile(d, "dst" if fam == "dma_load" else "src")
     if len(ls) != rank:
         v.fail(d, "tile rank does not match the DMA rank", str(rank), str(len(ls)))
     v.same(d, "tile dtype", ld, tdt)
@@ -471,18 +471,17 @@ def _atomic(v, d):
 
 
 def _copy_space(v, d):
-    dst_space, src_space = d.ins.extra["spaces"]
-    dd, ds = v.tile(d, "dst", dst_space)
-    sd, ss = v.tile(d, "src", src_space)
+    dd, ds = v.tile(d, "dst")
+    sd, ss = v.tile(d, "src")
     v.same(d, "shape", ds, ss)
     if d.ins.name not in ("FIX_L0C_TO_UB", "UB_TO_L0C"):
         v.same(d, "dtype", dd, sd)
 
 
 def _mmad(v, d):
-    dd, ds = v.tile(d, "dst", "l0c")
-    ad, as_ = v.tile(d, "a", "l0a")
-    bd, bs = v.tile(d, "b", "l0b")
+    dd, ds = v.tile(d, "dst")
+    ad, as_ = v.tile(d, "a")
+    bd, bs = v.tile(d, "b")
     if len(as_) != 2 or len(bs) != 2 or as_[1] != bs[0] or ds != (as_[0], bs[1]):
         v.fail(d, "matrix shapes do not chain", "(M,K) @ (K,N) -> (M,N)", f"{as_} @ {bs} -> {ds}")
     v.same(d, "operand dtype", ad, bd)

@@ -102,6 +102,8 @@ class Field:
     name: str
     kind: str
     head: bool = False  # packed into the head word's payload rather than an operand word
+    space: str = ""  # a tile operand's memory space: ub, l1, l0a, l0b, l0c
+    writes: bool = False  # the instruction writes this operand (dst, rd); it reads the others
 
     @property
     def bits(self) -> int:
@@ -129,6 +131,8 @@ class Instr:
         object.__setattr__(self, "words", 1 + max((w for w, _ in self.layout), default=0))
         object.__setattr__(self, "packing", tuple((f.name, w, shift, (1 << f.bits) - 1)
                                                   for f, (w, shift) in zip(self.fields, self.layout)))
+        # the memory space of each tile operand, by field name
+        object.__setattr__(self, "spaces", {f.name: f.space for f in self.fields if f.kind == "tile"})
 
 
 def _layout(fields: tuple[Field, ...]) -> tuple[tuple[int, int], ...]:
@@ -157,6 +161,11 @@ BY_OPCODE: dict[int, Instr] = {}
 
 def _row(name, opcode, pipe, fields, cost, doc, family, fn=None, dtypes="any", **extra):
     fs = tuple(fields)
+    spaces = {f.name: f.space for f in fs if f.kind == "tile"}
+    if family == "copy_space":  # TEMP: npu/units/memory.py still reads the spaces per row
+        extra["spaces"] = (spaces["dst"], spaces["src"])
+    elif family == "dma_load" and spaces["dst"] != "ub":
+        extra["space"] = spaces["dst"]
     ins = Instr(name, opcode, pipe, fs, cost, doc, family, fn, dtypes, extra, _layout(fs))
     if ins.words > MAX_WORDS:
         raise AssertionError(f"{name} needs {ins.words} words")
@@ -169,11 +178,11 @@ def _row(name, opcode, pipe, fields, cost, doc, family, fn=None, dtypes="any", *
 
 
 def H(name, kind):
-    return Field(name, kind, head=True)
+    return Field(name, kind, head=True, writes=name == "rd")
 
 
-def F(name, kind):
-    return Field(name, kind)
+def F(name, kind, space="ub"):
+    return Field(name, kind, space=space if kind == "tile" else "", writes=name in ("dst", "rd"))
 
 
 # ---- elementwise rows come from the op vocabulary ------------------------------------------------------------
@@ -340,23 +349,23 @@ _row("ATOMIC", 0x0422, M3, [H("op", "u4"), H("masked", "flag"), H("tensor", "u8"
      "atomic")
 
 # Cube path: GM -> L1 (MTE2), L1 -> L0A/L0B (MTE1), MMAD into L0C (CUBE), L0C -> UB (FIXPIPE).
-_row("UB_TO_L1", 0x0500, M3, [F("dst", "tile"), F("src", "tile")], Cost("dma"),
-     "Copy a UB tile to L1 (on 910B this goes through GM; charged as a DMA).", "copy_space",
-     spaces=("l1", "ub"))
-_row("L1_TO_L0A", 0x0501, M1, [F("dst", "tile"), F("src", "tile")], Cost("mte1"), "Copy an L1 tile into L0A.",
-     "copy_space", spaces=("l0a", "l1"))
-_row("L1_TO_L0B", 0x0502, M1, [F("dst", "tile"), F("src", "tile")], Cost("mte1"), "Copy an L1 tile into L0B.",
-     "copy_space", spaces=("l0b", "l1"))
-_row("MMAD", 0x0503, C, [H("init", "flag"), F("dst", "tile"), F("a", "tile"), F("b", "tile")], Cost("cube"),
+_row("UB_TO_L1", 0x0500, M3, [F("dst", "tile", "l1"), F("src", "tile")], Cost("dma"),
+     "Copy a UB tile to L1 (on 910B this goes through GM; charged as a DMA).", "copy_space")
+_row("L1_TO_L0A", 0x0501, M1, [F("dst", "tile", "l0a"), F("src", "tile", "l1")], Cost("mte1"),
+     "Copy an L1 tile into L0A.", "copy_space")
+_row("L1_TO_L0B", 0x0502, M1, [F("dst", "tile", "l0b"), F("src", "tile", "l1")], Cost("mte1"),
+     "Copy an L1 tile into L0B.", "copy_space")
+_row("MMAD", 0x0503, C, [H("init", "flag"), F("dst", "tile", "l0c"), F("a", "tile", "l0a"), F("b", "tile", "l0b")],
+     Cost("cube"),
      "L0C dst (+)= L0A a @ L0B b, accumulating in dst's dtype (fp32 for fp16/bf16 inputs); init clears dst.",
      "mmad")
-_row("FIX_L0C_TO_UB", 0x0504, FX, [F("dst", "tile"), F("src", "tile")], Cost("fixpipe"),
-     "Move an L0C tile to UB, converting to dst's dtype.", "copy_space", spaces=("ub", "l0c"))
-_row("UB_TO_L0C", 0x0505, FX, [F("dst", "tile"), F("src", "tile")], Cost("fixpipe"),
-     "Seed an L0C accumulator from a UB tile (bias / running accumulator).", "copy_space", spaces=("l0c", "ub"))
+_row("FIX_L0C_TO_UB", 0x0504, FX, [F("dst", "tile"), F("src", "tile", "l0c")], Cost("fixpipe"),
+     "Move an L0C tile to UB, converting to dst's dtype.", "copy_space")
+_row("UB_TO_L0C", 0x0505, FX, [F("dst", "tile", "l0c"), F("src", "tile")], Cost("fixpipe"),
+     "Seed an L0C accumulator from a UB tile (bias / running accumulator).", "copy_space")
 DMA_LOAD_L1: dict[int, Instr] = {}
 for _r in (1, 2, 3):
     DMA_LOAD_L1[_r] = _row(f"DMA_LOAD_L1_{_r}", 0x0430 + _r, M2,
-                           [H("tensor", "u8"), H("pad_undef", "flag"), F("dst", "tile"), F("base", "sop"), F("gm", "gm"),
-                            F("pad", "sop")] + _dims(_r), Cost("dma"), f"GM -> L1, rank {_r}, the DMA_LOAD descriptor.", "dma_load",
-                           rank=_r, space="l1")
+                           [H("tensor", "u8"), H("pad_undef", "flag"), F("dst", "tile", "l1"), F("base", "sop"),
+                            F("gm", "gm"), F("pad", "sop")] + _dims(_r), Cost("dma"),
+                           f"GM -> L1, rank {_r}, the DMA_LOAD descriptor.", "dma_load", rank=_r)

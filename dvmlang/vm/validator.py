@@ -70,7 +70,9 @@ class _KernelValidator:
             if not (t.is_int or t.is_bool):
                 self.fail(d, f"scalar operand {name} must be an integer register", "integer", t.name)
 
-    def tile(self, d, name, space="ub"):
+    def tile(self, d, name):
+        """A tile operand's layout (dtype, shape), inside the footprint of the space its field declares."""
+        space = d.ins.spaces[name]
         addr, li = tile_parts(d.vals[name])
         if li >= len(self.bc.layouts):
             self.fail(d, f"tile operand {name} names layout {li}, which does not exist",
