@@ -239,6 +239,7 @@ UNARY: dict[str, OpDef] = {op.name: op for op in (
     _math("floor", np.floor, 1, "Round down.", traits=_ROUNDING),
     _math("ceil", np.ceil, 1, "Round up.", traits=_ROUNDING),
     OpDef("recip", 1, "float", _recip, 2, fuse="(1.0 / {})"),
+    _math("log1p", np.log1p, 4, "log(1 + x), accurate for x near 0."),
 )}
 
 ELEMENTWISE: dict[str, OpDef] = {**BINARY, **COMPARE, **UNARY}

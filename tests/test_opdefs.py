@@ -1,0 +1,72 @@
+"""The op vocabulary (dvmlang/opdefs.py) drives every layer, and a new row is a whole new op.
+
+``log1p`` was added as one row, following the recipe in docs/architecture.md; the tests below check that
+the row alone gave it a ``dl`` function, scalar and vector instructions, a ``dvmlang.ops`` function and a
+fusible graph op, each computing numpy's ``log1p``.
+"""
+
+import numpy as np
+import pytest
+
+import dvmlang
+import dvmlang.language as dl
+from dvmlang import ops, opdefs
+from dvmlang.vm import isa
+
+
+@pytest.mark.parametrize("name", sorted(opdefs.ELEMENTWISE))
+def test_every_row_reaches_every_layer_it_names(name):
+    op = opdefs.ELEMENTWISE[name]
+    if op.arity == 2 and "compare" not in op.traits:
+        assert isa.SCALAR_BINARY[name].fn is op.ref and isa.VECTOR_BINARY[name].fn is op.ref
+    if op.arity == 1:
+        assert isa.SCALAR_UNARY[name].fn is op.ref and isa.VECTOR_UNARY[name].fn is op.ref
+    if op.dl:
+        assert getattr(dl, name).__doc__ == op.dl
+    if op.tensor:
+        assert op.tensor in ops.__all__ and callable(getattr(ops, op.tensor))
+        assert name in opdefs.FUSIBLE
+
+
+def test_ir_kinds_are_one_table():
+    from dvmlang.ir import passes, verifier
+    assert verifier.KNOWN == frozenset(opdefs.KINDS)
+    assert passes.PURE <= passes.REMOVABLE <= verifier.KNOWN
+    assert "store" not in passes.REMOVABLE and "load" in passes.REMOVABLE - passes.PURE
+
+
+X = np.array([-0.5, -1e-7, 0.0, 1e-7, 1e-3, 0.5, 3.0, 100.0], np.float32)
+
+
+@dvmlang.kernel
+def _log1p_kernel(x_ptr, y_ptr, s_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.arange(0, BLOCK)
+    m = offs < n
+    dl.store(y_ptr + offs, dl.log1p(dl.load(x_ptr + offs, mask=m, other=0.0)), mask=m)
+    dl.store(s_ptr, dl.log1p(dl.load(x_ptr + 4)))  # the scalar instruction
+
+
+def test_new_row_log1p_in_a_kernel_matches_numpy():
+    y = np.zeros_like(X)
+    s = np.zeros(1, np.float32)
+    _log1p_kernel[(1,)](X, y, s, X.size, BLOCK=8)
+    np.testing.assert_allclose(y, np.log1p(X), rtol=1e-6, atol=0)
+    assert y[3] != 0.0  # log(1 + 1e-7) in float32 would round to 0; log1p keeps it
+    np.testing.assert_allclose(s[0], np.log1p(X[4]), rtol=1e-6)
+    text = _log1p_kernel.encode((1,), X, y, s, X.size, BLOCK=8).disassemble()
+    assert "VLOG1P" in text and "SLOG1P" in text
+
+
+def test_new_row_log1p_as_a_tensor_op_matches_numpy():
+    np.testing.assert_allclose(ops.log1p(dvmlang.tensor(X)).numpy(), np.log1p(X), rtol=1e-6)
+    ints = ops.log1p(dvmlang.tensor(np.array([0, 1, 9], np.int32)))  # integers compute in float32
+    assert ints.dtype == dl.float32
+    np.testing.assert_allclose(ints.numpy(), np.log1p([0.0, 1.0, 9.0]), rtol=1e-6)
+
+    @dvmlang.graph
+    def f(x):
+        return ops.log1p(ops.mul(x, 1.5)) + 1.0
+
+    np.testing.assert_allclose(f(X), np.log1p(X * 1.5) + 1.0, rtol=1e-6)
+    report = f.explain(X)
+    assert report.launches == 1 and report.rejections == []  # log1p fuses with its neighbours
