@@ -24,7 +24,17 @@ from .stats import analyse  # noqa: F401 - re-exported: the numbers behind the s
 from .summary import summary_view
 from .timeline import timeline_view
 
-VIEWS = ("summary", "source", "timeline", "disasm", "table", "compare", "all")
+# the per-launch views: name -> renderable of (launch, width, options); "compare" and "all" are built on them
+PER_LAUNCH = {
+    "summary": lambda launch, width, o: summary_view(launch),
+    "source": lambda launch, width, o: source_view(launch, top=o.get("top", 5),
+                                                   instructions=o.get("instructions", True)),
+    "timeline": lambda launch, width, o: timeline_view(launch, cycles=o.get("cycles"), cores=o.get("cores"),
+                                                       width=width),
+    "disasm": lambda launch, width, o: disasm_view(launch, width=width),
+    "table": lambda launch, width, o: instruction_table(launch, max_rows=o.get("max_rows", 60), width=width),
+}
+VIEWS = (*PER_LAUNCH, "compare", "all")
 ALL = ("summary", "source", "timeline", "disasm")
 OPTIONS = {
     "cycles": "(start, end) cycle range of the timeline",
@@ -51,17 +61,10 @@ def _check_options(options: dict) -> None:
 
 def view_of(launch, view: str, width: int = 100, **options):
     """The renderable of one view of one launch."""
-    if view == "summary":
-        return summary_view(launch)
-    if view == "source":
-        return source_view(launch, top=options.get("top", 5), instructions=options.get("instructions", True))
-    if view == "timeline":
-        return timeline_view(launch, cycles=options.get("cycles"), cores=options.get("cores"), width=width)
-    if view == "disasm":
-        return disasm_view(launch, width=width)
-    if view == "table":
-        return instruction_table(launch, max_rows=options.get("max_rows", 60), width=width)
-    raise DvmError(f"unknown trace view {view!r}; choose one of {', '.join(VIEWS)}")
+    make = PER_LAUNCH.get(view)
+    if make is None:
+        raise DvmError(f"unknown trace view {view!r}; choose one of {', '.join(VIEWS)}")
+    return make(launch, width, options)
 
 
 def render(launches, view: str = "summary", console: Console | None = None, **options) -> None:
