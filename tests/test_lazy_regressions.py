@@ -10,9 +10,17 @@ import pytest
 
 import dvmlang
 import dvmlang.ops as ops
-from dvmlang.fuser import lazy as lazy_mod
+from dvmlang.fuser.lazy import flush as lazy_mod
+from dvmlang.fuser.lazy import fresh_runtime
 
 MODES = [pytest.param(False, id="foreground"), pytest.param(True, id="background")]
+
+
+@pytest.fixture
+def lazy_runtime():
+    """A fresh lazy runtime for the test (no cached programs, guards or worker of the tests before)."""
+    with fresh_runtime() as rt:
+        yield rt
 
 
 # ---- a reshape of a permuted computed value (attention's merge-heads) --------------------------------------
@@ -233,8 +241,8 @@ def _fused_sources() -> int:
     return sum(1 for k in linecache.cache if isinstance(k, str) and k.startswith("<dvmlang fused"))
 
 
-def test_lazy_programs_evicted_from_their_cache_leave_linecache(monkeypatch):
-    monkeypatch.setattr(lazy_mod._programs, "capacity", 2)
+def test_lazy_programs_evicted_from_their_cache_leave_linecache(lazy_runtime):
+    lazy_runtime.programs.capacity = 2
     a = np.ones((2, 3), np.float32)
     with dvmlang.lazy(background=False):
         np.asarray(dvmlang.tensor(a) * 0.5)

@@ -14,11 +14,14 @@ import inspect
 import re
 import threading
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from .. import dtypes as dt
 from ..errors import user_frames_methods
+from ..npu import LaunchRecord, default_device
+from ..trace.record import active_session
 from . import tiling as tl
 from .codegen import KernelText, matmul_kernel, vector_kernel
 from .fusion import VIEWS, Group, Plan, canonicalize, plan
@@ -33,6 +36,24 @@ class GraphStats:
     calls: int = 0
     launches: int = 0
     fallbacks: int = 0
+
+
+class StackItem(NamedTuple):
+    """One kernel of a stacked launch, as ``Device.run_stack`` takes it."""
+
+    bytecode: object
+    arrays: list
+    name: str
+    alias: object
+
+
+class Run(NamedTuple):
+    """What ``Program.run`` did: every stored value by node id, the launch record (None when nothing ran) and the
+    number of launches."""
+
+    values: dict
+    record: LaunchRecord | None
+    launches: int
 
 
 class Program:
@@ -51,11 +72,6 @@ class Program:
         self.fallbacks = 0
         self._binder = None
 
-    # kept for callers that used the old name
-    @property
-    def cap(self):
-        return self
-
     def bind(self, inputs: dict[int, np.ndarray]):
         if self._binder is None:
             self._binder = _Binder(self.graph)
@@ -71,9 +87,8 @@ class Program:
                     return p.fallback
         return p
 
-    def run(self, inputs: dict[int, np.ndarray], device, session=None, values: dict | None = None):
-        """Execute on ``inputs`` (input node id -> array). ``values`` may preset arrays for outputs. Returns
-        ``(values, record, launches)``: every stored value by node id, the launch record, the launch count."""
+    def run(self, inputs: dict[int, np.ndarray], device, session=None, values: dict | None = None) -> Run:
+        """Execute on ``inputs`` (input node id -> array). ``values`` may preset arrays for outputs."""
         env = self.bind(inputs)
         chosen = self.choose(env, device.profile)
         if chosen is not self.plan:
@@ -93,12 +108,12 @@ class Program:
                 record = device.run_stack(stages, name=self.name, trace=session)
                 launches = 1
             else:
-                records = [device.run_stack([[item]], name=item[2], trace=session) for st in stages for item in st]
+                records = [device.run_stack([[item]], name=item.name, trace=session) for st in stages for item in st]
                 record = _total(self.name, records)
                 launches = len(records)
         for o in self.graph.outputs:
             values[o.id] = _materialise(o, values, env)
-        return values, record, launches
+        return Run(values, record, launches)
 
     def kernel(self, p: Plan, grp: Group) -> KernelText:
         key = (id(p), grp.id)
@@ -111,7 +126,7 @@ class Program:
             self.kernels[key] = kt
         return kt
 
-    def prepare_group(self, p: Plan, grp: Group, env, values, device):
+    def prepare_group(self, p: Plan, grp: Group, env, values, device) -> list[StackItem]:
         if grp.kind == "custom":
             return _custom(grp, env, values, device, _kernel_name(self.name, grp))
         empty = True
@@ -156,7 +171,7 @@ class Program:
             args += [rows, cols] + ([t.ncb] if grp.mode == "tiled" else []) + [float(env.value(s)) for s in kt.dims]
             prepared = kt.kernel.prepare(grid, *args, BR=t.br, BC=t.bc, device=device)
         _, bc, flat, alias = prepared
-        return [(bc, flat, kt.name, alias)]
+        return [StackItem(bc, flat, kt.name, alias)]
 
 
 def _signature(args, static: dict, names):
@@ -259,26 +274,24 @@ class GraphFunction:
             else:
                 values.append(a)
         with _capture_lock:
-            prev = Tracer.current
-            Tracer.current = Tracer(g)
+            prev = Tracer.graph
+            Tracer.graph = g
             try:
                 out = self.fn(*values)
             finally:
-                Tracer.current = prev
+                Tracer.graph = prev
         outs = out if isinstance(out, (tuple, list)) else (out,)
         g.output_tuple = isinstance(out, (tuple, list))
         for o in outs:
             if not isinstance(o, GraphValue) or o.graph is not g:
                 raise GraphError(f"`{self.name}` must return graph values computed from its arguments, got {o!r}")
             g.outputs.append(o.node)
-        from ..npu.device import default_device
         prog = Program(g, self.fuse, (self.device or default_device()).profile, self.name)
         prog.arg_positions = [self.names.index(n.attrs["name"]) for n in g.inputs]
         return prog
 
     # ---- calls -----------------------------------------------------------------------------------------
     def __call__(self, *args, device=None, **kwargs):
-        default_device, active_session = _runtime()
         device = device or self.device or default_device()
         args = self._arguments(args, kwargs)
         prog = self.capture(*args)
@@ -300,7 +313,6 @@ class GraphFunction:
     def explain(self, *args, device=None, **kwargs):
         """A report (prints with rich) of the fusion groups for these arguments, their tiling, and why every
         rejected pair was rejected."""
-        from ..npu.device import default_device
         from .explain import Report
         device = device or self.device or default_device()
         args = self._arguments(args, kwargs)
@@ -311,26 +323,13 @@ class GraphFunction:
         return Report(self, prog, chosen, env, device.profile)
 
 
-def _runtime():
-    """(default_device, active_session), imported on first use (the device imports this package)."""
-    global _RUNTIME
-    if _RUNTIME is None:
-        from ..npu.device import default_device
-        from ..trace.record import active_session
-        _RUNTIME = (default_device, active_session)
-    return _RUNTIME
-
-
-_RUNTIME = None
-
-
 def _kernel_name(graph_name: str, grp: Group) -> str:
     """The launch name of a group: the graph's name and the group's (a Python identifier)."""
     kname = re.sub(r"\W", "_", f"{graph_name}_{grp.name}")
     return kname if kname[0].isalpha() else "k" + kname
 
 
-def _custom(grp: Group, env, values, device, name: str):
+def _custom(grp: Group, env, values, device, name: str) -> list[StackItem]:
     """The launch of an ``ops.custom`` call: the user kernel prepared on its materialised inputs and new outputs."""
     call = grp.nodes[0]
     ins = iter(call.inputs)
@@ -352,12 +351,11 @@ def _custom(grp: Group, env, values, device, name: str):
         grid = grid(*[a.shape if isinstance(a, np.ndarray) else a for a in args])
     kernel = call.attrs["kernel"]
     _, bc, flat, alias = kernel.prepare(grid, *args, *outs, device=device, **call.attrs["constexprs"])
-    return [(bc, flat, name, alias)]
+    return [StackItem(bc, flat, name, alias)]
 
 
 def _total(name, records):
     """One record summing separate launches (the unfused baseline)."""
-    from ..npu.device import LaunchRecord
     total = LaunchRecord.combined(name, records, sum(r.cycles for r in records), "unfused",
                                   sum(r.launch_overhead for r in records), records[0].profile, len(records))
     total.members = [m for r in records for m in r.members]
@@ -423,10 +421,6 @@ class _Binder:
             if size is not None and size != number:
                 raise GraphError(f"`{g.name}`: {sym.origin} = {size} but {why} requires it to equal {number}")
         return _Env(g, values, roots)
-
-
-def _bind(g: Graph, arrays) -> _Env:
-    return _Binder(g).bind([a for a in arrays if isinstance(a, np.ndarray)])
 
 
 def _why(g: Graph, sym) -> str:

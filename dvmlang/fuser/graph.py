@@ -9,10 +9,12 @@ of ``Dim`` (an int, or a symbol class resolved through the graph's union-find).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .. import dtypes as dt
 from .. import opdefs
 from ..errors import DvmError
+from .backend import Backend
 from .operators import TensorOperators
 
 
@@ -37,13 +39,22 @@ class Sym:
 Dim = int | Sym
 
 
+class Deduction(NamedTuple):
+    """An equality deduced while capturing: symbol ``sym`` equals ``other`` (a symbol or a number) because of
+    ``why``."""
+
+    sym: Sym
+    other: Dim
+    why: str
+
+
 class SymTable:
     """Union-find over symbols, plus the equalities deduced while capturing (each a guard at call time)."""
 
     def __init__(self):
         self.syms: list[Sym] = []
         self.parent: dict[int, int] = {}
-        self.deductions: list[tuple[Sym, Sym, str]] = []
+        self.deductions: list[Deduction] = []
 
     def new(self, origin: str) -> Sym:
         s = Sym(len(self.syms), f"s{len(self.syms)}", origin)
@@ -79,7 +90,7 @@ class SymTable:
         if isinstance(a, int):
             a, b = b, a
         # a is a symbol; b is a symbol or an int
-        self.deductions.append((a, b, why))
+        self.deductions.append(Deduction(a, b, why))
         if isinstance(b, int):
             return a  # a guard checks a == b at call time; the symbol stays
         self.parent[b.id] = a.id
@@ -113,8 +124,11 @@ class Node:
 COMPARISONS = tuple(opdefs.COMPARE)
 
 
-class Graph:
-    """A captured tensor program: inputs, nodes in topological order, outputs."""
+class Graph(Backend):
+    """A captured tensor program: inputs, nodes in topological order, outputs. As a backend it builds the nodes
+    of ``dvmlang.ops`` calls on its values while a ``@dvmlang.graph`` function is captured."""
+
+    captures = True
 
     def __init__(self, name: str):
         self.name = name
@@ -128,6 +142,16 @@ class Graph:
         node.id = len(self.nodes)
         self.nodes.append(node)
         return node
+
+    def node(self, kind, inputs, shape, dtype, attrs) -> "GraphValue":
+        return GraphValue(self.add(Node(kind, [i.node for i in inputs], tuple(shape), dtype, attrs)), self)
+
+    def value(self, x) -> "GraphValue | None":
+        if isinstance(x, GraphValue):
+            if x.graph is not self:
+                raise GraphError("values from two different graphs cannot be combined")
+            return x
+        return None
 
     def users(self) -> dict[int, list[Node]]:
         out: dict[int, list[Node]] = {n.id: [] for n in self.nodes}
@@ -150,12 +174,10 @@ class Graph:
 
 
 class Tracer:
-    """The capture-time state: the graph under construction (one per thread at a time)."""
+    """The capture in progress: ``Tracer.graph`` is the graph a ``@dvmlang.graph`` function is being captured into
+    (an operation whose operands are all numbers builds there); one capture at a time."""
 
-    current: "Tracer | None" = None
-
-    def __init__(self, graph: Graph):
-        self.graph = graph
+    graph: Graph | None = None
 
 
 class GraphValue(TensorOperators):
@@ -166,6 +188,10 @@ class GraphValue(TensorOperators):
     def __init__(self, node: Node, graph: Graph):
         self.node = node
         self.graph = graph
+
+    @property
+    def __dvm_backend__(self) -> Graph:
+        return self.graph
 
     @property
     def shape(self):

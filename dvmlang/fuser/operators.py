@@ -1,117 +1,115 @@
 """Python operators and tensor methods shared by graph values (``@dvmlang.graph``) and lazy tensors.
 
-Every operator builds a node through ``dvmlang.ops``; the two value types differ only in what the node is
-attached to, which ``ops`` works out from the operands.
+Every operator calls a ``dvmlang.ops`` function; the two value types differ only in their backend (what the node
+is attached to, ``backend.Backend``), which ``ops`` works out from the operands. This module does not import
+``ops``: ``ops`` installs itself as ``TensorOperators._ops`` when it is imported.
 """
 from __future__ import annotations
 
 from ..errors import user_frames_methods
 
 
-def _ops():
-    from .. import ops
-    return ops
-
-
 @user_frames_methods
 class TensorOperators:
-    """Arithmetic, comparison, matmul and reduction spelled as Python operators and methods."""
+    """Arithmetic, comparison, matmul and reduction spelled as Python operators and methods. A subclass names its
+    backend with the ``__dvm_backend__`` property."""
 
     __slots__ = ()
+    _ops = None  # the dvmlang.ops module (it sets this when it is imported)
 
     def __add__(self, o):
-        return _ops().add(self, o)
+        return self._ops.add(self, o)
 
     def __radd__(self, o):
-        return _ops().add(o, self)
+        return self._ops.add(o, self)
 
     def __sub__(self, o):
-        return _ops().sub(self, o)
+        return self._ops.sub(self, o)
 
     def __rsub__(self, o):
-        return _ops().sub(o, self)
+        return self._ops.sub(o, self)
 
     def __mul__(self, o):
-        return _ops().mul(self, o)
+        return self._ops.mul(self, o)
 
     def __rmul__(self, o):
-        return _ops().mul(o, self)
+        return self._ops.mul(o, self)
 
     def __truediv__(self, o):
-        return _ops().div(self, o)
+        return self._ops.div(self, o)
 
     def __rtruediv__(self, o):
-        return _ops().div(o, self)
+        return self._ops.div(o, self)
 
     def __pow__(self, o):
-        return _ops().pow(self, o)
+        return self._ops.pow(self, o)
 
     def __rpow__(self, o):
-        return _ops().pow(o, self)
+        return self._ops.pow(o, self)
 
     def __matmul__(self, o):
-        return _ops().matmul(self, o)
+        return self._ops.matmul(self, o)
 
     def __rmatmul__(self, o):
-        return _ops().matmul(o, self)
+        return self._ops.matmul(o, self)
 
     def __neg__(self):
-        return _ops().neg(self)
+        return self._ops.neg(self)
 
     def __pos__(self):
         return self
 
     def __abs__(self):
-        return _ops().abs(self)
+        return self._ops.abs(self)
 
     def __lt__(self, o):
-        return _ops().lt(self, o)
+        return self._ops.lt(self, o)
 
     def __le__(self, o):
-        return _ops().le(self, o)
+        return self._ops.le(self, o)
 
     def __gt__(self, o):
-        return _ops().gt(self, o)
+        return self._ops.gt(self, o)
 
     def __ge__(self, o):
-        return _ops().ge(self, o)
+        return self._ops.ge(self, o)
 
     # == and != are elementwise, as in numpy and torch (identity hashing stays)
     def __eq__(self, o):
-        return _ops().eq(self, o)
+        return self._ops.eq(self, o)
 
     def __ne__(self, o):
-        return _ops().ne(self, o)
+        return self._ops.ne(self, o)
 
     __hash__ = object.__hash__
 
     @property
     def T(self):
-        return _ops().transpose(self)
+        return self._ops.transpose(self)
 
     def transpose(self, dim0=-2, dim1=-1):
-        return _ops().transpose(self, dim0, dim1)
+        return self._ops.transpose(self, dim0, dim1)
 
     def permute(self, *dims):
-        return _ops().permute(self, *dims)
+        return self._ops.permute(self, *dims)
 
     def reshape(self, *shape):
-        return _ops().reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+        return self._ops.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
 
     def astype(self, dtype):
-        return _ops().cast(self, dtype)
+        return self._ops.cast(self, dtype)
 
     def sum(self, axis=None, keepdims=False):
-        return _ops().sum(self, axis=axis, keepdims=keepdims)
+        return self._ops.sum(self, axis=axis, keepdims=keepdims)
 
     def mean(self, axis=None, keepdims=False):
-        return _ops().mean(self, axis=axis, keepdims=keepdims)
+        return self._ops.mean(self, axis=axis, keepdims=keepdims)
 
     def max(self, axis=None, keepdims=False):
-        return _ops().max(self, axis=axis, keepdims=keepdims)
+        return self._ops.max(self, axis=axis, keepdims=keepdims)
 
     def min(self, axis=None, keepdims=False):
-        return _ops().min(self, axis=axis, keepdims=keepdims)
+        return self._ops.min(self, axis=axis, keepdims=keepdims)
 
     def var(self, axis=None, keepdims=False, correction=0):
-        return _ops().var(self, axis=axis, keepdims=keepdims, correction=correction)
+        return self._ops.var(self, axis=axis, keepdims=keepdims, correction=correction)
