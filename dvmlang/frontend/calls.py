@@ -19,7 +19,7 @@ from ..errors import CompilationError, ConstexprError, KernelTypeError, Unsuppor
 from ..ir.core import Block, defined_in
 from . import carry
 from .blockptr import tensor_descriptor
-from .context import NeedScope, ReturnContext, is_runtime_value
+from .context import NeedScope, ReturnContext, ReturnExit, is_runtime_value
 from .expressions import BoundMethod
 from .source import KernelFunction
 from .values import block_pointer, pointer, tensor, unwrap
@@ -155,14 +155,14 @@ class CallsMixin:
         with self.b.at(block):
             exited = self.visit_block(body)
             if not exited:
-                self.ret.exits.append((None, None, block))
-        values = [v for _, v, _ in self.ret.exits]
+                self.ret.exits.append(ReturnExit(None, block))
+        values = [e.value for e in self.ret.exits]
         node = self.src.tree
         if all(v is None for v in values):
             op = self.b.op("scope", [], [], regions=[block])
-            for _, _, blk in self.ret.exits:
-                with self.b.at(blk):
-                    if blk is block and not exited:
+            for e in self.ret.exits:
+                with self.b.at(e.block):
+                    if e.block is block and not exited:
                         self.b.yield_([])
                     else:
                         self.b.exit("return", op, [])
@@ -177,10 +177,10 @@ class CallsMixin:
         templates = [self._unify([f[i] for f in flat], f"return value {i} of {self.src.name}", node, local=local)
                      for i in range(len(flat[0]))]
         pending = []
-        for f, (_, _, blk) in zip(flat, self.ret.exits):
-            with self.b.at(blk):
+        for f, e in zip(flat, self.ret.exits):
+            with self.b.at(e.block):
                 vals = [self._coerce(v, t, "the return value", node) for v, t in zip(f, templates)]
-                pending.append((blk, [h for v, t in zip(vals, templates) for h in carry.handles(v, t)]))
+                pending.append((e.block, [h for v, t in zip(vals, templates) for h in carry.handles(v, t)]))
         op = self.b.op("scope", [], [ty for t in templates for ty in carry.types(t)], regions=[block])
         for blk, hs in pending:
             with self.b.at(blk):

@@ -57,14 +57,21 @@ class LoopContext:
         self.names = names
         self.templates = templates  # per carried name: a value whose type every exit must give
         self.kind = kind
-        self.exit_values: list = []  # dry run: (kind, {name: value}) at break/continue
+        self.exit_values: list[dict] = []  # dry run: {name: value} at each break/continue
+
+
+class ReturnExit(NamedTuple):
+    """One way out of an inlined kernel's body: the value it returns (None for none) from ``block``."""
+
+    value: object
+    block: Block
 
 
 class ReturnContext:
     """The returns of an inlined kernel whose body became a scope op."""
 
     def __init__(self):
-        self.exits: list[tuple[Op, list, Block]] = []  # (exit op, values, block)
+        self.exits: list[ReturnExit] = []
 
 
 RUNTIME_VALUES = (tensor, pointer, block_pointer, tensor_descriptor)

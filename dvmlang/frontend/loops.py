@@ -249,4 +249,4 @@ class LoopsMixin:
             self.names = saved_names
             self.loops = saved_loops
             self.rt_depth -= 1
-        return ends, [e for e in ctx.exit_values]
+        return ends, list(ctx.exit_values)

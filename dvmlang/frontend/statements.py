@@ -13,7 +13,7 @@ from ..errors import ConstexprError, KernelTypeError, UnsupportedSyntaxError
 from ..ir.core import Block, defined_in
 from . import carry
 from .carry import kind_of
-from .context import BlockExit, NeedScope, is_runtime_value
+from .context import BlockExit, NeedScope, ReturnExit, is_runtime_value
 from .expressions import BINOPS
 from .source import is_constexpr_annotation
 from .values import Undefined, tensor, unwrap
@@ -104,7 +104,7 @@ class StatementsMixin:
                 raise NeedScope()
             self.return_value = value
             raise BlockExit()
-        self.ret.exits.append((None, value, self.b.block))
+        self.ret.exits.append(ReturnExit(value, self.b.block))
         raise BlockExit()
 
     def visit_Break(self, node):
