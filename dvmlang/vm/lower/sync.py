@@ -1,0 +1,145 @@
+"""Pass 5: synchronisation. Every dependency between two pipes (a read after a write, a write after a read
+or a write of overlapping bytes) gets a ``set`` on its producer and a ``wait`` on its consumer; loop bodies are
+scanned twice over, for the hazards between one iteration and the next. Producers a pipe has already waited
+for (pipes run in order) need no second wait; sets and waits beyond the one each head word carries become
+standalone SET/WAIT instructions."""
+
+from __future__ import annotations
+
+from .. import isa
+from .program import Emitted, Label
+
+
+def _span(rng) -> tuple:
+    """(bucket, lo, hi) of an access range: on-chip ranges overlap by address within their space; a tensor in
+    GM is a bucket of its own whose accesses all overlap."""
+    if rng[0] == "gm":
+        return rng, 0, 1
+    return rng[0], rng[1], rng[2]
+
+
+def insert_sync(items: list) -> None:
+    """Give every cross-pipe dependency a set on its producer and a wait on its consumer."""
+    instrs = [x for x in items if isinstance(x, Emitted)]
+    # loop bodies: [head label position, back-edge jump position] in instruction indices
+    loops = []
+    label_pos = {}
+    pos = 0
+    for x in items:
+        if isinstance(x, Label):
+            label_pos[id(x)] = pos
+        else:
+            pos += 1
+    for i, e in enumerate(instrs):
+        t = e.target
+        if t is not None and label_pos.get(id(t), i + 1) <= i:
+            loops.append((label_pos[id(t)], i))
+    deps: dict[int, dict[int, int]] = {}  # consumer index -> {producer pipe: producer index}
+
+    back_edges = {end: start for start, end in loops}
+
+    def scan(order, state, nested=True):
+        for i in order:
+            visit(i, state)
+            if nested and i in back_edges:
+                # at a back edge, go over the body once more with the state the edge carries: this finds the
+                # hazards between one iteration and the next
+                scan(range(back_edges[i], i + 1), state, nested=False)
+
+    pipes = [e.ins.pipe for e in instrs]
+    reads = [[_span(r) for r in e.reads] for e in instrs]
+    writes = [[_span(r) for r in e.writes] for e in instrs]
+
+    def visit(i, state):
+        # state: bucket -> [(lo, hi, writer index or None, reader indices)], in the order they were recorded
+        p = pipes[i]
+        need = deps.setdefault(i, {})
+        for key, lo, hi in reads[i]:
+            for (a, b, widx, readers) in state.get(key, ()):
+                if widx is not None and a < hi and lo < b:
+                    q = pipes[widx]
+                    if q != p:
+                        need[q] = _later(need.get(q), widx, i)
+        for key, lo, hi in writes[i]:
+            for (a, b, widx, readers) in state.get(key, ()):
+                if a < hi and lo < b:
+                    if widx is not None and pipes[widx] != p:
+                        q = pipes[widx]
+                        need[q] = _later(need.get(q), widx, i)
+                    for ridx in readers:
+                        q = pipes[ridx]
+                        if q != p:
+                            need[q] = _later(need.get(q), ridx, i)
+        for key, lo, hi in reads[i]:
+            entries = state.setdefault(key, [])
+            for entry in entries:
+                if entry[0] < hi and lo < entry[1]:
+                    entry[3].append(i)
+                    break
+            else:
+                entries.append((lo, hi, None, [i]))
+        for key, lo, hi in writes[i]:
+            entries = state.setdefault(key, [])
+            entries[:] = [s for s in entries if not (s[0] < hi and lo < s[1])]
+            entries.append((lo, hi, i, []))
+
+    scan(range(len(instrs)), {})
+    counters: dict = {}
+    set_by: dict = {}
+    block_starts = set(label_pos.values())
+    synced: dict = {}  # (consumer pipe, producer pipe) -> rank of the producer already waited for
+    for i in range(len(instrs)):
+        if i in block_starts:
+            synced.clear()
+        if i not in deps:
+            continue
+        e = instrs[i]
+        for q, widx in sorted(deps[i].items()):
+            rank = _rank(widx, i)
+            key_sync = (int(e.ins.pipe), int(q))
+            if key_sync in synced and synced[key_sync] >= rank:
+                continue  # the pipes run in order: an earlier wait already covers this producer
+            synced[key_sync] = rank
+            prod = instrs[widx]
+            key = (widx, int(e.ins.pipe))
+            ev = set_by.get(key)
+            if ev is None:
+                pair = (int(q), int(e.ins.pipe))
+                ev = counters.get(pair, 0)
+                counters[pair] = (ev + 1) % isa.N_EVENTS
+                set_by[key] = ev
+                if prod.set is None:
+                    prod.set = (e.ins.pipe, ev)
+                else:
+                    prod.extra_sets.append((e.ins.pipe, ev))
+            w = (q, ev)
+            if e.wait is None:
+                e.wait = w
+            elif e.wait != w:
+                e.extra_waits.append(w)
+    # materialise extra sets/waits as standalone instructions on the right pipes
+    out = []
+    for x in items:
+        if isinstance(x, Emitted) and x.extra_waits:
+            for (q, ev) in x.extra_waits:
+                out.append(Emitted(isa.BY_NAME["WAIT"], {"src": int(q), "dst": int(x.ins.pipe), "event": ev}, None,
+                                   x.loc))
+        out.append(x)
+        if isinstance(x, Emitted) and x.extra_sets:
+            for (dst, ev) in x.extra_sets:
+                s = Emitted(isa.BY_NAME["SET"], {"src": int(x.ins.pipe), "dst": int(dst), "event": ev}, None, x.loc)
+                out.append(s)
+    items[:] = out
+
+
+def _rank(producer: int, consumer: int) -> int:
+    """Issue order of a producer as seen by its consumer: producers before the consumer in program order are
+    later when their index is larger; producers after it (previous iteration) come before all of those."""
+    return producer if producer < consumer else producer - 1_000_000
+
+
+def _later(cur, cand, consumer):
+    """Of two producers on one pipe, the one issued last before the consumer (pipes run in order)."""
+    if cur is None:
+        return cand
+    return cand if _rank(cand, consumer) > _rank(cur, consumer) else cur
