@@ -7,6 +7,8 @@ or a tile of offsets) — pointer tiles never exist on the device; loads and sto
 
 from __future__ import annotations
 
+import math
+
 from ..dtypes import DType
 from ..ir.core import TileType, Value
 
@@ -65,10 +67,7 @@ class tensor:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return math.prod(self.shape)
 
     def __repr__(self) -> str:
         kind = "tile" if self.is_tile else "scalar"

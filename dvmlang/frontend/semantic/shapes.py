@@ -5,6 +5,8 @@ a tile's element count.
 
 from __future__ import annotations
 
+import math
+
 from ... import dtypes as dt
 from ...errors import ConstexprError, KernelTypeError
 from ...ir.builder import broadcast_shapes
@@ -96,9 +98,7 @@ class ShapeOps:
                     known *= s
             shape = tuple(x.numel // known if s == -1 else s for s in shape)
         shape = self.shape_arg(shape) if shape else ()
-        n = 1
-        for s in shape:
-            n *= s
+        n = math.prod(shape)
         if n != x.numel:
             raise KernelTypeError(f"cannot reshape a tile of shape {shape_text(x.shape)} ({x.numel} elements) "
                                   f"to {shape} ({n} elements)")
@@ -211,9 +211,7 @@ class ShapeOps:
 
     # ---- limits ---------------------------------------------------------------------------------------
     def _numel_check(self, shape):
-        n = 1
-        for s in shape:
-            n *= s
+        n = math.prod(shape)
         if n > MAX_TILE_ELEMS:
             raise KernelTypeError(f"a tile of shape {shape} has {n} elements, more than the limit {MAX_TILE_ELEMS}",
                                   hint="use a smaller BLOCK and loop over the data")
