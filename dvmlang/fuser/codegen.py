@@ -13,10 +13,12 @@ import linecache
 import math
 import weakref
 
+import numpy as np
+
 from .. import dtypes as dt
 from .. import opdefs
 from .fusion import Group, is_free
-from .graph import Graph, Node
+from .graph import Graph, GraphError, Node
 
 _counter = itertools.count()
 
@@ -47,7 +49,6 @@ def _ident(op: str, d: dt.DType) -> str:
         return "0.0" if d.is_float else "0"
     if d.is_float:
         return '-float("inf")' if op == "max" else 'float("inf")'
-    import numpy as np
     info = np.iinfo(d.np)
     return repr(int(info.min if op == "max" else info.max))
 
@@ -323,7 +324,6 @@ def matmul_kernel(g: Graph, grp: Group, name: str) -> KernelText:
     r = len(space)
     nb = r - 2  # batch dims (<= 2)
     if nb > 2:
-        from .graph import GraphError
         raise GraphError("matmul supports at most two batch dimensions")
     epilogue = grp.nodes[1:]
     free = _free_nodes(grp)

@@ -67,6 +67,19 @@ class Group:
 
 
 @dataclass
+class GroupChange:
+    """What an operation joining a group changes in it: a wider iteration space (the group held per-row values
+    only), row mode (it consumes a row reduction of the group) and the symbolic row that must fit UB."""
+
+    space: tuple | None = None
+    mode: str | None = None
+    guard: object = None
+
+    def space_of(self, grp: Group) -> tuple:
+        return self.space if self.space is not None else grp.space
+
+
+@dataclass
 class Rejection:
     producer: str
     consumer: str
@@ -324,7 +337,7 @@ class Planner:
         split_from = set()  # groups n could not join because a row of theirs does not fit UB
         if self.fuse:
             for grp in candidates:
-                reason, update = self._why_not(grp, n, space)
+                reason, change = self._why_not(grp, n, space)
                 if reason is None:
                     chosen = grp
                     break
@@ -335,7 +348,7 @@ class Planner:
             if chosen is not None:
                 for grp in candidates[candidates.index(chosen) + 1:]:
                     producer = next(i for i in n.inputs if self.group_of.get(i.id) is grp)
-                    why = self._why_not_merge(chosen, grp, n, update)
+                    why = self._why_not_merge(chosen, grp, n, change)
                     if why is None:
                         self.merge(chosen, grp)
                     else:
@@ -355,11 +368,11 @@ class Planner:
                 grp.mode = "loop"
             self._recompute(grp, n, split_from)
             return
-        chosen.space = update.get("space", chosen.space)
-        chosen.mode = max(chosen.mode, update.get("mode", chosen.mode), "loop" if n.op == "reduce" else "tiled",
+        chosen.space = change.space_of(chosen)
+        chosen.mode = max(chosen.mode, change.mode or chosen.mode, "loop" if n.op == "reduce" else "tiled",
                           key=MODE_RANK.__getitem__)
-        if update.get("guard") is not None:
-            chosen.guard = update["guard"]
+        if change.guard is not None:
+            chosen.guard = change.guard
         self.put(chosen, n)
         if chosen.kind == "vector":
             self._recompute(chosen, n, split_from)
@@ -419,45 +432,45 @@ class Planner:
                         f"{g.shape_text(shape)}")
         return None
 
-    def _why_not(self, grp: Group, n: Node, space) -> tuple[str | None, dict]:
+    def _why_not(self, grp: Group, n: Node, space) -> tuple[str | None, GroupChange]:
         """Why ``n`` cannot join ``grp`` (None if it can), and the changes to the group if it joins."""
         g = self.g
         if grp.kind == "custom":
-            return "the producer is a user kernel (ops.custom): its outputs are stored", {}
+            return "the producer is a user kernel (ops.custom): its outputs are stored", GroupChange()
         if grp.kind == "matmul":
             if n.op == "reduce":
-                return "a reduction is not fused into a matmul epilogue (the epilogue works tile by tile)", {}
+                return "a reduction is not fused into a matmul epilogue (the epilogue works tile by tile)", GroupChange()
             mm = grp.nodes[0]
             if _same_shape(g, n.shape, mm.shape) is not True:
                 return (f"the epilogue must keep the matmul's shape {g.shape_text(mm.shape)}; this operation has "
-                        f"shape {g.shape_text(n.shape)}"), {}
-            return self._check_inputs(grp, n, mm.shape), {}
+                        f"shape {g.shape_text(n.shape)}"), GroupChange()
+            return self._check_inputs(grp, n, mm.shape), GroupChange()
         # vector group
-        update: dict = {}
+        change = GroupChange()
         gs = grp.space
         same = _same_shape(g, space, gs)
         if same is not True and n.op == "reduce" and _row_values(g, space, gs):
             return (f"the reduction runs over the last dim of {g.shape_text(space)} (size 1), not over the "
-                    f"columns of the group's iteration space {g.shape_text(gs)}"), {}
+                    f"columns of the group's iteration space {g.shape_text(gs)}"), GroupChange()
         if same is not True and _row_values(g, space, gs):
             same = True  # per-row values (a reduction's shape) live in the same iteration space
         elif same is not True and _row_values(g, gs, space):
             if any(x.op == "reduce" for x in grp.nodes):
                 return (f"the group's reductions run over the last dim of its iteration space {g.shape_text(gs)} "
-                        f"(size 1); widening it to {g.shape_text(space)} would change what they reduce"), {}
-            update["space"] = gs = tuple(space)  # the group so far held per-row values only
+                        f"(size 1); widening it to {g.shape_text(space)} would change what they reduce"), GroupChange()
+            change.space = gs = tuple(space)  # the group so far held per-row values only
             same = True
         if same is not True:
             why = "cannot be proven equal" if same is None else "differ"
             return (f"iteration spaces {why}: {g.shape_text(space)} vs {g.shape_text(gs)} (unknown means do not "
-                    "fuse)"), {}
+                    "fuse)"), GroupChange()
         reason = self._check_inputs(grp, n, gs)
         if reason is not None:
-            return reason, {}
-        reason = self._consume(n, [grp], gs, update)
-        return reason, update
+            return reason, GroupChange()
+        reason = self._consume(n, [grp], gs, change)
+        return reason, change
 
-    def _consume(self, n: Node, groups: list, gs, update: dict) -> str | None:
+    def _consume(self, n: Node, groups: list, gs, change: GroupChange) -> str | None:
         """A full-width ``n`` that consumes a row reduction of one of ``groups`` needs the group in row mode
         (a whole row in one tile): allowed unless this is the split plan or the row cannot fit UB."""
         g = self.g
@@ -472,20 +485,20 @@ class Planner:
         for r in sorted(reduces):
             if r in self.no_row:
                 return self.no_row[r]
-        update["mode"] = "row"
+        change.mode = "row"
         cols = g.syms.find(gs[-1])
         if not isinstance(cols, int):
-            update["guard"] = cols
+            change.guard = cols
         return None
 
-    def _why_not_merge(self, into: Group, other: Group, n: Node, update: dict) -> str | None:
+    def _why_not_merge(self, into: Group, other: Group, n: Node, change: GroupChange) -> str | None:
         """Why the group ``other`` (another producer of ``n``) cannot be merged into ``into``, which ``n`` joins."""
         g = self.g
         if into.kind != "vector" or other.kind != "vector":
             kinds = {"matmul": "a matmul", "custom": "a user kernel (ops.custom)", "vector": "a vector group"}
             return (f"the operation joined {kinds[into.kind]} (the group of %{into.nodes[0].id}); the producer's "
                     f"group is {kinds[other.kind]}, which cannot be merged into it: the value is stored and read back")
-        gs = update.get("space", into.space)
+        gs = change.space_of(into)
         if _same_shape(g, other.space, gs) is not True and _row_values(g, other.space, gs) and \
                 any(x.op == "reduce" for x in other.nodes):
             return (f"the producer's group reduces over the last dim of {g.shape_text(other.space)} (size 1); merged "
@@ -501,7 +514,7 @@ class Planner:
             _, src = self.producer(i)
             if src is not None and src is not into and src is not other and self.depends(src, other):
                 return "merging the producer's group would create a cycle between kernels"
-        return self._consume(n, [other], gs, update)
+        return self._consume(n, [other], gs, change)
 
     def _reduces_under(self, v: Node) -> set[int]:
         """The row reductions that ``v`` is or depends on inside its group."""
