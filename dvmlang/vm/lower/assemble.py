@@ -37,8 +37,7 @@ def assemble(kernel: str, code: Code, regs: Registers, staging: Staging, plan: P
             last_loc = e.loc
     kind = "mix" if code.uses_cube else "vector"
     return Template(kernel, words, list(code.layout_list), list(regs.types), staging.total_footprint(),
-                    [b for b in plan.buffers if b.nbytes > 0], relocs, slots, debug, list(code.strings), kind,
-                    instrs)
+                    [b for b in plan.buffers if b.nbytes > 0], relocs, slots, debug, list(code.strings), kind)
 
 
 def _field_word(ins: isa.Instr, name: str) -> int:

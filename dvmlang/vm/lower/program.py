@@ -87,7 +87,6 @@ class Template:
     debug: list[tuple[int, SourceLoc]]
     strings: list[str]
     kind: str
-    instrs: list[Emitted]
     double_buffer: bool = False
 
 
