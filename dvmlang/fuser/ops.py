@@ -244,16 +244,8 @@ def _infer_dim(g, old, shape):
     """The size that -1 stands for in ``reshape(x, shape)``: the elements of ``old`` not accounted for by the
     other dims, cancelled symbol by symbol. It must be a number or a single symbol."""
     syms = g.syms
-    count: dict = {}
-    by_id: dict = {}
-    total = 1
-    for d in old:
-        d = syms.find(d)
-        if isinstance(d, int):
-            total *= d
-        else:
-            count[d.id] = count.get(d.id, 0) + 1
-            by_id[d.id] = d
+    total, count = _factors(g, old)
+    by_id = {d.id: d for d in map(syms.find, old) if not isinstance(d, int)}
     known = 1
     for d in shape:
         if isinstance(d, int) and d == -1:
@@ -279,25 +271,21 @@ def _infer_dim(g, old, shape):
                      "(dvmlang.graph(fn, static={'x': (0, 1)}))")
 
 
+def _factors(g, shape) -> tuple[int, dict]:
+    """The product of ``shape``'s numeric dims, and how often each symbol (by id) occurs in it."""
+    n, count = 1, {}
+    for d in shape:
+        d = g.syms.find(d)
+        if isinstance(d, int):
+            n *= d
+        else:
+            count[d.id] = count.get(d.id, 0) + 1
+    return n, count
+
+
 def _same_numel(g, a, b) -> bool:
     """Whether two shapes have the same number of elements, symbol by symbol."""
-    syms = g.syms
-    ca: dict = {}
-    cb: dict = {}
-    ia, ib = 1, 1
-    for d in a:
-        d = syms.find(d)
-        if isinstance(d, int):
-            ia *= d
-        else:
-            ca[d.id] = ca.get(d.id, 0) + 1
-    for d in b:
-        d = syms.find(d)
-        if isinstance(d, int):
-            ib *= d
-        else:
-            cb[d.id] = cb.get(d.id, 0) + 1
-    return ia == ib and ca == cb
+    return _factors(g, a) == _factors(g, b)
 
 
 def permute(x, *dims):

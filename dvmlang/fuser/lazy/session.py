@@ -463,6 +463,9 @@ class LazySession(Backend):
 
 
 class _CustomCall:
+    """What a session's ``custom`` node is: the output tensors of the user kernel's launch (``ops.custom`` takes
+    each through a ``custom_out`` node)."""
+
     def __init__(self, outputs):
         self.outputs = outputs
 
@@ -478,7 +481,6 @@ def lazy(background: bool = True, max_pending: int = 256, fuse: bool = True, dev
     """``with dvmlang.lazy() as session:`` — capture operations on ``dvmlang.tensor`` values and run them fused
     when a result is needed (see ``docs/lazy.md``). ``session.stats`` records every flush and why."""
     return LazySession(background=background, max_pending=max_pending, fuse=fuse, device=device, name=name)
-
 
 
 def _eager_session() -> LazySession:
