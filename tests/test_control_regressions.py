@@ -322,7 +322,7 @@ def print_in_a_long_loop(n):
 
 
 def test_a_print_in_a_long_loop_keeps_the_first_lines_and_counts_the_rest(capsys):
-    from dvmlang.npu.machine import PRINT_LIMIT
+    from dvmlang.npu.launch import PRINT_LIMIT
     n = PRINT_LIMIT + 2500
     for device in (BATCHED, SEQUENTIAL):
         record = print_in_a_long_loop[(2,)](n, device=device)

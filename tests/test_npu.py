@@ -269,7 +269,7 @@ def test_long_elementwise_chains_do_not_exhaust_the_host_stack():
 
 
 def test_programs_with_identical_timing_are_placed_as_wave_by_wave_placement_would():
-    from dvmlang.npu import device as dev
+    from dvmlang.npu import timing as dev
     rng = np.random.default_rng(3)
     for _ in range(60):
         cores = int(rng.integers(1, 49))

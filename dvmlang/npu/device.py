@@ -1,10 +1,12 @@
 """The simulated device: runs a validated bytecode over its grid and accounts the cycles.
 
 Programs are executed in batches (many programs per virtual instruction) sized so the working set
-stays cache-sized; each program's pipes are timed with their events; programs are then placed on the
-cores (program p runs on core p mod cores, in waves), consecutive programs on a core overlapping as
-far as pipe availability and UB double buffering allow. HBM bandwidth is shared by the active cores,
-and every launch pays a fixed overhead.
+stays cache-sized; a branch whose condition differs between programs splits the batch, and each part
+runs on alone, down to one program at a time, with the same numerics either way. Each program's pipes
+are timed with their events (``timing.advance``); programs are then placed on the cores (program p runs
+on core p mod cores, in waves), consecutive programs on a core overlapping as far as pipe availability
+and UB double buffering allow (``timing._compose``). HBM bandwidth is shared by the active cores, and
+every launch pays a fixed overhead. This module also holds the launch records and the default device.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ import numpy as np
 
 from ..errors import DvmError, InvalidBytecodeError, LaunchError, ResourceError, WatchdogTimeout, render_span
 from ..vm import isa
-from .machine import PRINT_LIMIT, Batch, Launch, Machine
+from .launch import Launch
+from .machine import Machine
 from .profile import Profile, get_profile
+from .state import Batch
+from .timing import _compose, advance, roofline
 
 N_PIPES = isa.N_PIPES
 DEFAULT_WATCHDOG = 1 << 18  # instructions per kernel launch: a runaway scalar loop ends within a few seconds
@@ -192,10 +197,8 @@ class Device:
         P = kern.grid[0] * kern.grid[1] * kern.grid[2]
         active = min(P, cores)
         L = Launch(bc, kern, arrays, prof, debug=self.debug, watchdog=self.watchdog, kernel_name=name or kern.name,
-                   active_cores=active, alias_groups=alias_groups, loc_of_pc=m.loc_of_pc, mix=kern.mix)
-        L.imm = _imm_reader(bc.code)
-        L.executed = 0  # instructions run so far, every batch together: what the watchdog counts
-        L.races = _RaceLog() if self.race_detection else None
+                   active_cores=active, alias_groups=alias_groups, loc_of_pc=m.loc_of_pc,
+                   race_detection=self.race_detection)
         per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
         B = 1 if self.sequential else max(1, min(P, self.batch_bytes // max(per_prog, 1), 16384))
         T = np.zeros(P)
@@ -206,16 +209,15 @@ class Device:
         bytes_r = 0.0
         bytes_w = 0.0
         instrs = 0
-        rec = trace.begin(bc, k, m, P) if trace is not None else None
+        rec = trace.begin(bc, m, P) if trace is not None else None
         dispatch = prof.scalar_dispatch
-        nregs = len(kern.reg_types)
         steps = m.steps
         with np.errstate(all="ignore"):
             for lo in range(0, P, B):
                 if self.sequential:
                     L.executed = 0  # one program at a time: each gets the budget; a runaway one ends the launch
                 pids = np.arange(lo, min(P, lo + B), dtype=np.int64)
-                batch = Batch(pids, kern.grid, nregs, kern.reg_types)
+                batch = Batch(pids, kern.grid, kern.reg_types)
                 for b in _execute(steps, batch, L, dispatch, rec):
                     idx = b.pids
                     end = np.maximum(np.maximum(b.pipe_free.max(axis=0), b.t_issue), b.done)
@@ -237,13 +239,9 @@ class Device:
         if overhead is None:
             overhead = prof.launch_overhead_cycles
         body = float(core_end.max()) if len(core_end) else 0.0
-        # HBM roofline: the cores' transfers overlap, but together they cannot move more than HBM allows
-        floor = L.hbm_bytes(bytes_w) / (prof.hbm_bytes_per_cycle * hbm_share)
-        stretch = 1.0
-        if floor > body > 0:
-            stretch = floor / body
+        body, stretch = roofline(body, L.rates.hbm_bytes(bytes_w), prof, hbm_share)
+        if stretch != 1.0:
             offsets = offsets * stretch
-            body = floor
         cycles = int(round(overhead + body))
         waves = -(-P // cores)
         pipe_busy = dict(zip(PIPE_LABELS, busy.sum(axis=1).tolist()))
@@ -251,7 +249,7 @@ class Device:
                               bytes_written=int(bytes_w), time_us=cycles / prof.clock_hz * 1e6, cores=active,
                               waves=waves, kind="mix" if kern.mix else "vector", double_buffer=kern.double_buffer,
                               launch_overhead=overhead, pipe_busy=pipe_busy, profile=prof,
-                              prints=_format_prints(*L.kept_prints()), diagnostics=L.diagnostics, bytecode=bc,
+                              prints=L.print_lines(), diagnostics=L.diagnostics, bytecode=bc,
                               instructions=instrs, hbm_stretch=stretch, group=group, start=start)
         if rec is not None:
             record.trace = rec.finish(offsets + start, cores, record, T * stretch, stretch)
@@ -280,20 +278,6 @@ def _split_cores(stage, prof) -> list[int]:
         share = max(1, int(pool * p / max(1, same)))
         out.append(min(share, max(1, pool - (n_same - 1))))
     return out
-
-
-def _imm_reader(code):
-    cache: dict = {}
-
-    def imm(w: int, npdt):
-        key = (w, npdt)
-        v = cache.get(key)
-        if v is None:
-            raw = np.array([code[w]], dtype=np.uint64).view(np.uint8)
-            v = raw[:np.dtype(npdt).itemsize].view(npdt)[0] if npdt != np.bool_ else np.bool_(raw[0] != 0)
-            cache[key] = v
-        return v
-    return imm
 
 
 def _watchdog_timeout(L: Launch, s, b: Batch) -> WatchdogTimeout:
@@ -336,39 +320,7 @@ def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):
                 cost = s.cost
             else:
                 cost = s.cost if s.cost is not None else (r if r is not None else 1)
-            # ---- timing of this instruction for every program of the batch ----
-            p = s.pipe
-            issue = b.t_issue + dispatch
-            if kind == "barrier":
-                mask = s.cost
-                sel = [q for q in range(N_PIPES) if mask >> q & 1] or list(range(N_PIPES))
-                t = np.max(b.pipe_free[sel], axis=0)
-                t = np.maximum(t, issue)
-                for q in sel:
-                    b.pipe_free[q] = t
-                b.t_issue = t
-                cost = 0
-                start = t
-            else:
-                start = np.maximum(issue, b.pipe_free[p])
-                if s.port:
-                    start = np.maximum(start, b.port_free)
-                if s.wait is not None:
-                    f = b.flags.get((s.wait[0], p, s.wait[1]))
-                    if f is not None:
-                        start = np.maximum(start, f)
-                end = start + cost
-                b.pipe_free[p] = end
-                if s.port:
-                    b.port_free = end
-                b.pipe_busy[p] += cost
-                np.minimum(b.pipe_first[p], start, out=b.pipe_first[p])
-                if s.latency:
-                    end = end + s.latency
-                    b.done = np.maximum(b.done, end)
-                if s.set is not None:
-                    b.flags[(p, s.set[0], s.set[1])] = end
-                b.t_issue = end if p == 0 else issue
+            start, cost = advance(s, b, cost, dispatch)
             if rec is not None:
                 rec.add(s, b, start, cost)
             if kind == "op" or kind == "set" or kind == "wait" or kind == "barrier":
@@ -399,135 +351,6 @@ def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):
                         parts.sort(key=lambda x: -int(x[1].pids[0]))  # lowest program id runs first
                         work.append(parts[0])
                         i, b = parts[1]
-
-
-def _compose(T, first, last, cores: int, double_buffer: bool, port=None):
-    """Place programs on cores (p -> core p % cores) and overlap consecutive ones where legal. A core's
-    transfers share its GM port, so a core is busy at least as long as all its programs' transfers take."""
-    P = len(T)
-    if P == 0:
-        return np.zeros(0), np.zeros(0)
-    steady = _steady_waves(T, first, last, cores, double_buffer, -(-P // cores))
-    if steady is not None:
-        offsets = steady[np.arange(P) // cores]
-        c = np.arange(min(P, cores))
-        core_end = offsets[c + cores * ((P - 1 - c) // cores)] + T[0]  # each core's last program ends last
-    else:
-        offsets, core_end = _place_waves(T, first, last, cores, double_buffer)
-    if port is not None:
-        per_core = np.bincount(np.arange(P) % cores, weights=port, minlength=len(core_end))[:len(core_end)]
-        core_end = np.maximum(core_end, per_core)
-    return offsets, core_end
-
-
-def _place_waves(T, first, last, cores: int, double_buffer: bool):
-    """(start offset of every program, end of every core), placing one wave of programs after another."""
-    P = len(T)
-    offsets = np.zeros(P)
-    core_end = np.zeros(min(P, cores))
-    prev_o = np.zeros(cores)
-    prev_T = np.zeros(cores)
-    prev_last = np.zeros((first.shape[0], cores))
-    prev2_end = np.zeros(cores)
-    for w in range(-(-P // cores)):
-        lo, hi = w * cores, min(P, (w + 1) * cores)
-        c = np.arange(hi - lo)
-        if w == 0:
-            o = np.zeros(hi - lo)
-        else:
-            f = first[:, lo:hi]
-            finite = np.isfinite(f)
-            cand = np.where(finite, prev_o[c] + prev_last[:, c] - np.where(finite, f, 0), -np.inf).max(axis=0)
-            bank = prev2_end[c] if double_buffer else prev_o[c] + prev_T[c]
-            o = np.maximum(np.maximum(cand, bank), prev_o[c])
-        offsets[lo:hi] = o
-        prev2_end[c] = prev_o[c] + prev_T[c]
-        prev_o[c] = o
-        prev_T[c] = T[lo:hi]
-        prev_last[:, c] = last[:, lo:hi]
-        core_end[c] = np.maximum(core_end[c], o + T[lo:hi])
-    return offsets, core_end
-
-
-def _steady_waves(T, first, last, cores: int, double_buffer: bool, waves: int, probe: int = 12):
-    """Start time of every wave when all programs have the same timing. The waves' spacing is then a max-plus
-    recurrence with constant terms, which settles within a few waves into a repeating pattern of period 1
-    to 3 (2 when a double-buffered program alternates with the one it overlaps): the first ``probe`` waves
-    are placed one by one and the rest follow the pattern. None when the programs differ or no pattern has
-    settled (then every wave is placed)."""
-    if waves <= 2 * probe or T.min() != T.max() or not (first == first[:, :1]).all() or \
-            not (last == last[:, :1]).all():
-        return None
-    n = probe * cores
-    head, _ = _place_waves(T[:n], first[:, :n], last[:, :n], cores, double_buffer)
-    o = head[::cores]
-    d = np.diff(o)
-    for period in (1, 2, 3):
-        tail = d[-3 * period:].reshape(3, period)
-        if (tail == tail[-1]).all():
-            m = waves - probe
-            out = np.empty(waves)
-            out[:probe] = o
-            out[probe:] = o[-1] + np.cumsum(np.tile(tail[-1], -(-m // period))[:m])
-            return out
-    return None
-
-
-def _format_prints(prints, dropped: int) -> list[str]:
-    """Print lines as text (``prints`` in output order), and a last line saying how many were dropped."""
-    out = []
-    for pid, seq, prefix, val, hexa, npdt in prints:
-        if val is None:
-            text = ""
-        else:
-            arr = np.asarray(val)
-            if hexa and arr.dtype.kind in "iu":
-                text = np.array2string(arr, formatter={"int": lambda x: hex(int(x))}) if arr.ndim else hex(int(arr))
-            else:
-                text = np.array2string(arr, threshold=64) if arr.ndim else str(arr.item() if hasattr(arr, "item") else arr)
-        sep = " " if prefix and text else ""
-        out.append(f"pid ({pid}) {prefix}{sep}{text}")
-    if dropped:
-        out.append(f"... {dropped} more print lines dropped (a launch keeps the first {PRINT_LIMIT})")
-    return out
-
-
-class _RaceLog:
-    """Debug aid: which programs wrote which GM elements without atomics."""
-
-    def __init__(self):
-        self.writes: dict[int, list] = {}
-
-    def record_dma(self, b, t, desc):
-        n = b.n
-        base = np.broadcast_to(desc.base, (n,))
-        sts = [np.broadcast_to(s, (n,)) for s in desc.strides]
-        los = [np.broadcast_to(x, (n,)) for x in desc.lo]
-        his = [np.broadcast_to(x, (n,)) for x in desc.hi]
-        for i in range(n):
-            idx = np.array([int(base[i])], dtype=np.int64)
-            for s, lo, hi in zip(sts, los, his):
-                r = np.arange(int(lo[i]), int(hi[i]), dtype=np.int64) * int(s[i])
-                idx = (idx[:, None] + r[None, :]).reshape(-1)
-            self.writes.setdefault(t, []).append((int(b.pids[i]), idx))
-
-    def record_elements(self, b, t, off, m):
-        for i in range(b.n):
-            self.writes.setdefault(t, []).append((int(b.pids[i]), off[i][m[i]].reshape(-1)))
-
-    def check(self, L):
-        from ..errors import RaceDetected
-        for t, items in self.writes.items():
-            owner: dict[int, int] = {}
-            for pid, idx in items:
-                for e in np.unique(idx).tolist():
-                    o = owner.get(e)
-                    if o is not None and o != pid:
-                        name = L.bc.params[t].name
-                        raise RaceDetected(f"kernel `{L.name}`: programs {o} and {pid} both wrote element {e} of "
-                                           f"`{name}` without atomics; the result depends on their order. Use "
-                                           "dl.atomic_* or give each program its own elements")
-                    owner[e] = pid
 
 
 _local = threading.local()

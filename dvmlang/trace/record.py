@@ -158,57 +158,10 @@ class LaunchTrace:
                    "signal": float(self.start[a] + self.dur[a] + s.latency), "wait_start": float(self.start[b])}
 
 
-def _tile_bytes(bc, ref: int) -> tuple[int, int] | None:
-    from ..vm.decode import tile_parts
-    addr, li = tile_parts(ref)
-    if li >= len(bc.layouts):
-        return None
-    d, shape = bc.layouts[li]
-    n = 1
-    for s in shape:
-        n *= s
-    return addr, n * d.itemsize
-
-
-def _static_info(bc, d, st, profile) -> tuple[tuple | None, float]:
-    """(UB range, work per execution) of one decoded instruction."""
-    ins = d.ins
-    spaces = {"dst": ins.extra.get("space", "ub")}
-    if ins.family == "copy_space":
-        spaces = {"dst": ins.extra["spaces"][0], "src": ins.extra["spaces"][1]}
-    elif ins.family == "mmad":
-        spaces = {"dst": "l0c", "a": "l0a", "b": "l0b"}
-    ub = None
-    largest = 0
-    shapes = {}
-    for f in ins.fields:
-        if f.kind != "tile" or d.vals.get(f.name) is None:
-            continue
-        if f.name in ("mask", "offsets") and not d.vals.get("masked", 1):
-            continue
-        got = _tile_bytes(bc, d.vals[f.name])
-        if got is None:
-            continue
-        addr, nbytes = got
-        largest = max(largest, nbytes)
-        from ..vm.decode import tile_parts
-        shapes[f.name] = bc.layouts[tile_parts(d.vals[f.name])[1]][1]
-        if spaces.get(f.name, "ub") == "ub" and (ub is None or f.name == "dst"):
-            ub = (addr, addr + nbytes)
-    work = 0.0
-    if st.pipe == int(isa.Pipe.VECTOR) and largest:
-        work = float(-(-largest // profile.vector_bytes_per_cycle))
-    elif ins.family == "mmad" and "a" in shapes and "b" in shapes:
-        a, b = shapes["a"], shapes["b"]
-        if len(a) >= 2 and len(b) >= 2:
-            work = float(a[-2] * a[-1] * b[-1])
-    return ub, work
-
-
 class Recorder:
     """Collects one kernel launch while the device runs it (``Session.begin`` makes one)."""
 
-    def __init__(self, session: "Session", bc, k: int, machine, programs: int):
+    def __init__(self, session: "Session", bc, machine, programs: int):
         self.session = session
         self.programs = programs
         self.chunks: list = []
@@ -222,15 +175,14 @@ class Recorder:
             self.truncated = True
         from ..npu.machine import loc_lookup
         find = loc_lookup(bc)
-        profile = machine.profile
         self.steps: list[StepInfo] = []
         files = set()
         for st in machine.steps:
             loc = find(st.pc)
-            ub, work = _static_info(bc, bc.decoded[k][st.index], st, profile)
+            facts = st.facts
             self.steps.append(StepInfo(st.index, st.pc, st.ins.name, st.pipe, loc.line if loc else None,
-                                       loc.file if loc else None, ub, st.set, st.wait, work,
-                                       float(getattr(st, "latency", 0) or 0)))
+                                       loc.file if loc else None, facts.ub, st.set, st.wait,
+                                       float(facts.repeats or facts.macs), float(st.latency)))
             if loc is not None:
                 files.add(loc.file)
         n = len(self.steps)
@@ -393,8 +345,8 @@ class Session:
         self.launches: list = []
         self.events = 0
 
-    def begin(self, bc, k, machine, programs) -> Recorder:
-        return Recorder(self, bc, k, machine, programs)
+    def begin(self, bc, machine, programs) -> Recorder:
+        return Recorder(self, bc, machine, programs)
 
     def _progress_for(self, programs: int):
         from .progress import LazyProgress

@@ -1,0 +1,386 @@
+"""Global-memory access: DMA descriptors evaluated for a batch, bounds checks and the faults they raise, box
+reads and writes (as strided views where the programs' boxes allow), element-wise scalar stores, and atomic
+read-modify-writes.
+
+Every access is checked against its tensor before anything is read or written.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ..errors import MemoryFault
+from .state import Slot, chunks, eval_rows
+
+
+class Desc:
+    """A DMA descriptor evaluated for a batch: per-program base, strides and box."""
+
+    __slots__ = ("base", "strides", "lo", "hi", "count", "bursts", "n", "empty")
+
+    def __init__(self, b, base, strides, los, his, shape):
+        n = b.n
+        self.n = n
+        self.base = np.asarray(base(b), dtype=np.int64)
+        self.strides = [np.asarray(s(b), dtype=np.int64) for s in strides]
+        lo = [np.clip(np.asarray(f(b), dtype=np.int64), 0, s) for f, s in zip(los, shape)]
+        hi = [np.clip(np.asarray(f(b), dtype=np.int64), 0, s) for f, s in zip(his, shape)]
+        hi = [np.maximum(h, l) for h, l in zip(hi, lo)]
+        self.lo, self.hi = lo, hi
+        ext = [h - l for h, l in zip(hi, lo)]
+        count = np.ones((), dtype=np.int64)
+        for e in ext:
+            count = count * e
+        self.count = np.broadcast_to(count, (n,)) if np.ndim(count) == 0 and n > 1 else count
+        self.empty = count == 0
+        if len(shape) >= 1:
+            inner_contig = self.strides[-1] == 1
+            rows = count // np.maximum(ext[-1], 1)
+            self.bursts = np.where(inner_contig, rows, count)
+        else:
+            self.bursts = count
+
+
+# ---- bounds checks and faults ----------------------------------------------------------------------------
+
+
+def check_dma(L, b, t: int, desc: Desc, pc: int, size: int) -> None:
+    lo_idx = desc.base
+    hi_idx = desc.base
+    for s, l, h in zip(desc.strides, desc.lo, desc.hi):
+        a = s * l
+        z = s * np.maximum(h - 1, l)
+        lo_idx = lo_idx + np.minimum(a, z)
+        hi_idx = hi_idx + np.maximum(a, z)
+    # int64 address arithmetic can wrap (a stride near 2**63 maps an out-of-range middle element between two
+    # in-range end points): check the same extremes in float64, which cannot wrap, before anything is touched.
+    flo = fhi = desc.base.astype(np.float64)
+    for s, l, h in zip(desc.strides, desc.lo, desc.hi):
+        fs = s.astype(np.float64)
+        a = fs * l
+        z = fs * np.maximum(h - 1, l)
+        flo = flo + np.minimum(a, z)
+        fhi = fhi + np.maximum(a, z)
+    bad = ((lo_idx < 0) | (hi_idx >= size) | (flo < 0) | (fhi >= size)) & ~desc.empty
+    if np.any(bad):
+        i = int(np.argmax(np.broadcast_to(bad, (b.n,))))
+        lo = int(np.broadcast_to(lo_idx, (b.n,))[i])
+        hi = int(np.broadcast_to(hi_idx, (b.n,))[i])
+        _fault(L, b, t, i, lo, hi, size, pc)
+
+
+def check_bounds(L, b, t, idx, pc):
+    """A scalar access: ``idx`` one element offset, or one per program."""
+    size = L.arrays[t].size
+    bad = (idx < 0) | (idx >= size)
+    if np.any(bad):
+        i = int(np.argmax(np.broadcast_to(bad, (b.n,))))
+        at = int(np.broadcast_to(idx, (b.n,))[i])
+        _fault(L, b, t, i, at, at, size, pc)
+
+
+def check_elements(L, b, t, off, m, pc, size):
+    bad = ((off < 0) | (off >= size)) & m
+    if np.any(bad):
+        flat = bad.reshape(b.n, -1)
+        i = int(np.argmax(flat.any(axis=1)))
+        row = off.reshape(b.n, -1)[i][flat[i]]
+        _fault(L, b, t, i, int(row.min()), int(row.max()), size, pc)
+
+
+def _fault(L, b, t, lane, lo, hi, size, pc):
+    name = L.bc.params[t].name
+    pid = int(b.pids[lane])
+    grid = L.kernel.grid
+    coords = (pid % grid[0], (pid // grid[0]) % grid[1], pid // (grid[0] * grid[1]))
+    pid_text = str(coords[0]) if grid[1] == grid[2] == 1 else str(coords)
+    loc = L.loc_of_pc(pc)
+    raise MemoryFault(f"out-of-bounds access to `{name}` in kernel `{L.name}`: program {pid_text} touched "
+                      f"elements [{lo}, {hi}] but `{name}` has {size} elements (valid 0..{size - 1}); mask the access "
+                      "or fix the offsets", kernel=L.name, tensor=name, index_range=(lo, hi), program_id=coords,
+                      loc=loc, source=L.bc.debug.line_text(loc.file, loc.line) if loc is not None else None)
+
+
+# ---- descriptors the same for every program ------------------------------------------------------------
+
+
+def _progression(base: np.ndarray, n: int):
+    """(first, step) if ``base`` (per program) is an arithmetic progression, else None."""
+    if base.ndim == 0:
+        return int(base), 0
+    if n == 1:
+        return int(base[0]), 0
+    d = np.diff(base)
+    if d.size and (d == d[0]).all():
+        return int(base[0]), int(d[0])
+    return None
+
+
+def _all_same(x):
+    if np.ndim(x) == 0:
+        return True, int(x)
+    if (x == x[0]).all():
+        return True, int(x[0])
+    return False, None
+
+
+class _Uniform:
+    """A descriptor whose strides and box are the same for every program of the batch."""
+
+    __slots__ = ("st", "lo", "hi", "ext", "prog")
+
+    def __init__(self, st, lo, hi, prog):
+        self.st, self.lo, self.hi, self.prog = st, lo, hi, prog
+        self.ext = tuple(h - l for l, h in zip(lo, hi))
+
+    @property
+    def empty(self) -> bool:
+        return any(e == 0 for e in self.ext)
+
+    def box(self):
+        return tuple(slice(l, h) for l, h in zip(self.lo, self.hi))
+
+    def offset(self) -> int:
+        return sum(s_ * l for s_, l in zip(self.st, self.lo))
+
+
+def _uniform_desc(desc: Desc, n: int) -> _Uniform | None:
+    vals = [_all_same(x) for x in desc.strides + desc.lo + desc.hi]
+    if not all(u for u, _ in vals):
+        return None
+    r = len(desc.strides)
+    v = [x for _, x in vals]
+    return _Uniform(v[:r], v[r:2 * r], v[2 * r:], _progression(desc.base, n))
+
+
+def _per_program(desc: Desc, n: int):
+    """(program, start element, box extents, strides, box slices) of every program with a non-empty box."""
+    base = np.broadcast_to(desc.base, (n,))
+    sts = [np.broadcast_to(x, (n,)) for x in desc.strides]
+    los = [np.broadcast_to(x, (n,)) for x in desc.lo]
+    his = [np.broadcast_to(x, (n,)) for x in desc.hi]
+    for i in range(n):
+        lo = [int(x[i]) for x in los]
+        hi = [int(x[i]) for x in his]
+        ext = tuple(h - l for l, h in zip(lo, hi))
+        if any(e == 0 for e in ext):
+            continue
+        st = tuple(int(x[i]) for x in sts)
+        start = int(base[i]) + sum(s_ * l for s_, l in zip(st, lo))
+        yield i, start, ext, st, tuple(slice(l, h) for l, h in zip(lo, hi))
+
+
+# ---- box reads and writes --------------------------------------------------------------------------------
+
+
+def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n):
+    """Read a box per program. Returns (array (rows, *shape), is_view_of_gm)."""
+    u = _uniform_desc(desc, n)
+    full = u is not None and all(l == 0 for l in u.lo) and u.ext == tuple(shape)
+    if u is not None and u.prog is not None:
+        first, step = u.prog
+        rows = n if (step != 0 or np.ndim(desc.base)) else 1
+        if u.empty:
+            return _pad_array(rows, shape, npdt, pad), False
+        view = _strided(g, first + u.offset(), (rows,) + u.ext, (step,) + tuple(u.st))
+        if full:
+            return view, True
+        out = _pad_array(rows, shape, npdt, pad).copy()
+        out[(slice(None),) + u.box()] = view
+        return out, False
+    if u is not None and n > 1:
+        # programs that read the same window (e.g. the tiles of a matmul shared by a row of programs): read
+        # each distinct window once
+        bases, inverse = np.unique(np.broadcast_to(desc.base, (n,)), return_inverse=True)
+        if len(bases) <= n // 2:
+            if u.empty:
+                return _pad_array(n, shape, npdt, pad), False
+            windows = np.stack([_strided(g, int(b_) + u.offset(), u.ext, tuple(u.st)) for b_ in bases])
+            if full:
+                return windows[inverse], False
+            out = _pad_array(n, shape, npdt, pad).copy()
+            out[(slice(None),) + u.box()] = windows[inverse]
+            return out, False
+    out = _pad_array(n, shape, npdt, pad).copy()
+    for i, start, ext, st, box in _per_program(desc, n):
+        out[(i,) + box] = _strided(g, start, ext, st)
+    return out, False
+
+
+def dma_write(g: np.ndarray, desc: Desc, shape, src: np.ndarray, n):
+    rows_src = src.shape[0]
+    u = _uniform_desc(desc, n)
+    if u is not None and u.prog is not None and (np.ndim(desc.base) or n == 1):
+        if u.empty:
+            return
+        first, step = u.prog
+        view = _strided(g, first + u.offset(), (n,) + u.ext, (step,) + tuple(u.st), writeable=True)
+        part = src[(slice(None),) + u.box()]
+        if _overlapping(step, u.st, u.ext, n):
+            for i in range(n):
+                view[i] = part[i if rows_src > 1 else 0]
+        else:
+            view[...] = part
+        return
+    for i, start, ext, st, box in _per_program(desc, n):
+        _strided(g, start, ext, st, writeable=True)[...] = src[(i if rows_src > 1 else 0,) + box]
+
+
+def store_view(g: np.ndarray, desc: Desc, shape, n, whole: bool):
+    """(view, box): a writable view of the destination when every program stores the same box of its tile
+    (``box`` None: the whole tile) at a base that steps uniformly and the programs do not overlap; a partial
+    box only when ``whole`` is False. (None, None) otherwise."""
+    u = _uniform_desc(desc, n)
+    if u is None or u.prog is None or u.empty:
+        return None, None
+    full = all(l == 0 for l in u.lo) and u.ext == tuple(shape)
+    if (not full and whole) or (n > 1 and np.ndim(desc.base) == 0):
+        return None, None
+    first, step = u.prog
+    if _overlapping(step, u.st, u.ext, n):
+        return None, None
+    view = _strided(g, first + u.offset(), (n,) + u.ext, (step,) + tuple(u.st), writeable=True)
+    return view, None if full else u.box()
+
+
+def compute_into(slot: Slot, view: np.ndarray, box) -> bool:
+    """Compute a pending elementwise result straight into global memory: all of it (``box`` None) or only the
+    box a masked store writes. False (nothing written) when an operand is not laid out as the tile, so it
+    cannot be cut to the box (then the caller stores the whole tile)."""
+    f, args, _ = slot.lazy
+    shape = tuple(slot.shape)
+    for i, (r0, r1) in enumerate(chunks(slot)):
+        vals = [eval_rows(a, r0, r1, {}) for a in args]
+        if box is not None:
+            if i == 0 and not all(_tile_shaped(v, shape) for v in vals):
+                return False
+            vals = [v[(slice(None),) + tuple(bx if d == s else slice(None)
+                                             for bx, d, s in zip(box, v.shape[1:], shape))] for v in vals]
+        f(*vals, out=view[r0:r1] if slot.rows > 1 else view)
+    return True
+
+
+def _tile_shaped(v: np.ndarray, shape) -> bool:
+    """Whether ``v`` is (rows, *shape) with some dims of ``shape`` broadcast as 1 (so a box can be cut from it)."""
+    return np.ndim(v) == len(shape) + 1 and all(d in (1, s) for d, s in zip(v.shape[1:], shape))
+
+
+def _overlapping(step, st, ext, n) -> bool:
+    """Whether programs of a batch write overlapping elements (then write them in program order)."""
+    if n <= 1:
+        return False
+    span = sum(abs(s) * (e - 1) for s, e in zip(st, ext)) + 1
+    if step == 0:
+        return True
+    if abs(step) >= span:
+        return False
+    dense = sorted(zip(st, ext), key=lambda x: abs(x[0]))
+    run = 1
+    for s, e in dense:
+        if abs(s) != run:
+            return True
+        run *= e
+    return abs(step) < run
+
+
+def _strided(g: np.ndarray, start: int, shape, strides, writeable=False):
+    isz = g.itemsize
+    # a row-major contiguous window is a plain slice (numpy's fastest path)
+    expect, contiguous = 1, True
+    for n, st in zip(reversed(shape), reversed(strides)):
+        if n != 1 and st != expect:
+            contiguous = False
+            break
+        expect *= n
+    if contiguous and 0 <= start and start + expect <= g.size:
+        return g[start:start + expect].reshape(shape)
+    base = g[start:] if start < g.size else g[:0]
+    if base.size == 0:
+        base = g
+    return as_strided(base, shape=shape, strides=tuple(s * isz for s in strides), writeable=writeable)
+
+
+def _pad_array(rows, shape, npdt, pad) -> np.ndarray:
+    p = np.asarray(pad)
+    if p.ndim == 0:
+        return np.broadcast_to(np.asarray(p, dtype=npdt) if npdt != np.bool_ else p != 0,
+                               (rows,) + tuple(shape))
+    p = p.astype(npdt).reshape((p.shape[0],) + (1,) * len(shape))
+    return np.broadcast_to(p, (p.shape[0],) + tuple(shape))
+
+
+# ---- element-wise stores and atomics ---------------------------------------------------------------------
+
+
+def store_scalars(g: np.ndarray, idx, val, n: int) -> None:
+    """One scalar store by each of ``n`` programs (in program order) at ``idx`` (one offset, or one per
+    program). Where several programs store to one element, the last program's value stays: the result of
+    running them one after another, as the sequential device does."""
+    if not np.ndim(idx):
+        g[idx] = val[-1] if np.ndim(val) else val
+        return
+    last = n - 1 - np.unique(idx[::-1], return_index=True)[1]  # each element's last storing program
+    g[idx[last]] = np.broadcast_to(np.asarray(val), (n,))[last]
+
+
+def atomic(g, op, off, m, src, cmp, want):
+    idx = off[m]
+    vals = src[m]
+    old_full = None
+    uniq = len(np.unique(idx)) == len(idx)
+    if want:
+        old_full = np.zeros(off.shape, dtype=g.dtype)
+    if uniq:
+        old = g[idx].copy()
+        if op == "add":
+            new = old + vals
+        elif op == "max":
+            new = np.maximum(old, vals)
+        elif op == "min":
+            new = np.minimum(old, vals)
+        elif op == "xchg":
+            new = vals
+        elif op == "and":
+            new = old & vals
+        elif op == "or":
+            new = old | vals
+        elif op == "xor":
+            new = old ^ vals
+        else:  # cas
+            new = np.where(old == cmp[m], vals, old)
+        g[idx] = new.astype(g.dtype, copy=False)
+        if want:
+            old_full[m] = old
+        return old_full
+    if not want and op in ("add", "max", "min", "and", "or", "xor"):
+        uf = {"add": np.add, "max": np.maximum, "min": np.minimum, "and": np.bitwise_and, "or": np.bitwise_or,
+              "xor": np.bitwise_xor}[op]
+        uf.at(g, idx, vals.astype(g.dtype, copy=False))
+        return None
+    # duplicates with old values wanted (or xchg/cas): element by element, in program order
+    olds = np.empty(len(idx), dtype=g.dtype)
+    cm = cmp[m] if cmp is not None else None
+    for j, (i, v) in enumerate(zip(idx.tolist(), vals)):
+        o = g[i]
+        olds[j] = o
+        if op == "add":
+            g[i] = o + v
+        elif op == "max":
+            g[i] = max(o, v)
+        elif op == "min":
+            g[i] = min(o, v)
+        elif op == "xchg":
+            g[i] = v
+        elif op == "and":
+            g[i] = o & v
+        elif op == "or":
+            g[i] = o | v
+        elif op == "xor":
+            g[i] = o ^ v
+        else:
+            if o == cm[j]:
+                g[i] = v
+    if want:
+        old_full[m] = olds
+    return old_full

@@ -1,0 +1,89 @@
+"""One run of a kernel: what its steps read at run time (GM tensors, immediates, the launch's rates and
+options), and what it collects (instruction count for the watchdog, device prints, diagnostics, race log)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .races import RaceLog
+from .timing import Rates
+
+PRINT_LIMIT = 10_000  # the most device-print lines one launch keeps
+
+
+class Launch:
+    """What one run of a bytecode needs: GM tensors, scalar values, profile, options; complete when
+    constructed."""
+
+    def __init__(self, bc, kernel, arrays: dict[int, np.ndarray], profile, *, watchdog: int, debug=False,
+                 kernel_name="", active_cores=1, alias_groups=None, loc_of_pc=None, race_detection=False):
+        self.bc = bc
+        self.kernel = kernel
+        self.arrays = arrays
+        self.debug = debug
+        self.watchdog = watchdog  # the launch-wide instruction budget (Device(watchdog=N))
+        self.executed = 0  # instructions run so far, every batch together: what the watchdog counts
+        self.name = kernel_name or kernel.name
+        self.alias = alias_groups or {p: p for p in arrays}
+        self.loc_of_pc = loc_of_pc or (lambda pc: None)
+        self.imm = _imm_reader(bc.code)
+        self.rates = Rates(profile, arrays, self.alias, active_cores)
+        self.races = RaceLog() if race_detection else None
+        self.prints: list = []  # (pid, sequence, prefix, value, hex, numpy dtype): see add_prints
+        self.prints_seen = 0
+        self.diagnostics: list[str] = []
+
+    def where(self, pc: int) -> str:
+        """``at file:line:col`` of ``pc`` on a line of its own, for an error message ("" without a line
+        table entry)."""
+        loc = self.loc_of_pc(pc)
+        return f"\n  at {loc}" if loc is not None else ""
+
+    def add_prints(self, entries: list) -> None:
+        """Buffer device-print lines, keeping only the first ``PRINT_LIMIT`` in output order (by program,
+        then sequence), so a print inside a long loop cannot exhaust memory."""
+        self.prints.extend(entries)
+        self.prints_seen += len(entries)
+        if len(self.prints) > 2 * PRINT_LIMIT:
+            self.prints.sort(key=_print_order)
+            del self.prints[PRINT_LIMIT:]
+
+    def print_lines(self) -> list[str]:
+        """The print lines to show, in output order, as text, and a last line saying how many were dropped."""
+        self.prints.sort(key=_print_order)
+        del self.prints[PRINT_LIMIT:]
+        dropped = self.prints_seen - len(self.prints)
+        out = []
+        for pid, seq, prefix, val, hexa, npdt in self.prints:
+            if val is None:
+                text = ""
+            else:
+                arr = np.asarray(val)
+                if hexa and arr.dtype.kind in "iu":
+                    text = np.array2string(arr, formatter={"int": lambda x: hex(int(x))}) if arr.ndim else hex(int(arr))
+                else:
+                    text = np.array2string(arr, threshold=64) if arr.ndim else str(arr.item() if hasattr(arr, "item") else arr)
+            sep = " " if prefix and text else ""
+            out.append(f"pid ({pid}) {prefix}{sep}{text}")
+        if dropped:
+            out.append(f"... {dropped} more print lines dropped (a launch keeps the first {PRINT_LIMIT})")
+        return out
+
+
+def _print_order(entry) -> tuple:
+    return entry[0], entry[1]
+
+
+def _imm_reader(code):
+    """word index -> the immediate in that code word as a numpy scalar of ``npdt`` (cached)."""
+    cache: dict = {}
+
+    def imm(w: int, npdt):
+        key = (w, npdt)
+        v = cache.get(key)
+        if v is None:
+            raw = np.array([code[w]], dtype=np.uint64).view(np.uint8)
+            v = raw[:np.dtype(npdt).itemsize].view(npdt)[0] if npdt != np.bool_ else np.bool_(raw[0] != 0)
+            cache[key] = v
+        return v
+    return imm

@@ -1,0 +1,301 @@
+"""The state of programs on a core: batches of programs in lockstep, the tiles in their on-chip memory, and
+the lazy evaluation of elementwise results.
+
+On-chip memory is a map from address to ``Slot`` per memory space. A slot's array has a leading program
+axis (one row when every program holds the same value); it may be a view of global memory (a load that
+nobody has modified yet), or an elementwise computation not yet evaluated. Reads of bytes that nothing
+wrote yield poison (NaN for floats, all-ones for integers).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UninitializedRead
+from ..vm import isa
+
+MAX_PENDING_DEPTH = 64  # longer chains of pending elementwise computations are evaluated eagerly
+CHUNK_BYTES = 512 << 10  # pending computations are evaluated in row chunks of about this size (cache-sized)
+SPACES = ("ub", "l1", "l0a", "l0b", "l0c")
+
+
+class Slot:
+    """A tile in on-chip memory: an array (rows, *shape), or an elementwise computation not yet evaluated.
+
+    Evaluation is deferred so that a chain of elementwise instructions is computed in cache-sized chunks
+    of programs, and a result that is only stored is computed straight into global memory (numerically
+    identical either way: the same numpy operations on the same values). ``gm`` names the alias groups of
+    tensors the array views (or the pending computation reads), which must be materialised before those
+    tensors change."""
+
+    __slots__ = ("_arr", "nbytes", "gm", "lazy", "dtype", "rows", "shape", "keep", "filled", "depth")
+
+    def __init__(self, arr, nbytes, gm=None, lazy=None, dtype=None, rows=1, shape=None, keep=False, depth=0):
+        self.keep = keep  # read again later: keep the value computed during the first chunked evaluation
+        self.filled = 0
+        self.depth = depth  # longest chain of pending computations below this one
+        self._arr = arr
+        self.nbytes = nbytes
+        self.gm = gm
+        self.lazy = lazy  # (fn, args, finish) with args arrays or (Slot, shape) pairs
+        self.dtype = arr.dtype if arr is not None else dtype
+        self.rows = arr.shape[0] if arr is not None else rows
+        self.shape = arr.shape[1:] if arr is not None else shape
+
+    @property
+    def arr(self) -> np.ndarray:
+        if self.lazy is not None:
+            self._arr = evaluate(self)
+            self.lazy = None
+        return self._arr
+
+    @arr.setter
+    def arr(self, value):
+        self._arr = value
+        self.lazy = None
+
+
+def arg_value(a):
+    """An argument of a pending computation (an array, or a (Slot, shape) pair) as an array."""
+    if isinstance(a, tuple):
+        s, shape = a
+        v = s.arr
+        return v if v.shape[1:] == shape else v.reshape((v.shape[0],) + shape)
+    return a
+
+
+def rows_of(a) -> int:
+    return a[0].rows if isinstance(a, tuple) else a.shape[0]
+
+
+def eval_rows(node, r0: int, r1: int, memo: dict):
+    """The rows [r0, r1) of a pending computation (arrays with one row broadcast to every program)."""
+    if isinstance(node, tuple):
+        s, shape = node
+        v = eval_rows(s, r0, r1, memo)
+        return v if v.shape[1:] == shape else v.reshape((v.shape[0],) + shape)
+    if isinstance(node, np.ndarray):
+        return node if node.shape[0] == 1 else node[r0:r1]
+    if node.lazy is None:
+        v = node._arr
+        return v if v.shape[0] == 1 else v[r0:r1]
+    key = id(node)
+    v = memo.get(key)
+    if v is None:
+        fn, args, finish = node.lazy
+        vals = [eval_rows(a, r0, r1, memo) for a in args]
+        if node.keep and node.rows > 1:
+            # write the chunk through to a full array, so later readers do not recompute it
+            if node._arr is None:
+                node._arr = np.empty((node.rows,) + tuple(node.shape), dtype=node.dtype)
+                node.filled = 0
+            dst = node._arr[r0:r1]
+            if _fits_out(fn, vals, dst):
+                v = fn(*vals, out=dst)
+            else:
+                v = finish(fn(*vals))
+                dst[...] = v
+            memo[key] = v
+            if r0 == node.filled:
+                node.filled = r1
+                if r1 == node.rows:
+                    node.lazy = None
+        else:
+            v = finish(fn(*vals))
+            memo[key] = v
+    return v
+
+
+def _fits_out(fn, vals, dst: np.ndarray) -> bool:
+    """Whether ufunc ``fn`` on ``vals`` produces exactly ``dst``'s dtype and shape (so it may write there)."""
+    if not isinstance(fn, np.ufunc) or fn.nout != 1 or len(vals) != fn.nin:
+        return False
+    try:
+        dts = fn.resolve_dtypes(tuple(v.dtype for v in vals) + (None,))
+        return dts[-1] == dst.dtype and np.broadcast_shapes(*(v.shape for v in vals)) == dst.shape
+    except (TypeError, ValueError):
+        return False
+
+
+def chunks(slot: Slot):
+    """Row ranges that keep one chunk of the computation cache-sized (one range when there is no pending
+    intermediate to keep in cache)."""
+    n = slot.rows
+    if not any(isinstance(a, tuple) and a[0].lazy is not None for a in slot.lazy[1]):
+        return [(0, n)]
+    row_bytes = max(1, slot.nbytes)
+    step = max(1, CHUNK_BYTES // row_bytes)
+    return [(r, min(n, r + step)) for r in range(0, n, step)]
+
+
+def evaluate(slot: Slot) -> np.ndarray:
+    """Evaluate a pending computation, chunk by chunk when it has pending inputs to keep in cache."""
+    fn, args, finish = slot.lazy
+    parts = chunks(slot)
+    if len(parts) == 1:
+        return finish(fn(*[eval_rows(a, 0, slot.rows, {}) for a in args]))
+    out = np.empty((slot.rows,) + tuple(slot.shape), dtype=slot.dtype)
+    for r0, r1 in parts:
+        out[r0:r1] = finish(fn(*[eval_rows(a, r0, r1, {}) for a in args]))
+    return out
+
+
+class Batch:
+    """The state of a group of programs executing in lockstep: registers, on-chip memory, and each
+    program's pipe clock (issue time, when each pipe frees, events set) and GM traffic."""
+
+    __slots__ = ("pids", "coords", "regs", "mem", "n", "count", "t_issue", "pipe_free", "pipe_first", "pipe_busy",
+                 "flags", "print_seq", "bytes_read", "bytes_written", "last_bytes", "done", "port_free")
+
+    def __init__(self, pids: np.ndarray, grid, reg_types):
+        self.pids = pids
+        self.n = len(pids)
+        g0, g1 = grid[0], grid[1]
+        x = (pids % g0).astype(np.int32)
+        y = ((pids // g0) % g1).astype(np.int32)
+        z = (pids // (g0 * g1)).astype(np.int32)
+        self.coords = (x, y, z)
+        self.regs = [np.zeros((), dtype=t.np) for t in reg_types]
+        self.mem = {sp: {} for sp in SPACES}
+        self.count = 0
+        n = self.n
+        self.t_issue = np.zeros(n)
+        self.pipe_free = np.zeros((isa.N_PIPES, n))
+        self.pipe_first = np.full((isa.N_PIPES, n), np.inf)
+        self.pipe_busy = np.zeros((isa.N_PIPES, n))
+        self.flags: dict = {}
+        self.print_seq = np.zeros(n, dtype=np.int64)
+        self.bytes_read = np.zeros(n)
+        self.bytes_written = np.zeros(n)
+        self.last_bytes = 0
+        self.done = np.zeros(n)  # completion time of the latest transfer (results land after the pipe frees)
+        self.port_free = np.zeros(n)  # when the core's GM port can take the next transfer
+
+    def subset(self, mask: np.ndarray) -> "Batch":
+        b = Batch.__new__(Batch)
+        b.pids = self.pids[mask]
+        b.n = len(b.pids)
+        b.coords = tuple(c[mask] for c in self.coords)
+        b.regs = [r[mask] if np.ndim(r) else r for r in self.regs]
+        b.mem = {}
+        for sp, d in self.mem.items():
+            nd = {}
+            for a, s in d.items():
+                arr = s.arr[mask] if s.arr.shape[0] == self.n and self.n != 1 else s.arr
+                nd[a] = Slot(arr, s.nbytes, s.gm)
+            b.mem[sp] = nd
+        b.count = self.count
+        b.t_issue = self.t_issue[mask]
+        b.pipe_free = self.pipe_free[:, mask]
+        b.pipe_first = self.pipe_first[:, mask]
+        b.pipe_busy = self.pipe_busy[:, mask]
+        b.flags = {k: (v[mask] if np.ndim(v) else v) for k, v in self.flags.items()}
+        b.print_seq = self.print_seq[mask]
+        b.bytes_read = self.bytes_read[mask]
+        b.bytes_written = self.bytes_written[mask]
+        b.last_bytes = 0
+        b.done = self.done[mask]
+        b.port_free = self.port_free[mask]
+        return b
+
+
+def prod(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def poison_value(npdt):
+    """The value poisoned memory reads as: all-ones bytes (NaN for floats, -1 for signed integers)."""
+    if npdt == np.bool_:
+        return True
+    return np.frombuffer(b"\xff" * np.dtype(npdt).itemsize, dtype=npdt)[0]
+
+
+def as_bytes(arr: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(arr)
+    return a.reshape(a.shape[0], -1).view(np.uint8) if a.dtype != np.bool_ else a.reshape(a.shape[0], -1).view(np.uint8)
+
+
+def read_overlapping(b: Batch, L, space: str, addr: int, nbytes: int, npdt, shape) -> np.ndarray:
+    """A tile read that does not match the slot at its address: its bytes gathered from every slot they
+    overlap, poison where nothing wrote them (reported in debug mode)."""
+    d = b.mem[space]
+    rows = 1
+    parts = []
+    for a, s in d.items():
+        if a < addr + nbytes and addr < a + s.nbytes:
+            parts.append((a, s))
+            rows = max(rows, s.arr.shape[0])
+    out = np.full((rows, nbytes), 0xFF, dtype=np.uint8)
+    covered = np.zeros(nbytes, dtype=bool)
+    for a, s in parts:
+        raw = as_bytes(s.arr)
+        lo = max(a, addr)
+        hi = min(a + s.nbytes, addr + nbytes)
+        out[:, lo - addr:hi - addr] = raw[:, lo - a:hi - a]
+        covered[lo - addr:hi - addr] = True
+    if not covered.all():
+        if L.debug:
+            L.diagnostics.append(f"read of uninitialised {space.upper()} bytes [{addr}, {addr + nbytes}) "
+                                 f"by programs {b.pids[:4].tolist()}")
+            if L.debug == "raise":
+                raise UninitializedRead(f"uninitialised {space.upper()} read at [{addr}, {addr + nbytes})")
+    if npdt == np.bool_:
+        arr = out != 0
+    else:
+        arr = out.view(npdt)
+    return arr.reshape((rows,) + tuple(shape))
+
+
+def place(d: dict, addr: int, nbytes: int, slot: Slot) -> None:
+    """Put ``slot`` at ``addr`` of memory space ``d``, cutting away what it overwrites of other slots."""
+    end = addr + nbytes
+    stale = [a for a, s in d.items() if a < end and addr < a + s.nbytes and
+             not (a == addr and s.nbytes == nbytes)]
+    for a in stale:
+        _trim(d, a, addr, end)
+    d[addr] = slot
+
+
+def _trim(d: dict, a: int, lo: int, hi: int) -> None:
+    """Remove the part [lo, hi) of the slot at ``a``, keeping what lies outside as raw bytes."""
+    s = d.pop(a)
+    end = a + s.nbytes
+    if a >= lo and end <= hi:
+        return
+    # the surviving bytes are cut out only if something reads them (valid programs never do)
+    if a < lo:
+        d[a] = Slot(None, lo - a, s.gm, (_piece(s, 0, lo - a), (), _same), np.dtype(np.uint8))
+    if end > hi:
+        d[hi] = Slot(None, end - hi, s.gm, (_piece(s, hi - a, end - a), (), _same), np.dtype(np.uint8))
+
+
+def _piece(s: Slot, lo: int, hi: int):
+    def cut():
+        return as_bytes(s.arr)[:, lo:hi].copy()
+    return cut
+
+
+def _same(x):
+    return x
+
+
+def owns(v: np.ndarray) -> bool:
+    """Whether an array owns its memory (a fresh result, not a view of something else)."""
+    return v.base is None and v.flags.writeable
+
+
+def materialise_views(b: Batch, L, t: int) -> None:
+    """Copy every tile that is still a view of tensor ``t`` (or an alias of it) before ``t`` changes."""
+    group = L.alias[t]
+    for d in b.mem.values():
+        for a, s in d.items():
+            if s.gm is not None and group in s.gm:
+                if s.lazy is not None:
+                    v = s.arr  # evaluate now, while the inputs still hold their values
+                    s.arr = v if owns(v) else v.copy()
+                else:
+                    s.arr = s.arr.copy()
+                s.gm = None

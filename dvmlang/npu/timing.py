@@ -1,0 +1,273 @@
+"""The cycle model: what each instruction costs, how a program's pipes advance, and how programs are placed
+on the cores.
+
+* ``COSTS``: one formula per ``isa.Cost.kind`` (the kinds ``Cost.describe`` documents), each taking the
+  profile, the row's coefficient ``k`` and the step's sizes as keywords. Step builders bind a row's formula
+  with ``formula(profile, row.cost)`` and call it with sizes known at decode time (vector, cube, MTE1,
+  FixPipe) or, for transfers, with the sizes of each batch (bursts, bytes, elements, rate).
+* ``Rates``: a launch's GM transfer rates and the L2 model (which tensors stream from L2, what must cross
+  HBM once).
+* ``advance``: the pipe clock of one instruction for every program of a batch (dispatch, pipe and port
+  availability, events, barriers, transfer latency).
+* ``_compose``: programs on cores, in waves, consecutive programs overlapping where legal; ``roofline``:
+  the HBM floor of a launch.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import numpy as np
+
+from ..vm import isa
+
+N_PIPES = isa.N_PIPES
+TRANSFERS = frozenset(("dma", "gather", "atomic"))  # cost kinds that move data over the core's GM port
+
+
+# ---- the cost formulas, one per Cost.kind ----------------------------------------------------------------
+
+
+def repeats(p, nbytes) -> int:
+    """256-byte vector repeats (``vector_bytes_per_cycle``) covering ``nbytes``."""
+    return math.ceil(nbytes / p.vector_bytes_per_cycle)
+
+
+def _scalar(p, k):
+    return k
+
+
+def _branch(p, k):
+    return k
+
+
+def _sync(p, k):
+    return k
+
+
+def _scalar_gm(p, k):
+    return p.scalar_gm_latency
+
+
+def _print(p, k):
+    return 0
+
+
+def _vector(p, k, *, nbytes, mix):
+    """``nbytes``: the largest operand the row counts; a mix kernel's program has its cube core's two vector
+    cores, which split the repeats."""
+    r = repeats(p, nbytes)
+    if mix:
+        r = math.ceil(r / 2)
+    return p.vector_startup + k * r
+
+
+def _reduce(p, k, *, nbytes, mix, n):
+    """``n``: the length of the reduced (scanned, sorted) axis."""
+    return _vector(p, k, nbytes=nbytes, mix=mix) + p.reduce_tree_step * max(1, math.ceil(math.log2(max(2, n))))
+
+
+def _dma(p, k, *, bursts, nbytes, rate):
+    """Per batch: ``bursts`` and ``nbytes`` per program, ``rate`` from ``Rates`` (the latency is the step's)."""
+    return bursts * p.burst_overhead + nbytes / rate
+
+
+def _gather(p, k, *, elements, nbytes, rate):
+    return elements * p.gather_cycles_per_element + nbytes / rate
+
+
+def _atomic(p, k, *, elements):
+    return elements * p.atomic_cycles_per_element
+
+
+def _mte1(p, k, *, nbytes):
+    return p.mte1_startup + nbytes / p.mte1_bytes_per_cycle
+
+
+def _fixpipe(p, k, *, nbytes):
+    return p.fixpipe_startup + nbytes / p.fixpipe_bytes_per_cycle
+
+
+def _cube(p, k, *, M, N, K, wide):
+    """``wide``: fp32/fp64 inputs, ``cube_fp32_factor`` times slower."""
+    factor = p.cube_fp32_factor if wide else 1
+    return p.cube_startup + math.ceil(M / 16) * math.ceil(N / 16) * math.ceil(K / 16) * factor
+
+
+COSTS = {"scalar": _scalar, "branch": _branch, "vector": _vector, "reduce": _reduce, "dma": _dma,
+         "gather": _gather, "atomic": _atomic, "mte1": _mte1, "cube": _cube, "fixpipe": _fixpipe, "sync": _sync,
+         "scalar_gm": _scalar_gm, "print": _print}
+
+
+def formula(profile, cost: isa.Cost):
+    """The cycle formula of an ISA row's cost, bound to ``profile`` and the row's ``k``: call it with the
+    step's sizes."""
+    return partial(COSTS[cost.kind], profile, cost.k)
+
+
+def latency(profile, cost: isa.Cost):
+    """Cycles after a step's pipe frees until its result is visible: a transfer's first-byte latency."""
+    return profile.dma_latency if cost.kind in TRANSFERS else 0
+
+
+def uses_port(cost: isa.Cost) -> bool:
+    """Whether a step uses the core's global-memory port (shared by MTE2 and MTE3)."""
+    return cost.kind in TRANSFERS
+
+
+class Rates:
+    """A launch's GM transfer rates and the L2 model: a tensor that fits L2 streams in at the L2 rate; the
+    launch as a whole then cannot beat the HBM roofline for the bytes that must come from HBM once
+    (``hbm_bytes``, see ``roofline``)."""
+
+    def __init__(self, profile, arrays: dict, alias: dict, active_cores: int):
+        cores = max(1, active_cores)
+        self.dma = min(profile.mte_bytes_per_cycle, profile.hbm_bytes_per_cycle / cores)
+        self.l2 = min(profile.mte_bytes_per_cycle, profile.l2_bytes_per_cycle / cores)
+        self.alias = alias
+        self.l2_bytes = profile.l2_bytes
+        self.group_bytes: dict = {}
+        self.group_reads: dict = {}
+        for p, a in arrays.items():
+            g = alias[p]
+            self.group_bytes[g] = max(self.group_bytes.get(g, 0), a.size * a.itemsize)
+
+    def read(self, t: int, nbytes, n: int) -> float:
+        """The rate at which the GM port reads tensor ``t``, counting the ``nbytes`` (per program) read."""
+        g = self.alias[t]
+        total = float(np.sum(nbytes)) if np.ndim(nbytes) else float(nbytes) * n
+        self.group_reads[g] = self.group_reads.get(g, 0.0) + total
+        return self.dma if self.group_bytes.get(g, 0) > self.l2_bytes else self.l2
+
+    def hbm_bytes(self, written: float) -> float:
+        """Bytes that must cross HBM: every tensor read once (all re-reads when it does not fit L2), plus
+        every write."""
+        total = written
+        for g, reads in self.group_reads.items():
+            size = self.group_bytes.get(g, 0)
+            total += reads if size > self.l2_bytes else min(size, reads)
+        return total
+
+
+# ---- the pipe clock ------------------------------------------------------------------------------------
+
+
+def advance(s, b, cost, dispatch: int):
+    """Time step ``s`` for every program of batch ``b``: dispatched by the scalar unit, started when its pipe
+    (and, for transfers, the GM port) is free and the events it waits for are set; it then holds its pipe for
+    ``cost``. A barrier drains its pipes instead. Returns (start, cycles charged)."""
+    p = s.pipe
+    issue = b.t_issue + dispatch
+    if s.kind == "barrier":
+        sel = s.drain
+        t = np.max(b.pipe_free[sel], axis=0)
+        t = np.maximum(t, issue)
+        for q in sel:
+            b.pipe_free[q] = t
+        b.t_issue = t
+        return t, 0
+    start = np.maximum(issue, b.pipe_free[p])
+    if s.port:
+        start = np.maximum(start, b.port_free)
+    if s.wait is not None:
+        f = b.flags.get((s.wait[0], p, s.wait[1]))
+        if f is not None:
+            start = np.maximum(start, f)
+    end = start + cost
+    b.pipe_free[p] = end
+    if s.port:
+        b.port_free = end
+    b.pipe_busy[p] += cost
+    np.minimum(b.pipe_first[p], start, out=b.pipe_first[p])
+    if s.latency:
+        end = end + s.latency
+        b.done = np.maximum(b.done, end)
+    if s.set is not None:
+        b.flags[(p, s.set[0], s.set[1])] = end
+    b.t_issue = end if p == 0 else issue
+    return start, cost
+
+
+# ---- programs on cores ---------------------------------------------------------------------------------
+
+
+def roofline(body: float, hbm_bytes: float, profile, share: float) -> tuple[float, float]:
+    """(makespan, stretch): the cores' transfers overlap, but together they cannot move more than HBM allows
+    (``share``: the part of HBM the launch's cores have); ``stretch`` slows every instruction uniformly."""
+    floor = hbm_bytes / (profile.hbm_bytes_per_cycle * share)
+    if floor > body > 0:
+        return floor, floor / body
+    return body, 1.0
+
+
+def _compose(T, first, last, cores: int, double_buffer: bool, port=None):
+    """Place programs on cores (p -> core p % cores) and overlap consecutive ones where legal. A core's
+    transfers share its GM port, so a core is busy at least as long as all its programs' transfers take."""
+    P = len(T)
+    if P == 0:
+        return np.zeros(0), np.zeros(0)
+    steady = _steady_waves(T, first, last, cores, double_buffer, -(-P // cores))
+    if steady is not None:
+        offsets = steady[np.arange(P) // cores]
+        c = np.arange(min(P, cores))
+        core_end = offsets[c + cores * ((P - 1 - c) // cores)] + T[0]  # each core's last program ends last
+    else:
+        offsets, core_end = _place_waves(T, first, last, cores, double_buffer)
+    if port is not None:
+        per_core = np.bincount(np.arange(P) % cores, weights=port, minlength=len(core_end))[:len(core_end)]
+        core_end = np.maximum(core_end, per_core)
+    return offsets, core_end
+
+
+def _place_waves(T, first, last, cores: int, double_buffer: bool):
+    """(start offset of every program, end of every core), placing one wave of programs after another."""
+    P = len(T)
+    offsets = np.zeros(P)
+    core_end = np.zeros(min(P, cores))
+    prev_o = np.zeros(cores)
+    prev_T = np.zeros(cores)
+    prev_last = np.zeros((first.shape[0], cores))
+    prev2_end = np.zeros(cores)
+    for w in range(-(-P // cores)):
+        lo, hi = w * cores, min(P, (w + 1) * cores)
+        c = np.arange(hi - lo)
+        if w == 0:
+            o = np.zeros(hi - lo)
+        else:
+            f = first[:, lo:hi]
+            finite = np.isfinite(f)
+            cand = np.where(finite, prev_o[c] + prev_last[:, c] - np.where(finite, f, 0), -np.inf).max(axis=0)
+            bank = prev2_end[c] if double_buffer else prev_o[c] + prev_T[c]
+            o = np.maximum(np.maximum(cand, bank), prev_o[c])
+        offsets[lo:hi] = o
+        prev2_end[c] = prev_o[c] + prev_T[c]
+        prev_o[c] = o
+        prev_T[c] = T[lo:hi]
+        prev_last[:, c] = last[:, lo:hi]
+        core_end[c] = np.maximum(core_end[c], o + T[lo:hi])
+    return offsets, core_end
+
+
+def _steady_waves(T, first, last, cores: int, double_buffer: bool, waves: int, probe: int = 12):
+    """Start time of every wave when all programs have the same timing. The waves' spacing is then a max-plus
+    recurrence with constant terms, which settles within a few waves into a repeating pattern of period 1
+    to 3 (2 when a double-buffered program alternates with the one it overlaps): the first ``probe`` waves
+    are placed one by one and the rest follow the pattern. None when the programs differ or no pattern has
+    settled (then every wave is placed)."""
+    if waves <= 2 * probe or T.min() != T.max() or not (first == first[:, :1]).all() or \
+            not (last == last[:, :1]).all():
+        return None
+    n = probe * cores
+    head, _ = _place_waves(T[:n], first[:, :n], last[:, :n], cores, double_buffer)
+    o = head[::cores]
+    d = np.diff(o)
+    for period in (1, 2, 3):
+        tail = d[-3 * period:].reshape(3, period)
+        if (tail == tail[-1]).all():
+            m = waves - probe
+            out = np.empty(waves)
+            out[:probe] = o
+            out[probe:] = o[-1] + np.cumsum(np.tile(tail[-1], -(-m // period))[:m])
+            return out
+    return None

@@ -1,0 +1,206 @@
+"""Memory-transfer step builders (MTE1/MTE2/MTE3, FixPipe): DMA loads and stores by descriptor, gathers and
+scatters by offset tiles, atomics, and copies between on-chip memory spaces.
+
+A transfer's cycles depend on each batch (bytes, bursts, elements): its step has no fixed cost and its
+closure returns the cycles its row's formula gives for the batch."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...vm import isa
+from ...vm.decode import sop_parts
+from ..convert import lift
+from ..dma import Desc, atomic, check_dma, check_elements, compute_into, dma_read, dma_write, store_view
+from ..state import materialise_views, poison_value, prod
+from .registry import builds
+
+
+def _descriptor(m, d):
+    """(base, strides, lo, hi): the descriptor fields of a DMA row as functions batch -> value."""
+    rank = d.ins.extra["rank"]
+    return (m.sop(d.vals["base"]), [m.sop(d.vals[f"stride{i}"]) for i in range(rank)],
+            [m.sop(d.vals[f"lo{i}"]) for i in range(rank)], [m.sop(d.vals[f"hi{i}"]) for i in range(rank)])
+
+
+def _elements(m, d, shape):
+    """A function (batch, launch) -> (tensor, offsets, mask) of a gather, scatter or atomic, per element,
+    the offsets the mask keeps checked against the tensor."""
+    ro = m.reader(d.vals["offsets"])
+    rm = m.reader(d.vals["mask"]) if d.vals["masked"] else None
+    t = d.vals["tensor"]
+    pc = d.pc
+    shape = tuple(shape)
+
+    def read(b, L):
+        g = L.arrays[t]
+        off = np.broadcast_to(ro(b, L), (b.n,) + shape).astype(np.int64)
+        msk = np.broadcast_to(rm(b, L), off.shape) if rm is not None else np.ones(off.shape, bool)
+        check_elements(L, b, t, off, msk, pc, g.size)
+        return g, off, msk
+    return read
+
+
+def _moved(b, g, msk):
+    """(elements, bytes) each program moves: the elements its mask keeps (the bytes are what the trace
+    records for the step)."""
+    cnt = msk.reshape(b.n, -1).sum(axis=1)
+    b.last_bytes = nbytes = cnt * g.itemsize
+    return cnt, nbytes
+
+
+@builds("dma_load")
+def dma_load(m, d):
+    _, dd, shape = m.layout(d.vals["dst"])
+    w = m.writer(d.vals["dst"], d.ins.spaces["dst"])
+    t = d.vals["tensor"]
+    base, strides, los, his = _descriptor(m, d)
+    pad_reg, pad_v = sop_parts(d.vals["pad"])
+    npdt = dd.np
+    shape = tuple(shape)
+    pc = d.pc
+    cost = m.formula(d)
+    undef = d.vals.get("pad_undef", 0)
+    poison = poison_value(npdt)
+
+    def fn(b, L):
+        g = L.arrays[t]
+        desc = Desc(b, base, strides, los, his, shape)
+        check_dma(L, b, t, desc, pc, g.size)
+        pad = b.regs[pad_v] if pad_reg else pad_v
+        if undef and L.debug:
+            pad = poison  # masked-off elements the kernel gave no value for
+        arr, gm_view = dma_read(g, desc, shape, npdt, pad, b.n)
+        w(b, arr, L.alias[t] if gm_view else None)
+        nbytes = desc.count * g.itemsize
+        b.bytes_read += nbytes
+        b.last_bytes = nbytes
+        return cost(bursts=desc.bursts, nbytes=nbytes, rate=L.rates.read(t, nbytes, b.n))
+    return m.step(d, fn, None)
+
+
+@builds("dma_store")
+def dma_store(m, d):
+    src_addr, src_dt, shape = m.layout(d.vals["src"])
+    r = m.reader(d.vals["src"])
+    t = d.vals["tensor"]
+    base, strides, los, his = _descriptor(m, d)
+    shape = tuple(shape)
+    pc = d.pc
+    cost = m.formula(d)
+    src_bytes = prod(shape) * src_dt.itemsize
+
+    def fn(b, L):
+        g = L.arrays[t]
+        desc = Desc(b, base, strides, los, his, shape)
+        check_dma(L, b, t, desc, pc, g.size)
+        materialise_views(b, L, t)
+        slot = b.mem["ub"].get(src_addr)
+        view = box = None
+        if slot is not None and slot.lazy is not None and slot.nbytes == src_bytes and \
+                isinstance(slot.lazy[0], np.ufunc) and slot.dtype == g.dtype and tuple(slot.shape) == shape:
+            view, box = store_view(g, desc, shape, b.n, whole=slot.keep)
+        if view is not None and compute_into(slot, view, box):
+            if box is None:  # the whole tile went to GM: later readers read it there
+                slot.arr = view
+                slot.gm = frozenset((L.alias[t],))
+        else:
+            dma_write(g, desc, shape, r(b, L), b.n)
+        if L.races is not None:
+            L.races.record_dma(b, t, desc)
+        nbytes = desc.count * g.itemsize
+        b.bytes_written += nbytes
+        b.last_bytes = nbytes
+        return cost(bursts=desc.bursts, nbytes=nbytes, rate=L.rates.dma)
+    return m.step(d, fn, None)
+
+
+@builds("gather")
+def gather(m, d):
+    _, dd, shape = m.layout(d.vals["dst"])
+    w = m.writer(d.vals["dst"])
+    elements = _elements(m, d, shape)
+    t = d.vals["tensor"]
+    pad_reg, pad_v = sop_parts(d.vals["pad"])
+    cost = m.formula(d)
+    npdt = dd.np
+
+    def fn(b, L):
+        g, off, msk = elements(b, L)
+        vals = g[np.where(msk, off, 0)]
+        pad = b.regs[pad_v] if pad_reg else pad_v
+        pad = lift(pad, len(shape), npdt)
+        res = np.where(msk, vals, pad).astype(npdt, copy=False)
+        w(b, res)
+        cnt, nbytes = _moved(b, g, msk)
+        b.bytes_read += nbytes
+        return cost(elements=cnt, nbytes=nbytes, rate=L.rates.read(t, nbytes, b.n))
+    return m.step(d, fn, None)
+
+
+@builds("scatter")
+def scatter(m, d):
+    _, _, shape = m.layout(d.vals["src"])
+    rs = m.reader(d.vals["src"])
+    elements = _elements(m, d, shape)
+    t = d.vals["tensor"]
+    cost = m.formula(d)
+
+    def fn(b, L):
+        g, off, msk = elements(b, L)
+        materialise_views(b, L, t)
+        src = np.broadcast_to(rs(b, L), off.shape)
+        g[off[msk]] = src[msk]
+        if L.races is not None:
+            L.races.record_elements(b, t, off, msk)
+        cnt, nbytes = _moved(b, g, msk)
+        b.bytes_written += nbytes
+        return cost(elements=cnt, nbytes=nbytes, rate=L.rates.dma)
+    return m.step(d, fn, None)
+
+
+@builds("atomic")
+def atomic_rmw(m, d):
+    _, _, shape = m.layout(d.vals["src"])
+    rs = m.reader(d.vals["src"])
+    elements = _elements(m, d, shape)
+    rc = m.reader(d.vals["cmp"]) if d.vals["has_cmp"] else None
+    want = d.vals["want_old"]
+    w = m.writer(d.vals["dst"]) if want else None
+    t = d.vals["tensor"]
+    op = isa.ATOMIC_OPS[d.vals["op"]]
+    cost = m.formula(d)
+
+    def fn(b, L):
+        g, off, msk = elements(b, L)
+        materialise_views(b, L, t)
+        src = np.broadcast_to(rs(b, L), off.shape)
+        cmp = np.broadcast_to(rc(b, L), off.shape) if rc is not None else None
+        old = atomic(g, op, off, msk, src, cmp, want)
+        if want:
+            w(b, old)
+        cnt, nbytes = _moved(b, g, msk)
+        b.bytes_written += nbytes
+        b.bytes_read += nbytes
+        return cost(elements=cnt)
+    return m.step(d, fn, None)
+
+
+@builds("copy_space")
+def copy_space(m, d):
+    r = m.reader(d.vals["src"], d.ins.spaces["src"])
+    w = m.writer(d.vals["dst"], d.ins.spaces["dst"])
+    _, dd, shape = m.layout(d.vals["dst"])
+    npdt = dd.np
+    nb = prod(shape) * dd.itemsize
+    cost = m.formula(d)
+    if d.ins.cost.kind == "dma":
+        # UB -> L1 goes through GM: one transfer at the core's HBM rate (no burst overhead is charged)
+        def fn(b, L):
+            w(b, r(b, L).astype(npdt, copy=False))
+            return cost(bursts=0, nbytes=nb, rate=L.rates.dma)
+        return m.step(d, fn, None)
+
+    def fn(b, L):
+        w(b, r(b, L).astype(npdt, copy=False))
+    return m.step(d, fn, cost(nbytes=nb))

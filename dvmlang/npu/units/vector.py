@@ -1,0 +1,346 @@
+"""Vector-unit step builders: elementwise arithmetic and comparisons (recorded lazily where a chain can be
+evaluated in chunks), select, fma, casts, fills, copies, reductions, scans, permutes, slices, gathers within
+a tile, sorts, histograms and concatenation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import dtypes as dt
+from ...errors import DeviceError
+from ...vm import isa
+from ...vm.decode import sop_parts
+from ..convert import cast, cast_rtz, lift
+from ..state import arg_value, chunks, eval_rows
+from .registry import builds
+
+
+def _cost(m, d, refs, **sizes):
+    """The row's vector (or reduce) formula over the largest of the tiles ``refs``."""
+    nbytes = max(m.tile_bytes(d.vals[r]) for r in refs)
+    return m.formula(d)(nbytes=nbytes, mix=m.kernel.mix, **sizes)
+
+
+def _axis_len(m, d) -> int:
+    return m.layout(d.vals["a"])[2][d.vals["axis"]]
+
+
+@builds("vbin")
+def vbin(m, d):
+    rank = len(m.layout(d.vals["dst"])[2])
+    sa, sb = m.reader(d.vals["a"], rank=rank).source, m.reader(d.vals["b"], rank=rank).source
+    lazy = m.writer(d.vals["dst"]).lazy
+    f = d.ins.fn
+    keep = d.pc in m.read_again
+
+    def fn(b, L):
+        lazy(b, f, (sa(b, L), sb(b, L)), keep)
+    return m.step(d, fn, _cost(m, d, ("dst", "a", "b")))
+
+
+@builds("vbins")
+def vbins(m, d):
+    sa = m.reader(d.vals["a"]).source
+    lazy = m.writer(d.vals["dst"]).lazy
+    f = d.ins.fn
+    rs, rev = d.vals["rs"], d.vals["rev"]
+    _, adt, ashape = m.layout(d.vals["a"])
+    rank, npdt = len(ashape), adt.np
+    keep = d.pc in m.read_again
+
+    def fn(b, L):
+        s = (lift(b.regs[rs], rank, npdt), None)
+        a = sa(b, L)
+        lazy(b, f, (s, a) if rev else (a, s), keep)
+    return m.step(d, fn, _cost(m, d, ("dst", "a")))
+
+
+@builds("vcmp")
+def vcmp(m, d):
+    rank = len(m.layout(d.vals["dst"])[2])
+    ra, rb = m.reader(d.vals["a"], rank=rank), m.reader(d.vals["b"], rank=rank)
+    w = m.writer(d.vals["dst"])
+    f = isa.COMPARE[isa.CC_NAMES[d.vals["cc"]]]
+
+    def fn(b, L):
+        w(b, f(ra(b, L), rb(b, L)))
+    return m.step(d, fn, _cost(m, d, ("a", "b")))
+
+
+@builds("vcmps")
+def vcmps(m, d):
+    ra = m.reader(d.vals["a"])
+    w = m.writer(d.vals["dst"])
+    f = isa.COMPARE[isa.CC_NAMES[d.vals["cc"]]]
+    rs, rev = d.vals["rs"], d.vals["rev"]
+    _, adt, ashape = m.layout(d.vals["a"])
+    rank, npdt = len(ashape), adt.np
+
+    def fn(b, L):
+        s = lift(b.regs[rs], rank, npdt)
+        a = ra(b, L)
+        w(b, f(s, a) if rev else f(a, s))
+    return m.step(d, fn, _cost(m, d, ("a",)))
+
+
+@builds("vun")
+def vun(m, d):
+    sa = m.reader(d.vals["a"]).source
+    lazy = m.writer(d.vals["dst"]).lazy
+    f = d.ins.fn
+    keep = d.pc in m.read_again
+
+    def fn(b, L):
+        lazy(b, f, (sa(b, L),), keep)
+    return m.step(d, fn, _cost(m, d, ("dst",)))
+
+
+@builds("vsel")
+def vsel(m, d):
+    rank = len(m.layout(d.vals["dst"])[2])
+    rc, ra, rb = (m.reader(d.vals[k], rank=rank) for k in ("c", "a", "b"))
+    w = m.writer(d.vals["dst"])
+
+    def fn(b, L):
+        w(b, np.where(rc(b, L), ra(b, L), rb(b, L)))
+    return m.step(d, fn, _cost(m, d, ("dst",)))
+
+
+@builds("vfma")
+def vfma(m, d):
+    rank = len(m.layout(d.vals["dst"])[2])
+    r = [m.reader(d.vals[k], rank=rank) for k in ("a", "b", "c")]
+    w = m.writer(d.vals["dst"])
+    npdt = d.dtype.np
+
+    def fn(b, L):
+        a, x, c = (f(b, L).astype(np.float64) for f in r)
+        w(b, (a * x + c).astype(npdt))
+    return m.step(d, fn, _cost(m, d, ("dst",)))
+
+
+@builds("vcast")
+def vcast(m, d):
+    ra = m.reader(d.vals["a"])
+    w = m.writer(d.vals["dst"])
+    npdt = d.dtype.np
+    bitcast = d.vals["bitcast"]
+    conv = cast_rtz if d.vals["rtz"] else cast
+
+    def fn(b, L):
+        a = ra(b, L)
+        w(b, np.ascontiguousarray(a).view(npdt) if bitcast else conv(a, npdt))
+    return m.step(d, fn, _cost(m, d, ("dst", "a")))
+
+
+@builds("vdup")
+def vdup(m, d):
+    rs = d.vals["rs"]
+    _, dd, shape = m.layout(d.vals["dst"])
+    w = m.writer(d.vals["dst"])
+    npdt = dd.np
+    rank = len(shape)
+
+    def fn(b, L):
+        s = lift(b.regs[rs], rank, npdt)
+        w(b, np.broadcast_to(s, (s.shape[0],) + tuple(shape)))
+    return m.step(d, fn, _cost(m, d, ("dst",)))
+
+
+@builds("viota")
+def viota(m, d):
+    _, _, shape = m.layout(d.vals["dst"])
+    _, start = sop_parts(d.vals["start"])
+    w = m.writer(d.vals["dst"])
+    value = np.arange(start, start + shape[0], dtype=np.int32)[None]
+    value.setflags(write=False)
+
+    def fn(b, L):
+        w(b, value)
+    return m.step(d, fn, _cost(m, d, ("dst",)))
+
+
+@builds("vcopy")
+def vcopy(m, d):
+    _, _, shape = m.layout(d.vals["dst"])
+    ra = m.reader(d.vals["a"], rank=len(shape))
+    w = m.writer(d.vals["dst"])
+
+    def fn(b, L):
+        a = ra(b, L)
+        w(b, np.broadcast_to(a, (a.shape[0],) + tuple(shape)))
+    return m.step(d, fn, _cost(m, d, ("dst",)))
+
+
+_REDUCE = {"sum": np.sum, "max": np.fmax.reduce, "min": np.fmin.reduce, "prod": np.prod, "max_nan": np.max,
+           "min_nan": np.min}
+
+
+@builds("vreduce")
+def vreduce(m, d):
+    source = m.reader(d.vals["a"]).source
+    w = m.writer(d.vals["dst"])
+    op = isa.REDUCE_OPS[d.vals["op"]]
+    axis = d.vals["axis"] + 1
+    _, ad, ashape = m.layout(d.vals["a"])
+    _, dd, dshape = m.layout(d.vals["dst"])
+    acc = np.float32 if ad in (dt.float16, dt.bfloat16, dt.float8e4nv, dt.float8e5) else None
+    npdt = dd.np
+    dshape = tuple(dshape)
+
+    def reduce(a):
+        if op in ("argmax", "argmin"):
+            # Triton ignores NaN: the first index of the NaN-ignoring extreme (0 when every value is NaN)
+            best = (np.fmax if op == "argmax" else np.fmin).reduce(a, axis=axis, keepdims=True)
+            r = np.argmax(a == best, axis=axis).astype(np.int32)
+        elif op == "xor_sum":
+            r = np.bitwise_xor.reduce(a, axis=axis)
+        elif op == "or":
+            r = np.bitwise_or.reduce(a, axis=axis)
+        else:
+            x = a.astype(acc) if acc is not None else a
+            # max and min ignore NaN, as Triton's (maxnum/minnum; all NaN gives NaN); max_nan and min_nan
+            # propagate it, as numpy's
+            r = _REDUCE[op](x, axis=axis)
+            r = r.astype(npdt, copy=False)
+        return r.reshape((r.shape[0],) + dshape)
+
+    def fn(b, L):
+        a, _ = source(b, L)
+        if isinstance(a, tuple) and a[0].rows > 1 and len(chunks(a[0])) > 1:
+            # reduce a pending computation chunk by chunk, without materialising it
+            s0 = a[0]
+            out = np.empty((s0.rows,) + dshape, dtype=npdt)
+            for r0, r1 in chunks(s0):
+                out[r0:r1] = reduce(eval_rows(a, r0, r1, {}))
+            w(b, out)
+            return
+        w(b, reduce(arg_value(a)))
+    n = ashape[d.vals["axis"]] if d.vals["axis"] < len(ashape) else 1
+    return m.step(d, fn, _cost(m, d, ("a",), n=n))
+
+
+_SCAN = {"sum": np.cumsum, "prod": np.cumprod, "max": np.maximum.accumulate, "min": np.minimum.accumulate}
+
+
+@builds("vscan")
+def vscan(m, d):
+    ra = m.reader(d.vals["a"])
+    w = m.writer(d.vals["dst"])
+    f = _SCAN[isa.SCAN_OPS[d.vals["op"]]]
+    axis = d.vals["axis"] + 1
+    rev = d.vals["reverse"]
+    _, ad, _ = m.layout(d.vals["a"])
+    acc = np.float32 if ad in (dt.float16, dt.bfloat16) else None
+    npdt = ad.np
+
+    def fn(b, L):
+        a = ra(b, L)
+        x = a.astype(acc) if acc is not None else a
+        if rev:
+            x = np.flip(x, axis=axis)
+        r = f(x, axis=axis)
+        if rev:
+            r = np.flip(r, axis=axis)
+        w(b, np.ascontiguousarray(r).astype(npdt, copy=False))
+    return m.step(d, fn, _cost(m, d, ("a",), n=_axis_len(m, d)))
+
+
+@builds("vperm")
+def vperm(m, d):
+    ra = m.reader(d.vals["a"])
+    w = m.writer(d.vals["dst"])
+    rank = len(m.layout(d.vals["a"])[2])
+    perm = (0,) + tuple(((d.vals["perm"] >> (2 * i)) & 3) + 1 for i in range(rank))
+
+    def fn(b, L):
+        w(b, np.ascontiguousarray(np.transpose(ra(b, L), perm)))
+    return m.step(d, fn, _cost(m, d, ("dst",)))
+
+
+@builds("vslice")
+def vslice(m, d):
+    ra = m.reader(d.vals["a"])
+    w = m.writer(d.vals["dst"])
+    _, _, dshape = m.layout(d.vals["dst"])
+    sl = (slice(None),) + tuple(slice(d.vals[f"s{i}"], d.vals[f"s{i}"] + n) for i, n in enumerate(dshape))
+
+    def fn(b, L):
+        w(b, ra(b, L)[sl])
+    return m.step(d, fn, _cost(m, d, ("dst",)))
+
+
+@builds("vtake")
+def vtake(m, d):
+    ra, ri = m.reader(d.vals["a"]), m.reader(d.vals["index"])
+    w = m.writer(d.vals["dst"])
+    axis = d.vals["axis"] + 1
+    _, _, dshape = m.layout(d.vals["dst"])
+    n = _axis_len(m, d)
+    pc = d.pc
+
+    def fn(b, L):
+        a, idx = ra(b, L), ri(b, L)
+        bad = (idx < 0) | (idx >= n)
+        if bad.any():
+            rows = bad.reshape(bad.shape[0], -1).any(axis=1)
+            pids = b.pids[rows] if rows.shape[0] == b.n else b.pids
+            raise DeviceError(f"kernel `{L.name}`: gather index {idx[bad].flat[0]} is outside [0, {n}) in "
+                              f"programs {pids[:8].tolist()}" + L.where(pc))
+        rows = max(a.shape[0], idx.shape[0])
+        a = np.broadcast_to(a, (rows,) + a.shape[1:])
+        idx = np.broadcast_to(idx.astype(np.intp, copy=False), (rows,) + tuple(dshape))
+        w(b, np.take_along_axis(a, idx, axis=axis))
+    return m.step(d, fn, _cost(m, d, ("dst", "a")))
+
+
+@builds("vsort")
+def vsort(m, d):
+    ra = m.reader(d.vals["a"])
+    w = m.writer(d.vals["dst"])
+    axis = d.vals["axis"] + 1
+    desc = d.vals["descending"]
+    _, ad, _ = m.layout(d.vals["a"])
+    exact = np.float32 if ad.np.kind == "V" else None  # bf16/fp8 sort as float32 (exactly), NaN last
+
+    def fn(b, L):
+        a = ra(b, L)
+        r = np.sort(a.astype(exact) if exact is not None else a, axis=axis)
+        if desc:
+            r = np.flip(r, axis=axis)
+        w(b, np.ascontiguousarray(r).astype(ad.np, copy=False))
+    return m.step(d, fn, _cost(m, d, ("a",), n=_axis_len(m, d)))
+
+
+@builds("vhist")
+def vhist(m, d):
+    ra = m.reader(d.vals["a"])
+    rm = m.reader(d.vals["mask"]) if d.vals["masked"] else None
+    w = m.writer(d.vals["dst"])
+    _, _, (bins,) = m.layout(d.vals["dst"])
+
+    def fn(b, L):
+        a = ra(b, L)
+        keep = (a >= 0) & (a < bins)
+        if rm is not None:
+            keep = keep & rm(b, L)
+        rows = keep.shape[0]
+        a = np.broadcast_to(a, keep.shape)
+        slot = np.arange(rows, dtype=np.int64)[:, None] * bins + np.where(keep, a, 0).astype(np.int64)
+        w(b, np.bincount(slot[keep], minlength=rows * bins).reshape(rows, bins).astype(np.int32))
+    return m.step(d, fn, _cost(m, d, ("a",)))
+
+
+@builds("vcat")
+def vcat(m, d):
+    ra, rb = m.reader(d.vals["a"]), m.reader(d.vals["b"])
+    w = m.writer(d.vals["dst"])
+    axis = d.vals["axis"] + 1
+
+    def fn(b, L):
+        x, y = ra(b, L), rb(b, L)
+        rows = max(x.shape[0], y.shape[0])
+        x = np.broadcast_to(x, (rows,) + x.shape[1:])
+        y = np.broadcast_to(y, (rows,) + y.shape[1:])
+        w(b, np.concatenate([x, y], axis=axis))
+    return m.step(d, fn, _cost(m, d, ("dst",)))
