@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ConstexprError, DvmError, LaunchError, ResourceError, user_frames
+from .runtime import Kernel
 
 # Config options that shape a launch on a GPU. Each is accepted; docs/triton.md says what it means here.
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -62,9 +63,9 @@ class Config:
         return ", ".join(f"{k}: {v}" for k, v in self.all_kwargs().items())
 
 
-def _innermost(fn):
+def _innermost(fn) -> Kernel:
     """The ``Kernel`` under any stack of autotune/heuristics wrappers."""
-    while not hasattr(fn, "source"):
+    while not isinstance(fn, Kernel):
         fn = fn.fn
     return fn
 
