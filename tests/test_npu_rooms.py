@@ -60,7 +60,7 @@ def test_steps_carry_the_facts_the_trace_reads():
     assert info.work == 32 * 64 * 16 and info.ub is None
     for s in steps:
         if s.ins.family == "dma_load":
-            assert s.facts.tiles[0].space == s.ins.extra.get("space", "ub")
+            assert s.facts.tiles[0].space == s.ins.spaces["dst"]
             assert s.port and s.latency == device.profile.dma_latency
         if s.pipe == isa.Pipe.VECTOR and s.facts.tiles:
             biggest = max(t.nbytes for t in s.facts.tiles)
