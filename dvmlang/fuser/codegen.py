@@ -11,12 +11,15 @@ from __future__ import annotations
 import itertools
 import linecache
 import math
+import types
 import weakref
 
 import numpy as np
 
 from .. import dtypes as dt
+from .. import language as dl
 from .. import opdefs
+from ..runtime import kernel
 from .fusion import Group, is_free
 from .graph import Graph, GraphError, Node
 
@@ -119,13 +122,13 @@ class KernelText:
         """Turn the text into a ``Kernel``. The source is registered with linecache for the frontend, the trace
         viewer and error messages, for as long as this kernel text lives (its program's cache decides)."""
         if self.kernel is None:
-            import dvmlang
-            import dvmlang.language as dl
             filename = f"<dvmlang fused {self.name} #{next(_counter)}>"
             lines = self.text.splitlines(True)
             linecache.cache[filename] = (len(self.text), None, lines, filename)
             weakref.finalize(self, linecache.cache.pop, filename, None)
-            ns = {"dl": dl, "dvmlang": dvmlang}
+            # the source spells the decorator as a user does (@dvmlang.kernel); its namespace binds that name to the
+            # decorator alone, without the package root (which imports the fuser)
+            ns = {"dl": dl, "dvmlang": types.SimpleNamespace(kernel=kernel)}
             exec(compile(self.text, filename, "exec"), ns)  # noqa: S102 - our own generated code
             self.kernel = ns[self.name]
         return self.kernel
