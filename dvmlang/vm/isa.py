@@ -1,5 +1,6 @@
 """The instruction set: one table, from which the encoder, validator, decoder, disassembler, cost model
-and ``docs/isa.md`` are all derived.
+and ``docs/isa.md`` are all derived. The elementwise rows come from the op vocabulary (``opdefs``); the
+validation rule of each row's family is its record in ``families``.
 
 Every instruction is a head word followed by 0-7 operand words, all little-endian 64-bit.
 
@@ -73,8 +74,8 @@ CC_NAMES = ("lt", "le", "gt", "ge", "eq", "ne")
 
 @dataclass(frozen=True)
 class Cost:
-    """A cost formula, evaluated by ``npu.cost`` with the device profile. ``kind`` names the formula;
-    ``k`` is its per-row coefficient (cycles per 256-byte repeat for vector rows)."""
+    """A cost formula, evaluated by the device's ``npu.timing.COSTS[kind]`` with its profile. ``kind`` names the
+    formula; ``k`` is its per-row coefficient (cycles per 256-byte repeat for vector rows)."""
 
     kind: str
     k: float = 1.0
