@@ -141,7 +141,7 @@ def _extra_text(ins: isa.Instr) -> str:
     if "when" in e:
         parts.append("jumps when rc is " + ("not zero" if e["when"] else "zero"))
     for k, v in e.items():
-        if k not in ("op", "rank", "space", "spaces", "when"):
+        if k not in ("op", "rank", "when"):
             parts.append(f"{k} = {v}")
     return "; ".join(parts)
 

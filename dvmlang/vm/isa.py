@@ -162,11 +162,6 @@ BY_OPCODE: dict[int, Instr] = {}
 
 def _row(name, opcode, pipe, fields, cost, doc, family, fn=None, dtypes="any", **extra):
     fs = tuple(fields)
-    spaces = {f.name: f.space for f in fs if f.kind == "tile"}
-    if family == "copy_space":  # TEMP: npu/units/memory.py still reads the spaces per row
-        extra["spaces"] = (spaces["dst"], spaces["src"])
-    elif family == "dma_load" and spaces["dst"] != "ub":
-        extra["space"] = spaces["dst"]
     ins = Instr(name, opcode, pipe, fs, cost, doc, family, fn, dtypes, extra, _layout(fs))
     if ins.words > MAX_WORDS:
         raise AssertionError(f"{name} needs {ins.words} words")
