@@ -44,7 +44,6 @@ class Profile:
     fixpipe_startup: int = 16
     scalar_dispatch: int = 2
     scalar_gm_latency: int = 120
-    branch_refetch: int = 4
     launch_overhead_us: float = 3.0
     max_programs: int = 65535
     events_per_pipe_pair: int = 8
@@ -97,7 +96,6 @@ SOURCES = {
     "fixpipe_startup": ("assumption", "FixPipe latency"),
     "scalar_dispatch": ("assumption", "scalar-unit cycles to decode and dispatch one virtual instruction"),
     "scalar_gm_latency": ("assumption", "scalar-unit read of UB/GM"),
-    "branch_refetch": ("assumption", "taken-branch penalty"),
     "launch_overhead_us": ("assumption (a few microseconds is typical)", "fixed cost per kernel launch"),
     "max_programs": ("published", "at most 65535 programs (blockDim) per launch"),
     "events_per_pipe_pair": ("published (medium confidence)", "event ids per pipe pair"),

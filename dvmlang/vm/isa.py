@@ -83,7 +83,7 @@ class Cost:
     def describe(self) -> str:
         return {
             "scalar": f"{self.k:g} cycle(s) on the scalar unit",
-            "branch": f"{self.k:g} cycles + refetch on the scalar unit",
+            "branch": f"{self.k:g} cycles on the scalar unit (taken or not)",
             "vector": f"vector_startup + {self.k:g} x ceil(bytes / 256)",
             "reduce": f"vector_startup + {self.k:g} x ceil(bytes / 256) + log2(n) x tree_step",
             "dma": "dma_latency + bursts x burst_overhead + bytes / rate (rate = min(per-core cap, HBM / active cores))",
