@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import dtypes as dt
+from .args import is_foreign_array, split_launch_options, to_numpy
 from .errors import ArgumentError, DvmError, LaunchError, user_frames
 from .frontend.source import KernelFunction
 from .frontend.specs import ConstexprSpec, ParamSpec, ScalarSpec, TensorSpec
@@ -178,8 +179,14 @@ class Kernel(KernelFunction):
             v = values[name]
             if isinstance(v, np.ndarray) and v.__class__ is not np.ndarray:
                 v = values[name] = _plain_array(self.__name__, name, v)
-            specs.append(ConstexprSpec(_constexpr_value(self.__name__, name, v)) if name in src.constexpr_params
-                         else _classify(self.__name__, name, v))
+            if name in src.constexpr_params:
+                specs.append(ConstexprSpec(_constexpr_value(self.__name__, name, v)))
+            elif v is None:  # Triton: a None pointer is a compile-time None (`if p is not None:` folds)
+                specs.append(ConstexprSpec(None))
+            else:
+                if v.__class__ is not np.ndarray and not hasattr(v, "__dvm_array__") and is_foreign_array(v):
+                    v = values[name] = to_numpy(self.__name__, name, v)  # torch, __dlpack__, __array_interface__
+                specs.append(_classify(self.__name__, name, v))
         return values, tuple(specs)
 
     def _build(self, specs: tuple[ParamSpec, ...], profile) -> Build:
@@ -294,12 +301,13 @@ class Kernel(KernelFunction):
     def prepare(self, grid, *args, device=None, **kwargs):
         """Bind, build and encode a launch without running it: ``(device, bytecode, arrays, alias groups)``,
         ready for ``device.run`` or, with other launches, ``device.run_stack``."""
-        return self._prepared(grid, args, kwargs, device)
+        return self._prepared(grid, args, split_launch_options(self.__name__, self.source.params, kwargs), device)
 
     @user_frames
     def run(self, grid, *args, trace=False, device=None, name=None, **kwargs):
         """Same as ``kernel[grid](*args, ...)``."""
-        return self._run(grid, args, kwargs, trace, device, name)
+        return self._run(grid, args, split_launch_options(self.__name__, self.source.params, kwargs), trace, device,
+                         name)
 
     # the bodies of prepare and run, which launches call directly (one user_frames layer per launch)
     def _prepared(self, grid, args, kwargs, device):
@@ -313,7 +321,10 @@ class Kernel(KernelFunction):
         return device, bc, flat, _alias_groups(arrays)
 
     def _run(self, grid, args, kwargs, trace, device, name):
-        device, bc, flat, alias = self._prepared(grid, args, kwargs, device)
+        try:
+            device, bc, flat, alias = self._prepared(grid, args, kwargs, device)
+        except _EmptyGrid:
+            return None  # a grid with no programs: nothing runs (as in Triton)
         record = _trace_record()
         session = record.active_session()
         if trace:
@@ -326,7 +337,16 @@ class Kernel(KernelFunction):
     @user_frames
     def encode(self, grid, *args, device=None, **kwargs):
         """The ``Bytecode`` of one launch instance, without running it."""
-        _, _, bc, _ = self._prepare(grid, args, kwargs, device)
+        _, _, bc, _ = self._prepare(grid, args, split_launch_options(self.__name__, self.source.params, kwargs),
+                                    device)
+        return bc
+
+    @user_frames
+    def warmup(self, *args, grid, device=None, **kwargs):
+        """Triton's ``warmup``: bind, build and encode one launch without running it; returns its ``Bytecode``
+        (a relaunch with arguments of the same class reuses the build, and with the same shapes the instance)."""
+        _, _, bc, _ = self._prepare(grid, args, split_launch_options(self.__name__, self.source.params, kwargs),
+                                    device)
         return bc
 
     @user_frames
@@ -341,14 +361,14 @@ class Kernel(KernelFunction):
         from .ir.printer import print_function
         from .npu.device import default_device
         device = device or default_device()
-        _, specs = self._bind(args, kwargs)
+        _, specs = self._bind(args, split_launch_options(self.__name__, self.source.params, kwargs))
         return print_function(self._build(specs, device.profile).fn)
 
     @user_frames
     def build_for(self, *args, device=None, **kwargs) -> Build:
         from .npu.device import default_device
         device = device or default_device()
-        _, specs = self._bind(args, kwargs)
+        _, specs = self._bind(args, split_launch_options(self.__name__, self.source.params, kwargs))
         return self._build(specs, device.profile)
 
 
@@ -361,7 +381,10 @@ class _Launcher:
 
     @user_frames
     def __call__(self, *args, trace=False, device=None, name=None, **kwargs):
-        return self.kernel._run(self.grid, args, kwargs, trace, device, name)
+        k = self.kernel
+        if kwargs:
+            kwargs = split_launch_options(k.__name__, k.source.params, kwargs)
+        return k._run(self.grid, args, kwargs, trace, device, name)
 
 
 def kernel(fn=None, **options):
@@ -555,13 +578,19 @@ def _grid(kname, grid, values):
         if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
             raise LaunchError(f"grid dimension {i} of `{kname}` must be an int, got {type(g).__name__} {g!r}")
         g = int(g)
-        if g < 1:
-            raise LaunchError(f"grid dimension {i} of `{kname}` is {g}; every grid dimension must be at least 1 "
-                              "(an empty launch has nothing to run)")
+        if g < 0:
+            raise LaunchError(f"grid dimension {i} of `{kname}` is {g}; a grid dimension cannot be negative")
         out.append(g)
+    if 0 in out:
+        raise _EmptyGrid(f"grid {tuple(out)} of `{kname}` has no programs: a launch runs nothing (and returns None), "
+                         "but there is nothing to encode or prepare")
     while len(out) < 3:
         out.append(1)
     return tuple(out)
+
+
+class _EmptyGrid(LaunchError):
+    """A grid with a dimension of 0: a launch returns None without running; encoding it is this error."""
 
 
 def _alias_groups(arrays: dict[int, np.ndarray]) -> dict[int, int]:
@@ -594,6 +623,8 @@ def run(bytecode, *args, device=None, trace=False):
     for i, (p, v) in enumerate(zip(params, args)):
         if isinstance(v, np.ndarray) and v.__class__ is not np.ndarray:
             v = _plain_array(bytecode.name, p.name, v)
+        elif v.__class__ is not np.ndarray and not hasattr(v, "__dvm_array__") and is_foreign_array(v):
+            v = to_numpy(bytecode.name, p.name, v)
         spec = _classify(bytecode.name, p.name, v)
         if p.kind == "tensor":
             if not isinstance(spec, TensorSpec) or spec.dtype is not p.dtype or spec.rank != p.rank:

@@ -1,0 +1,143 @@
+"""Host-side arguments as Triton programs pass them: torch CPU tensors, ``__dlpack__`` and
+``__array_interface__`` objects, strided views, and Triton's launch options.
+
+No torch import: a torch tensor is recognised by duck typing (its type's module is ``torch``), and the
+torch module itself, needed only to reinterpret a ``bfloat16``/fp8 tensor as integers of the same size,
+is taken from ``sys.modules`` (it is loaded, since one of its tensors exists).
+
+A foreign array becomes a numpy array that shares its memory (stores land in the original):
+
+* C-contiguous: a view of the same shape; it binds exactly as that numpy array would.
+* strided (a transpose, a column, a slice with a step; any view that is not C-contiguous): as Triton sees it,
+  a pointer to its first element. It binds as a flat 1-d array running from the first element to the last
+  byte any of its elements occupies, so the kernel's own stride arguments decide what is read and every
+  access is bounds-checked against that span. A negative stride (numpy only) is refused.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from . import dtypes as dt
+from .errors import ArgumentError, LaunchError
+
+# Triton's launch options: accepted by ``kernel[grid](...)``, ``run``, ``encode``, ``prepare`` and ``warmup``
+# (unless the kernel has a parameter of the same name, which then takes the value). None has an effect
+# on the simulated NPU; each is checked for the type Triton takes. docs/language.md section 1 says why.
+LAUNCH_OPTIONS = {
+    "num_warps": "pos_int",
+    "num_ctas": "pos_int",
+    "num_stages": "nonneg_int",
+    "maxnreg": "opt_pos_int",
+    "enable_fp_fusion": "bool",
+    "launch_cooperative_grid": "bool",
+    "launch_pdl": "bool",
+    "debug": "opt_bool",
+}
+
+
+def split_launch_options(kname: str, params, kwargs: dict) -> dict:
+    """``kwargs`` without the launch options (checked, then dropped); ``kwargs`` itself when it has none."""
+    if not kwargs or LAUNCH_OPTIONS.keys().isdisjoint(kwargs):
+        return kwargs
+    out = {}
+    for k, v in kwargs.items():
+        kind = LAUNCH_OPTIONS.get(k)
+        if kind is None or k in params:
+            out[k] = v
+            continue
+        ok = {"pos_int": lambda: _is_int(v) and v >= 1,
+              "nonneg_int": lambda: _is_int(v) and v >= 0,
+              "opt_pos_int": lambda: v is None or (_is_int(v) and v >= 1),
+              "bool": lambda: isinstance(v, (bool, np.bool_)),
+              "opt_bool": lambda: v is None or isinstance(v, (bool, np.bool_))}[kind]()
+        if k == "num_warps" and ok and v & (v - 1):
+            ok = False
+            kind = "a power of 2"
+        if not ok:
+            want = {"pos_int": "a positive int", "nonneg_int": "an int >= 0", "opt_pos_int": "None or a positive int",
+                    "bool": "a bool", "opt_bool": "None or a bool"}.get(kind, kind)
+            raise LaunchError(f"launch option `{k}` of `{kname}` must be {want}, got {type(v).__name__} {v!r}")
+    return out
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def is_foreign_array(v) -> bool:
+    """Whether ``v`` is an array dvmlang converts (a torch tensor, a ``__dlpack__`` or ``__array_interface__``
+    object), not a numpy array, number or constexpr value."""
+    if isinstance(v, (np.ndarray, np.generic, int, float, str, tuple)) or v is None:
+        return False
+    t = type(v)
+    return (t.__module__.startswith("torch") and hasattr(v, "numpy")) or hasattr(v, "__dlpack__") \
+        or hasattr(v, "__array_interface__")
+
+
+def to_numpy(kname: str, name: str, v) -> np.ndarray:
+    """A numpy array sharing the memory of the foreign array ``v`` (``ArgumentError`` naming the argument
+    if that is impossible)."""
+    where = f"argument `{name}` of `{kname}`"
+    if type(v).__module__.startswith("torch") and hasattr(v, "numpy"):
+        a = _torch_to_numpy(where, v)
+    elif hasattr(v, "__dlpack__"):
+        try:
+            a = np.from_dlpack(v)
+        except Exception as e:  # noqa: BLE001 - any producer's refusal
+            raise ArgumentError(f"{where} ({type(v).__name__}) cannot be viewed through __dlpack__: "
+                                f"{type(e).__name__}: {e}; pass a numpy array") from None
+    else:
+        try:
+            a = np.asarray(v)
+        except Exception as e:  # noqa: BLE001
+            raise ArgumentError(f"{where} ({type(v).__name__}) cannot be viewed through __array_interface__: "
+                                f"{type(e).__name__}: {e}; pass a numpy array") from None
+        if a.dtype == object:
+            raise ArgumentError(f"{where} ({type(v).__name__}) is not an array of numbers; pass a numpy array")
+    return strided_as_flat(where, a)
+
+
+def strided_as_flat(where: str, a: np.ndarray) -> np.ndarray:
+    """``a`` itself when C-contiguous; else the flat 1-d array over its memory from its first element to the
+    end of its last one (a Triton pointer to the first element)."""
+    if a.flags.c_contiguous:
+        return a
+    if any(s < 0 for s in a.strides):
+        raise ArgumentError(f"{where} has a negative stride (strides {a.strides}); a kernel addresses memory "
+                            "upward from the first element. Pass np.ascontiguousarray(x) and copy results back")
+    if a.size == 0:
+        return np.empty(0, a.dtype)
+    item = a.itemsize
+    if any(s % item for s in a.strides):
+        raise ArgumentError(f"{where} has strides {a.strides} that are not whole elements of {item} bytes; "
+                            "pass np.ascontiguousarray(x)")
+    last = sum((n - 1) * s for n, s in zip(a.shape, a.strides)) // item
+    return as_strided(a, shape=(last + 1,), strides=(item,), writeable=a.flags.writeable)
+
+
+def _torch_to_numpy(where: str, t) -> np.ndarray:
+    dev = getattr(getattr(t, "device", None), "type", "cpu")
+    if dev != "cpu":
+        raise ArgumentError(f"{where} is a torch tensor on `{t.device}`; the simulated NPU reads host memory. "
+                            "Pass x.cpu() and copy results back")
+    if str(getattr(t, "layout", "torch.strided")) != "torch.strided":
+        raise ArgumentError(f"{where} is a torch tensor with layout {t.layout}; pass a dense (strided) tensor")
+    if t.requires_grad:
+        t = t.detach()  # shares the storage: stores land in the tensor
+    if t.is_conj() or t.is_neg():
+        raise ArgumentError(f"{where} is a torch tensor with a lazy conjugate/negative bit; pass x.resolve_conj()")
+    name = str(t.dtype).removeprefix("torch.")
+    target = {"bfloat16": dt.bfloat16, "float8_e4m3fn": dt.float8e4nv, "float8_e5m2": dt.float8e5}.get(name)
+    try:
+        if target is not None:  # numpy cannot see these: reinterpret as same-size ints, then view as ml_dtypes
+            torch = sys.modules[type(t).__module__.split(".")[0]]
+            ints = torch.int16 if target.np.itemsize == 2 else torch.uint8
+            return t.view(ints).numpy().view(target.np)
+        return t.numpy()
+    except (TypeError, RuntimeError) as e:
+        raise ArgumentError(f"{where} is a torch tensor of dtype {t.dtype}, which dvmlang does not support "
+                            f"({e}); use one of {', '.join(x.name for x in dt.ARRAY_DTYPES)}") from None
