@@ -267,6 +267,9 @@ class Kernel(KernelFunction):
                         tuple([(n, k if n in cn else _class_of(k)) for n, k in kkeys]))
                 plan = self._plans.get(ckey)
             except (TypeError, _NoLaunchKey):
+                conv = _convert_foreign(self.__name__, src, args, kwargs)
+                if conv is not None:  # torch tensors and the like: as numpy views, they take the fast paths
+                    return self._prepare(grid, conv[0], conv[1], device)
                 ckey = plan = None
             if plan is not None:
                 build = plan.build
@@ -462,6 +465,19 @@ def _classify(kname, name, v) -> TensorSpec | ScalarSpec:
     kind = type(v).__name__
     hint = "pass np.asarray(x)" if isinstance(v, (list, tuple)) else "pass a numpy array or a number"
     raise ArgumentError(f"argument `{name}` of `{kname}` must be a numpy array or a number, got {kind}; {hint}")
+
+
+def _convert_foreign(kname, src, args, kwargs):
+    """``(args, kwargs)`` with every foreign array (``args.is_foreign_array``) bound to a runtime parameter
+    replaced by its numpy view, or None when there is none."""
+    names, cn = src.params, src.constexpr_params
+    new_args = [to_numpy(kname, n, v) if v.__class__ is not np.ndarray and n not in cn and is_foreign_array(v)
+                and not hasattr(v, "__dvm_array__") else v for n, v in zip(names, args)] + list(args[len(names):])
+    new_kw = {k: to_numpy(kname, k, v) if v.__class__ is not np.ndarray and k in names and k not in cn
+              and is_foreign_array(v) and not hasattr(v, "__dvm_array__") else v for k, v in kwargs.items()}
+    if all(a is b for a, b in zip(new_args, args)) and all(new_kw[k] is v for k, v in kwargs.items()):
+        return None
+    return tuple(new_args), new_kw
 
 
 class _NoLaunchKey(Exception):

@@ -367,3 +367,19 @@ def test_warmup_with_grid_function():
     bc = copy.warmup(np.zeros(40, np.float32), np.zeros(40, np.float32), 40, BLOCK=32,
                      grid=lambda meta: (dl.cdiv(meta["n"], meta["BLOCK"]),))
     assert isinstance(bc, dvmlang.Bytecode)
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.float64], ids=str)
+def test_torch_fp8_and_float64_copy(dtype):
+    x = (torch.rand(16) * 4 - 2).to(dtype)
+    out = torch.zeros(16, dtype=dtype)
+    copy[(1,)](x, out, 16, BLOCK=16)
+    assert torch.equal(out.view(torch.uint8) if dtype.itemsize == 1 else out,
+                       x.view(torch.uint8) if dtype.itemsize == 1 else x)
+
+
+def test_torch_read_only_numpy_view_stored_to_is_refused():
+    x = np.zeros(8, np.float32)
+    x.flags.writeable = False
+    with pytest.raises(dvmlang.ArgumentError, match="read-only"):
+        copy[(1,)](np.zeros(8, np.float32), ArrayInterface(x), 8, BLOCK=8)
