@@ -155,6 +155,24 @@ def _erf(x):
     return np.asarray(_ERF(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
 
 
+_ERFC = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _erfc(x):
+    """C's erfc (1 - erf(x) without the cancellation), computed in float64 and rounded to x's dtype."""
+    x = np.asarray(x)
+    return np.asarray(_ERFC(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
+
+
+def _round_half_away(x):
+    """C's ``round``: to the nearest integer, halfway cases away from zero (``rint`` rounds them to even)."""
+    x = np.asarray(x)
+    t = np.trunc(x)
+    with np.errstate(invalid="ignore"):
+        away = np.abs(x - t) >= 0.5  # x - trunc(x) is exact; false for inf and nan, which stay as they are
+    return np.where(away, t + np.copysign(np.ones((), x.dtype), x), t).astype(x.dtype, copy=False)
+
+
 def _not(x):
     if x.dtype == np.bool_:
         return np.logical_not(x)
@@ -204,6 +222,11 @@ BINARY: dict[str, OpDef] = {op.name: op for op in (
     OpDef("fmax", 2, "num", _zero_ordered(np.fmax, False), 1, "maximum", max),
     OpDef("fmin", 2, "num", _zero_ordered(np.fmin, True), 1, "minimum", min),
     OpDef("div", 2, "int", _div, 4),
+    # C math of two floats (libdevice): the kernel functions are dvmlang.triton.language.extra.libdevice's
+    OpDef("atan2", 2, "float", np.arctan2, 8),
+    OpDef("hypot", 2, "float", np.hypot, 4),
+    OpDef("copysign", 2, "float", np.copysign, 1),
+    OpDef("nextafter", 2, "float", np.nextafter, 1),
 )}
 
 _CMP = frozenset({"compare"})
@@ -240,6 +263,23 @@ UNARY: dict[str, OpDef] = {op.name: op for op in (
     _math("ceil", np.ceil, 1, "Round up.", traits=_ROUNDING),
     OpDef("recip", 1, "float", _recip, 2, fuse="(1.0 / {})"),
     _math("log1p", np.log1p, 4, "log(1 + x), accurate for x near 0."),
+    _math("tan", np.tan, 8, "Tangent."),
+    _math("asin", np.arcsin, 8, "Inverse sine (NaN outside [-1, 1])."),
+    _math("acos", np.arccos, 8, "Inverse cosine (NaN outside [-1, 1])."),
+    _math("atan", np.arctan, 8, "Inverse tangent."),
+    _math("sinh", np.sinh, 8, "Hyperbolic sine."),
+    _math("cosh", np.cosh, 8, "Hyperbolic cosine."),
+    _math("asinh", np.arcsinh, 8, "Inverse hyperbolic sine."),
+    _math("acosh", np.arccosh, 8, "Inverse hyperbolic cosine (NaN below 1)."),
+    _math("atanh", np.arctanh, 8, "Inverse hyperbolic tangent (NaN outside [-1, 1])."),
+    _math("expm1", np.expm1, 4, "exp(x) - 1, accurate for x near 0."),
+    _math("log10", np.log10, 4, "Base-10 logarithm."),
+    _math("cbrt", np.cbrt, 8, "Cube root (negative for negative x)."),
+    _math("erfc", _erfc, 8, "The complementary error function, 1 - erf(x), accurate for large x."),
+    _math("trunc", np.trunc, 1, "Round toward zero.", traits=_ROUNDING),
+    _math("rint", np.rint, 1, "Round to the nearest integer, halfway cases to even (C's rint).", traits=_ROUNDING),
+    _math("round", _round_half_away, 1, "Round to the nearest integer, halfway cases away from zero (C's round).",
+          traits=_ROUNDING),
 )}
 
 ELEMENTWISE: dict[str, OpDef] = {**BINARY, **COMPARE, **UNARY}

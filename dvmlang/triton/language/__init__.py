@@ -1,0 +1,54 @@
+"""``triton.language`` (``import dvmlang.triton.language as tl``): every ``dvmlang.language`` name, plus Triton's
+module layout (``tl.math``, ``tl.core``, ``tl.standard``, ``tl.extra.libdevice``) and host helpers
+(``str_to_ty``). Names Triton has that cannot mean anything on the simulated NPU raise a ``DvmError`` saying
+why when they are looked up (``UNSUPPORTED``)."""
+
+from __future__ import annotations
+
+from ... import dtypes as _dt
+from ...errors import DvmError
+from ...language import *  # noqa: F403 - dl is tl's core
+from ...language import __all__ as _dl_all
+from ...language import N_ROUNDS_DEFAULT, PropagateNan, TENSOR_METHODS  # noqa: F401
+from ...language import (bfloat16, constexpr, dtype, float8e4nv, float8e5, float16, float32, float64, int1, int8,
+                         int16, int32, int64, uint8, uint16, uint32, uint64)
+from . import core, extra, math, standard  # noqa: F401 - Triton's submodules
+
+# Triton's short dtype names (str_to_ty and signatures)
+_SHORT = {"i1": int1, "i8": int8, "i16": int16, "i32": int32, "i64": int64, "u1": int1, "u8": uint8,
+          "u16": uint16, "u32": uint32, "u64": uint64, "fp16": float16, "bf16": bfloat16, "fp32": float32,
+          "fp64": float64, "fp8e4nv": float8e4nv, "fp8e5": float8e5}
+
+
+def str_to_ty(name: str, c=None):
+    """Triton's dtype from its short name (``"fp32"``, ``"i32"``, ...) or a full one (``"float32"``)."""
+    if name.startswith("*"):
+        raise DvmError(f"str_to_ty({name!r}): pointer types are not values in dvmlang; a pointer's element dtype is "
+                       f"str_to_ty({name[1:]!r})")
+    d = _SHORT.get(name) or _dt.BY_NAME.get(name)
+    if d is None:
+        raise DvmError(f"str_to_ty: unknown dtype {name!r}; dvmlang has {', '.join(sorted(_SHORT))}")
+    return d
+
+
+# Triton names with no meaning here, and why (a lookup raises DvmError with the reason)
+UNSUPPORTED = {
+    "float8e4b15": "the fp8 variant with exponent bias 15 is a pre-Hopper NVIDIA format; dvmlang has float8e4nv and "
+                   "float8e5",
+    "float8e4b8": "the fp8 e4m3 fnuz format is AMD's; dvmlang has float8e4nv and float8e5",
+    "float8e5b16": "the fp8 e5m2 fnuz format is AMD's; dvmlang has float8e4nv and float8e5",
+    "inline_asm_elementwise": "there is no GPU assembly on the simulated NPU; write the operation with tl functions",
+    "dot_scaled": "microscaled (mx) dot products are not implemented",
+    "pointer_type": "pointer types are not values in dvmlang: pointers come from tensor arguments",
+    "atomic_poll": "not implemented",
+    "map_elementwise": "not implemented; write the operation with tl functions",
+}
+
+
+def __getattr__(name):
+    if name in UNSUPPORTED:
+        raise DvmError(f"tl.{name} is not available in dvmlang: {UNSUPPORTED[name]}")
+    raise AttributeError(f"module 'dvmlang.triton.language' has no attribute {name!r}")
+
+
+__all__ = [*_dl_all, "str_to_ty", "core", "extra", "math", "standard", "PropagateNan"]

@@ -1,0 +1,99 @@
+"""``triton.runtime.driver``: the simulated NPU as Triton's active driver.
+
+There is one device (index 0), the default ``dvmlang.npu.Device``; its numbers come from its
+``npu.profile.Profile`` (docs/device.md).
+"""
+
+from __future__ import annotations
+
+from ...errors import LaunchError
+from ..backends.compiler import GPUTarget
+
+TARGET = GPUTarget("npu", "dvmlang-sim", 32)
+
+
+def _profile():
+    from ...npu.device import default_device
+    return default_device().profile
+
+
+class _Utils:
+    def get_device_properties(self, device: int = 0) -> dict:
+        """Triton's keys, from the device profile. ``multiprocessor_count`` is the vector core count (the cores a
+        kernel's programs are spread over), ``max_shared_mem`` the Unified Buffer of one core; ``max_num_regs``
+        and ``warpSize`` are reported for programs that compute occupancy from them and mean nothing here.
+        ``mem_clock_rate`` (kHz) and ``mem_bus_width`` (bits) are chosen so that Triton's
+        ``2 * clock * width / 8`` is the profile's HBM bandwidth."""
+        _check_device(device)
+        p = _profile()
+        width = 4096
+        return {
+            "max_shared_mem": p.ub_bytes,
+            "max_num_regs": 65536,
+            "multiprocessor_count": p.vector_cores,
+            "warpSize": TARGET.warp_size,
+            "sm_clock_rate": int(p.clock_hz / 1e3),
+            "mem_clock_rate": int(p.hbm_bytes_per_s * 8 / (2 * width) / 1e3),
+            "mem_bus_width": width,
+        }
+
+
+def _check_device(device) -> None:
+    index = getattr(device, "index", device)
+    if index not in (0, None):
+        raise LaunchError(f"device {device!r}: the simulated NPU is the only device, index 0")
+
+
+class ActiveDriver:
+    """What ``triton.runtime.driver.active`` answers."""
+
+    def __init__(self):
+        self.utils = _Utils()
+
+    def is_active(self) -> bool:
+        return True
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def set_current_device(self, device) -> None:
+        _check_device(device)
+
+    def get_current_stream(self, device=None) -> int:
+        return 0  # launches run in program order
+
+    def get_current_target(self) -> GPUTarget:
+        return TARGET
+
+    def get_active_torch_device(self) -> str:
+        """``"cpu"``: the tensors a program passes live in host memory (torch accepts the string as a device)."""
+        return "cpu"
+
+    def get_device_interface(self):
+        raise LaunchError("get_device_interface returns torch.cuda on a GPU; the simulated NPU has no torch device "
+                          "module (its tensors are CPU tensors)")
+
+    def get_benchmarker(self):
+        from ..testing import do_bench
+        return do_bench
+
+    def get_empty_cache_for_benchmark(self):
+        raise LaunchError("there is no L2 cache to flush between benchmark runs: simulated time is the same on every "
+                          "run")
+
+
+class _Driver:
+    def __init__(self):
+        self.active = ActiveDriver()
+        self.default = self.active
+
+    def set_active(self, driver) -> None:
+        self.active = driver
+
+    def reset_active(self) -> None:
+        self.active = self.default
+
+
+driver = _Driver()
+
+__all__ = ["driver", "TARGET"]
