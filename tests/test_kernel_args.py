@@ -383,3 +383,18 @@ def test_torch_read_only_numpy_view_stored_to_is_refused():
     x.flags.writeable = False
     with pytest.raises(dvmlang.ArgumentError, match="read-only"):
         copy[(1,)](np.zeros(8, np.float32), ArrayInterface(x), 8, BLOCK=8)
+
+
+@dvmlang.kernel
+def block_ptr_add1(x_ptr, o_ptr, M, N, sm, sn, BM: dl.constexpr, BN: dl.constexpr):
+    bp = dl.make_block_ptr(x_ptr, shape=(M, N), strides=(sm, sn), offsets=(0, 0), block_shape=(BM, BN), order=(1, 0))
+    v = dl.load(bp, boundary_check=(0, 1))
+    ob = dl.make_block_ptr(o_ptr, shape=(M, N), strides=(N, 1), offsets=(0, 0), block_shape=(BM, BN), order=(1, 0))
+    dl.store(ob, v + 1, boundary_check=(0, 1))
+
+
+def test_block_pointer_over_a_transposed_tensor():
+    x = torch.rand(6, 5).t()
+    out = torch.zeros(5, 6)
+    block_ptr_add1[(1,)](x, out, 5, 6, x.stride(0), x.stride(1), BM=8, BN=8)
+    assert torch.equal(out, x + 1)
