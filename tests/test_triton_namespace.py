@@ -400,3 +400,44 @@ def test_assert_close():
     triton.testing.assert_close(np.array([1.0, 2.0]), np.array([1.0, 2.001]))
     with pytest.raises(AssertionError):
         triton.testing.assert_close(np.array([1.0]), np.array([1.5]))
+
+
+@triton.jit
+def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) >> 1, mask=m)
+
+
+def test_a_reinterpreted_array_launches_as_its_new_dtype():
+    x = np.array([-2, -1, 4], np.int32)  # as uint32: 0xfffffffe, 0xffffffff, 4; a logical shift
+    y = np.zeros(3, np.int32)
+    copy_kernel[(1,)](triton.reinterpret(x, tl.uint32), triton.reinterpret(y, tl.uint32), 3, BLOCK=4)
+    np.testing.assert_array_equal(y.view(np.uint32), x.view(np.uint32) >> 1)
+
+
+# ---- torch tensors (the runtime takes them; nothing in dvmlang.triton imports torch) ------------------------
+
+def test_tutorial_01_on_torch_tensors():
+    torch = pytest.importorskip("torch")
+    DEVICE = triton.runtime.driver.active.get_active_torch_device()
+    torch.manual_seed(0)
+    size = 98432
+    x = torch.rand(size, device=DEVICE)
+    y = torch.rand(size, device=DEVICE)
+    output = torch.empty_like(x)
+    n_elements = output.numel()
+    grid = lambda meta: (triton.cdiv(n_elements, meta['BLOCK_SIZE']), )  # noqa: E731
+    add_kernel[grid](x, y, output, n_elements, BLOCK_SIZE=1024)
+    assert torch.equal(output, x + y)
+    triton.testing.assert_close(output, x + y, atol=0, rtol=0)
+
+
+def test_reinterpret_a_torch_tensor():
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([-2, -1, 4], dtype=torch.int32)
+    y = torch.zeros(3, dtype=torch.int32)
+    wx, wy = triton.reinterpret(x, tl.uint32), triton.reinterpret(y, tl.uint32)
+    assert wx.base is x and wx.dtype is tl.uint32
+    copy_kernel[(1,)](wx, wy, 3, BLOCK=4)
+    np.testing.assert_array_equal(y.numpy().view(np.uint32), x.numpy().view(np.uint32) >> 1)

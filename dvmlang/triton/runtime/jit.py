@@ -2,7 +2,8 @@
 
 ``reinterpret(x, tl.uint32)`` gives a ``TensorWrapper``: ``x``'s memory read as another dtype of the same size.
 ``TensorWrapper.view()`` is that view as an array of the base's kind (a numpy array, or a torch tensor through
-``Tensor.view(dtype)``); a numpy base launches directly through it. Nothing here imports torch.
+``Tensor.view(dtype)``). A kernel launch takes a wrapper as a pointer to ``dtype`` over the base's memory
+(through ``__array_interface__``), as Triton does. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class TensorWrapper:
         self.shape = tuple(base.shape)
         self.device = getattr(base, "device", "cpu")
         self.data = base
+        self._np = None
 
     def element_size(self) -> int:
         return self.dtype.itemsize
@@ -67,9 +69,20 @@ class TensorWrapper:
             raise ArgumentError(f"reinterpret: cannot view a {type(base).__name__} as {self.dtype.name}")
         return base.view(getattr(torch, _TORCH_NAMES.get(self.dtype.name, self.dtype.name)))
 
-    def __array__(self, dtype=None, copy=None):
-        v = self.view()
-        return v if dtype is None else v.astype(dtype)
+    def numpy_view(self):
+        """The base's memory as a numpy array of ``dtype`` (zero-copy; a torch CPU tensor through the runtime's
+        own conversion)."""
+        if self._np is None:
+            import numpy as np
+            from ...args import to_numpy
+            base = self.base if isinstance(self.base, np.ndarray) else to_numpy("reinterpret", "base", self.base)
+            self._np = base.view(self.dtype.np)
+        return self._np
+
+    @property
+    def __array_interface__(self):
+        """A kernel launch reads a ``TensorWrapper`` through this: pointers to ``dtype`` over the base's memory."""
+        return self.numpy_view().__array_interface__
 
     def __str__(self) -> str:
         return f"TensorWrapper[{self.dtype}]({self.base})"
