@@ -265,8 +265,6 @@ def test_none_pointer_with_constexpr_flag_and_separate_builds():
     assert k.cache_info().builds == 2  # None and a tensor are two specialisations
 
 
-@pytest.mark.xfail(reason="frontend: `ptr is not None` on a runtime pointer is rejected (expressions.py "
-                          "visit_Compare); Triton folds it to True", strict=False)
 def test_is_not_none_on_a_real_pointer_folds():
     x = np.arange(8, dtype=np.float32)
     out = np.zeros(8, np.float32)

@@ -143,12 +143,16 @@ class ExpressionsMixin:
         for op, comp in zip(node.ops, node.comparators):
             if isinstance(op, (ast.In, ast.NotIn, ast.Is, ast.IsNot)):
                 right = self.visit(comp)
-                if is_runtime_value(left) or is_runtime_value(right):
+                l, r = unwrap(left), unwrap(right)
+                if isinstance(op, (ast.Is, ast.IsNot)) and (l is None) != (r is None):
+                    # a runtime value (a pointer, a tile) is never None: Triton folds `ptr is not None` to True
+                    v = isinstance(op, ast.IsNot)
+                elif is_runtime_value(left) or is_runtime_value(right):
                     raise self.error(UnsupportedSyntaxError, node, f"`{type(op).__name__}` only works on compile-time "
                                      "values", "compare runtime values with == and !=")
-                l, r = unwrap(left), unwrap(right)
-                v = {ast.In: lambda: l in r, ast.NotIn: lambda: l not in r, ast.Is: lambda: l is r,
-                     ast.IsNot: lambda: l is not r}[type(op)]()
+                else:
+                    v = {ast.In: lambda: l in r, ast.NotIn: lambda: l not in r, ast.Is: lambda: l is r,
+                         ast.IsNot: lambda: l is not r}[type(op)]()
             else:
                 right = self.visit(comp)
                 v = self.sem.compare(_CMPOPS[type(op)], left, right)
