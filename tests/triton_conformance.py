@@ -10,6 +10,7 @@ Which tests apply is Triton's own CPU classification: the tests marked ``interpr
 the checkout), verbatim; nothing of them is edited. The summary counts, per file, the parametrizations that
 passed, failed (an error counts as a failure) and were skipped by the tests themselves; the pass rate is
 passed / (passed + failed). ``--out FILE`` also writes the counts and every failure's first line as JSON.
+Triton's ``test_random`` imports ``scipy`` (``pip install scipy``); the test extra does not install it.
 """
 
 from __future__ import annotations
