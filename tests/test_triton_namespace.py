@@ -441,3 +441,23 @@ def test_reinterpret_a_torch_tensor():
     assert wx.base is x and wx.dtype is tl.uint32
     copy_kernel[(1,)](wx, wy, 3, BLOCK=4)
     np.testing.assert_array_equal(y.numpy().view(np.uint32), x.numpy().view(np.uint32) >> 1)
+
+
+def test_dtype_class_knobs_and_tools_import_as_in_triton():
+    assert isinstance(tl.float32, tl.dtype) and not isinstance("float32", tl.dtype)
+    assert [tl.dtype(n) for n in tl.dtype.SINT_TYPES] == [tl.int8, tl.int16, tl.int32, tl.int64]
+    assert tl.dtype("fp16") is tl.float16 and tl.dtype("bf16") is tl.bfloat16
+    assert tl.float8e4b15 != tl.float8e4nv and "not supported" in repr(tl.float8e4b8)
+    assert getattr(tl.float8e5b16, "some_attr", None) is None  # an AttributeError, for getattr with a default
+    with pytest.raises(triton.TritonError, match="not supported"):
+        tl.str_to_ty("fp8e4b15")
+    with pytest.raises(triton.TritonError, match="not supported"):
+        tl.float8e4b15.is_fp8()
+    from dvmlang.triton import knobs
+    assert knobs.compilation.listener is None and isinstance(knobs.runtime, knobs.base_knobs)
+    with knobs.compilation.scope():
+        knobs.compilation.listener = print
+    assert knobs.compilation.listener is None
+    from dvmlang.triton.tools.tensor_descriptor import TensorDescriptor
+    with pytest.raises(triton.TritonError, match="make_tensor_descriptor"):
+        TensorDescriptor.from_tensor(np.zeros((4, 4), np.float32), [2, 2])

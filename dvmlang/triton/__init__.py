@@ -12,7 +12,7 @@ from ..autotune import Autotuner, Config, Heuristics, autotune, heuristics
 from ..errors import CompilationError, DvmError, ResourceError
 from ..language.core import cdiv, next_power_of_2
 from ..runtime import Kernel
-from . import language, runtime, testing, compiler, backends  # noqa: F401 - Triton's module layout
+from . import backends, compiler, knobs, language, runtime, testing, tools  # noqa: F401 - Triton's module layout
 from .errors import OutOfResources, TritonError
 from .jit import JITFunction, jit
 from .runtime.jit import TensorWrapper, reinterpret
@@ -21,5 +21,5 @@ __version__ = "3.4.0"  # the Triton release whose API this namespace follows
 
 __all__ = ["jit", "JITFunction", "autotune", "Config", "heuristics", "Autotuner", "Heuristics", "cdiv",
            "next_power_of_2", "reinterpret", "TensorWrapper", "CompilationError", "OutOfResources", "TritonError",
-           "language", "runtime", "testing", "compiler", "backends", "__version__", "Kernel", "DvmError",
+           "language", "runtime", "testing", "compiler", "backends", "knobs", "tools", "__version__", "Kernel", "DvmError",
            "ResourceError"]
