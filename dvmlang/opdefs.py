@@ -173,6 +173,39 @@ def _round_half_away(x):
     return np.where(away, t + np.copysign(np.ones((), x.dtype), x), t).astype(x.dtype, copy=False)
 
 
+def _c_gamma(fn, pole):
+    """A C gamma function (``lgamma``/``tgamma``) on float64, rounded to x's dtype: ``pole(v)`` is C's value
+    where Python's math raises (a pole, or outside the domain); overflow is infinity."""
+    def one(v):
+        try:
+            return fn(v)
+        except ValueError:
+            return pole(v)
+        except OverflowError:
+            return math.inf
+    f = np.frompyfunc(one, 1, 1)
+
+    def op(x):
+        x = np.asarray(x)
+        with np.errstate(over="ignore"):
+            return np.asarray(f(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
+    return op
+
+
+# lgamma has a pole (+inf) at 0 and the negative integers; tgamma is +-inf at +-0 and NaN at negative integers
+# and at -inf
+_lgamma = _c_gamma(math.lgamma, lambda v: math.inf)
+_tgamma = _c_gamma(math.gamma, lambda v: math.copysign(math.inf, v) if v == 0 else math.nan)
+
+
+def _fdim(a, b):
+    """C's fdim: ``a - b`` when ``a > b``, else +0; NaN when either is."""
+    a, b = np.asarray(a), np.asarray(b)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.where(a > b, a - b, np.zeros((), np.result_type(a, b)))
+        return np.where(np.isnan(a) | np.isnan(b), np.asarray(np.nan, d.dtype), d).astype(d.dtype, copy=False)
+
+
 def _not(x):
     if x.dtype == np.bool_:
         return np.logical_not(x)
@@ -227,6 +260,7 @@ BINARY: dict[str, OpDef] = {op.name: op for op in (
     OpDef("hypot", 2, "float", np.hypot, 4),
     OpDef("copysign", 2, "float", np.copysign, 1),
     OpDef("nextafter", 2, "float", np.nextafter, 1),
+    OpDef("fdim", 2, "float", _fdim, 1),
 )}
 
 _CMP = frozenset({"compare"})
@@ -280,6 +314,8 @@ UNARY: dict[str, OpDef] = {op.name: op for op in (
     _math("rint", np.rint, 1, "Round to the nearest integer, halfway cases to even (C's rint).", traits=_ROUNDING),
     _math("round", _round_half_away, 1, "Round to the nearest integer, halfway cases away from zero (C's round).",
           traits=_ROUNDING),
+    _math("lgamma", _lgamma, 8, "log |gamma(x)| (C's lgamma; +inf at the poles 0, -1, -2, ...)."),
+    _math("tgamma", _tgamma, 8, "The gamma function (C's tgamma; NaN at the negative integers)."),
 )}
 
 ELEMENTWISE: dict[str, OpDef] = {**BINARY, **COMPARE, **UNARY}

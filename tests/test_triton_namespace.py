@@ -217,6 +217,8 @@ UNARY = {  # name: (float64 oracle, inputs, float16 is meaningful)
     "log10": (_c(math.log10), np.concatenate([np.geomspace(1e-3, 1e4, 30), [-1.0]])),
     "cbrt": (np.vectorize(_cbrt, otypes=[np.float64]), np.linspace(-30, 30, 37)),
     "erfc": (_c(math.erfc), np.linspace(-3, 9, 37)),
+    "lgamma": (_c(math.lgamma), np.concatenate([np.linspace(-4.75, 30, 33), [1.0, 2.0]])),
+    "tgamma": (_c(math.gamma), np.concatenate([np.linspace(-4.75, 30, 33), [0.5, 5.0]])),
     "trunc": (np.vectorize(lambda v: float(math.trunc(v)) if math.isfinite(v) else v), None),
     "rint": (np.vectorize(lambda v: float(round(v)) if math.isfinite(v) else v), None),  # Python rounds half-even
     "round": (np.vectorize(_round_half_away, otypes=[np.float64]), None),
@@ -246,6 +248,22 @@ def test_new_unary_rows_match_c(name, dtype):
     assert getattr(tl, name) is getattr(libdevice, name)
 
 
+def test_gamma_functions_at_their_poles_and_exact_values():
+    x = np.array([0.0, -0.0, -1.0, -2.0, 1.0, 2.0, 5.0, 0.5, np.inf, -np.inf, np.nan], np.float32)
+    got = {}
+    for name in ("lgamma", "tgamma"):
+        y, s = np.zeros_like(x), np.zeros(1, np.float32)
+        with np.errstate(all="ignore"):
+            unary_kernel[(1,)](x, y, s, x.size, F=getattr(libdevice, name), BLOCK=16)
+        got[name] = y
+    inf, nan = np.inf, np.nan
+    np.testing.assert_allclose(got["lgamma"], np.array([inf, inf, inf, inf, 0, 0, math.log(24), math.log(math.pi) / 2,
+                                                        inf, inf, nan], np.float32), rtol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(got["tgamma"], np.array([inf, -inf, nan, nan, 1, 1, 24, math.sqrt(math.pi), inf, nan,
+                                                        nan], np.float32), rtol=1e-6, equal_nan=True)
+    assert np.signbit(got["tgamma"][1])
+
+
 def test_rounding_modes_differ_as_in_c():
     x = np.array([0.5, 1.5, 2.5, -0.5, -2.5], np.float32)
     out = {}
@@ -272,7 +290,12 @@ def _fmod(a, b):
         return math.nan
 
 
+def _fdim(a, b):
+    return math.nan if math.isnan(a) or math.isnan(b) else (a - b if a > b else 0.0)
+
+
 BINARY = {
+    "fdim": np.vectorize(_fdim, otypes=[np.float64]),
     "atan2": np.vectorize(math.atan2, otypes=[np.float64]),
     "hypot": np.vectorize(math.hypot, otypes=[np.float64]),
     "copysign": np.vectorize(math.copysign, otypes=[np.float64]),
@@ -294,7 +317,7 @@ def test_binary_libdevice_functions_match_c(name, dtype):
     with np.errstate(all="ignore"):
         binary_kernel[(1,)](a, b, o, a.size, F=getattr(libdevice, name), BLOCK=16)
         want = BINARY[name](a.astype(np.float64), b.astype(np.float64)).astype(dtype)
-    if name in ("fmod", "copysign"):  # exact in C
+    if name in ("fmod", "copysign", "fdim"):  # exact in C (fdim of these operands too)
         np.testing.assert_array_equal(o, want)
         np.testing.assert_array_equal(np.signbit(o[~np.isnan(o)]), np.signbit(want[~np.isnan(want)]))
     else:

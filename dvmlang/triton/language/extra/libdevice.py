@@ -3,7 +3,7 @@ semantics (each is checked against numpy in tests/test_triton_namespace.py).
 
 The unary functions are the ``dl`` math functions of the op vocabulary (``dvmlang.opdefs.UNARY``), under their
 libdevice names as well (``fabs``, ``nearbyint``, ...). The binary ones (``atan2``, ``hypot``, ``copysign``,
-``nextafter``, ``fmod``) take floating-point operands. ``isnan``, ``isinf``, ``isfinited``/``finitef`` and
+``nextafter``, ``fdim``, ``fmod``) take floating-point operands. ``isnan``, ``isinf``, ``isfinited``/``finitef`` and
 ``signbit`` return int32 0 or 1, as libdevice's ``__nv_isnanf`` and friends do.
 """
 
@@ -16,7 +16,7 @@ from ....language.core import builtin
 
 _LIBDEVICE_UNARY = ("abs", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "cbrt", "sin",
                     "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf",
-                    "erfc", "floor", "ceil", "trunc", "rint", "round")
+                    "erfc", "lgamma", "tgamma", "floor", "ceil", "trunc", "rint", "round")
 globals().update({name: _ew.MATH[name] for name in _LIBDEVICE_UNARY})
 
 fabs = _ew.MATH["abs"]
@@ -46,6 +46,7 @@ atan2 = _binary("atan2", "atan(y / x) in the right quadrant: ``atan2(y, x)`` (C'
 hypot = _binary("hypot", "sqrt(x * x + y * y) without overflow (C's hypot).")
 copysign = _binary("copysign", "|x| with the sign of y (C's copysign).")
 nextafter = _binary("nextafter", "The next representable value after x toward y (C's nextafter).")
+fdim = _binary("fdim", "x - y when x > y, else +0; NaN when either is (C's fdim).")
 fmod = _binary("mod", "The remainder of x / y with the sign of x (C's fmod).", "fmod")
 
 
@@ -100,5 +101,5 @@ def signbit(x, _sem=None):
 
 
 __all__ = [*_LIBDEVICE_UNARY, "fabs", "nearbyint", "fast_expf", "fast_logf", "fast_dividef", "pow", "fma", "umulhi",
-           "sqrt_rn", "div_rn", "atan2", "hypot", "copysign", "nextafter", "fmod", "fmax", "fmin", "isnan", "isinf",
-           "isfinited", "finitef", "signbit"]
+           "sqrt_rn", "div_rn", "atan2", "hypot", "copysign", "nextafter", "fdim", "fmod", "fmax", "fmin", "isnan",
+           "isinf", "isfinited", "finitef", "signbit"]
