@@ -2,7 +2,8 @@
 
 ``do_bench(fn)`` runs ``fn`` once and returns the simulated time of the kernel launches it made, in
 milliseconds (Triton's unit): the same value on every call, so ``warmup``, ``rep`` and the cache flush have
-nothing to average. ``perf_report``/``Benchmark`` run the benchmarked function over the x values and print
+nothing to average. A function that launches no kernel (a torch CPU operation) has no simulated time: ``nan``,
+with a ``DvmWarning``. ``perf_report``/``Benchmark`` run the benchmarked function over the x values and print
 (and return) the table; plotting is done only when matplotlib is installed and ``show_plots`` or
 ``save_path`` asks for it.
 """
@@ -10,10 +11,11 @@ nothing to average. ``perf_report``/``Benchmark`` run the benchmarked function o
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 
-from ..errors import DvmError
+from ..errors import DvmError, DvmWarning
 
 _MODES = ("min", "max", "mean", "median", "all")
 
@@ -22,6 +24,10 @@ def _simulated_ms(fn) -> float:
     from ..trace.record import Session
     with Session(summary_only=True) as s:
         fn()
+    if not s.launches:
+        warnings.warn("do_bench: the function launched no dvmlang kernel, so it has no simulated time (host code such "
+                      "as a torch CPU operation is not modelled); the result is nan", DvmWarning, stacklevel=3)
+        return float("nan")
     return sum(r.time_us for r in s.launches) / 1e3
 
 

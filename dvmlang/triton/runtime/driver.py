@@ -6,6 +6,8 @@ There is one device (index 0), the default ``dvmlang.npu.Device``; its numbers c
 
 from __future__ import annotations
 
+import sys
+
 from ...errors import LaunchError
 from ..backends.compiler import GPUTarget
 
@@ -65,9 +67,11 @@ class ActiveDriver:
     def get_current_target(self) -> GPUTarget:
         return TARGET
 
-    def get_active_torch_device(self) -> str:
-        """``"cpu"``: the tensors a program passes live in host memory (torch accepts the string as a device)."""
-        return "cpu"
+    def get_active_torch_device(self):
+        """``torch.device("cpu")`` when the program has imported torch (tensors live in host memory), else the
+        string ``"cpu"``; torch itself is never imported here."""
+        torch = sys.modules.get("torch")
+        return torch.device("cpu") if torch is not None and hasattr(torch, "device") else "cpu"
 
     def get_device_interface(self):
         raise LaunchError("get_device_interface returns torch.cuda on a GPU; the simulated NPU has no torch device "
