@@ -45,6 +45,11 @@ def test_layout_and_version():
     assert triton.backends.backends == {}
     assert tl.str_to_ty("fp32", None) is tl.float32 and tl.str_to_ty("i1", None) is tl.int1
     assert isinstance(tl.float16, tl.dtype)
+    import dvmlang.language as dl
+    missing = [k for k in vars(dl) if not k.startswith("_") and not hasattr(tl, k)
+               and k not in ("debug", "elementwise", "memory", "reductions", "shape")]  # dl's own module split
+    assert missing == []
+    assert tl.range is dl.range and tl.static_range is dl.static_range and tl.cdiv is dl.cdiv
 
 
 def test_names_with_no_meaning_here_say_so():

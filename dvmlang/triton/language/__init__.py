@@ -10,6 +10,7 @@ from ...errors import DvmError
 from ...language import *  # noqa: F403 - dl is tl's core
 from ...language import __all__ as _dl_all
 from ...language import N_ROUNDS_DEFAULT, PropagateNan, TENSOR_METHODS  # noqa: F401
+from ...language import bool_, builtin, cdiv, next_power_of_2, random, range, static_range, view  # noqa: F401, A004
 from ...language import (bfloat16, constexpr, float8e4nv, float8e5, float16, float32, float64, int1, int8,
                          int16, int32, int64, uint8, uint16, uint32, uint64)
 from . import core, extra, math, standard  # noqa: F401 - Triton's submodules
@@ -100,4 +101,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'dvmlang.triton.language' has no attribute {name!r}")
 
 
-__all__ = [*(n for n in _dl_all if n != "dtype"), "dtype", "str_to_ty", "core", "extra", "math", "standard", "PropagateNan"]
+__all__ = [*(n for n in _dl_all if n != "dtype"), "dtype", "str_to_ty", "range", "static_range", "cdiv",
+           "next_power_of_2", "view", "random", "core", "extra", "math", "standard", "PropagateNan"]
