@@ -7,7 +7,9 @@
 Which tests apply is Triton's own CPU classification: the tests marked ``interpreter``, run as if
 ``TRITON_INTERPRET=1`` (so ``is_interpreter()`` holds and they skip what Triton's interpreter skips), with
 ``--device cpu``. The tests are read from ``$DVMLANG_TRITON_TESTS`` (default: ``../shared/triton-tests`` next to
-the checkout), verbatim; nothing of them is edited. The summary counts, per file, the parametrizations that
+the checkout), verbatim; nothing of them is edited. One adaptation: ``exec`` of a string registers the
+string as the source of what it defines, because the tests build kernels by exec'ing edited source and
+dvmlang compiles a kernel from its source text. The summary counts, per file, the parametrizations that
 passed, failed (an error counts as a failure) and were skipped by the tests themselves; the pass rate is
 passed / (passed + failed). ``--out FILE`` also writes the counts and every failure's first line as JSON.
 Triton's ``test_random`` imports ``scipy`` (``pip install scipy``); the test extra does not install it.
@@ -16,11 +18,14 @@ Triton's ``test_random`` imports ``scipy`` (``pip install scipy``); the test ext
 from __future__ import annotations
 
 import argparse
+import builtins
 import collections
 import importlib
 import importlib.abc
 import importlib.util
+import itertools
 import json
+import linecache
 import os
 import random
 import sys
@@ -61,9 +66,25 @@ class TritonAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
+_exec = builtins.exec
+_names = itertools.count()
+
+
+def _exec_with_source(source, globals=None, locals=None, /, *args, **kwargs):
+    """``exec`` of a string, compiled under a registered file name: Triton's tests build kernels by exec'ing
+    edited source (``patch_kernel``), and a dvmlang kernel is compiled from its source text (Triton's
+    interpreter runs the function instead)."""
+    if isinstance(source, str):
+        name = f"<exec-{next(_names)}>"
+        linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+        source = compile(source, name, "exec")
+    return _exec(source, globals, locals, *args, **kwargs)
+
+
 def install(unit: Path) -> None:
     if not any(isinstance(f, TritonAlias) for f in sys.meta_path):
         sys.meta_path.insert(0, TritonAlias(unit))
+    builtins.exec = _exec_with_source
 
 
 class Collector:
@@ -72,6 +93,7 @@ class Collector:
     def __init__(self, sample: int | None, seed: int):
         self.sample, self.seed = sample, seed
         self.outcomes: dict[str, str] = {}
+        self.files: dict[str, str] = {}
         self.messages: dict[str, str] = {}
 
     def pytest_collection_modifyitems(self, session, config, items):
@@ -79,6 +101,7 @@ class Collector:
         if self.sample is not None and self.sample < len(chosen):
             chosen = sorted(random.Random(self.seed).sample(chosen, self.sample), key=lambda it: it.nodeid)
         items[:] = chosen
+        self.files = {it.nodeid: it.path.stem for it in chosen}
 
     def pytest_runtest_logreport(self, report):
         nid = report.nodeid
@@ -114,7 +137,7 @@ def run(files=FILES, k: str | None = None, sample: int | None = None, seed: int 
         pytest.main(args, plugins=[upstream, collector])
     counts: dict[str, collections.Counter] = {}
     for nid, outcome in collector.outcomes.items():
-        counts.setdefault(nid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py"), collections.Counter())[outcome] += 1
+        counts.setdefault(collector.files.get(nid, "collection"), collections.Counter())[outcome] += 1
     return counts, collector.messages
 
 
