@@ -493,3 +493,16 @@ def test_dtype_class_knobs_and_tools_import_as_in_triton():
     from dvmlang.triton.tools.tensor_descriptor import TensorDescriptor
     with pytest.raises(triton.TritonError, match="make_tensor_descriptor"):
         TensorDescriptor.from_tensor(np.zeros((4, 4), np.float32), [2, 2])
+
+
+def test_amd_backend_options_in_a_config_are_not_constexprs():
+    c = triton.Config({"BLOCK_SIZE": 64, "matrix_instr_nonkdim": 16, "waves_per_eu": 2}, num_warps=4, num_stages=2)
+    assert c.kwargs == {"BLOCK_SIZE": 64} and c.backend_options == {"matrix_instr_nonkdim": 16, "waves_per_eu": 2}
+    assert "waves_per_eu: 2" in repr(c)
+    k = triton.autotune([c, triton.Config({"BLOCK_SIZE": 256, "kpack": 2})], key=["n_elements"])(add_kernel)
+    n = 1000
+    x, y, out = np.arange(n, dtype=np.float32), np.ones(n, np.float32), np.zeros(n, np.float32)
+    k[lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)](x, y, out, n)
+    np.testing.assert_array_equal(out, x + 1)
+    with pytest.raises(triton.TritonError, match="ir_override"):
+        triton.Config({}, ir_override="x.ttgir")

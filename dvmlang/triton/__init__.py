@@ -8,11 +8,12 @@ Nothing here imports torch; tensors are duck-typed by the runtime.
 
 from __future__ import annotations
 
-from ..autotune import Autotuner, Config, Heuristics, autotune, heuristics
+from ..autotune import Autotuner, Heuristics, autotune, heuristics
 from ..errors import CompilationError, DvmError, ResourceError
 from ..language.core import cdiv, next_power_of_2
 from ..runtime import Kernel
 from . import backends, compiler, knobs, language, runtime, testing, tools  # noqa: F401 - Triton's module layout
+from .config import Config
 from .errors import OutOfResources, TritonError
 from .jit import JITFunction, jit
 from .runtime.jit import TensorWrapper, reinterpret
