@@ -22,5 +22,5 @@ __version__ = "3.4.0"  # the Triton release whose API this namespace follows
 
 __all__ = ["jit", "JITFunction", "autotune", "Config", "heuristics", "Autotuner", "Heuristics", "cdiv",
            "next_power_of_2", "reinterpret", "TensorWrapper", "CompilationError", "OutOfResources", "TritonError",
-           "language", "runtime", "testing", "compiler", "backends", "knobs", "tools", "__version__", "Kernel", "DvmError",
-           "ResourceError"]
+           "language", "runtime", "testing", "compiler", "backends", "knobs", "tools", "__version__", "Kernel",
+           "DvmError", "ResourceError"]
