@@ -506,3 +506,9 @@ def test_amd_backend_options_in_a_config_are_not_constexprs():
     np.testing.assert_array_equal(out, x + 1)
     with pytest.raises(triton.TritonError, match="ir_override"):
         triton.Config({}, ir_override="x.ttgir")
+
+
+def test_a_wrapper_the_array_interface_cannot_describe_is_refused_not_misread():
+    x, y = np.zeros(4, np.uint8), np.zeros(4, np.uint8)
+    with pytest.raises(triton.TritonError, match="reinterpreted as float8e4nv cannot be a launch argument"):
+        copy_kernel[(1,)](triton.reinterpret(x, tl.float8e4nv), y, 4, BLOCK=4)

@@ -81,8 +81,16 @@ class TensorWrapper:
 
     @property
     def __array_interface__(self):
-        """A kernel launch reads a ``TensorWrapper`` through this: pointers to ``dtype`` over the base's memory."""
-        return self.numpy_view().__array_interface__
+        """A kernel launch reads a ``TensorWrapper`` through this: pointers to ``dtype`` over the base's memory.
+        The interface cannot name bfloat16 or the fp8 dtypes (numpy reads them as raw bytes), so a wrapper of one
+        of those raises here rather than launch with the wrong element type."""
+        view = self.numpy_view()
+        if view.dtype.kind == "V" or view.dtype.char not in "?bBhHiIlLqQefdg":
+            torch_name = _TORCH_NAMES.get(self.dtype.name, self.dtype.name)
+            instead = f"x.view(torch.{torch_name})" if hasattr(self.base, "data_ptr") else "x.view(ml_dtypes dtype)"
+            raise ArgumentError(f"a tensor reinterpreted as {self.dtype.name} cannot be a launch argument yet (the "
+                                f"array interface cannot name that dtype); pass {instead} instead")
+        return view.__array_interface__
 
     def __str__(self) -> str:
         return f"TensorWrapper[{self.dtype}]({self.base})"
