@@ -162,9 +162,12 @@ class ArithmeticOps:
         arithmetic when the left operand is signed, even if the promoted type is unsigned (``int8 >> uint32``)."""
         if opname in ("shl", "shr"):
             if not (a.dtype.is_int and b.dtype.is_int):
-                raise KernelTypeError(f"`{SYMBOL[opname]}` needs integer operands, got {a.dtype} and {b.dtype}")
+                raise KernelTypeError(f"invalid operands of type {a.dtype} and {b.dtype} for `{SYMBOL[opname]}`: it "
+                                      "needs integer operands")
         elif a.dtype.is_float or b.dtype.is_float:
-            raise KernelTypeError(f"`{SYMBOL[opname]}` needs integer or boolean operands, got {a.dtype} and {b.dtype}",
+            # "invalid operands of type" is Triton's wording, which its tests and users match
+            raise KernelTypeError(f"invalid operands of type {a.dtype} and {b.dtype} for `{SYMBOL[opname]}`: it needs "
+                                  "integer or boolean operands",
                                   hint="compare first (x > 0), or cast with .to(dl.int32)")
         res = dt.promote(a.dtype, b.dtype)
         signed_shr = opname == "shr" and a.dtype.is_signed and not res.is_signed
