@@ -729,6 +729,18 @@ def test_sort_and_topk(rng, m, n, dim, k, dtype):
     np.testing.assert_array_equal(out[2 * m * n:].reshape(kshape), top)
 
 
+@dvmlang.kernel
+def _bottom_k(x_ptr, out_ptr, N: dl.constexpr, K: dl.constexpr):
+    dl.store(out_ptr + dl.arange(0, K), dl.topk(dl.load(x_ptr + dl.arange(0, N)), K, descending=False))
+
+
+def test_topk_not_descending_is_the_k_smallest_smallest_first(rng):
+    x = rng.standard_normal(16).astype(np.float32)
+    out = np.zeros(4, np.float32)
+    _bottom_k[(1,)](x, out, N=16, K=4)
+    np.testing.assert_array_equal(out, np.sort(x)[:4])  # torch.topk(x, 4, largest=False).values
+
+
 def _swizzle_ref(i, j, size_i, size_j, size_g):
     ij = i * size_j + j
     size_gj = size_g * size_j

@@ -106,9 +106,10 @@ def sort(x, dim=None, descending=False, _sem=None):
 
 
 @builtin
-def topk(x, k, dim=None, _sem=None):
-    """The ``k`` largest elements along ``dim`` (the last dimension when None), largest first."""
-    return _sem.topk(x, k, dim)
+def topk(x, k, dim=None, descending=True, _sem=None):
+    """The ``k`` largest elements along ``dim`` (the last dimension when None), largest first; with
+    ``descending=False`` the ``k`` smallest, smallest first (Triton's ``tl.topk``, torch's ``largest=``)."""
+    return _sem.topk(x, k, dim, bool_const(descending, "descending"))
 
 
 @builtin

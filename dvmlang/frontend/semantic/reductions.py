@@ -80,7 +80,7 @@ class ReductionOps:
             return x
         return tensor(self.b.sort(x.handle, ax, bool(descending)))
 
-    def topk(self, x, k, dim=None):
+    def topk(self, x, k, dim=None, descending=True):
         x = self.to_tensor(x)
         if not x.shape:
             raise KernelTypeError("dl.topk needs a tile with at least one dimension, got a single value")
@@ -92,7 +92,7 @@ class ReductionOps:
         if not 1 <= k <= x.shape[ax]:
             raise KernelTypeError(f"dl.topk's k = {k} must lie in [1, {x.shape[ax]}] for a tile of shape {x.shape} "
                                   f"along dimension {ax}", hint="sort with dl.sort(x, descending=True) for all of them")
-        s = self.sort(x, ax, True)
+        s = self.sort(x, ax, descending)
         return s if k == x.shape[ax] else self.slice(s, (0,) * len(x.shape),
                                                       tuple(k if d == ax else n for d, n in enumerate(x.shape)))
 
