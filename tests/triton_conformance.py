@@ -32,6 +32,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TESTS = ROOT.parent / "shared" / "triton-tests"
 FILES = ("test_core", "test_random", "test_standard")
@@ -96,6 +98,12 @@ class Collector:
         self.files: dict[str, str] = {}
         self.messages: dict[str, str] = {}
 
+    @pytest.fixture
+    def with_allocator(self):
+        """Triton's ``test/unit/conftest.py`` fixture (not among the copied files): it installs a scratch-memory
+        allocator for kernels that need global scratch; dvmlang kernels need none."""
+        yield
+
     def pytest_collection_modifyitems(self, session, config, items):
         chosen = [it for it in items if it.get_closest_marker("interpreter") is not None]
         if self.sample is not None and self.sample < len(chosen):
@@ -119,8 +127,6 @@ def run(files=FILES, k: str | None = None, sample: int | None = None, seed: int 
     unit = tests_dir() / "unit"
     if not unit.is_dir():
         raise SystemExit(f"Triton's tests are not at {unit}; set DVMLANG_TRITON_TESTS to the triton-tests folder")
-    import pytest
-
     os.environ["TRITON_INTERPRET"] = "1"
     install(unit)
     sys.path.insert(0, str(unit))
