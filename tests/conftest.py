@@ -17,3 +17,7 @@ def sequential_device():
 
 def pytest_configure(config):
     import dvmlang.npu  # noqa: F401 - make dvmlang.npu importable as an attribute
+
+
+# Triton's own tests (verbatim inputs of tests/triton_conformance.py) are not tests of this suite
+collect_ignore_glob = ["triton_upstream/*"]

@@ -6,8 +6,8 @@
 
 Which tests apply is Triton's own CPU classification: the tests marked ``interpreter``, run as if
 ``TRITON_INTERPRET=1`` (so ``is_interpreter()`` holds and they skip what Triton's interpreter skips), with
-``--device cpu``. The tests are read from ``$DVMLANG_TRITON_TESTS`` (default: ``../shared/triton-tests`` next to
-the checkout), verbatim; nothing of them is edited. One adaptation: ``exec`` of a string registers the
+``--device cpu``. The tests are read from ``$DVMLANG_TRITON_TESTS`` (default: ``tests/triton_upstream``, verbatim
+copies of Triton's files), and nothing of them is edited. One adaptation: ``exec`` of a string registers the
 string as the source of what it defines, because the tests build kernels by exec'ing edited source and
 dvmlang compiles a kernel from its source text. The summary counts, per file, the parametrizations that
 passed, failed (an error counts as a failure) and were skipped by the tests themselves; the pass rate is
@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_TESTS = ROOT.parent / "shared" / "triton-tests"
+DEFAULT_TESTS = ROOT / "tests" / "triton_upstream"  # verbatim copies; $DVMLANG_TRITON_TESTS names another
 FILES = ("test_core", "test_random", "test_standard")
 
 
