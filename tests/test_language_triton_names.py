@@ -971,3 +971,27 @@ def test_philox_with_64_bit_counters(rng):
     # the Random123 known answer for counter 0 and key 0
     assert _philox4x64_ref(0, 0, (0, 0, 0, 0)) == (0x16554D9ECA36314C, 0xDB20FE9D672D0FDC, 0xD7E772CEE186176B,
                                                    0x7E68B68AEC7BA23B)
+
+
+@dvmlang.kernel
+def _item_k(x_ptr, out_ptr):
+    v = dl.load(x_ptr + dl.arange(0, 1)).item()  # a scalar: it can bound a loop
+    acc = 0.0
+    for i in range(0, v.to(dl.int32)):
+        acc += 1.0
+    dl.store(out_ptr, acc + v)
+
+
+def test_item_of_a_one_element_tile_is_a_scalar():
+    out = np.zeros(1, np.float32)
+    _item_k[(1,)](np.array([3.0], np.float32), out)
+    assert out[0] == 6.0
+
+
+def test_item_of_a_larger_tile_is_a_compile_error():
+    @dvmlang.kernel
+    def k(x_ptr, out_ptr):
+        dl.store(out_ptr, dl.load(x_ptr + dl.arange(0, 2)).item())
+
+    with pytest.raises(dvmlang.KernelTypeError, match="item\\(\\) needs a tile with one element"):
+        k[(1,)](np.zeros(2, np.float32), np.zeros(1, np.float32))

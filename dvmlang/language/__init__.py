@@ -22,6 +22,7 @@ from .random import *  # noqa: F403
 from .random import N_ROUNDS_DEFAULT
 from .reductions import *  # noqa: F403
 from .shape import *  # noqa: F403
+from .core import _item  # noqa: F401 - the function of x.item(), not a dl name
 from .shape import view
 
 __all__ = ["constexpr", "tensor", "pointer", "block_pointer", "dtype", *core.__all__, *shape.__all__,
@@ -40,5 +41,5 @@ TENSOR_METHODS = {
     "atomic_add": "atomic_add", "atomic_max": "atomic_max", "atomic_min": "atomic_min", "atomic_xchg": "atomic_xchg",
     "atomic_and": "atomic_and", "atomic_or": "atomic_or", "atomic_xor": "atomic_xor", "atomic_cas": "atomic_cas",
     "advance": "advance", "flip": "flip", "interleave": "interleave", "join": "join", "reduce_or": "reduce_or",
-    "sort": "sort", "topk": "topk", "gather": "gather", "histogram": "histogram",
+    "sort": "sort", "topk": "topk", "gather": "gather", "histogram": "histogram", "item": "_item",
 }

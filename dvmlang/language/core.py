@@ -35,6 +35,16 @@ def builtin(fn):
     return wrapper
 
 
+@builtin
+def _item(x, _sem=None):
+    """``x.item()``: the one element of a one-element tile, as a scalar (Triton's ``tensor.item``)."""
+    x = _sem.to_tensor(x)
+    if x.numel != 1:
+        raise KernelTypeError(f"item() needs a tile with one element, got a tile of shape {x.shape}",
+                              hint="reduce the tile first, for example dl.max(x, axis=0)")
+    return _sem.as_scalar(x)
+
+
 def bool_const(v, what):
     """A compile-time truth value (``ConstexprError`` for a runtime one)."""
     v = unwrap(v)
