@@ -27,15 +27,24 @@ from .errors import ArgumentError, LaunchError
 # Triton's launch options: accepted by ``kernel[grid](...)``, ``run``, ``encode``, ``prepare`` and ``warmup``
 # (unless the kernel has a parameter of the same name, which then takes the value). None has an effect
 # on the simulated NPU; each is checked for the type Triton takes. docs/language.md section 1 says why.
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_bool(v) -> bool:
+    return isinstance(v, (bool, np.bool_))
+
+
+# option: (the values Triton takes, said in words)
 LAUNCH_OPTIONS = {
-    "num_warps": "pos_int",
-    "num_ctas": "pos_int",
-    "num_stages": "nonneg_int",
-    "maxnreg": "opt_pos_int",
-    "enable_fp_fusion": "bool",
-    "launch_cooperative_grid": "bool",
-    "launch_pdl": "bool",
-    "debug": "opt_bool",
+    "num_warps": (lambda v: _is_int(v) and v >= 1 and not v & (v - 1), "a positive power of 2"),
+    "num_ctas": (lambda v: _is_int(v) and v >= 1, "a positive int"),
+    "num_stages": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
+    "maxnreg": (lambda v: v is None or (_is_int(v) and v >= 1), "None or a positive int"),
+    "enable_fp_fusion": (_is_bool, "a bool"),
+    "launch_cooperative_grid": (_is_bool, "a bool"),
+    "launch_pdl": (_is_bool, "a bool"),
+    "debug": (lambda v: v is None or _is_bool(v), "None or a bool"),
 }
 
 
@@ -45,27 +54,13 @@ def split_launch_options(kname: str, params, kwargs: dict) -> dict:
         return kwargs
     out = {}
     for k, v in kwargs.items():
-        kind = LAUNCH_OPTIONS.get(k)
-        if kind is None or k in params:
+        if k not in LAUNCH_OPTIONS or k in params:
             out[k] = v
             continue
-        ok = {"pos_int": lambda: _is_int(v) and v >= 1,
-              "nonneg_int": lambda: _is_int(v) and v >= 0,
-              "opt_pos_int": lambda: v is None or (_is_int(v) and v >= 1),
-              "bool": lambda: isinstance(v, (bool, np.bool_)),
-              "opt_bool": lambda: v is None or isinstance(v, (bool, np.bool_))}[kind]()
-        if k == "num_warps" and ok and v & (v - 1):
-            ok = False
-            kind = "a power of 2"
-        if not ok:
-            want = {"pos_int": "a positive int", "nonneg_int": "an int >= 0", "opt_pos_int": "None or a positive int",
-                    "bool": "a bool", "opt_bool": "None or a bool"}.get(kind, kind)
+        ok, want = LAUNCH_OPTIONS[k]
+        if not ok(v):
             raise LaunchError(f"launch option `{k}` of `{kname}` must be {want}, got {type(v).__name__} {v!r}")
     return out
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
 def is_foreign_array(v) -> bool:
