@@ -65,8 +65,8 @@ def split_launch_options(kname: str, params, kwargs: dict) -> dict:
 
 def is_foreign_array(v) -> bool:
     """Whether ``v`` is an array dvmlang converts (a torch tensor, a ``__dlpack__`` or ``__array_interface__``
-    object), not a numpy array, number or constexpr value."""
-    if isinstance(v, (np.ndarray, np.generic, int, float, str, tuple)) or v is None:
+    object), not a numpy array, number, constexpr value or dvmlang value (``__dvm_array__``)."""
+    if isinstance(v, (np.ndarray, np.generic, int, float, str, tuple)) or v is None or hasattr(v, "__dvm_array__"):
         return False
     t = type(v)
     return (t.__module__.startswith("torch") and hasattr(v, "numpy")) or hasattr(v, "__dlpack__") \

@@ -184,7 +184,7 @@ class Kernel(KernelFunction):
             elif v is None:  # Triton: a None pointer is a compile-time None (`if p is not None:` folds)
                 specs.append(ConstexprSpec(None))
             else:
-                if v.__class__ is not np.ndarray and not hasattr(v, "__dvm_array__") and is_foreign_array(v):
+                if v.__class__ is not np.ndarray and is_foreign_array(v):
                     v = values[name] = to_numpy(self.__name__, name, v)  # torch, __dlpack__, __array_interface__
                 specs.append(_classify(self.__name__, name, v))
         return values, tuple(specs)
@@ -471,10 +471,12 @@ def _convert_foreign(kname, src, args, kwargs):
     """``(args, kwargs)`` with every foreign array (``args.is_foreign_array``) bound to a runtime parameter
     replaced by its numpy view, or None when there is none."""
     names, cn = src.params, src.constexpr_params
-    new_args = [to_numpy(kname, n, v) if v.__class__ is not np.ndarray and n not in cn and is_foreign_array(v)
-                and not hasattr(v, "__dvm_array__") else v for n, v in zip(names, args)] + list(args[len(names):])
-    new_kw = {k: to_numpy(kname, k, v) if v.__class__ is not np.ndarray and k in names and k not in cn
-              and is_foreign_array(v) and not hasattr(v, "__dvm_array__") else v for k, v in kwargs.items()}
+
+    def numpy_of(name, v):
+        return to_numpy(kname, name, v) if name in names and name not in cn and is_foreign_array(v) else v
+
+    new_args = [numpy_of(n, v) for n, v in zip(names, args)] + list(args[len(names):])
+    new_kw = {k: numpy_of(k, v) for k, v in kwargs.items()}
     if all(a is b for a, b in zip(new_args, args)) and all(new_kw[k] is v for k, v in kwargs.items()):
         return None
     return tuple(new_args), new_kw
@@ -639,7 +641,7 @@ def run(bytecode, *args, device=None, trace=False):
     for i, (p, v) in enumerate(zip(params, args)):
         if isinstance(v, np.ndarray) and v.__class__ is not np.ndarray:
             v = _plain_array(bytecode.name, p.name, v)
-        elif v.__class__ is not np.ndarray and not hasattr(v, "__dvm_array__") and is_foreign_array(v):
+        elif v.__class__ is not np.ndarray and is_foreign_array(v):
             v = to_numpy(bytecode.name, p.name, v)
         spec = _classify(bytecode.name, p.name, v)
         if p.kind == "tensor":
