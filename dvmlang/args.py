@@ -45,6 +45,8 @@ LAUNCH_OPTIONS = {
     "launch_cooperative_grid": (_is_bool, "a bool"),
     "launch_pdl": (_is_bool, "a bool"),
     "debug": (lambda v: v is None or _is_bool(v), "None or a bool"),
+    "extern_libs": (lambda v: v is None or (isinstance(v, dict) and all(isinstance(k, str) for k in v)),
+                    "None or a dict of library name -> path"),
 }
 
 

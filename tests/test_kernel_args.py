@@ -285,7 +285,8 @@ def test_triton_launch_options_are_accepted_and_change_nothing():
     ref = add[(2,)](x, x, out, 64, BLOCK=32)
     out2 = torch.zeros(64)
     rec = add[(2,)](x, x, out2, 64, BLOCK=32, num_warps=8, num_stages=2, num_ctas=1, maxnreg=None,
-                    enable_fp_fusion=False, launch_cooperative_grid=False, launch_pdl=False, debug=None)
+                    enable_fp_fusion=False, launch_cooperative_grid=False, launch_pdl=False, debug=None,
+                    extern_libs={"libdevice": "/nowhere/libdevice.10.bc"})
     assert torch.equal(out2, x + x) and torch.equal(out2, out)
     assert rec.cycles == ref.cycles
     bc1 = add.encode((2,), x, x, out, 64, BLOCK=32)
@@ -295,7 +296,7 @@ def test_triton_launch_options_are_accepted_and_change_nothing():
 
 @pytest.mark.parametrize("opt, value, match", [("num_warps", 3, "power of 2"), ("num_warps", 0, "positive"),
                                                ("num_stages", -1, ">= 0"), ("maxnreg", 0, "positive"),
-                                               ("enable_fp_fusion", 1, "bool")])
+                                               ("enable_fp_fusion", 1, "bool"), ("extern_libs", "libdevice", "dict")])
 def test_bad_launch_option_value(opt, value, match):
     x = np.zeros(4, np.float32)
     with pytest.raises(dvmlang.LaunchError, match=f"launch option `{opt}` of `copy` must be.*{match}"):
