@@ -10,6 +10,19 @@ import numpy as np
 import ml_dtypes
 
 
+class Flag(int):
+    """A dtype predicate that reads as a bool (``d.is_int``, dvmlang's spelling) and can be called
+    (``d.is_int()``, Triton's)."""
+
+    def __call__(self) -> bool:
+        return bool(self)
+
+    def __repr__(self) -> str:
+        return repr(bool(self))
+
+    __str__ = __repr__
+
+
 class DType:
     """An element type: ``dl.float32``, ``dl.int32``, ``dl.bfloat16`` ..."""
 
@@ -36,16 +49,79 @@ class DType:
         return self.kind == "f"
 
     @property
-    def is_int(self) -> bool:
-        return self.kind in "iu"
+    def is_int(self) -> Flag:
+        """True for integer dtypes; callable too (``d.is_int()``, Triton's spelling)."""
+        return Flag(self.kind in "iu")
 
     @property
     def is_signed(self) -> bool:
         return self.kind == "i" or self.kind == "f"
 
     @property
-    def is_bool(self) -> bool:
-        return self.kind == "b"
+    def is_bool(self) -> Flag:
+        """True for ``int1``; callable too (``d.is_bool()``, Triton's spelling)."""
+        return Flag(self.kind == "b")
+
+    # ---- Triton's host dtype API (``tl.float16.primitive_bitwidth``, ``x.dtype.is_floating()``, ...) ----------
+    @property
+    def primitive_bitwidth(self) -> int:
+        return self.bits
+
+    @property
+    def fp_mantissa_width(self) -> int:
+        if self.kind != "f":
+            raise AttributeError(f"{self!r} is not a floating-point dtype: it has no fp_mantissa_width")
+        return _MANTISSA[self.name]
+
+    @property
+    def exponent_bias(self) -> int:
+        if self.kind != "f":
+            raise AttributeError(f"{self!r} is not a floating-point dtype: it has no exponent_bias")
+        return (1 << (self.bits - _MANTISSA[self.name] - 2)) - 1
+
+    @property
+    def int_bitwidth(self) -> int:
+        if self.kind not in "iub":
+            raise AttributeError(f"{self!r} is not an integer dtype: it has no int_bitwidth")
+        return self.bits
+
+    @property
+    def int_signedness(self) -> str:
+        return "signed" if self.kind == "i" else "unsigned"
+
+    @property
+    def scalar(self) -> "DType":
+        return self
+
+    def is_floating(self) -> bool:
+        return self.kind == "f"
+
+    def is_standard_floating(self) -> bool:
+        return self.name in ("float16", "bfloat16", "float32", "float64")
+
+    def is_int_signed(self) -> bool:
+        return self.kind == "i"
+
+    def is_int_unsigned(self) -> bool:
+        return self.kind in "ub"
+
+    def is_fp8(self) -> bool:
+        return self.name.startswith("float8")
+
+    def is_ptr(self) -> bool:
+        return False
+
+    def is_block(self) -> bool:
+        return False
+
+    def is_void(self) -> bool:
+        return False
+
+    def __getattr__(self, attr: str):
+        # Triton's per-type predicates: is_fp16(), is_bf16(), is_fp8e4nv(), is_int32(), is_uint8(), ...
+        if attr not in _PREDICATES:
+            raise AttributeError(f"dtype {self!r} has no attribute {attr!r}")
+        return lambda: self.name == _PREDICATES[attr]
 
     def to(self, *_args, **_kw):  # pragma: no cover - guard against confusing a dtype with a tile
         raise TypeError(f"{self!r} is a dtype, not a tile; call .to() on a tile value")
@@ -66,6 +142,12 @@ float32 = DType("float32", 11, np.float32, "f")
 float64 = DType("float64", 12, np.float64, "f")
 float8e4nv = DType("float8e4nv", 13, ml_dtypes.float8_e4m3fn, "f")
 float8e5 = DType("float8e5", 14, ml_dtypes.float8_e5m2, "f")
+
+_MANTISSA = {"float16": 10, "bfloat16": 7, "float32": 23, "float64": 52, "float8e4nv": 3, "float8e5": 2}
+_PREDICATES = {"is_fp16": "float16", "is_bf16": "bfloat16", "is_fp32": "float32", "is_fp64": "float64",
+               "is_fp8e4nv": "float8e4nv", "is_fp8e5": "float8e5", "is_int1": "int1",
+               **{f"is_{k}{b}": f"{k}{b}" for k in ("int", "uint") for b in (8, 16, 32, 64)},
+               **{f"is_fp8{k}": None for k in ("e4b15", "e4b8", "e5b16")}}
 
 ALL: tuple[DType, ...] = (bool_, int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16,
                           bfloat16, float32, float64, float8e4nv, float8e5)

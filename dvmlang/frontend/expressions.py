@@ -19,7 +19,7 @@ from ..errors import KernelTypeError, UnsupportedSyntaxError
 from .blockptr import descriptor_load, descriptor_store, tensor_descriptor
 from .carry import kind_of
 from .context import GlobalRead, is_runtime_value
-from .values import Undefined, constexpr, pointer, tensor, unwrap
+from .values import Shape, Undefined, constexpr, pointer, tensor, unwrap
 
 BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
           ast.Mod: "mod", ast.Pow: "pow", ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor",
@@ -72,13 +72,8 @@ class ExpressionsMixin:
         base_u = unwrap(base)
         if is_runtime_value(base_u):
             return self._tensor_attr(base_u, attr, node)
-        if isinstance(base_u, dt.DType):
-            if attr in ("is_floating", "is_fp"):
-                return lambda: base_u.is_float
-            if attr == "primitive_bitwidth":
-                return base_u.bits
-            if attr == "element_ty":
-                return base_u
+        if isinstance(base_u, dt.DType) and attr == "element_ty":
+            return base_u  # ``ptr.type.element_ty`` where ``ptr.type`` is the element dtype
         try:
             return getattr(base_u, attr)
         except AttributeError:
@@ -96,7 +91,7 @@ class ExpressionsMixin:
         if attr == "dtype":
             return t.dtype
         if attr == "shape":
-            return tuple(t.shape)
+            return Shape(t.shape)
         if attr == "T" and isinstance(t, tensor):
             return self.sem.trans(t)
         if attr == "numel" and isinstance(t, tensor):

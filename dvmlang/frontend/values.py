@@ -41,6 +41,24 @@ def unwrap(v):
     return v.value if isinstance(v, constexpr) else v
 
 
+class Shape(tuple):
+    """A value's ``.shape`` inside a kernel: a tuple of ints that also compares equal to a list, as Triton's
+    shapes do (``tl.static_assert(x.shape == [1, N])``), constexpr elements included."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        if isinstance(other, (list, tuple)):
+            return len(self) == len(other) and all(a == unwrap(b) for a, b in zip(self, other))
+        return NotImplemented
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = tuple.__hash__
+
+
 class tensor:
     """A runtime value inside a kernel: a scalar (``shape == ()`` and ``is_scalar``) or a tile."""
 

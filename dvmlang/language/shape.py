@@ -86,7 +86,10 @@ def ravel(x, can_reorder=False, _sem=None):
 def squeeze(x, dim, _sem=None):
     """Remove the unit dimension ``dim``."""
     x = _sem.to_tensor(x)
-    d = int_const(dim, "squeeze dim") % len(x.shape)
+    d, rank = int_const(dim, "squeeze dim"), len(x.shape)
+    if not -rank <= d < rank:
+        raise KernelTypeError(f"invalid axis {d}. Expected {-rank} <= axis < {rank}")
+    d %= rank
     if x.shape[d] != 1:
         raise KernelTypeError(f"dl.squeeze: dimension {d} of shape {x.shape} is not 1",
                               hint="only a dimension of size 1 can be removed; use dl.reshape to change sizes")

@@ -145,8 +145,9 @@ class ArithmeticOps:
             return self._bitwise(opname, a, b)
         division = opname in _DIVISION
         if division and not (a.dtype.is_float or b.dtype.is_float) and (a.dtype.kind in "ub") != (b.dtype.kind in "ub"):
-            raise KernelTypeError(f"cannot use `{SYMBOL[opname]}` with {a.dtype} and {b.dtype}: they have different "
-                                  "signedness (as in Triton)", hint="cast one of them, for example .to(dl.int32)")
+            raise KernelTypeError(f"Cannot use `{SYMBOL[opname]}` with {a.dtype} and {b.dtype} because they have "
+                                  "different signedness (Triton's rule and wording)",
+                                  hint="cast one of them, for example .to(dl.int32)")
         res = dt.promote(a.dtype, b.dtype, division)
         if opname == "truediv" and not res.is_float:
             res = dt.float32

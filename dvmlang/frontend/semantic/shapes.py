@@ -115,14 +115,19 @@ class ShapeOps:
         if isinstance(x, pointer):
             return self.ptr_with(x, lambda off: self.expand_dims(off, tuple(axes)))
         x = self.to_tensor(x)
-        shape = list(x.shape)
+        rank = len(x.shape) + len(axes)  # as Triton: negative axes count from the end of the result
         for a in axes:
             if not isinstance(a, int):
                 raise ConstexprError("expand_dims axis must be a compile-time integer")
-            rank = len(shape) + 1
             if not -rank <= a < rank:
-                raise KernelTypeError(f"axis {a} is out of range for a result of rank {rank}")
-            shape.insert(a % rank, 1)
+                raise KernelTypeError(f"invalid axis {a}. Expected {-rank} <= axis < {rank} (the result has rank "
+                                      f"{rank})")
+        norm = [a % rank for a in axes]
+        if len(set(norm)) != len(norm):
+            raise KernelTypeError(f"expand_dims received duplicate axes, normalized axes = {norm}")
+        shape = list(x.shape)
+        for a in sorted(norm):
+            shape.insert(a, 1)
         if x.is_scalar:
             return tensor(self.b.full(tuple(shape), x.handle))
         return tensor(self.b.reshape(x.handle, tuple(shape)))
