@@ -48,8 +48,8 @@ def _operand(sem, x, fmt, side):
     if x.dtype not in ok:
         what = "two e2m1 values per byte, the first in the low 4 bits" if fmt == "e2m1" else f"{fmt} values"
         raise KernelTypeError(f"dl.dot_scaled: the {side} operand has dtype {x.dtype}, which cannot hold {what} "
-                              f"({side}_format={fmt!r} takes {' or '.join(d.name for d in ok)})",
-                              hint=f"load it as {ok[0].name}, or pass the {side}_format its values are in")
+                              f"({side}_format={fmt!r} takes {' or '.join(map(str, ok))})",
+                              hint=f"load it as {ok[0]}, or pass the {side}_format its values are in")
     if fmt == "e2m1":
         return sem.cast(x, dt.uint8, bitcast=True)
     return sem.cast(x, _FLOAT[fmt], bitcast=True)
