@@ -121,6 +121,11 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("DVMLANG_CACHE_DIR") or Path.home() / ".cache" / "dvmlang") / "autotune"
 
 
+def _trial_session():
+    from .trace.record import Session
+    return Session(max_events=0, summary_only=True)
+
+
 def _key_part(v):
     """A launch argument as it enters the tuning key: arrays by dtype and shape, scalars by value."""
     if hasattr(v, "dtype") and hasattr(v, "shape"):
@@ -241,10 +246,13 @@ class Autotuner(_Wrapper):
                 self.user_pre_hook(named)
             call = lambda: self.fn.run(grid, *args, **kwargs, **config.kwargs, device=device)  # noqa: E731
             try:
-                if self.do_bench is not None:
-                    cost = float(self.do_bench(call))
-                else:
-                    cost = float(call().cycles)
+                # the trial launches go to a session of their own: a trace (or do_bench) around the tuned
+                # launch sees that launch, not the tuning (Triton's do_bench tunes in its untimed warmup)
+                with _trial_session():
+                    if self.do_bench is not None:
+                        cost = float(self.do_bench(call))
+                    else:
+                        cost = float(call().cycles)
             except (ResourceError, ConstexprError):
                 cost = float("inf")  # pruned before running: it does not fit, or the config fails a static_assert
             except Exception as e:

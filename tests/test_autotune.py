@@ -161,3 +161,11 @@ def test_bad_declarations_are_launch_errors():
     with pytest.raises(dvmlang.LaunchError, match="both from the call and from an autotune config"):
         tuned(blocks=(64,))[GRID](x, out, 10, BLOCK=64)
     assert isinstance(tuned(), Autotuner)
+
+
+def test_a_trace_around_a_tuned_launch_records_that_launch_not_the_tuning():
+    k = tuned()
+    x, out = data(3000)
+    with dvmlang.trace(summary_only=True) as t:
+        k[GRID](x, out, 3000)
+    assert len(t.launches) == 1 and k.tunings == 1  # three configs ran (one pruned), one launch is recorded
