@@ -4,9 +4,7 @@ does here)."""
 from __future__ import annotations
 
 from ..errors import DvmError
-from ..runtime import Kernel
-
-JITFunction = Kernel
+from .runtime.jit import JITFunction
 
 # Triton's @jit keyword arguments. Each is accepted and has no effect, for the reason given.
 NO_EFFECT = {
@@ -21,15 +19,16 @@ NO_EFFECT = {
 
 
 def jit(fn=None, **options):
-    """``@triton.jit`` or ``@triton.jit(do_not_specialize=[...], ...)``: a ``dvmlang.kernel``. Every Triton
-    option (``NO_EFFECT``) is accepted and has no effect here; any other keyword is an error."""
+    """``@triton.jit`` or ``@triton.jit(do_not_specialize=[...], ...)``: a ``JITFunction`` (a ``dvmlang.Kernel``
+    whose ``warmup`` gives Triton's ``CompiledKernel``). Every Triton option (``NO_EFFECT``) is accepted and has
+    no effect here; any other keyword is an error."""
     unknown = [k for k in options if k not in NO_EFFECT]
     if unknown:
         raise DvmError(f"triton.jit got {', '.join(f'`{k}`' for k in unknown)}, which Triton's jit does not take; "
                        f"it takes {', '.join(NO_EFFECT)}")
     if fn is None:
-        return lambda f: Kernel(f)
-    return Kernel(fn)
+        return lambda f: JITFunction(f)
+    return JITFunction(fn)
 
 
 __all__ = ["jit", "JITFunction", "NO_EFFECT"]

@@ -1,5 +1,9 @@
 """``triton.runtime.jit``: ``JITFunction`` (dvmlang's ``Kernel``), ``TensorWrapper`` and ``reinterpret``.
 
+``JITFunction`` is what ``@triton.jit`` makes: a ``dvmlang.Kernel`` whose ``warmup`` returns Triton's
+``CompiledKernel`` (``triton.compiler.compiler``: registers, UB bytes, a launcher) instead of the bare
+``Bytecode`` that ``dvmlang.Kernel.warmup`` returns.
+
 ``reinterpret(x, tl.uint32)`` gives a ``TensorWrapper``: ``x``'s memory read as another dtype of the same size.
 ``TensorWrapper.view()`` is that view as an array of the base's kind (a numpy array, or a torch tensor through
 ``Tensor.view(dtype)``). A kernel launch takes a wrapper as a pointer to ``dtype`` over the base's memory
@@ -14,7 +18,23 @@ from ... import dtypes as dt
 from ...errors import ArgumentError
 from ...runtime import Kernel
 
-JITFunction = Kernel
+
+
+class JITFunction(Kernel):
+    """A ``@triton.jit`` kernel: a ``dvmlang.Kernel`` with Triton's ``warmup``."""
+
+    def warmup(self, *args, grid, device=None, **kwargs):
+        """Bind, build and encode one launch without running it (Triton's ``warmup``): a ``CompiledKernel``
+        whose ``n_regs``, ``n_spills`` and ``metadata.shared`` are the bytecode's."""
+        from ...args import LAUNCH_OPTIONS
+        from ..compiler.compiler import CompiledKernel
+        bc = super().warmup(*args, grid=grid, device=device, **kwargs)
+        src = self.source
+        given = dict(zip(src.params, args), **kwargs)
+        constexprs = {n: getattr(given[n], "value", given[n]) for n in src.constexpr_params if n in given}
+        options = {k: v for k, v in kwargs.items() if k in LAUNCH_OPTIONS and k not in src.params}
+        return CompiledKernel(self, bc, constexprs, options)
+
 
 # Triton's canonical dtype names (numpy/torch spelling -> Triton's short name)
 type_canonicalisation_dict = {
@@ -79,17 +99,19 @@ class TensorWrapper:
             self._np = base.view(self.dtype.np)
         return self._np
 
+    __dvm_numpy__ = numpy_view  # how a launch reads a wrapper: any dtype, bfloat16 and fp8 included
+
     @property
     def __array_interface__(self):
-        """A kernel launch reads a ``TensorWrapper`` through this: pointers to ``dtype`` over the base's memory.
-        The interface cannot name bfloat16 or the fp8 dtypes (numpy reads them as raw bytes), so a wrapper of one
-        of those raises here rather than launch with the wrong element type."""
+        """Other libraries read a ``TensorWrapper`` through this (dvmlang launches use ``__dvm_numpy__``). The
+        interface cannot name bfloat16 or the fp8 dtypes (numpy reads them as raw bytes), so a wrapper of one of
+        those raises here rather than hand out the wrong element type."""
         view = self.numpy_view()
         if view.dtype.kind == "V" or view.dtype.char not in "?bBhHiIlLqQefdg":
             torch_name = _TORCH_NAMES.get(self.dtype.name, self.dtype.name)
             instead = f"x.view(torch.{torch_name})" if hasattr(self.base, "data_ptr") else "x.view(ml_dtypes dtype)"
-            raise ArgumentError(f"a tensor reinterpreted as {self.dtype.name} cannot be a launch argument yet (the "
-                                f"array interface cannot name that dtype); pass {instead} instead")
+            raise ArgumentError(f"a tensor reinterpreted as {self.dtype.name} has no __array_interface__ (it cannot "
+                                f"name that dtype); use wrapper.numpy_view() or {instead}")
         return view.__array_interface__
 
     def __str__(self) -> str:
