@@ -161,18 +161,18 @@ def profile_table() -> str:
             continue
         source, meaning = SOURCES.get(f.name, ("?", ""))
         vals = [getattr(p, f.name) for p in profiles]
-        lines.append(f"| `{f.name}` | {_fmt(vals[0])} | {_fmt(vals[1])} | {source} | {meaning} |")
+        lines.append(f"| `{f.name}` | {_fmt(f.name, vals[0])} | {_fmt(f.name, vals[1])} | {source} | {meaning} |")
     return "\n".join(lines)
 
 
-def _fmt(v) -> str:
+def _fmt(name: str, v) -> str:
     if isinstance(v, bool):
         return str(v)
     if isinstance(v, float):
         return f"{v:.4g}"
-    if isinstance(v, int) and v >= 1024 and v % 1024 == 0:
+    if name.endswith("_bytes") and isinstance(v, int) and v >= 1024 and v % 1024 == 0:
         return f"{v // 1024} KiB" if v < 1 << 20 else f"{v // (1 << 20)} MiB"
-    return str(v)
+    return f"{v:,}" if isinstance(v, int) and v >= 100_000 else str(v)
 
 
 def worked_example() -> str:

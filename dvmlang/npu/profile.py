@@ -45,7 +45,7 @@ class Profile:
     scalar_dispatch: int = 2
     scalar_gm_latency: int = 120
     launch_overhead_us: float = 3.0
-    max_programs: int = 65535
+    max_programs: int = 1 << 24
     events_per_pipe_pair: int = 8
     double_buffer: bool = True
 
@@ -97,7 +97,10 @@ SOURCES = {
     "scalar_dispatch": ("assumption", "scalar-unit cycles to decode and dispatch one virtual instruction"),
     "scalar_gm_latency": ("assumption", "scalar-unit read of UB/GM"),
     "launch_overhead_us": ("assumption (a few microseconds is typical)", "fixed cost per kernel launch"),
-    "max_programs": ("published", "at most 65535 programs (blockDim) per launch"),
+    "max_programs": ("model choice", "programs (grid product) per launch. The hardware's 65535 (blockDim) bounds "
+                                     "the decoder's own launch, one block per core, which runs the grid's programs "
+                                     "in waves; 2**24 bounds the simulator's per-program state (about 200 B of "
+                                     "host memory each)"),
     "events_per_pipe_pair": ("published (medium confidence)", "event ids per pipe pair"),
     "double_buffer": ("model choice", "ping-pong buffers: in loops with loads (the body is emitted twice) and "
                                       "between consecutive programs on a core, when the footprint fits twice"),

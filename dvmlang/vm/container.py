@@ -51,7 +51,7 @@ class Limits:
     max_relocs: int = 1 << 20
     max_debug_entries: int = 1 << 20
     max_dim: int = 1 << 40                # one tensor dimension, in elements
-    max_grid: int = 65535                 # programs per kernel (the device launches at most 65535)
+    max_grid: int = 1 << 24               # programs per kernel (the device runs at most 2**24 per launch)
 
 
 LIMITS = Limits()

@@ -47,7 +47,7 @@ LIMIT_TEXT = {
     "max_relocs": "relocation entries",
     "max_debug_entries": "line-table entries",
     "max_dim": "elements along one dimension of a tensor parameter",
-    "max_grid": "programs of one kernel (grid product; the device launches at most 65535)",
+    "max_grid": "programs of one kernel (grid product; the device runs at most 2**24 per launch)",
 }
 
 SECTION_TEXT = {
