@@ -4,28 +4,59 @@ An offset tile built from ``arange``, scalars, broadcasts and ``+ - *`` by unifo
 ``base + sum_d i_d * stride_d`` over the tile's index space. A mask built from ``&`` of comparisons
 between one such index and a uniform bound is a box ``lo_d <= i_d < hi_d``. An access with both
 becomes ``dma_load`` / ``dma_store`` (contiguous bursts, tails by box); anything else stays a
-``gather`` / ``scatter`` and the frontend warns with the source line.
+``gather`` / ``scatter`` and the frontend warns with the source line, naming the expression that is not
+affine and the rewrite.
+
+Wrapped and clamped edges are affine in pieces. Triton's ``(pid * BLOCK + arange(0, BLOCK)) % M`` (tutorial
+03's row offsets), ``tl.where(offs < M, offs, 0)``, ``tl.minimum(offs, M - 1)`` and ``tl.maximum(offs, 0)``
+are an affine index along one dim up to a split point and another affine index after it (a *piece*: from
+``i_d >= split`` on, the offset changes by another affine form). An access with pieces is one DMA per piece
+of the box: the first writes the tile (``other`` outside its box), each next one writes only its own box
+into the same tile (``dma_load`` with ``into``; ``DMA_LOAD*`` with ``keep``). Exactly the same elements are
+read: a wrapped row really reads row ``i % M``. A wrap is two pieces only when the index starts at or above
+0 and wraps at most once (``r0 + c * (n - 1) < 2 * M`` for ``r0 = start % M``), which holds for any block
+of a matrix of at least ``n`` rows; otherwise (a runtime ``if``) the access is the gather it was.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import dtypes as dt
+from ..errors import source_line
 from .builder import Builder
 from .core import Block, Function, Op, ScalarType, TileType, Value
 
 Term = int | Value  # a uniform (per-program) integer: a constant or a scalar IR value
+MAX_PIECES = 2  # split dims per access (2**MAX_PIECES DMAs)
+
+
+@dataclass
+class Piece:
+    """From ``i_dim >= split`` on, the offset is the access's affine form plus ``base + sum_d coeffs[d] * i_d``."""
+
+    dim: int
+    split: Term
+    base: Term
+    coeffs: list[Term]
 
 
 @dataclass
 class Affine:
     base: Term
     coeffs: list[Term]  # one per tile dim; 0 where the offset does not vary along that dim
+    pieces: list[Piece] = field(default_factory=list)
+    guards: list[Value] = field(default_factory=list)  # scalar conditions the pieces need (else: gather)
 
 
 class _NotAffine(Exception):
-    pass
+    """``op``: the expression that is not affine (None: the offsets as a whole); ``why``: what it does and
+    the rewrite, for the warning."""
+
+    def __init__(self, op: Op | None = None, why: str = ""):
+        super().__init__(why)
+        self.op = op
+        self.why = why
 
 
 class _Emitter:
@@ -109,6 +140,112 @@ def _affine(v: Value, shape: tuple[int, ...], em: _Emitter) -> Affine:
         raise
 
 
+def _uniform(f: Affine) -> bool:
+    return not f.pieces and all(c == 0 for c in f.coeffs)
+
+
+def _scale(f: Affine, s: Term, em: _Emitter) -> Affine:
+    return Affine(em.mul(f.base, s), [em.mul(c, s) for c in f.coeffs],
+                  [Piece(p.dim, p.split, em.mul(p.base, s), [em.mul(c, s) for c in p.coeffs]) for p in f.pieces],
+                  f.guards)
+
+
+def _combine(fa: Affine, fb: Affine, name: str, em: _Emitter) -> Affine:
+    """``fa + fb`` or ``fa - fb`` with their pieces (a dim split at two different points is not affine)."""
+    f = em.add if name == "add" else em.sub
+    pieces = list(fa.pieces)
+    for p in fb.pieces:
+        q = p if name == "add" else Piece(p.dim, p.split, em.sub(0, p.base), [em.sub(0, c) for c in p.coeffs])
+        same = next((i for i, x in enumerate(pieces) if x.dim == q.dim), None)
+        if same is None:
+            pieces.append(q)
+            continue
+        x = pieces[same]
+        if x.split is not q.split and not (isinstance(x.split, int) and x.split == q.split):
+            raise _NotAffine(None, "two wrapped or clamped indices split the same tile dim at different points")
+        pieces[same] = Piece(x.dim, x.split, em.add(x.base, q.base), [em.add(a, b) for a, b in zip(x.coeffs, q.coeffs)])
+    if len(pieces) > MAX_PIECES:
+        raise _NotAffine(None, f"more than {MAX_PIECES} tile dims have wrapped or clamped indices")
+    return Affine(f(fa.base, fb.base), [f(x, y) for x, y in zip(fa.coeffs, fb.coeffs)], pieces,
+                  fa.guards + fb.guards)
+
+
+def _one_dim(f: Affine, op: Op, what: str) -> tuple[int, int]:
+    """(dim, positive constant coefficient) of an index that varies along one dim and has no pieces."""
+    varying = [d for d, c in enumerate(f.coeffs) if c != 0]
+    if f.pieces or len(varying) != 1 or not isinstance(f.coeffs[varying[0]], int) or f.coeffs[varying[0]] <= 0:
+        raise _NotAffine(op, f"{what} of an index that is not `start + c * arange(...)` along one dim (c a "
+                             "positive constant)")
+    return varying[0], f.coeffs[varying[0]]
+
+
+def _wrap(op: Op, v: Value, shape, em: _Emitter) -> Affine:
+    """``(start + c*i) % m``: ``r0 + c*i`` below the split ``cdiv(m - r0, c)``, ``r0 + c*i - m`` from it on."""
+    a, b = op.operands
+    fa, fm = _affine(a, shape, em), _affine(b, shape, em)
+    if not _uniform(fm):
+        raise _NotAffine(op, "`%` by a divisor that varies across the tile; compute it per program (a scalar)")
+    d, c = _one_dim(fa, op, "`%`")
+    m = fm.base
+    r0 = em.b.binary("mod", em.val(fa.base), em.val(m), em.dtype)
+    n = shape[d]
+    ok = em.b.binary("and", em.b.compare("ge", em.val(fa.base), em.val(0)), em.b.compare("gt", em.val(m), em.val(0)),
+                     dt.bool_)
+    last = em.add(r0, c * (n - 1))
+    ok = em.b.binary("and", ok, em.b.compare("lt", em.val(em.sub(last, m)), em.val(m)), dt.bool_)  # wraps once
+    split = em.cdiv(em.sub(m, r0), c)
+    coeffs = [0] * len(shape)
+    coeffs[d] = c
+    zeros = [0] * len(shape)
+    return Affine(r0, coeffs, [Piece(d, split, em.sub(0, m), zeros)], fa.guards + fm.guards + [ok])
+
+
+def _clamp_select(op: Op, shape, em: _Emitter) -> Affine:
+    """``where(cond, x, y)`` with ``cond`` one bound on one dim: ``x`` on one side of the split, ``y`` on the other."""
+    cond, x, y = op.operands
+    fx, fy = _affine(x, shape, em), _affine(y, shape, em)
+    if fx.pieces or fy.pieces:
+        raise _NotAffine(op, "`where` of indices that already wrap or clamp")
+    box = Box([None] * len(shape), [None] * len(shape))
+    try:
+        _mask_box(cond, shape, em, box)
+    except _NotAffine:
+        raise _NotAffine(op, "`where` whose condition is not a bound on one index (`offs < n`, `offs >= 0`)") \
+            from None
+    bounds = [(d, lo, hi) for d, (lo, hi) in enumerate(zip(box.lo, box.hi)) if lo is not None or hi is not None]
+    if len(bounds) != 1 or (bounds[0][1] is not None and bounds[0][2] is not None):
+        raise _NotAffine(op, "`where` whose condition bounds the index on both sides or along several dims")
+    d, lo, hi = bounds[0]
+    if hi is not None:  # x below hi, y from it on
+        first, second, split = fx, fy, hi
+    else:  # y below lo, x from it on
+        first, second, split = fy, fx, lo
+    delta = Piece(d, split, em.sub(second.base, first.base), [em.sub(q, p) for p, q in zip(first.coeffs, second.coeffs)])
+    return Affine(first.base, first.coeffs, [delta], fx.guards + fy.guards)
+
+
+def _clamp_minmax(op: Op, shape, em: _Emitter) -> Affine:
+    """``minimum(x, u)`` / ``maximum(x, u)`` of an index ``x = b + c*i`` (one dim) and a uniform ``u``."""
+    name = _MINMAX[op.attrs["op"]]
+    a, b = op.operands
+    fa, fb = _affine(a, shape, em), _affine(b, shape, em)
+    if _uniform(fa) and not _uniform(fb):
+        fa, fb = fb, fa
+    if not _uniform(fb):
+        raise _NotAffine(op, f"`{name}` of two indices that both vary across the tile")
+    d, c = _one_dim(fa, op, f"`{name}`")
+    u = fb.base
+    gap = em.sub(u, fa.base)  # x <= u  <=>  c*i <= gap
+    zeros = [0] * len(shape)
+    neg = [0] * len(shape)
+    neg[d] = -c
+    if name == "minimum":  # x up to floor(gap / c), then u
+        split = _floordiv(em, gap, c, plus=1)
+        return Affine(fa.base, fa.coeffs, [Piece(d, split, gap, neg)], fa.guards + fb.guards)
+    split = em.cdiv(gap, c)  # u below cdiv(gap, c), then x
+    return Affine(u, zeros, [Piece(d, split, em.sub(0, gap), [-x for x in neg])], fa.guards + fb.guards)
+
+
 def _affine_form(v: Value, shape: tuple[int, ...], em: _Emitter) -> Affine:
     rank = len(shape)
     if isinstance(v.type, ScalarType):
@@ -135,28 +272,54 @@ def _affine_form(v: Value, shape: tuple[int, ...], em: _Emitter) -> Affine:
     if k in ("broadcast", "reshape"):
         src = op.operands[0]
         inner = _affine(src, src.type.shape, em)
-        mapping = _dim_map(src.type.shape, vshape)
-        coeffs = [0] * rank
-        for a, c in enumerate(inner.coeffs):
-            if src.type.shape[a] != 1:
-                coeffs[lead + mapping[a]] = c
-        return Affine(inner.base, coeffs)
+        try:
+            mapping = _dim_map(src.type.shape, vshape)
+        except _NotAffine:
+            raise _NotAffine(op, "a reshape that does more than add or drop unit dims") from None
+
+        def spread(cs):
+            out = [0] * rank
+            for a, c in enumerate(cs):
+                if src.type.shape[a] != 1:
+                    out[lead + mapping[a]] = c
+            return out
+        pieces = []
+        for p in inner.pieces:
+            if src.type.shape[p.dim] == 1:
+                raise _NotAffine(op, "a wrapped or clamped unit dim")
+            pieces.append(Piece(lead + mapping[p.dim], p.split, p.base, spread(p.coeffs)))
+        return Affine(inner.base, spread(inner.coeffs), pieces, inner.guards)
+    if k == "select":
+        return _clamp_select(op, shape, em)
     if k in ("binary",):
         name = op.attrs["op"]
         a, b = op.operands
         if name in ("add", "sub"):
-            fa, fb = _affine(a, shape, em), _affine(b, shape, em)
-            f = em.add if name == "add" else em.sub
-            return Affine(f(fa.base, fb.base), [f(x, y) for x, y in zip(fa.coeffs, fb.coeffs)])
+            return _combine(_affine(a, shape, em), _affine(b, shape, em), name, em)
         if name == "mul":
             fa, fb = _affine(a, shape, em), _affine(b, shape, em)
-            if all(c == 0 for c in fb.coeffs):
-                s = fb.base
-                return Affine(em.mul(fa.base, s), [em.mul(c, s) for c in fa.coeffs])
-            if all(c == 0 for c in fa.coeffs):
-                s = fa.base
-                return Affine(em.mul(fb.base, s), [em.mul(c, s) for c in fb.coeffs])
-    raise _NotAffine
+            if _uniform(fb):
+                return _scale(fa, fb.base, em)
+            if _uniform(fa):
+                return _scale(fb, fa.base, em)
+            raise _NotAffine(op, "`*` of two values that both vary across the tile")
+        if name == "mod":
+            return _wrap(op, v, shape, em)
+        if name in _MINMAX:
+            return _clamp_minmax(op, shape, em)
+        raise _NotAffine(op, _HINTS.get(name, f"the integer op `{name}` on the index"))
+    if k in ("load", "gather", "dma_load"):
+        raise _NotAffine(op, "offsets loaded from memory (an indirect access: a gather by design)")
+    raise _NotAffine(op, f"`{k}` on the index")
+
+
+_MINMAX = {"minimum": "minimum", "fmin": "minimum", "maximum": "maximum", "fmax": "maximum"}  # same on integers
+_HINTS = {
+    "div": "`//` of the index (a row/column split): index with two aranges, `rows[:, None] * stride + cols[None, :]`",
+    "floordiv": "`//` of the index: index with two aranges, `rows[:, None] * stride + cols[None, :]`",
+    "and": "`&` on the index; mask instead (`mask=offs < n`)",
+    "shl": "`<<` on the index; multiply by a power of 2 instead",
+}
 
 
 def _dim_map(src: tuple[int, ...], view: tuple[int, ...]) -> dict[int, int]:
@@ -226,6 +389,8 @@ def _mask_box(m: Value, shape: tuple[int, ...], em: _Emitter, box: Box) -> None:
         cc = op.attrs["op"]
         fa = _affine(a, shape, em)
         fb = _affine(b, shape, em)
+        if fa.pieces or fb.pieces or fa.guards or fb.guards:
+            raise _NotAffine(op, "a mask on a wrapped or clamped index; mask the unwrapped index instead")
         varying = [i for i in range(rank) if fa.coeffs[i] != 0 or fb.coeffs[i] != 0]
         if not varying:
             _uniform_predicate(em.b.compare(cc, em.val(fa.base), em.val(fb.base)), shape, em, box)
@@ -283,20 +448,25 @@ def _merge(box: Box, d: int, lo: Term | None, hi: Term | None, em: _Emitter) -> 
         box.hi[d] = em.minimum(box.hi[d], hi)
 
 
-def analyse_accesses(fn: Function, on_gather=None) -> None:
+def analyse_accesses(fn: Function, on_gather=None) -> int:
     """Rewrite ``load``/``store`` into ``dma_load``/``dma_store`` where the access is affine, and into
-    ``gather``/``scatter`` otherwise (calling ``on_gather(op, reason)`` for each of those)."""
-    _walk(fn.body, fn, on_gather)
+    ``gather``/``scatter`` otherwise (calling ``on_gather(op, reason)`` for each of those). Returns how many
+    accesses became guarded DMAs: each recomputes its fallback gather's offsets inside the fallback branch,
+    so the originals are dead and must be removed (DCE) before CSE would merge the copies back into them."""
+    guarded = [0]
+    _walk(fn.body, fn, on_gather, guarded)
+    return guarded[0]
 
 
-def _walk(block: Block, fn: Function, on_gather) -> None:
+def _walk(block: Block, fn: Function, on_gather, guarded) -> None:
     i = 0
     while i < len(block.ops):
         op = block.ops[i]
         for r in op.regions:
-            _walk(r, fn, on_gather)
+            _walk(r, fn, on_gather, guarded)
         if op.kind in ("load", "store"):
             new_ops = _rewrite(op, fn, on_gather)
+            guarded[0] += any(o.kind == "if" for o in new_ops)
             block.ops[i:i + 1] = new_ops
             for o in new_ops:
                 o.parent = block
@@ -329,38 +499,144 @@ def _rewrite(op: Op, fn: Function, on_gather) -> list[Op]:
     try:
         if not shape:
             raise _NotAffine
-        aff = _affine(offsets, shape, em)
+        try:
+            aff = _affine(offsets, shape, em)
+        except _NotAffine as e:
+            reason = _offsets_reason(e)
+            raise
         box = Box([None] * len(shape), [None] * len(shape))
         if mask is not None:
             try:
                 _mask_box(mask, shape, em, box)
-            except _NotAffine:
-                reason = "its mask is not a box of index bounds"
+            except _NotAffine as e:
+                reason = _mask_reason(e)
                 raise
     except _NotAffine:
-        if reason is None and shape:
-            reason = "its offsets are not affine in the tile indices"
         scratch.ops.clear()
-        kind = "scatter" if is_store else "gather"
-        new = Op(kind, list(op.operands), [r.type for r in op.results], dict(op.attrs), loc=op.loc)
-        new.results = op.results
-        for r in new.results:
-            r.op = new
         if shape and on_gather is not None:
             on_gather(op, reason)
-        return [new]
-    lo = [x if x is not None else 0 for x in box.lo]
-    hi = [x if x is not None else s for x, s in zip(box.hi, shape)]
-    operands = [em.val(aff.base)] + [em.val(c) for c in aff.coeffs] + [em.val(x) for x in lo] + \
-               [em.val(x) for x in hi]
-    attrs = {"tensor": op.attrs["tensor"], "shape": shape, "rank": len(shape), "has_other": other is not None}
-    if is_store:
-        new = Op("dma_store", operands + [value], [], attrs, loc=op.loc)
-    else:
-        if other is not None:
-            operands.append(other)
-        new = Op("dma_load", operands, [r.type for r in op.results], attrs, loc=op.loc)
+        return [_as_gather(op, list(op.operands))]
+    regions = _regions(aff, box, shape, em)
+    if not aff.guards:
+        dmas = _dma_ops(op, regions, value, other, em, shape, op.results)
+        return scratch.ops + dmas
+    # the pieces are exact only under their guards (a wrap that starts below 0 or wraps twice): else the gather
+    ok = aff.guards[0]
+    for g in aff.guards[1:]:
+        ok = b.binary("and", ok, g, dt.bool_)
+    then_b, else_b = Block(), Block()
+    inner = Builder(then_b)
+    inner.loc = op.loc
+    em_in = _Emitter(inner, em.dtype)
+    results = [Value(r.type) for r in op.results]
+    dmas = _dma_ops(op, regions, value, other, em_in, shape, results)
+    then_b.ops.extend(dmas)
+    for o in then_b.ops:
+        o.parent = then_b
+    inner.yield_(results)
+    memo: dict[int, Value] = {}
+    gb = Builder(else_b)
+    gb.loc = op.loc
+    g = gb.block.append(_as_gather(op, [_clone(v, gb, memo) for v in op.operands], fresh=True))
+    gb.yield_(list(g.results))
+    iff = Op("if", [ok], [r.type for r in op.results], regions=[then_b, else_b], loc=op.loc)
+    iff.results = op.results
+    for r in iff.results:
+        r.op = iff
+    return scratch.ops + [iff]
+
+
+def _as_gather(op: Op, operands: list[Value], fresh: bool = False) -> Op:
+    kind = "scatter" if op.kind == "store" else "gather"
+    new = Op(kind, operands, [r.type for r in op.results], dict(op.attrs), loc=op.loc)
+    if not fresh:
         new.results = op.results
         for r in new.results:
             r.op = new
-    return scratch.ops + [new]
+    return new
+
+
+_CLONABLE = frozenset({"binary", "compare", "select", "arange", "full", "broadcast", "reshape", "cast", "unary"})
+
+
+def _clone(v: Value, b: Builder, memo: dict) -> Value:
+    """``v`` recomputed in ``b``'s block when it is a tile of pure index arithmetic (so the fast path does not
+    compute the gather's offsets); any other value is used as it is."""
+    op = v.op
+    if not isinstance(v.type, TileType) or op is None or op.kind not in _CLONABLE or op.regions:
+        return v
+    got = memo.get(v.id)
+    if got is None:
+        new = b.block.append(Op(op.kind, [_clone(x, b, memo) for x in op.operands], [v.type], dict(op.attrs),
+                                loc=op.loc))
+        got = memo[v.id] = new.result
+    return got
+
+
+def _regions(aff: Affine, box: Box, shape, em: _Emitter) -> list[tuple[Box, Affine]]:
+    """One (box, affine form) per piece of the access: every element of the mask's box is in exactly one."""
+    out = [(box, Affine(aff.base, list(aff.coeffs)))]
+    for p in aff.pieces:
+        nxt = []
+        for bx, f in out:
+            below = Box(list(bx.lo), list(bx.hi))
+            _merge(below, p.dim, None, p.split, em)
+            above = Box(list(bx.lo), list(bx.hi))
+            _merge(above, p.dim, p.split, None, em)
+            nxt.append((below, f))
+            nxt.append((above, Affine(em.add(f.base, p.base), [em.add(x, y) for x, y in zip(f.coeffs, p.coeffs)])))
+        out = nxt
+    return out
+
+
+def _dma_ops(op: Op, regions, value, other, em: _Emitter, shape, results) -> list[Op]:
+    """The DMA of each region (the scalar arithmetic they need is appended to ``em``'s block, to go first)."""
+    is_store = op.kind == "store"
+    ops: list[Op] = []
+    prev = None
+    for n, (box, aff) in enumerate(regions):
+        lo = [x if x is not None else 0 for x in box.lo]
+        hi = [x if x is not None else s for x, s in zip(box.hi, shape)]
+        operands = [em.val(aff.base)] + [em.val(c) for c in aff.coeffs] + [em.val(x) for x in lo] + \
+                   [em.val(x) for x in hi]
+        attrs = {"tensor": op.attrs["tensor"], "shape": shape, "rank": len(shape), "has_other": False}
+        if is_store:
+            ops.append(Op("dma_store", operands + [value], [], attrs, loc=op.loc))
+            continue
+        last = n == len(regions) - 1
+        if prev is None:
+            attrs["has_other"] = other is not None
+            if other is not None:
+                operands.append(other)
+        else:
+            attrs["into"] = True
+            operands.append(prev)
+        new = Op("dma_load", operands, [r.type for r in results], attrs, loc=op.loc)
+        if last:
+            new.results = results
+            for r in results:
+                r.op = new
+        prev = new.result
+        ops.append(new)
+    return ops
+
+
+def _expr(op: Op | None) -> str:
+    """The source text of ``op``'s expression, quoted, or "" when its location has no single-line span."""
+    loc = op.loc if op is not None else None
+    if loc is None or loc.end_line != loc.line or loc.end_col is None:
+        return ""
+    text = source_line(loc.file, loc.line)[loc.col:loc.end_col].strip()
+    return f"`{text}` (line {loc.line}) " if text else ""
+
+
+def _offsets_reason(e: _NotAffine) -> str:
+    if not e.why:
+        return "its offsets are not affine in the tile indices"
+    return f"its offsets are not affine in the tile indices: {_expr(e.op)}is {e.why}"
+
+
+def _mask_reason(e: _NotAffine) -> str:
+    if not e.why:
+        return "its mask is not a box of index bounds"
+    return f"its mask is not a box of index bounds: {_expr(e.op)}is {e.why}"

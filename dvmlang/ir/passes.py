@@ -85,7 +85,8 @@ def run_default_pipeline(fn: Function, on_gather=None) -> None:
     from .verifier import verify
 
     verify(fn)
-    analyse_accesses(fn, on_gather)
+    if analyse_accesses(fn, on_gather):
+        dce(fn)  # the offsets a guarded access copied into its fallback branch (see analyse_accesses)
     cse(fn)
     dce(fn)
     verify(fn)

@@ -323,10 +323,12 @@ DMA_STORE: dict[int, Instr] = {}
 for _r in (1, 2, 3):
     DMA_LOAD[_r] = _row(f"DMA_LOAD{_r}", 0x0400 + _r, M2,
                         [H("tensor", "u8"), H("pad_undef", "flag"), F("dst", "tile"), F("base", "sop"), F("gm", "gm"),
-                         F("pad", "sop")] + _dims(_r),
+                         F("pad", "sop")] + _dims(_r) + [H("keep", "flag")],
                         Cost("dma"), f"GM -> UB, rank {_r}: dst[i] = gm[base + sum(i_d * stride_d)] inside the box "
                                      "lo_d <= i_d < hi_d, pad elsewhere (pad_undef: the kernel gave no `other`; debug "
-                                     "mode fills those elements with poison). Bursts along the last dim.", "dma_load",
+                                     "mode fills those elements with poison; keep: elements outside the box keep dst's "
+                                     "value, so a second DMA completes a tile whose rows wrap or clamp). Bursts along "
+                                     "the last dim.", "dma_load",
                         rank=_r)
     DMA_STORE[_r] = _row(f"DMA_STORE{_r}", 0x0410 + _r, M3,
                          [H("tensor", "u8"), F("src", "tile"), F("base", "sop"), F("gm", "gm")] + _dims(_r),
@@ -363,5 +365,5 @@ DMA_LOAD_L1: dict[int, Instr] = {}
 for _r in (1, 2, 3):
     DMA_LOAD_L1[_r] = _row(f"DMA_LOAD_L1_{_r}", 0x0430 + _r, M2,
                            [H("tensor", "u8"), H("pad_undef", "flag"), F("dst", "tile", "l1"), F("base", "sop"),
-                            F("gm", "gm"), F("pad", "sop")] + _dims(_r), Cost("dma"),
+                            F("gm", "gm"), F("pad", "sop")] + _dims(_r) + [H("keep", "flag")], Cost("dma"),
                            f"GM -> L1, rank {_r}, the DMA_LOAD descriptor.", "dma_load", rank=_r)

@@ -61,6 +61,8 @@ def dma_load(m, d):
     pc = d.pc
     cost = m.formula(d)
     undef = d.vals.get("pad_undef", 0)
+    keep = d.vals.get("keep", 0)
+    prev = m.reader(d.vals["dst"], d.ins.spaces["dst"]) if keep else None
     poison = poison_value(npdt)
 
     def fn(b, L):
@@ -70,13 +72,32 @@ def dma_load(m, d):
         pad = b.regs[pad_v] if pad_reg else pad_v
         if undef and L.debug:
             pad = poison  # masked-off elements the kernel gave no value for
-        arr, gm_view = dma_read(g, desc, shape, npdt, pad, b.n)
-        w(b, arr, L.alias[t] if gm_view else None)
+        if keep:  # only the box is written: the rest of dst keeps its value (a wrapped or clamped tile's 2nd part)
+            old = np.broadcast_to(prev(b, L), (b.n,) + shape)
+            if bool(np.all(desc.empty)):
+                w(b, old)
+            else:
+                arr, _ = dma_read(g, desc, shape, npdt, 0, b.n)
+                w(b, np.where(_box_mask(desc, shape, b.n), arr, old))
+        else:
+            arr, gm_view = dma_read(g, desc, shape, npdt, pad, b.n)
+            w(b, arr, L.alias[t] if gm_view else None)
         nbytes = desc.count * g.itemsize
         b.bytes_read += nbytes
         b.last_bytes = nbytes
         return cost(bursts=desc.bursts, nbytes=nbytes, rate=L.rates.read(t, nbytes, b.n))
     return m.step(d, fn, None)
+
+
+def _box_mask(desc, shape, n):
+    """(n, *shape) bools: the elements inside each program's box ``lo_d <= i_d < hi_d``."""
+    m = np.ones((n,) + tuple(1 for _ in shape), bool)
+    for d, s in enumerate(shape):
+        i = np.arange(s).reshape((1,) + tuple(s if e == d else 1 for e in range(len(shape))))
+        lo = np.broadcast_to(desc.lo[d], (n,)).reshape((n,) + (1,) * len(shape))
+        hi = np.broadcast_to(desc.hi[d], (n,)).reshape((n,) + (1,) * len(shape))
+        m = m & (i >= lo) & (i < hi)
+    return np.broadcast_to(m, (n,) + tuple(shape))
 
 
 @builds("dma_store")

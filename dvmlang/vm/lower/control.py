@@ -45,6 +45,10 @@ def _move(ctx, dst_home, src: Value, loc):
             ctx.emit(BY_NAME["UB_TO_L0C"], {"dst": ref_dst, "src": ctx.tile(src)}, src.dtype, loc,
                      reads=[ctx.rng(src)], writes=[dst_rng])
             return
+        if dst_home.space == "l1":  # a branch result that only feeds a dot (access.py's guarded DMA / gather)
+            ctx.emit(BY_NAME["UB_TO_L1"], {"dst": ref_dst, "src": ctx.tile(src)}, src.dtype, loc,
+                     reads=[ctx.rng(src)], writes=[dst_rng])
+            return
         ctx.emit(BY_NAME["VCOPY"], {"dst": ref_dst, "a": ctx.tile(src)}, src.dtype, loc,
                  reads=[ctx.rng(src)], writes=[dst_rng])
     else:

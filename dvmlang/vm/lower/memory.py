@@ -45,12 +45,14 @@ def _dma_load(ctx, op):
     if rank > 3:
         raise CompilationError(f"loads of rank-{rank} tiles are not supported (at most 3 dims)", op.loc)
     other = op.operands[1 + 3 * rank] if op.attrs["has_other"] else None
+    into = op.attrs.get("into", False)  # the tile completes `into` (same buffer): only its box is written
     vals = _dims_fields(ctx, op.operands, rank)
     vals.update({"dst": ctx.tile(r), "gm": 0, "pad": _pad_sop(ctx, other), "tensor": op.attrs["tensor"],
-                 "pad_undef": int(other is None)})
+                 "pad_undef": int(other is None and not into), "keep": int(into)})
     place = ctx.place(r)
     ins = isa.DMA_LOAD_L1[rank] if place.space == "l1" else isa.DMA_LOAD[rank]
-    e = ctx.emit(ins, vals, r.dtype, op.loc, reads=[("gm", op.attrs["tensor"], 0)], writes=[ctx.rng(r)])
+    reads = [("gm", op.attrs["tensor"], 0)] + ([ctx.rng(op.operands[-1])] if into else [])
+    e = ctx.emit(ins, vals, r.dtype, op.loc, reads=reads, writes=[ctx.rng(r)])
     e.reloc_param = op.attrs["tensor"]
 
 

@@ -40,6 +40,7 @@ class _Planner:
         self.live = live
         self.double_buffer = double_buffer
         self.pending_init: dict[int, Buffer] = {}
+        self.direct: dict[int, Buffer] = {}  # value id -> the branch home (L1) its DMA loads into
 
     def new_buffer(self, space, size, start, end, name, loc) -> Buffer:
         b = Buffer(space, size, start, end, name, loc)
@@ -77,6 +78,11 @@ class _Planner:
                     src = op.operands[0]
                     buf = places[src.id].buf
                     self.place(r, buf=buf)
+                elif k == "dma_load" and op.attrs.get("into"):
+                    # a wrapped/clamped tile's second DMA completes the first one's tile in place
+                    self.place(r, buf=places[op.operands[-1].id].buf)
+                elif k == "dma_load" and self.chain_end(r).id in self.direct:
+                    self.place(r, buf=self.direct[self.chain_end(r).id])
                 elif k == "dma_load" and self.only_dot_operand(r):
                     self.place(r, "l1")
                 elif k == "broadcast" and self.all_elementwise_users(r):
@@ -88,10 +94,22 @@ class _Planner:
                 else:
                     self.place(r)
 
+    def chain_end(self, v: Value) -> Value:
+        """The last DMA of a chain that completes ``v`` in place (``dma_load`` with ``into``), or ``v``."""
+        while True:
+            users = self.plan.users.get(v.id, [])
+            if len(users) != 1 or users[0].kind != "dma_load" or not users[0].attrs.get("into") or \
+                    users[0].operands[-1] is not v:
+                return v
+            v = users[0].result
+
     def only_dot_operand(self, v: Value) -> bool:
         """A loaded tile used only as a matrix operand is loaded straight into L1 (no UB round trip)."""
         users = self.plan.users.get(v.id, [])
-        return len(v.shape) == 2 and bool(users) and all(
+        if len(users) == 1 and users[0].kind == "dma_load" and users[0].attrs.get("into") and \
+                users[0].operands[-1] is v and v not in users[0].operands[:-1]:
+            return self.only_dot_operand(users[0].result)  # completed in place by a second DMA
+        return len(v.shape) in (2, 3) and bool(users) and all(
             u.kind == "dot" and v in u.operands[:2] and (len(u.operands) < 3 or u.operands[2] is not v)
             for u in users)
 
@@ -270,6 +288,17 @@ class _Planner:
             if isinstance(h, Buffer):
                 h.start, h.end = start, max(end, re_)
                 self.attach(res, h, start, h.end)
+                if op.kind == "if" and self.only_dot_operand(res):
+                    # a dot operand chosen by a branch (access.py's guarded DMAs, or the gather they replace)
+                    # lives in L1; a DMA yielded by a branch loads straight into it
+                    h.space = "l1"
+                    self.plan.places[res.id] = Place("l1", h, res.shape, res.dtype)
+                    for r in op.regions:
+                        term = r.terminator
+                        v = term.operands[i] if term is not None and term.kind == "yield" else None
+                        if v is not None and v.op is not None and v.op.kind == "dma_load" and \
+                                v.op.parent is r and self.plan.users.get(v.id) == [term]:
+                            self.direct[v.id] = h
             else:
                 self.scalar_home(op, i, [res], (start, max(end, re_), h[1]))
         for r in op.regions:
