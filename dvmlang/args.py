@@ -19,7 +19,6 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from . import dtypes as dt
 from .errors import ArgumentError, LaunchError
@@ -71,15 +70,17 @@ def is_foreign_array(v) -> bool:
     if isinstance(v, (np.ndarray, np.generic, int, float, str, tuple)) or v is None or hasattr(v, "__dvm_array__"):
         return False
     t = type(v)
-    return (t.__module__.startswith("torch") and hasattr(v, "numpy")) or hasattr(v, "__dlpack__") \
-        or hasattr(v, "__array_interface__")
+    return hasattr(t, "__dvm_numpy__") or (t.__module__.startswith("torch") and hasattr(v, "numpy")) \
+        or hasattr(v, "__dlpack__") or hasattr(v, "__array_interface__")
 
 
 def to_numpy(kname: str, name: str, v) -> np.ndarray:
     """A numpy array sharing the memory of the foreign array ``v`` (``ArgumentError`` naming the argument
     if that is impossible)."""
     where = f"argument `{name}` of `{kname}`"
-    if type(v).__module__.startswith("torch") and hasattr(v, "numpy"):
+    if hasattr(type(v), "__dvm_numpy__"):  # a view dvmlang made itself (triton.reinterpret's TensorWrapper)
+        a = v.__dvm_numpy__()
+    elif type(v).__module__.startswith("torch") and hasattr(v, "numpy"):
         a = _torch_to_numpy(where, v)
     elif hasattr(v, "__dlpack__"):
         try:
@@ -113,7 +114,7 @@ def strided_as_flat(where: str, a: np.ndarray) -> np.ndarray:
         raise ArgumentError(f"{where} has strides {a.strides} that are not whole elements of {item} bytes; "
                             "pass np.ascontiguousarray(x)")
     last = sum((n - 1) * s for n, s in zip(a.shape, a.strides)) // item
-    return as_strided(a, shape=(last + 1,), strides=(item,), writeable=a.flags.writeable)
+    return dt.as_strided(a, shape=(last + 1,), strides=(item,), writeable=a.flags.writeable)
 
 
 def _torch_to_numpy(where: str, t) -> np.ndarray:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import ml_dtypes
+from numpy.lib.stride_tricks import as_strided as _as_strided
 
 
 class Flag(int):
@@ -160,6 +161,15 @@ _BY_NP: dict[np.dtype, DType] = {d.np: d for d in ALL}
 # Array dtypes a launch accepts (issue contract): the rest of the table is usable inside kernels.
 ARRAY_DTYPES = (float16, float32, int32, int8, bool_, bfloat16, uint8, int16, int64, float64, uint32,
                 float8e4nv, float8e5)
+
+
+def as_strided(a: np.ndarray, shape, strides, writeable: bool = False) -> np.ndarray:
+    """``numpy.lib.stride_tricks.as_strided`` for every dtype dvmlang has: numpy cannot rebuild ml_dtypes arrays
+    (bfloat16, fp8) from their array interface, so those are strided as same-size unsigned ints and viewed back."""
+    if a.dtype.kind == "V" or a.dtype.type.__module__.startswith("ml_dtypes"):
+        raw = a.view(np.dtype(f"u{a.itemsize}"))
+        return _as_strided(raw, shape=shape, strides=strides, writeable=writeable).view(a.dtype)
+    return _as_strided(a, shape=shape, strides=strides, writeable=writeable)
 
 
 def by_name(name: str) -> DType:

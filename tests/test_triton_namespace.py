@@ -509,7 +509,12 @@ def test_amd_backend_options_in_a_config_are_not_constexprs():
         triton.Config({}, ir_override="x.ttgir")
 
 
-def test_a_wrapper_the_array_interface_cannot_describe_is_refused_not_misread():
-    x, y = np.zeros(4, np.uint8), np.zeros(4, np.uint8)
-    with pytest.raises(triton.TritonError, match="reinterpreted as float8e4nv cannot be a launch argument"):
-        copy_kernel[(1,)](triton.reinterpret(x, tl.float8e4nv), y, 4, BLOCK=4)
+def test_a_wrapper_the_array_interface_cannot_describe_launches_by_its_own_view():
+    """A launch reads a wrapper through ``__dvm_numpy__`` (any dtype); the array interface, which cannot name fp8,
+    refuses rather than hand other libraries raw bytes as numbers."""
+    x = np.array([0x38, 0x40, 0xB8, 0x00], np.uint8)  # e4m3fn bytes of 1.0, 2.0, -1.0, 0.0
+    y = np.zeros(4, np.float32)
+    add_kernel[(1,)](triton.reinterpret(x, tl.float8e4nv), np.ones(4, np.float32), y, 4, BLOCK_SIZE=4)
+    np.testing.assert_array_equal(y, [2.0, 3.0, 0.0, 1.0])
+    with pytest.raises(triton.TritonError, match="has no __array_interface__"):
+        triton.reinterpret(x, tl.float8e4nv).__array_interface__

@@ -79,6 +79,19 @@ class CallsMixin:
             return self.sem.cast(v, target)
         if fn is builtins.abs and args and is_runtime_value(args[0]):
             return self.sem.unary("abs", args[0])
+        if fn is builtins.isinstance and len(args) == 2 and not kwargs:
+            return _kernel_isinstance(unwrap(args[0]), unwrap(args[1]))
+        if fn in (builtins.hasattr, builtins.getattr) and 2 <= len(args) <= 3 and not kwargs and \
+                is_runtime_value(args[0]) and isinstance(unwrap(args[1]), str):
+            try:
+                value = self._tensor_attr(unwrap(args[0]), unwrap(args[1]), node)
+            except KernelTypeError:
+                if fn is builtins.getattr and len(args) == 3:
+                    return args[2]
+                if fn is builtins.hasattr:
+                    return False
+                raise
+            return True if fn is builtins.hasattr else value
         if fn in (builtins.range, dl.range, dl.static_range):
             raise self.error(UnsupportedSyntaxError, node, "range objects can only be used as `for` loop iterators")
         if fn is builtins.len and args and isinstance(unwrap(args[0]), tensor):
@@ -254,3 +267,12 @@ def _check_arguments(fn, args, kwargs) -> None:
 
 def as_tuple(v):
     return tuple(v) if isinstance(v, tuple) else (v,)
+
+
+def _kernel_isinstance(value, classes) -> bool:
+    """``isinstance`` of a kernel value, decided at compile time. As in Triton, a pointer is a tensor (of pointer
+    type) and so is a block pointer; compile-time values are checked as Python values."""
+    classes = tuple(unwrap(c) for c in classes) if isinstance(classes, (tuple, list)) else (classes,)
+    if tensor in classes and isinstance(value, (pointer, block_pointer)):
+        return True
+    return isinstance(value, classes)

@@ -74,6 +74,8 @@ class ExpressionsMixin:
             return self._tensor_attr(base_u, attr, node)
         if isinstance(base_u, dt.DType) and attr == "element_ty":
             return base_u  # ``ptr.type.element_ty`` where ``ptr.type`` is the element dtype
+        if attr == "dtype" and isinstance(base_u, (bool, int, float)):
+            return dt.scalar_dtype_of_python(base_u)  # as Triton, where ``value = 1`` is an int32 scalar
         try:
             return getattr(base_u, attr)
         except AttributeError:
@@ -250,8 +252,10 @@ class ExpressionsMixin:
                 return self.sem.ptr_with(base, lambda off: self._index_tensor(off, idx, node))
             raise self.error(UnsupportedSyntaxError, node, "pointer tiles only support [:, None]-style indexing")
         shape = list(base.shape)
-        if base.is_scalar and all(i is None for i in idx):
-            return self.sem.reshape(base, (1,) * len(idx))
+        if not base.shape and all(i is None or (isinstance(i, slice) and i == slice(None)) for i in idx):
+            # as Triton: each None adds a unit dimension and a full slice keeps the value as it is
+            n = sum(1 for i in idx if i is None)
+            return self.sem.reshape(base, (1,) * n) if n else base
         n_real = sum(1 for i in idx if i is not None)
         if n_real > len(shape):
             raise self.error(KernelTypeError, node, f"too many indices for a tile of shape {base.shape}")

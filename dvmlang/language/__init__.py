@@ -11,6 +11,7 @@ checks, printing, hints), ``random``; ``math`` is Triton's ``tl.math`` namespace
 """
 
 from ..frontend.values import block_pointer, constexpr, pointer, tensor
+from ..frontend.blockptr import tensor_descriptor
 from . import core, debug, elementwise, math, memory, random, reductions, scaled, shape
 from .core import *  # noqa: F403 - the builtins each module lists in its __all__
 from .core import (bfloat16, bool_, builtin, cdiv, dtype, float8e4nv, float8e5, float16, float32, float64, int1, int8,
@@ -26,8 +27,8 @@ from .shape import *  # noqa: F403
 from .core import _item  # noqa: F401 - the function of x.item(), not a dl name
 from .shape import view
 
-__all__ = ["constexpr", "tensor", "pointer", "block_pointer", "dtype", *core.__all__, *shape.__all__,
-           *elementwise.__all__, *reductions.__all__, *scaled.__all__, *memory.__all__, *debug.__all__,
+__all__ = ["constexpr", "tensor", "pointer", "block_pointer", "tensor_descriptor", "dtype", *core.__all__,
+           *shape.__all__, *elementwise.__all__, *reductions.__all__, *scaled.__all__, *memory.__all__, *debug.__all__,
            *random.__all__, "math"]
 
 # `x.<method>(...)` on a kernel value: the dl function it calls, with x as the first argument
@@ -44,4 +45,5 @@ TENSOR_METHODS = {
     "atomic_and": "atomic_and", "atomic_or": "atomic_or", "atomic_xor": "atomic_xor", "atomic_cas": "atomic_cas",
     "advance": "advance", "flip": "flip", "interleave": "interleave", "join": "join", "reduce_or": "reduce_or",
     "sort": "sort", "topk": "topk", "gather": "gather", "histogram": "histogram", "item": "_item",
+    "sqrt_rn": "sqrt_rn", "div_rn": "div_rn", "fdiv": "fdiv", "fma": "fma", "umulhi": "umulhi",
 }

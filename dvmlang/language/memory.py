@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..frontend import blockptr
 from ..frontend.values import block_pointer, unwrap
+from ..errors import KernelTypeError
 from .core import builtin
 
 @builtin
@@ -53,6 +54,26 @@ def atomic_cas(pointer, cmp, val, sem=None, scope=None, _sem=None):
 
 
 @builtin
+def atomic_poll(pointer, value, sem=None, scope=None, timeout_ns=None, _sem=None):
+    """Triton's ``atomic_poll``: wait until the scalar at ``pointer`` equals ``value``; returns whether it did.
+    On the simulated device nothing can change memory while a program waits (the other programs of a launch run
+    in program order, not beside it), so the flag is read once, atomically: a match returns True; a mismatch
+    returns False when ``timeout_ns`` is given (the wait timed out) and otherwise stops the launch with
+    ``DeviceError`` (on a GPU it would wait forever, or until another program stored ``value``)."""
+    ptr = unwrap(pointer)
+    if getattr(ptr, "is_tile", False):
+        raise KernelTypeError("atomic_poll needs a scalar pointer, got a pointer tile",
+                              hint="poll one flag: pass flag_ptr, not flag_ptr + dl.arange(...)")
+    old = _sem.atomic("cas", ptr, value, None, value)  # an atomic read: writes `value` only where it is there
+    matched = _sem.compare("eq", old, _sem.cast(value, old.dtype))
+    if unwrap(timeout_ns) is None:
+        _sem.b.op("assert", [matched.handle], [], {"message": "atomic_poll: the flag does not hold the value "
+                                                              "polled for, and nothing can store it while this "
+                                                              "program waits; pass timeout_ns to get False instead"})
+    return matched
+
+
+@builtin
 def make_block_ptr(base, shape, strides, offsets, block_shape, order=None, _sem=None):
     """A block pointer: a ``block_shape`` window at ``offsets`` into a tensor of runtime ``shape`` and
     ``strides`` (in elements). Load it with ``dl.load(bp, boundary_check=(0, 1), padding_option="zero")``."""
@@ -86,4 +107,4 @@ def store_tile(x, index, value, _sem=None):
 
 
 __all__ = ["load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_and", "atomic_or",
-           "atomic_xor", "atomic_cas", "make_block_ptr", "advance", "make_tensor_descriptor", "load_tile", "store_tile"]
+           "atomic_xor", "atomic_cas", "atomic_poll", "make_block_ptr", "advance", "make_tensor_descriptor", "load_tile", "store_tile"]

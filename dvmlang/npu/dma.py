@@ -8,8 +8,8 @@ Every access is checked against its tensor before anything is read or written.
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
+from .. import dtypes as dt
 from ..errors import MemoryFault
 from .state import Slot, chunks, eval_rows
 
@@ -298,7 +298,7 @@ def _strided(g: np.ndarray, start: int, shape, strides, writeable=False):
     base = g[start:] if start < g.size else g[:0]
     if base.size == 0:
         base = g
-    return as_strided(base, shape=shape, strides=tuple(s * isz for s in strides), writeable=writeable)
+    return dt.as_strided(base, shape=shape, strides=tuple(s * isz for s in strides), writeable=writeable)
 
 
 def _pad_array(rows, shape, npdt, pad) -> np.ndarray:

@@ -59,7 +59,6 @@ class dtype(metaclass=_DTypeClass):  # noqa: N801 - Triton's name
 UNSUPPORTED = {
     "inline_asm_elementwise": "there is no GPU assembly on the simulated NPU; write the operation with tl functions",
     "pointer_type": "pointer types are not values in dvmlang: pointers come from tensor arguments",
-    "atomic_poll": "not implemented",
     "map_elementwise": "not implemented; write the operation with tl functions",
 }
 
