@@ -121,6 +121,19 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("DVMLANG_CACHE_DIR") or Path.home() / ".cache" / "dvmlang") / "autotune"
 
 
+def _same_program_key(c: Config):
+    """What names the program a config runs (its constexprs), or None when it cannot be shared (a pre_hook, or
+    a value that does not hash)."""
+    if c.pre_hook is not None:
+        return None
+    try:
+        key = tuple(sorted(c.kwargs.items()))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _trial_session():
     from .trace.record import Session
     return Session(max_events=0, summary_only=True)
@@ -272,7 +285,17 @@ class Autotuner(_Wrapper):
         if len(configs) == 1:
             timings = {configs[0]: float("nan")}  # nothing to compare it with: not timed
         else:
-            timings = {c: self._bench(grid, args, kwargs, c, device) for c in configs}
+            # configs that differ only in launch options (num_warps, num_stages, ...: no effect here) and have no
+            # pre_hook of their own run the same program: timed once
+            timings, seen = {}, {}
+            for c in configs:
+                same = _same_program_key(c)
+                if same is not None and same in seen:
+                    timings[c] = seen[same]
+                    continue
+                timings[c] = self._bench(grid, args, kwargs, c, device)
+                if same is not None:
+                    seen[same] = timings[c]
         best = min(timings, key=timings.get)  # min keeps the first of equal timings: the first listed wins a tie
         if timings[best] == float("inf"):
             raise ResourceError(f"autotune of `{self.__name__}`: no config fits on the device ({len(configs)} tried: "

@@ -169,3 +169,15 @@ def test_a_trace_around_a_tuned_launch_records_that_launch_not_the_tuning():
     with dvmlang.trace(summary_only=True) as t:
         k[GRID](x, out, 3000)
     assert len(t.launches) == 1 and k.tunings == 1  # three configs ran (one pruned), one launch is recorded
+
+
+def test_configs_differing_only_in_launch_options_are_timed_once():
+    configs = [dvmlang.Config({"BLOCK": b}, num_warps=w) for b in (64, 512) for w in (4, 8)]
+    k = dvmlang.autotune(configs, key=["n"])(accumulate)
+    x, out = data(3000)
+    before = accumulate.stats.launches
+    k[GRID](x, out, 3000)
+    assert accumulate.stats.launches - before == 3  # two trials and the launch
+    t = k.configs_timings
+    assert t[configs[0]] == t[configs[1]] and t[configs[2]] == t[configs[3]] and t[configs[0]] != t[configs[2]]
+    np.testing.assert_allclose(out, data(3000)[1] + 2 * x)
