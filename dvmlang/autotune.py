@@ -11,11 +11,12 @@ before anything runs.
 
     add[lambda meta: (dl.cdiv(n, meta["BLOCK"]),)](x, y, out, n)
 
-Tuning never changes what the caller sees: every writeable array argument is saved before each candidate
-runs and put back afterwards (``reset_to_zero`` arguments are zeroed for each candidate, as in Triton),
+Tuning never changes what the caller sees: every writeable array argument (numpy, torch, ...) is saved before
+each candidate runs and put back afterwards (``reset_to_zero`` arguments are zeroed for each candidate, as in Triton),
 then the chosen config runs once on the arguments as they were given. The choice is cached per key in
 memory and on disk (``$DVMLANG_CACHE_DIR``, default ``~/.cache/dvmlang``), keyed by the kernel's source,
-the device profile, the configs and the key values.
+the device profile, the configs and the key values. When the first candidate shows that the rest would take
+a while (``PARALLEL_TUNING_SECONDS``), they run in forked processes, one per core; the choice is the same.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import ast
 import hashlib
 import json
 import os
+import select
 import time
 from pathlib import Path
 
@@ -122,16 +124,73 @@ def _cache_dir() -> Path:
 
 
 def _same_program_key(c: Config):
-    """What names the program a config runs (its constexprs), or None when it cannot be shared (a pre_hook, or
-    a value that does not hash)."""
-    if c.pre_hook is not None:
-        return None
+    """What names the program a config runs: its constexprs and its pre_hook (which sees only the arguments and
+    the constexprs), or None when a value does not hash."""
     try:
-        key = tuple(sorted(c.kwargs.items()))
+        key = (tuple(sorted(c.kwargs.items())), c.pre_hook)
         hash(key)
     except TypeError:
         return None
     return key
+
+
+def _writeable_views(values) -> list:
+    """Zero-copy numpy views of the writeable arrays among ``values`` (numpy arrays, torch tensors, ...)."""
+    from .args import is_foreign_array, to_numpy
+    views, seen = [], set()
+    for v in values:
+        if is_foreign_array(v):
+            try:
+                v = to_numpy("autotune", "argument", v)
+            except DvmError:
+                continue  # not an array dvmlang can launch with: the launch itself will say so
+        if isinstance(v, np.ndarray) and v.flags.writeable and id(v) not in seen:
+            seen.add(id(v))
+            views.append(v)
+    return views
+
+
+def _fork_map(fn, items: list, workers: int) -> list:
+    """``[fn(x) for x in items]`` in forked processes, ``workers`` at a time; ``None`` where a child failed
+    (the caller runs that item itself). Each child returns one float through a pipe and exits."""
+    results: list = [None] * len(items)
+    running: dict[int, tuple[int, int]] = {}
+    pending = list(enumerate(items))
+
+    def reap(pid):
+        i, fd = running.pop(pid)
+        with os.fdopen(fd, "rb") as f:
+            data = f.read()  # to EOF: the child has written and exited
+        os.waitpid(pid, 0)  # only our own children: never another part of the program's
+        try:
+            results[i] = float(data.decode()) if data else None
+        except ValueError:
+            results[i] = None
+
+    while pending or running:
+        while pending and len(running) < workers:
+            i, item = pending.pop(0)
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: time one config, report, and leave without running any cleanup
+                os.close(r)
+                try:
+                    msg = repr(float(fn(item))).encode()
+                except BaseException:  # noqa: BLE001 - the parent re-runs it and raises the real error
+                    msg = b""
+                try:
+                    os.write(w, msg)
+                finally:
+                    os._exit(0)
+            os.close(w)
+            running[pid] = (i, r)
+        ready, _, _ = select.select([fd for _, fd in running.values()], [], [])
+        reap(next(pid for pid, (_, fd) in running.items() if fd == ready[0]))
+    return results
+
+
+# Tune in processes when the configs left would take at least this long one after another.
+PARALLEL_TUNING_SECONDS = 0.5
 
 
 def _trial_session():
@@ -246,13 +305,12 @@ class Autotuner(_Wrapper):
     def _bench(self, grid, args, kwargs, config: Config, device) -> float:
         """The simulated cycles of one config (``inf`` when it does not fit or its static_asserts fail).
         Every writeable array argument is saved before and restored after, so tuning changes nothing."""
-        arrays = {id(v): v for v in (*args, *kwargs.values()) if isinstance(v, np.ndarray) and v.flags.writeable}
-        saved = [(a, a.copy()) for a in arrays.values()]
+        saved = [(a, a.copy()) for a in _writeable_views((*args, *kwargs.values()))]
         named = self._named(args, {**kwargs, **config.kwargs})
         try:
             for name in self.reset_to_zero:
-                if isinstance(named[name], np.ndarray):
-                    named[name][...] = 0
+                for a in _writeable_views((named[name],)):
+                    a[...] = 0
             if config.pre_hook is not None:
                 config.pre_hook(named)
             if self.user_pre_hook is not None:
@@ -279,23 +337,45 @@ class Autotuner(_Wrapper):
             for a, copy in saved:
                 np.copyto(a, copy)
 
+    def _bench_all(self, grid, args, kwargs, configs: list, device) -> dict:
+        """The cycles of each config. The first runs here; when it took long enough that processes pay off, the
+        rest run in forked processes, one per core (the simulated cycles are the same wherever a config runs,
+        so the choice is too). Hooks and ``do_bench`` are the caller's code and run here, in order."""
+        t0 = time.perf_counter()
+        out = {configs[0]: self._bench(grid, args, kwargs, configs[0], device)}
+        rest = configs[1:]
+        workers = min(len(rest), os.cpu_count() or 1)
+        serial = (workers < 2 or not hasattr(os, "fork") or self.do_bench is not None
+                  or self.user_pre_hook is not None or self.user_post_hook is not None
+                  or any(c.pre_hook is not None for c in rest)
+                  or (time.perf_counter() - t0) * len(rest) < PARALLEL_TUNING_SECONDS)
+        if not serial:
+            forked = _fork_map(lambda c: self._bench(grid, args, kwargs, c, device), rest, workers)
+            out.update((c, t) for c, t in zip(rest, forked) if t is not None)
+        for c in rest:
+            if c not in out:  # serial tuning, or a child that failed: run here, where its error is raised
+                out[c] = self._bench(grid, args, kwargs, c, device)
+        return out
+
     def _choose(self, grid, args, kwargs, named, key, device) -> Config:
         t0 = time.perf_counter()
         configs = self.prune_configs(named)
         if len(configs) == 1:
             timings = {configs[0]: float("nan")}  # nothing to compare it with: not timed
         else:
-            # configs that differ only in launch options (num_warps, num_stages, ...: no effect here) and have no
-            # pre_hook of their own run the same program: timed once
-            timings, seen = {}, {}
+            # configs that differ only in launch options (num_warps, num_stages, ...: no effect here) run the same
+            # program (with the same pre_hook, if any): timed once
+            timings, seen, todo = {}, {}, []
             for c in configs:
                 same = _same_program_key(c)
-                if same is not None and same in seen:
-                    timings[c] = seen[same]
-                    continue
-                timings[c] = self._bench(grid, args, kwargs, c, device)
-                if same is not None:
-                    seen[same] = timings[c]
+                if same is None or same not in seen:
+                    todo.append(c)
+                    if same is not None:
+                        seen[same] = c
+            measured = self._bench_all(grid, args, kwargs, todo, device)
+            for c in configs:
+                same = _same_program_key(c)
+                timings[c] = measured[c] if c in measured else measured[seen[same]]
         best = min(timings, key=timings.get)  # min keeps the first of equal timings: the first listed wins a tie
         if timings[best] == float("inf"):
             raise ResourceError(f"autotune of `{self.__name__}`: no config fits on the device ({len(configs)} tried: "
