@@ -49,7 +49,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::dvmlang.PerformanceWarning", "i
 BAD = 0.02  # the fraction of fields given an arbitrary value of their width
 WATCHDOG = 1500  # the launch-wide instruction budget: a generated loop that does not end stops quickly
 DTYPES = (dt.float32, dt.float16, dt.int32, dt.bool_)
-SHAPES = ((64,), (16,), (8,), (1,), (8, 8), (1, 8), (8, 1), (2, 4, 8))
+SHAPES = ((64,), (16,), (8,), (1,), (8, 8), (1, 8), (8, 1), (2, 4, 8), (2, 2, 2, 8), (2, 2, 2, 2, 4))
+DMA_SHAPES = {1: (64,), 2: (8, 8), 3: (2, 4, 8), 4: (2, 2, 2, 8), 5: (2, 2, 2, 2, 4)}  # a DMA row's tile, by rank
 LAYOUTS = [(d, s) for d in DTYPES for s in SHAPES]
 FOOTPRINT = 4096  # bytes of every on-chip space (UB, L1, L0A/B/C): 16 tiles of 256 bytes, overlapping at will
 SLOT = 256  # the largest tile (64 elements of float32)
@@ -99,13 +100,15 @@ class Program:
             return (self.draw(0, FOOTPRINT // SLOT - 1) * SLOT // isa.TILE_ADDR_UNIT) | (li << 16)
         return self.draw(0, (FOOTPRINT - max(nbytes, 32)) // isa.TILE_ADDR_UNIT) | (li << 16)
 
-    def sop(self, lo=-2, hi=70, register=True) -> int:
-        """A scalar operand: an int32 register, or (always, without ``register``) a small immediate."""
+    def sop(self, lo=-2, hi=70, register=True, kind="sop") -> int:
+        """A scalar operand of ``kind`` (``sop`` or ``sop16``): an int32 register, or (always, without
+        ``register``) a small immediate."""
+        bits, reg_bit, _, _ = isa.SOP_FORMS[kind]
         if register and self.chance(0.2):
-            return isa.SOP_REG_BIT | self.reg(dt.int32)
+            return reg_bit | self.reg(dt.int32)
         if self.chance(0.05):
-            return self.pick(EDGES) & ((1 << 31) - 1)
-        return self.draw(lo, hi) & ((1 << 31) - 1)
+            return self.pick(EDGES) & (reg_bit - 1)
+        return self.draw(lo, hi) & (reg_bit - 1)
 
     # ---- one instruction -------------------------------------------------------------------------------------------
     def instruction(self):
@@ -118,7 +121,7 @@ class Program:
         tensor = rank - 1 if fam.startswith("dma") and rank < 3 else self.draw(0, 1)  # x is 1-D, y 2-D
         tdt, trank = self.params[tensor].dtype, self.params[tensor].rank
         if fam.startswith("dma"):
-            shape = ((64,), (8, 8), (2, 4, 8))[rank - 1]
+            shape = DMA_SHAPES[rank]
         else:
             shape = (8,) if fam == "vcat" else self.pick(SHAPES)  # VCAT joins two (8,) tiles into a (16,) one
         axis = self.draw(0, len(shape) - 1)
@@ -162,10 +165,10 @@ class Program:
             return self.reg(None if fam in ("scast", "print") and name != "rd" else ty)
         if k == "tile":
             return self.tile(*self.tile_want(ins, name, ty, tdt, shape, axis, op))
-        if k == "sop":
+        if k in ("sop", "sop16"):
             if fam == "viota" or name == "pad":
                 return self.sop(0, 10, register=False)
-            return self.descriptor(name, tensor, shape) if fam in ("dma_load", "dma_store") else self.sop()
+            return self.descriptor(name, tensor, shape, k) if fam in ("dma_load", "dma_store") else self.sop()
         if k == "imm64":
             return _bits(self.pick(EDGES) if self.chance(0.15) else self.draw(-3, 12), ty)
         if k in ("gm", "target"):
@@ -176,10 +179,11 @@ class Program:
             return self.draw(0, isa.N_PIPES - 1)
         if k == "event":
             return self.draw(0, isa.N_EVENTS - 1)
-        if k == "perm":
+        if name == "perm":  # VPERM (2 bits per axis) and VPERM5 (3 bits)
             perm = list(range(len(shape)))
             random.Random(self.draw(0, 99)).shuffle(perm)
-            return sum(p << (2 * i) for i, p in enumerate(perm))
+            bits = ins.extra["perm_bits"]
+            return sum(p << (bits * i) for i, p in enumerate(perm)) & ((1 << f.bits) - 1)
         if k == "flag":
             return int(self.chance(0.1)) if name in ("rtz", "bitcast") else self.draw(0, 1)
         if name == "tensor":
@@ -198,10 +202,10 @@ class Program:
             return self.draw(0, 2)
         return self.draw(0, min(255, (1 << f.bits) - 1))
 
-    def descriptor(self, name: str, tensor: int, shape) -> int:
+    def descriptor(self, name: str, tensor: int, shape, kind="sop") -> int:
         """A DMA descriptor operand: mostly the box that moves the whole tile to the tensor's first elements."""
         if self.chance(0.3):
-            return self.sop()
+            return self.sop(kind=kind)
         d = int(name[-1]) if name[-1].isdigit() else 0
         if name == "base":
             return self.draw(0, 2)

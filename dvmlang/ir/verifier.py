@@ -112,8 +112,12 @@ class _Verifier:
                 self.fail(op, "histogram needs a 1-D integer tile (and an int1 mask of its shape)")
         elif k == "dot":
             a, b = types[0], types[1]
-            if not (isinstance(a, TileType) and isinstance(b, TileType)) or a.shape[-1] != b.shape[-2]:
-                self.fail(op, "dot operands do not chain")
+            if not (isinstance(a, TileType) and isinstance(b, TileType)) or len(a.shape) not in (2, 3) or \
+                    len(b.shape) != len(a.shape) or a.shape[-1] != b.shape[-2] or a.shape[:-2] != b.shape[:-2]:
+                self.fail(op, "dot operands do not chain: (M, K) @ (K, N) or (B, M, K) @ (B, K, N)")
+            want = a.shape[:-1] + b.shape[-1:]
+            if op.result.type.shape != want or (len(types) > 2 and getattr(types[2], "shape", None) != want):
+                self.fail(op, f"dot result and accumulator must have the product's shape {want}")
         elif k in ("load", "gather", "atomic", "store", "scatter", "dma_load", "dma_store"):
             t = op.attrs.get("tensor")
             if not isinstance(t, int) or not (0 <= t < len(self.fn.params)) or self.fn.params[t].kind != "tensor":

@@ -241,9 +241,10 @@ class Machine:
         return write
 
     @staticmethod
-    def sop(v: int):
-        """A scalar-operand field as a function batch -> value (a register, or the immediate)."""
-        is_reg, x = sop_parts(v)
+    def sop(v: int, kind: str = "sop"):
+        """A scalar-operand field (of ``kind``: ``sop`` or ``sop16``) as a function batch -> value (a register,
+        or the immediate)."""
+        is_reg, x = sop_parts(v, kind)
         if is_reg:
             return lambda b: b.regs[x]
         return lambda b: x

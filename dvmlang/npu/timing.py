@@ -89,10 +89,11 @@ def _fixpipe(p, k, *, nbytes):
     return p.fixpipe_startup + nbytes / p.fixpipe_bytes_per_cycle
 
 
-def _cube(p, k, *, M, N, K, wide):
-    """``wide``: fp32/fp64 inputs, ``cube_fp32_factor`` times slower."""
+def _cube(p, k, *, M, N, K, wide, B=1):
+    """``wide``: fp32/fp64 inputs, ``cube_fp32_factor`` times slower; ``B``: a batch of that many products, each
+    charged as one MMAD."""
     factor = p.cube_fp32_factor if wide else 1
-    return p.cube_startup + math.ceil(M / 16) * math.ceil(N / 16) * math.ceil(K / 16) * factor
+    return B * (p.cube_startup + math.ceil(M / 16) * math.ceil(N / 16) * math.ceil(K / 16) * factor)
 
 
 COSTS = {"scalar": _scalar, "branch": _branch, "vector": _vector, "reduce": _reduce, "dma": _dma,

@@ -112,12 +112,14 @@ def decode_kernel(code, start: int, nwords: int) -> list[Decoded]:
     return out
 
 
-def sop_parts(v: int) -> tuple[bool, int]:
-    """(is_register, register index or signed immediate) of a scalar-operand field."""
-    if v & isa.SOP_REG_BIT:
+def sop_parts(v: int, kind: str = "sop") -> tuple[bool, int]:
+    """(is_register, register index or signed immediate) of a scalar-operand field of ``kind`` (``sop``, or
+    the 16-bit ``sop16``)."""
+    bits, reg_bit, _, _ = isa.SOP_FORMS[kind]
+    if v & reg_bit:
         return True, v & 0xFF
-    if v & (1 << 30):
-        return False, v - (1 << 31)
+    if v & (reg_bit >> 1):
+        return False, v - reg_bit
     return False, v
 
 

@@ -74,8 +74,8 @@ def _operands(bc, d, relocs) -> tuple[str, str]:
             parts.append(f"{f.name}=r{v}" if f.name not in ("rd", "ra", "rb", "rs", "rc") else f"r{v}")
         elif k == "tile":
             parts.append(f"{f.name}=" + _fmt_tile(bc, v, f.space))
-        elif k == "sop":
-            is_reg, x = sop_parts(v)
+        elif k in ("sop", "sop16"):
+            is_reg, x = sop_parts(v, k)
             parts.append(f"{f.name}=" + (f"r{x}" if is_reg else f"#{x}"))
         elif k == "target":
             parts.append(f"-> {v}")

@@ -311,8 +311,9 @@ def _vperm(v, d):
     dd, ds = v.tile(d, "dst")
     ad, as_ = v.tile(d, "a")
     r = len(as_)
-    perm = tuple((o["perm"] >> (2 * i)) & 3 for i in range(r))
-    if r > 4 or sorted(perm) != list(range(r)):
+    bits = d.ins.extra["perm_bits"]
+    perm = tuple((o["perm"] >> (bits * i)) & ((1 << bits) - 1) for i in range(r))
+    if r * bits > isa.FIELD_KINDS[d.ins.kinds["perm"]][0] or sorted(perm) != list(range(r)):
         v.fail(d, "invalid permutation", f"a permutation of {r} axes", str(perm))
     v.same(d, "result shape", ds, tuple(as_[p] for p in perm))
     v.same(d, "result dtype", dd, ad)
@@ -322,7 +323,7 @@ def _vslice(v, d):
     o = d.vals
     dd, ds = v.tile(d, "dst")
     ad, as_ = v.tile(d, "a")
-    if len(ds) != len(as_) or len(as_) > 4:
+    if len(ds) != len(as_) or len(as_) > d.ins.extra["starts"]:
         v.fail(d, "slice rank mismatch")
     for i, (n, m) in enumerate(zip(ds, as_)):
         if o[f"s{i}"] + n > m:
@@ -482,8 +483,10 @@ def _mmad(v, d):
     dd, ds = v.tile(d, "dst")
     ad, as_ = v.tile(d, "a")
     bd, bs = v.tile(d, "b")
-    if len(as_) != 2 or len(bs) != 2 or as_[1] != bs[0] or ds != (as_[0], bs[1]):
-        v.fail(d, "matrix shapes do not chain", "(M,K) @ (K,N) -> (M,N)", f"{as_} @ {bs} -> {ds}")
+    if len(as_) not in (2, 3) or len(bs) != len(as_) or as_[-1] != bs[-2] or as_[:-2] != bs[:-2] or \
+            ds != as_[:-1] + bs[-1:]:
+        v.fail(d, "matrix shapes do not chain", "(M,K) @ (K,N) -> (M,N) or (B,M,K) @ (B,K,N) -> (B,M,N)",
+               f"{as_} @ {bs} -> {ds}")
     v.same(d, "operand dtype", ad, bd)
     if dd not in (dt.float32, dt.int32):
         v.fail(d, "L0C accumulates in float32 or int32", "float32/int32", dd.name)
@@ -542,9 +545,10 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                                       "1; dst has a's dtype (int32 for argmax/argmin); xor_sum and or need "
                                       "integers or booleans"),
     Family("vscan", _vreduce_vscan, "`op` < 4 and `axis` < a's rank; dst has a's shape and dtype"),
-    Family("vperm", _vperm, "`perm` is a permutation of a's axes (rank <= 4); dst has the permuted shape and a's "
-                            "dtype"),
-    Family("vslice", _vslice, "equal ranks <= 4; every start plus dst's extent fits inside a; same dtypes"),
+    Family("vperm", _vperm, "`perm` is a permutation of a's axes (rank <= 4 in VPERM's 8 bits, <= 5 in VPERM5's "
+                            "16); dst has the permuted shape and a's dtype"),
+    Family("vslice", _vslice, "equal ranks, at most the row's number of starts (4, or 5 for VSLICE5); every "
+                              "start plus dst's extent fits inside a; same dtypes"),
     Family("vtake", _vtake, "`axis` < rank; a, index and dst have one rank; index is an integer tile whose dims "
                             "off the axis are 1 or a's; dst has a's dims off the axis and index's on it, and the "
                             "row's dtype, as a has"),
@@ -572,6 +576,6 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                               "match; bitwise ops need integers; the address word has a relocation"),
     Family("copy_space", _copy_space, "both tiles inside the footprints of their memory spaces, equal shapes "
                                       "(equal dtypes for the plain copies)"),
-    Family("mmad", _mmad, "a in L0A is (M, K), b in L0B is (K, N), dst in L0C is (M, N); a and b share a dtype; "
-                          "dst is float32 or int32"),
+    Family("mmad", _mmad, "a in L0A is (M, K), b in L0B is (K, N), dst in L0C is (M, N), or all three carry "
+                          "one leading batch dim B; a and b share a dtype; dst is float32 or int32"),
 )}

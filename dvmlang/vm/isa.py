@@ -53,6 +53,7 @@ FIELD_KINDS = {
     "reg": (8, "scalar register index"),
     "tile": (32, "on-chip tile: address in 32-byte units (bits 0-15) and layout index (bits 16-31)"),
     "sop": (32, "scalar operand: bit 31 set = register (bits 0-7), clear = signed 31-bit immediate"),
+    "sop16": (16, "short scalar operand: bit 15 set = register (bits 0-7), clear = signed 15-bit immediate"),
     "u4": (4, "small unsigned integer"),
     "u8": (8, "unsigned integer"),
     "u16": (16, "unsigned integer"),
@@ -68,6 +69,12 @@ FIELD_KINDS = {
 
 SOP_REG_BIT = 1 << 31
 SOP_IMM_MIN, SOP_IMM_MAX = -(1 << 30), (1 << 30) - 1
+SOP16_REG_BIT = 1 << 15
+SOP16_IMM_MIN, SOP16_IMM_MAX = -(1 << 14), (1 << 14) - 1
+SOP_FORMS = {"sop": (32, SOP_REG_BIT, SOP_IMM_MIN, SOP_IMM_MAX), "sop16": (16, SOP16_REG_BIT, SOP16_IMM_MIN,
+                                                                             SOP16_IMM_MAX)}
+"""Each scalar-operand kind: (bits, register flag, smallest and largest immediate)."""
+MAX_DMA_RANK = 5
 TILE_ADDR_UNIT = 32
 CC_NAMES = ("lt", "le", "gt", "ge", "eq", "ne")
 
@@ -90,7 +97,8 @@ class Cost:
             "gather": "dma_latency + elements x gather_per_element + bytes / rate",
             "atomic": "dma_latency + elements x atomic_per_element",
             "mte1": "mte1_startup + bytes / mte1_bytes_per_cycle",
-            "cube": "cube_startup + ceil(M/16) x ceil(N/16) x ceil(K/16) x dtype factor",
+            "cube": "B x (cube_startup + ceil(M/16) x ceil(N/16) x ceil(K/16) x dtype factor), B the batch (1 "
+                    "for 2-D tiles)",
             "fixpipe": "fixpipe_startup + bytes / fixpipe_bytes_per_cycle",
             "sync": "1 cycle (events complete in the pipe's order)",
             "scalar_gm": "scalar_gm_latency (the scalar unit reads global memory)",
@@ -134,6 +142,8 @@ class Instr:
                                                   for f, (w, shift) in zip(self.fields, self.layout)))
         # the memory space of each tile operand, by field name
         object.__setattr__(self, "spaces", {f.name: f.space for f in self.fields if f.kind == "tile"})
+        # the kind of each field, by name
+        object.__setattr__(self, "kinds", {f.name: f.kind for f in self.fields})
 
 
 def _layout(fields: tuple[Field, ...]) -> tuple[tuple[int, int], ...]:
@@ -290,10 +300,10 @@ _row("VREDUCE", 0x0385, V, [H("op", "u4"), H("axis", "u4"), F("dst", "tile"), F(
 _row("VSCAN", 0x0386, V, [H("op", "u4"), H("axis", "u4"), H("reverse", "flag"), F("dst", "tile"), F("a", "tile")],
      Cost("reduce", 2), "dst = inclusive scan(a, axis) with op in (sum, prod, max, min).", "vscan")
 _row("VPERM", 0x0387, V, [H("perm", "perm"), F("dst", "tile"), F("a", "tile")], Cost("vector", 2),
-     "dst = a with its axes permuted.", "vperm")
+     "dst = a with its axes permuted (rank <= 4: 2 bits per axis).", "vperm", perm_bits=2)
 _row("VSLICE", 0x0388, V, [F("dst", "tile"), F("a", "tile"), F("s0", "u16"), F("s1", "u16"), F("s2", "u16"),
                            F("s3", "u16")], Cost("vector", 1),
-     "dst = a[s0:, s1:, ...] cut to dst's shape.", "vslice")
+     "dst = a[s0:, s1:, ...] cut to dst's shape (rank <= 4).", "vslice", starts=4)
 _row("VCAT", 0x0389, V, [H("axis", "u4"), F("dst", "tile"), F("a", "tile"), F("b", "tile")], Cost("vector", 1),
      "dst = concatenate(a, b, axis).", "vcat")
 _row("VTAKE", 0x038B, V, [H("axis", "u4"), F("dst", "tile"), F("a", "tile"), F("index", "tile")], Cost("vector", 4),
@@ -307,20 +317,29 @@ _row("VHIST", 0x038D, V, [H("masked", "flag"), F("dst", "tile"), F("a", "tile"),
      "that range, or where the mask (when masked) is false, are not counted.", "vhist", dtypes="int")
 _row("VFMA", 0x038A, V, [F("dst", "tile"), F("a", "tile"), F("b", "tile"), F("c", "tile")], Cost("vector", 2),
      "dst = a * b + c (rounded once per op in the dtype).", "vfma", dtypes="float")
+_row("VPERM5", 0x038E, V, [H("perm", "u16"), F("dst", "tile"), F("a", "tile")], Cost("vector", 2),
+     "dst = a with its axes permuted, for tiles of rank 5: 3 bits per axis.", "vperm", perm_bits=3)
+_row("VSLICE5", 0x038F, V, [F("dst", "tile"), F("a", "tile"), F("s0", "u16"), F("s1", "u16"), F("s2", "u16"),
+                            F("s3", "u16"), F("s4", "u16")], Cost("vector", 1),
+     "dst = a[s0:, s1:, s2:, s3:, s4:] cut to dst's shape, for tiles of rank 5.", "vslice", starts=5)
 
-# DMA: one row per rank, so every row has a fixed layout. Descriptor per dim: stride, lo, hi (sop each).
+# DMA: one row per rank, so every row has a fixed layout. Descriptor per dim: stride, lo, hi. Ranks 1-3 take a
+# 32-bit scalar operand each; three of those per dim do not fit the 8 words of an instruction from rank 4 on, so
+# ranks 4 and 5 take 16-bit ones (an immediate outside +-16K goes through its register). A descriptor has at
+# most MAX_DMA_RANK dims (the lowering folds contiguous dims of a longer one).
 
 
 def _dims(rank):
+    k = "sop" if rank <= 3 else "sop16"
     fs = []
     for d in range(rank):
-        fs += [F(f"stride{d}", "sop"), F(f"lo{d}", "sop"), F(f"hi{d}", "sop")]
+        fs += [F(f"stride{d}", k), F(f"lo{d}", k), F(f"hi{d}", k)]
     return fs
 
 
 DMA_LOAD: dict[int, Instr] = {}
 DMA_STORE: dict[int, Instr] = {}
-for _r in (1, 2, 3):
+for _r in range(1, MAX_DMA_RANK + 1):
     DMA_LOAD[_r] = _row(f"DMA_LOAD{_r}", 0x0400 + _r, M2,
                         [H("tensor", "u8"), H("pad_undef", "flag"), F("dst", "tile"), F("base", "sop"), F("gm", "gm"),
                          F("pad", "sop")] + _dims(_r) + [H("keep", "flag")],
@@ -355,7 +374,8 @@ _row("L1_TO_L0B", 0x0502, M1, [F("dst", "tile", "l0b"), F("src", "tile", "l1")],
      "Copy an L1 tile into L0B.", "copy_space")
 _row("MMAD", 0x0503, C, [H("init", "flag"), F("dst", "tile", "l0c"), F("a", "tile", "l0a"), F("b", "tile", "l0b")],
      Cost("cube"),
-     "L0C dst (+)= L0A a @ L0B b, accumulating in dst's dtype (fp32 for fp16/bf16 inputs); init clears dst.",
+     "L0C dst (+)= L0A a @ L0B b, accumulating in dst's dtype (fp32 for fp16/bf16 inputs); init clears dst. 3-D "
+     "tiles are a batch: (B, M, K) @ (B, K, N) -> (B, M, N), B matrix products.",
      "mmad")
 _row("FIX_L0C_TO_UB", 0x0504, FX, [F("dst", "tile"), F("src", "tile", "l0c")], Cost("fixpipe"),
      "Move an L0C tile to UB, converting to dst's dtype.", "copy_space")

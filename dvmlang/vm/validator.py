@@ -54,15 +54,18 @@ class _KernelValidator:
         return t
 
     def sop_register_bits(self, d, name):
-        """A register scalar operand uses bits 0-7 and the flag bit 31; bits 8-30 must be 0."""
+        """A register scalar operand uses bits 0-7 and the flag bit (31, or 15 in a ``sop16``); the bits
+        between must be 0."""
         raw = d.vals[name]
-        if raw & isa.SOP_REG_BIT and raw & 0x7FFFFF00:
-            self.fail(d, f"scalar operand {name} names a register but sets reserved bits 8-30", "0",
-                      f"{raw & 0x7FFFFF00:#x}")
+        bits, reg_bit, _, _ = isa.SOP_FORMS[d.ins.kinds[name]]
+        reserved = (reg_bit - 1) & ~0xFF
+        if raw & reg_bit and raw & reserved:
+            self.fail(d, f"scalar operand {name} names a register but sets reserved bits 8-{bits - 2}", "0",
+                      f"{raw & reserved:#x}")
 
     def sop(self, d, name):
         self.sop_register_bits(d, name)
-        is_reg, v = sop_parts(d.vals[name])
+        is_reg, v = sop_parts(d.vals[name], d.ins.kinds[name])
         if is_reg:
             if v >= len(self.regs):
                 self.fail(d, f"register r{v} ({name}) does not exist", f"< {len(self.regs)}", str(v))

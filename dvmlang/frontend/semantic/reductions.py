@@ -124,12 +124,18 @@ class ReductionOps:
     # ---- matrix ---------------------------------------------------------------------------------------
     def dot(self, a, b, acc=None, out_dtype=None):
         a, b = self.to_tensor(a), self.to_tensor(b)
-        if len(a.shape) != 2 or len(b.shape) != 2:
-            raise KernelTypeError(f"dl.dot needs two 2-D tiles, got shapes {shape_text(a.shape)} and "
-                                  f"{shape_text(b.shape)}")
-        if a.shape[1] != b.shape[0]:
-            raise KernelTypeError(f"dl.dot shapes {a.shape} @ {b.shape} do not chain: {a.shape[1]} != {b.shape[0]}",
+        if len(a.shape) not in (2, 3) or len(b.shape) != len(a.shape):
+            raise KernelTypeError(f"dl.dot needs two 2-D tiles, or two 3-D tiles (a batch of matrices), got shapes "
+                                  f"{shape_text(a.shape)} and {shape_text(b.shape)}",
+                                  hint="(M, K) @ (K, N) -> (M, N), or (B, M, K) @ (B, K, N) -> (B, M, N)")
+        if a.shape[-1] != b.shape[-2]:
+            raise KernelTypeError(f"dl.dot shapes {a.shape} @ {b.shape} do not chain: {a.shape[-1]} != "
+                                  f"{b.shape[-2]}",
                                   hint="the inner dimensions must match; transpose with dl.trans if needed")
+        if a.shape[:-2] != b.shape[:-2]:
+            raise KernelTypeError(f"dl.dot batch sizes differ: {a.shape} @ {b.shape} ({a.shape[0]} != {b.shape[0]})",
+                                  hint="a batched dot multiplies matrix i of a by matrix i of b; broadcast the "
+                                       "smaller batch first (dl.broadcast_to)")
         if a.dtype is not b.dtype:
             res = dt.promote(a.dtype, b.dtype)
             a, b = self.cast(a, res), self.cast(b, res)
@@ -139,7 +145,7 @@ class ReductionOps:
             od = self.dtype_arg(out_dtype)
         else:
             od = dt.float32
-        shape = (a.shape[0], b.shape[1])
+        shape = a.shape[:-1] + b.shape[-1:]
         acc = unwrap(acc)
         if acc is not None:
             acc = self.to_tensor(acc)

@@ -1,4 +1,5 @@
-"""Cube-unit step builder: MMAD, L0C (+)= L0A @ L0B, accumulating in L0C's dtype."""
+"""Cube-unit step builder: MMAD, L0C (+)= L0A @ L0B, accumulating in L0C's dtype; 3-D tiles are a batch of
+matrix products (B, M, K) @ (B, K, N) -> (B, M, N)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ def mmad(m, d):
     _, _, bshape = m.layout(d.vals["b"])
     _, cd, _ = m.layout(d.vals["dst"])
     acc = cd.np
-    M, K = ashape
-    N = bshape[1]
-    cost = m.formula(d)(M=M, N=N, K=K, wide=ad in (dt.float32, dt.float64))
+    M, K = ashape[-2:]
+    N = bshape[-1]
+    B = ashape[0] if len(ashape) == 3 else 1
+    cost = m.formula(d)(M=M, N=N, K=K, wide=ad in (dt.float32, dt.float64), B=B)
 
     def fn(b, L):
         prod = np.matmul(ra(b, L).astype(acc, copy=False), rb(b, L).astype(acc, copy=False))
@@ -33,4 +35,4 @@ def mmad(m, d):
             else:
                 prod = c + prod
         w(b, prod.astype(acc, copy=False))
-    return m.step(d, fn, cost, macs=M * K * N)
+    return m.step(d, fn, cost, macs=B * M * K * N)

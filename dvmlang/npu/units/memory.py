@@ -19,8 +19,12 @@ from .registry import builds
 def _descriptor(m, d):
     """(base, strides, lo, hi): the descriptor fields of a DMA row as functions batch -> value."""
     rank = d.ins.extra["rank"]
-    return (m.sop(d.vals["base"]), [m.sop(d.vals[f"stride{i}"]) for i in range(rank)],
-            [m.sop(d.vals[f"lo{i}"]) for i in range(rank)], [m.sop(d.vals[f"hi{i}"]) for i in range(rank)])
+    kinds = d.ins.kinds
+
+    def f(name):
+        return m.sop(d.vals[name], kinds[name])
+    return (f("base"), [f(f"stride{i}") for i in range(rank)], [f(f"lo{i}") for i in range(rank)],
+            [f(f"hi{i}") for i in range(rank)])
 
 
 def _elements(m, d, shape):

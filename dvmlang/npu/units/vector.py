@@ -251,7 +251,8 @@ def vperm(m, d):
     ra = m.reader(d.vals["a"])
     w = m.writer(d.vals["dst"])
     rank = len(m.layout(d.vals["a"])[2])
-    perm = (0,) + tuple(((d.vals["perm"] >> (2 * i)) & 3) + 1 for i in range(rank))
+    bits = d.ins.extra["perm_bits"]
+    perm = (0,) + tuple(((d.vals["perm"] >> (bits * i)) & ((1 << bits) - 1)) + 1 for i in range(rank))
 
     def fn(b, L):
         w(b, np.ascontiguousarray(np.transpose(ra(b, L), perm)))

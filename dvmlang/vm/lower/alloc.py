@@ -167,6 +167,20 @@ class Staging:
         self.scratch_top = max(self.scratch_top, 32 * min(self.scratch_n, 4))
         return Buffer("ub", 32, 0, 0, "splat", None, addr)
 
+    def _cube_slot(self, space, dtype: dt.DType, shape) -> tuple[int, int, int]:
+        """(address, bytes, capacity) of the next cube staging buffer of ``space`` for a tile of that layout."""
+        base = self.footprint.get(space, 0) + self.cube_top.get(space, 0)
+        align = 512 if space in ("l0a", "l0b") else 64 if space == "l0c" else 32
+        base = (base + align - 1) // align * align
+        return base, nbytes(shape, dtype), getattr(self.profile, f"{space}_bytes")
+
+    def cube_fits(self, space, dtype: dt.DType, shape, alt: bool) -> bool:
+        """Whether ``cube`` can hand out that staging buffer: it exists already, or there is room for it."""
+        if (space, dtype.code, tuple(shape), alt) in self.cube_bufs:
+            return True
+        base, nb, cap = self._cube_slot(space, dtype, shape)
+        return base + nb <= cap or (alt and self.cube_fits(space, dtype, shape, False))
+
     def cube(self, space, dtype: dt.DType, shape, alt: bool) -> Buffer:
         """Cube staging buffers: one per (space, layout), allocated above the space's live data; ``alt`` asks
         for the copy of the second body of an unrolled loop."""
@@ -174,11 +188,7 @@ class Staging:
         b = self.cube_bufs.get(key)
         if b is None:
             top = self.cube_top
-            base = self.footprint.get(space, 0) + top.get(space, 0)
-            nb = nbytes(shape, dtype)
-            align = 512 if space in ("l0a", "l0b") else 64 if space == "l0c" else 32
-            base = (base + align - 1) // align * align
-            cap = getattr(self.profile, f"{space}_bytes")
+            base, nb, cap = self._cube_slot(space, dtype, shape)
             if base + nb > cap and alt:
                 # no room for a ping-pong copy: the second body copy shares the staging buffer
                 b = self.cube(space, dtype, shape, False)

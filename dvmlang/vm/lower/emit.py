@@ -67,10 +67,12 @@ class Context:
             raise CompilationError(f"internal: scalar {v!r} has no register", v.op.loc if v.op else None)
         return r
 
-    def sop(self, v: Value) -> int:
-        """A scalar operand: a small integer constant inline, anything else its register."""
+    def sop(self, v: Value, kind: str = "sop") -> int:
+        """A scalar operand of ``kind`` (``sop``, or the 16-bit ``sop16``): a small integer constant inline,
+        anything else its register."""
+        bits, reg_bit, lo, hi = isa.SOP_FORMS[kind]
         if v.op is not None and v.op.kind == "const":
             c = v.op.attrs["value"]
-            if isinstance(c, (int, bool)) and isa.SOP_IMM_MIN <= int(c) <= isa.SOP_IMM_MAX:
-                return int(c) & 0x7FFFFFFF
-        return isa.SOP_REG_BIT | self.reg(v)
+            if isinstance(c, (int, bool)) and lo <= int(c) <= hi:
+                return int(c) & (reg_bit - 1)
+        return reg_bit | self.reg(v)

@@ -211,12 +211,15 @@ def _reshape(ctx, op):
 def _permute(ctx, op):
     r = op.result
     perm = op.attrs["perm"]
-    if len(perm) > 4:
-        raise CompilationError("permute supports tiles of rank <= 4", op.loc)
+    ins = BY_NAME["VPERM"] if len(perm) <= 4 else BY_NAME["VPERM5"]
+    if len(perm) > 5:
+        raise CompilationError(f"permutes of rank-{len(perm)} tiles are not supported (at most 5 dims)", op.loc,
+                               "reshape to at most 5 dims first, merging dims that stay next to each other")
+    bits = ins.extra["perm_bits"]
     code = 0
     for i, p in enumerate(perm):
-        code |= p << (2 * i)
-    ctx.emit(BY_NAME["VPERM"], {"perm": code, "dst": ctx.tile(r), "a": ctx.tile(op.operands[0])}, r.dtype, op.loc,
+        code |= p << (bits * i)
+    ctx.emit(ins, {"perm": code, "dst": ctx.tile(r), "a": ctx.tile(op.operands[0])}, r.dtype, op.loc,
              reads=[ctx.rng(op.operands[0])], writes=[ctx.rng(r)])
 
 
@@ -230,12 +233,14 @@ def _cat(ctx, op):
 def _slice(ctx, op):
     r = op.result
     x = op.operands[0]
-    starts = list(op.attrs["starts"]) + [0] * (4 - len(op.attrs["starts"]))
-    if len(op.attrs["starts"]) > 4 or any(s >= 1 << 16 for s in starts):
-        raise CompilationError("tile slices support rank <= 4 and offsets below 65536", op.loc)
-    ctx.emit(BY_NAME["VSLICE"], {"dst": ctx.tile(r), "a": ctx.tile(x), "s0": starts[0], "s1": starts[1],
-                                 "s2": starts[2], "s3": starts[3]}, r.dtype, op.loc,
-             reads=[ctx.rng(x)], writes=[ctx.rng(r)])
+    rank = len(op.attrs["starts"])
+    ins = BY_NAME["VSLICE"] if rank <= 4 else BY_NAME["VSLICE5"]
+    n = ins.extra["starts"]
+    starts = list(op.attrs["starts"]) + [0] * (n - rank)
+    if rank > n or any(s >= 1 << 16 for s in starts):
+        raise CompilationError("tile slices support rank <= 5 and offsets below 65536", op.loc)
+    ctx.emit(ins, {"dst": ctx.tile(r), "a": ctx.tile(x), **{f"s{i}": s for i, s in enumerate(starts)}}, r.dtype,
+             op.loc, reads=[ctx.rng(x)], writes=[ctx.rng(r)])
 
 
 def _take(ctx, op):
