@@ -123,6 +123,14 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("DVMLANG_CACHE_DIR") or Path.home() / ".cache" / "dvmlang") / "autotune"
 
 
+def _takes_var_keywords(fn) -> bool:
+    import inspect
+    try:
+        return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+
+
 def _same_program_key(c: Config):
     """What names the program a config runs: its constexprs and its pre_hook (which sees only the arguments and
     the constexprs), or None when a value does not hash."""
@@ -291,7 +299,12 @@ class Autotuner(_Wrapper):
     def prune_configs(self, named: dict) -> list:
         configs = self.configs
         if self.early_config_prune is not None:
-            configs = list(self.early_config_prune(configs, named))
+            # Triton calls early_config_prune(configs, nargs, **kwargs): a function that takes **kwargs gets every
+            # argument by name there too (tutorials 06 and 09 read kwargs["N_CTX"], kwargs["FLATTEN"])
+            if _takes_var_keywords(self.early_config_prune):
+                configs = list(self.early_config_prune(configs, named, **named))
+            else:
+                configs = list(self.early_config_prune(configs, named))
         if self.perf_model is not None and self.top_k is not None:
             k = self.top_k
             if isinstance(k, float) and k <= 1.0:

@@ -220,3 +220,16 @@ def test_torch_arguments_are_restored_and_reset_too():
     k2 = tuned()
     k2[GRID](x, acc, n)
     torch.testing.assert_close(acc, before + 2 * x)  # four candidates ran on `acc`; only the final launch shows
+
+
+def test_early_config_prune_gets_the_arguments_as_keywords_when_it_takes_them():
+    seen = {}
+
+    def prune(configs, named_args, **kwargs):
+        seen.update(kwargs)
+        return [c for c in configs if c.kwargs["BLOCK"] <= kwargs["n"]]
+
+    k = tuned(prune_configs_by={"early_config_prune": prune})
+    x, out = data(300)
+    k[GRID](x, out, 300)
+    assert seen["n"] == 300 and all(c.kwargs["BLOCK"] <= 300 for c in k.configs_timings)

@@ -18,9 +18,20 @@ from .errors import OutOfResources, TritonError
 from .jit import JITFunction, jit
 from .runtime.jit import TensorWrapper, reinterpret
 
+
+
+def set_allocator(allocator) -> None:
+    """Triton's allocator of global scratch memory for tensor descriptors made in kernels: accepted and never
+    called (a dvmlang descriptor is a DMA descriptor; it needs no scratch memory). ``None`` or a callable
+    ``(size, alignment, stream) -> tensor``."""
+    if allocator is not None and not callable(allocator):
+        raise DvmError(f"triton.set_allocator takes a callable (size, alignment, stream) -> tensor or None, got "
+                       f"{type(allocator).__name__}")
+
+
 __version__ = "3.4.0"  # the Triton release whose API this namespace follows
 
 __all__ = ["jit", "JITFunction", "autotune", "Config", "heuristics", "Autotuner", "Heuristics", "cdiv",
            "next_power_of_2", "reinterpret", "TensorWrapper", "CompilationError", "OutOfResources", "TritonError",
            "language", "runtime", "testing", "compiler", "backends", "knobs", "tools", "__version__", "Kernel",
-           "DvmError", "ResourceError"]
+           "DvmError", "ResourceError", "set_allocator"]
