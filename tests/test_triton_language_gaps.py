@@ -205,3 +205,34 @@ def test_strided_fp8_views_match_numpy():
     assert v.dtype == g.dtype
     np.testing.assert_array_equal(v.astype(np.float32), ref.astype(np.float32))
 
+
+
+# ---- runtime values given to constexpr parameters of inlined helpers -------------------------------------------------
+
+@dvmlang.kernel
+def scale_helper(x, n: dl.constexpr):
+    return x * n
+
+
+@dvmlang.kernel
+def arange_helper(n: dl.constexpr):
+    return dl.arange(0, n)
+
+
+@dvmlang.kernel
+def runtime_to_constexpr_k(x_ptr, o_ptr, s, USE_ARANGE: dl.constexpr):
+    x = dl.load(x_ptr + dl.arange(0, 4))
+    if USE_ARANGE:
+        x = x + arange_helper(s)
+    dl.store(o_ptr + dl.arange(0, 4), scale_helper(x, s) + scale_helper(x, 2))
+
+
+def test_runtime_values_bind_to_constexpr_parameters_of_helpers():
+    """Triton decides an inlined call's constexprs by the arguments: a runtime value given to a constexpr
+    parameter is that runtime value; a use that needs a compile-time value fails where it is."""
+    x = np.arange(4, dtype=np.float32)
+    o = np.zeros(4, np.float32)
+    runtime_to_constexpr_k[(1,)](x, o, 3.0, USE_ARANGE=False)
+    np.testing.assert_array_equal(o, x * 3 + x * 2)
+    with pytest.raises(dvmlang.errors.CompilationError, match="arange"):
+        runtime_to_constexpr_k[(1,)](x, o, 4, USE_ARANGE=True)

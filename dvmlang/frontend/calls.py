@@ -139,9 +139,9 @@ class CallsMixin:
                     bound[p] = src.defaults[p]
                 else:
                     raise self.error(KernelTypeError, node, f"`{src.name}` is missing the argument `{p}`")
-            if p in src.constexpr_params and is_runtime_value(bound[p]):
-                raise self.error(ConstexprError, node, f"parameter `{p}` of `{src.name}` is dl.constexpr, but the "
-                                 "argument is only known at run time")
+            # as Triton: an inlined call's constexpr-ness follows the argument, not the annotation, so a runtime
+            # value given to a dl.constexpr parameter is bound as the runtime value it is (a use that needs a
+            # compile-time value says so where it happens)
         chain = self.call_chain + ((src.name, self.loc(node)),)
         sub = type(self)(src, self.sem, bound, self.build, chain)
         try:
