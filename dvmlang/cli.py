@@ -40,61 +40,107 @@ def _load(path: Path):
     return mod
 
 
-def cmd_gallery(args) -> int:
+# modules a Triton tutorial may need that dvmlang itself does not: without them it is skipped, not failed
+TUTORIAL_NEEDS = ("torch", "tabulate")
+
+
+def _run_example(f: Path, args, quiet: bool):
+    """Run one example's ``run()`` in a trace session: ``(ok, skipped, err, session, wall seconds)``. With
+    ``quiet`` (a Triton tutorial, which prints its tables), its output and warnings are hidden unless -v."""
+    import contextlib
+    import io
+    import warnings
+
     import dvmlang
+    t0 = time.perf_counter()
+    ok, skipped, err = True, False, ""
+    out = io.StringIO()
+    hide = quiet and not args.verbose
+    with dvmlang.trace(max_events=200_000 if args.trace else 0, summary_only=not args.trace) as t, \
+            warnings.catch_warnings(), contextlib.redirect_stdout(out) if hide else contextlib.nullcontext():
+        if hide:
+            warnings.simplefilter("ignore")
+        try:
+            mod = _load(f)
+            if not hasattr(mod, "run"):
+                raise RuntimeError("example has no run() function")
+            mod.run()
+        except ModuleNotFoundError as e:
+            if quiet and e.name in TUTORIAL_NEEDS:
+                skipped, err = True, f"needs {e.name} (pip install -e '.[test]')"
+            else:
+                ok, err = False, f"{type(e).__name__}: {e}"
+        except AssertionError as e:
+            ok = False
+            err = f"wrong result: {str(e).strip().splitlines()[0] if str(e).strip() else 'assertion failed'}"
+        except Exception as e:  # noqa: BLE001 - report and keep going
+            ok = False
+            err = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            if args.verbose:
+                traceback.print_exc()
+    return ok, skipped, err, t, time.perf_counter() - t0
+
+
+def _first_of_each_kernel(launches) -> list:
+    seen, out = set(), []
+    for launch in launches:
+        if launch.name not in seen:
+            seen.add(launch.name)
+            out.append(launch)
+    return out
+
+
+def cmd_gallery(args) -> int:
     console = Console()
     d = _examples_dir(args.dir)
     if d is None:
         where = f"in {args.dir}" if args.dir else "(pass --dir or run from the repository)"
         return _fail("gallery", f"no examples directory found {where}", 2)
-    files = sorted(p for p in d.glob("*.py") if not p.name.startswith("_"))
+    sections = [("", sorted(p for p in d.glob("*.py") if not p.name.startswith("_")))]
+    if not args.no_triton and (d / "triton").is_dir():  # Triton's tutorials, ported (examples/triton/README.md)
+        sections.append(("triton/", sorted(p for p in (d / "triton").glob("*.py") if not p.name.startswith("_"))))
     if args.only:
-        files = [f for f in files if any(o in f.stem for o in args.only)]
-    if not files:
+        sections = [(pre, [f for f in files if any(o in pre + f.stem for o in args.only)]) for pre, files in sections]
+    sections = [(pre, files) for pre, files in sections if files]
+    if not sections:
         return _fail("gallery", f"no example in {d} matched {' '.join(args.only)}", 2)
     table = Table(title=Text(f"dvmlang gallery ({d})"))
     for col, just in (("example", "left"), ("correct", "center"), ("launches", "right"),
-                      ("simulated cycles", "right"), ("simulated time", "right"), ("wall time", "right")):
-        table.add_column(col, justify=just)
-    failures = []
-    sessions = []
+                      ("simulated\ncycles", "right"), ("simulated\ntime", "right"), ("wall\ntime", "right")):
+        table.add_column(col, justify=just, no_wrap=col != "example", overflow="ellipsis")
+    failures, skips, sessions = [], [], []
     from rich.progress import Progress
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("running examples", total=len(files))
-        for f in files:
-            progress.update(task, description=f"running {f.stem}")
-            t0 = time.perf_counter()
-            ok = True
-            err = ""
-            with dvmlang.trace(max_events=200_000 if args.trace else 0, summary_only=not args.trace) as t:
-                try:
-                    mod = _load(f)
-                    if not hasattr(mod, "run"):
-                        raise RuntimeError("example has no run() function")
-                    mod.run()
-                except AssertionError as e:
-                    ok = False
-                    err = f"wrong result: {str(e).strip().splitlines()[0] if str(e).strip() else 'assertion failed'}"
-                except Exception as e:  # noqa: BLE001 - report and keep going
-                    ok = False
-                    err = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                    if args.verbose:
-                        traceback.print_exc()
-            wall = time.perf_counter() - t0
-            cycles = sum(launch.cycles for launch in t.launches)
-            us = sum(launch.time_us for launch in t.launches)
-            table.add_row(Text(f.stem), Text("yes" if ok else "NO"), str(len(t.launches)), f"{cycles:,}",
-                          f"{us:,.1f} us", f"{wall * 1e3:,.0f} ms")
-            if not ok:
-                failures.append((f.stem, err))
-            sessions.append((f.stem, t))
-            progress.advance(task)
+        task = progress.add_task("running examples", total=sum(len(files) for _, files in sections))
+        for pre, files in sections:
+            if pre:
+                if len(sections) > 1:
+                    table.add_section()
+                table.add_row(Text("Triton tutorials", style="bold"), Text("(torch)"))
+            for f in files:
+                name = pre + f.stem
+                progress.update(task, description=f"running {name}")
+                ok, skipped, err, t, wall = _run_example(f, args, quiet=bool(pre))
+                cycles = sum(launch.cycles for launch in t.launches)
+                us = sum(launch.time_us for launch in t.launches)
+                table.add_row(Text(f.stem), Text("skipped" if skipped else "yes" if ok else "NO"), str(len(t.launches)),
+                              f"{cycles:,}", f"{us:,.1f} us", f"{wall * 1e3:,.0f} ms")
+                if skipped:
+                    skips.append((name, err))
+                elif not ok:
+                    failures.append((name, err))
+                # a tutorial's trace shows the first launch of each of its kernels (its benchmark launches many)
+                sessions.append((name, _first_of_each_kernel(t.launches) if pre else t.launches))
+                progress.advance(task)
     if args.trace:
-        for name, t in sessions:
-            if t.launches:
+        from .trace.views import render
+        for name, launches in sessions:
+            if launches:
                 console.rule(Text(name))
-                t.print(view=args.view, console=console)
+                render(launches, args.view, console=console)
     console.print(table)
+    for name, err in skips:
+        console.print(Text(f"skipped {name}: {err}"))
     for name, err in failures:
         console.print(Text(f"FAILED {name}: {err}"))
     return 1 if failures else 0
@@ -228,13 +274,17 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     g = sub.add_parser("gallery", help="run every example, check it against numpy, and print a table",
                        description="Run every example of the gallery (examples/*.py, each with a run() function), "
-                                   "check it against numpy, and print a table of simulated cycles and wall time. "
-                                   "Exits 1 when an example is wrong or fails.")
+                                   "check it against numpy, then Triton's tutorials ported to dvmlang "
+                                   "(examples/triton/*.py, checked against torch), and print a table of simulated "
+                                   "cycles and wall time. Exits 1 when an example is wrong or fails; a tutorial "
+                                   "whose torch is not installed is skipped.")
     g.add_argument("--dir", help="examples directory (default: ./examples or the repository's)")
     g.add_argument("--trace", action="store_true", help="record and show a trace of every launch")
     g.add_argument("--view", default="summary", choices=[v for v in VIEWS if v != "compare"],
                    help="trace view to show with --trace (default: summary)")
     g.add_argument("--only", nargs="*", help="run only examples whose name contains one of these")
+    g.add_argument("--no-triton", action="store_true",
+                   help="skip the Triton tutorials (examples/triton/; they need torch and are skipped without it)")
     g.add_argument("-v", "--verbose", action="store_true", help="print tracebacks of failing examples")
     g.set_defaults(func=cmd_gallery)
     t = sub.add_parser("trace", help="run a script and show a trace of every launch it makes",

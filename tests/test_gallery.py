@@ -1,16 +1,30 @@
-"""`dvmlang gallery` runs every example, checks it, and exits non-zero when one is wrong."""
+"""`dvmlang gallery` runs every example, checks it, and exits non-zero when one is wrong; its Triton section
+runs the tutorials of examples/triton/ (each checked against torch), skipped when torch is missing."""
 
 from pathlib import Path
 
+import pytest
+
+from dvmlang import cli
 from dvmlang.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_gallery_passes(capsys):
-    assert main(["gallery", "--dir", str(ROOT / "examples")]) == 0
+    assert main(["gallery", "--no-triton", "--dir", str(ROOT / "examples")]) == 0  # tutorials: below
     out = capsys.readouterr().out
     assert "vector_add" in out and "softmax" in out and "simulated" in out
+    assert "Triton tutorials" not in out
+
+
+def test_gallery_runs_the_triton_tutorials(capsys):
+    pytest.importorskip("torch")
+    assert main(["gallery", "--dir", str(ROOT / "examples"), "--only", "triton/07", "triton/11"]) == 0
+    out = capsys.readouterr().out
+    assert "Triton tutorials" in out and "07_extern_functions" in out and "11_programmatic" in out
+    assert "The maximum difference" not in out  # a tutorial's own output is hidden without -v
+    assert "vector_add " not in out
 
 
 def test_gallery_fails_on_a_wrong_example(tmp_path, capsys):
@@ -20,3 +34,16 @@ def test_gallery_fails_on_a_wrong_example(tmp_path, capsys):
         "    assert np.allclose(np.ones(3), np.zeros(3)), 'deliberately wrong'\n")
     assert main(["gallery", "--dir", str(tmp_path)]) == 1
     assert "FAILED wrong" in capsys.readouterr().out
+
+
+def test_a_tutorial_without_its_module_is_skipped_not_failed(tmp_path, capsys, monkeypatch):
+    (tmp_path / "ok.py").write_text("def run():\n    pass\n")
+    (tmp_path / "triton").mkdir()
+    (tmp_path / "triton" / "01_needs.py").write_text("import no_such_module_for_dvmlang\ndef run():\n    pass\n")
+    (tmp_path / "triton" / "02_wrong.py").write_text("def run():\n    assert False, 'deliberately wrong'\n")
+    monkeypatch.setattr(cli, "TUTORIAL_NEEDS", (*cli.TUTORIAL_NEEDS, "no_such_module_for_dvmlang"))
+    assert main(["gallery", "--dir", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "skipped triton/01_needs: needs no_such_module_for_dvmlang" in out
+    assert "FAILED triton/02_wrong" in out and "FAILED triton/01" not in out
+    assert main(["gallery", "--dir", str(tmp_path), "--only", "triton/01"]) == 0

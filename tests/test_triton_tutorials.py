@@ -123,3 +123,13 @@ def test_a_grid_beyond_the_devices_limit_is_a_launch_error():
     x = np.zeros(4, np.float32)
     with pytest.raises(dvmlang.LaunchError, match="at most 16777216"):
         _copy[(limit + 1,)](x, x.copy(), 4, BLOCK=4)
+
+
+def test_do_bench_inside_a_trace_records_its_launches_there():
+    x, y = torch.rand(100), torch.zeros(100)
+    with dvmlang.trace(summary_only=True) as t:
+        _copy[(1,)](x, y, 100, BLOCK=128)
+        ms = triton.testing.do_bench(lambda: _copy[(2,)](x, y, 100, BLOCK=64))
+    assert [launch.grid for launch in t.launches] == [(1, 1, 1), (2, 1, 1)]
+    assert ms == pytest.approx(t.launches[1].time_us / 1e3)
+    assert triton.testing.do_bench(lambda: _copy[(2,)](x, y, 100, BLOCK=64)) == ms  # outside a trace: the same

@@ -2,7 +2,7 @@
 
 ``do_bench(fn)`` runs ``fn`` once and returns the simulated time of the kernel launches it made, in
 milliseconds (Triton's unit): the same value on every call, so ``warmup``, ``rep`` and the cache flush have
-nothing to average. A function that launches no kernel (a torch CPU operation) has no simulated time: ``nan``,
+nothing to average. Inside a trace session its launches are recorded there like any other. A function that launches no kernel (a torch CPU operation) has no simulated time: ``nan``,
 with a ``DvmWarning``. ``perf_report``/``Benchmark`` run the benchmarked function over the x values and print
 (and return) the table; plotting is done only when matplotlib is installed and ``show_plots`` or
 ``save_path`` asks for it.
@@ -10,6 +10,7 @@ with a ``DvmWarning``. ``perf_report``/``Benchmark`` run the benchmarked functio
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 
@@ -21,14 +22,19 @@ _MODES = ("min", "max", "mean", "median", "all")
 
 
 def _simulated_ms(fn) -> float:
-    from ..trace.record import Session
-    with Session(summary_only=True) as s:
+    """The simulated time of the launches ``fn()`` makes. Inside a trace session (``dvmlang.trace()``, ``dvmlang
+    trace``, the gallery) they are recorded there, as every launch is; otherwise in a session of totals only."""
+    from ..trace.record import Session, active_session
+    outer = active_session()
+    first = len(outer.launches) if outer is not None else 0
+    with Session(summary_only=True) if outer is None else contextlib.nullcontext() as s:
         fn()
-    if not s.launches:
+    launches = (s if outer is None else outer).launches[first:]
+    if not launches:
         warnings.warn("do_bench: the function launched no dvmlang kernel, so it has no simulated time (host code such "
                       "as a torch CPU operation is not modelled); the result is nan", DvmWarning, stacklevel=3)
         return float("nan")
-    return sum(r.time_us for r in s.launches) / 1e3
+    return sum(r.time_us for r in launches) / 1e3
 
 
 def do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_mode="mean"):

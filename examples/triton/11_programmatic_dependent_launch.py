@@ -14,7 +14,8 @@ LICENSE here), run on dvmlang's simulated NPU. Changed from the tutorial:
   ``gdc_launch_dependents()`` are no-ops, and ``launch_pdl=True`` is accepted with no effect, because
   launches run one after another in program order (a kernel starts only when the previous one has ended and
   its stores are in memory), which is what ``gdc_wait`` waits for (docs/triton.md, "Tutorials").
-* the ``__main__`` block is ``run()`` (the gallery's entry point); ``validate`` prints ✅ or ❌ and
+* the ``__main__`` block is ``run()`` (the gallery's entry point), which seeds torch first and validates
+  98432 elements as well as 1024 (several programs, a masked tail); ``validate`` prints ✅ or ❌ and
   ``run()`` asserts the result equals torch's exactly (the tutorial's check is ``atol=1.0``); the benchmark's
   ``save_path="."`` (a CSV and a plot in the working directory) is kept only when the file runs as a script.
 
@@ -126,6 +127,7 @@ def benchmark(size, provider):
 
 
 def run(save_path=""):
+    torch.manual_seed(0)  # dvmlang: a repeatable run
 
     if supports_pdl():
         validate(1024)
