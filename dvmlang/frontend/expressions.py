@@ -250,7 +250,9 @@ class ExpressionsMixin:
         if isinstance(base, pointer):
             if all(i is None or (isinstance(i, slice) and i == slice(None)) for i in idx):
                 return self.sem.ptr_with(base, lambda off: self._index_tensor(off, idx, node))
-            raise self.error(UnsupportedSyntaxError, node, "pointer tiles only support [:, None]-style indexing")
+            raise self.error(UnsupportedSyntaxError, node, "unsupported tensor index on a pointer: pointers only "
+                             "take None (a new unit dimension) and full slices `:`, as in Triton",
+                             "offset the pointer instead: ptr + 10 + dl.arange(0, BLOCK)")
         shape = list(base.shape)
         if not base.shape and all(i is None or (isinstance(i, slice) and i == slice(None)) for i in idx):
             # as Triton: each None adds a unit dimension and a full slice keeps the value as it is

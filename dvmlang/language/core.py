@@ -93,7 +93,7 @@ next_power_of_2.__dvm_builtin__ = True
 def _grid_axis(axis, what) -> int:
     axis = int_const(axis, f"{what} axis")
     if axis not in (0, 1, 2):
-        raise KernelTypeError(f"{what} axis must be 0, 1 or 2, got {axis}")
+        raise KernelTypeError(f"{what} axis must be 0, 1, or 2 but got {axis}")  # Triton's wording
     return axis
 
 
