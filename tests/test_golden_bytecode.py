@@ -1,31 +1,39 @@
 """The bytecode of every gallery launch and the simulated time it took, pinned: a refactoring of the compiler
 or the device must not change a byte or a cycle.
 
-Each launch of each example's ``run()`` is recorded as a digest of what the device executes (code words,
-kernels, layouts, relocations, parameters; not the debug section, whose file names depend on where the
-checkout lives), followed by the launch's simulated cycles and GM bytes, and compared with
-``tests/golden/bytecode.json``. A deliberate change of the encoding
-(a new instruction, a better lowering) regenerates the file:
+Each launch of each example's ``run()`` (and of each Triton tutorial's in examples/triton/, keyed
+``triton/NN_name``; a changed tutorial regenerates its own entry with ``-k NN_name``) is recorded as a digest
+of what the device executes (code words, kernels, layouts, relocations, parameters; not the debug section,
+whose file names depend on where the checkout lives), followed by the launch's simulated cycles and GM bytes,
+and compared with ``tests/golden/bytecode.json``. A deliberate change of the encoding (a new instruction, a
+better lowering) regenerates the file:
 
     DVMLANG_REGEN_GOLDEN=1 python -m pytest tests/test_golden_bytecode.py
 
 and the commit says why the bytes changed.
 """
 
+import contextlib
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
+from dvmlang.errors import DvmWarning
 from dvmlang.npu.device import Device
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "bytecode.json"
 EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py"))
+# Triton's tutorials (examples/triton/, they need torch): keyed "triton/NN_name"
+TUTORIALS = sorted(f"triton/{p.stem}" for p in (ROOT / "examples" / "triton").glob("*.py")
+                   if not p.name.startswith("_"))
 
 
 def digest(bc) -> str:
@@ -54,12 +62,16 @@ def _launches(name: str, monkeypatch) -> list[str]:
 
     monkeypatch.setattr(Device, "run", record)
     monkeypatch.setattr(Device, "run_stack", record_stack)
-    spec = importlib.util.spec_from_file_location(f"_golden_{name}", ROOT / "examples" / f"{name}.py")
+    if name.startswith("triton/"):
+        pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location(f"_golden_{name.replace('/', '_')}", ROOT / "examples" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     try:
-        spec.loader.exec_module(mod)
-        mod.run()
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DvmWarning)  # a tutorial's do_bench of a torch baseline: nan
+            spec.loader.exec_module(mod)
+            mod.run()
     finally:
         del sys.modules[spec.name]
     return seen
@@ -70,7 +82,7 @@ def golden():
     return json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
 
 
-@pytest.mark.parametrize("name", EXAMPLES)
+@pytest.mark.parametrize("name", EXAMPLES + TUTORIALS)
 def test_gallery_bytecode_is_unchanged(name, golden, monkeypatch):
     got = _launches(name, monkeypatch)
     assert got, f"{name} launched nothing"
