@@ -32,6 +32,11 @@ def load(name):
     return mod
 
 
+def test_the_folder_has_the_tutorials_of_issue_13():
+    numbers = {n[:2] for n in NAMES}
+    assert {"01", "02", "03", "04", "05", "06", "07", "09", "11"} <= numbers
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_tutorial_runs_and_checks_itself_against_torch(name):
     out = io.StringIO()
