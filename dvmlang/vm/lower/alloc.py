@@ -1,8 +1,9 @@
 """Pass 3: addresses and registers.
 
-Each memory space is allocated with a first-fit linear scan (32-byte aligned); a failure is a
-``BufferOverflowError`` listing the buffers live at the peak, and ping-pong copies that do not fit fall
-back to single buffering. Scalars get typed registers with a linear scan of their own. ``Staging`` hands
+Each memory space is allocated with a first-fit linear scan (32-byte aligned); ping-pong copies that do not
+fit fall back to single buffering, and a space that still leaves no hole big enough (fragmentation) is placed
+again largest first; only if that fails too is it a ``BufferOverflowError`` listing the buffers live at the
+peak. Scalars get typed registers with a linear scan of their own. ``Staging`` hands
 out, while emitting, the space above the allocation: splat slots, the cube's staging buffers, the
 temporaries of loop-carried swaps.
 """
@@ -25,30 +26,30 @@ def allocate_memory(plan: Placement, profile, kernel: str) -> dict[str, int]:
     try:
         footprint = _scan_all(plan.buffers, spaces, kernel, profile)
     except ResourceError:
-        if not plan.alt:
-            raise
-        # ping-pong buffers do not fit: fall back to single buffering
-        alts = {id(a) for a in plan.alt.values()}
-        plan.buffers = [b for b in plan.buffers if id(b) not in alts]
-        plan.alt.clear()
-        plan.unrolled.clear()
-        footprint = _scan_all(plan.buffers, spaces, kernel, profile)
+        if plan.alt:
+            # ping-pong buffers do not fit: fall back to single buffering
+            alts = {id(a) for a in plan.alt.values()}
+            plan.buffers = [b for b in plan.buffers if id(b) not in alts]
+            plan.alt.clear()
+            plan.unrolled.clear()
+        footprint = _scan_all(plan.buffers, spaces, kernel, profile, repack=True)
     for b in plan.buffers:
         if b.nbytes == 0:
             b.addr = 0
     return footprint
 
 
-def _scan_all(buffers: list[Buffer], spaces, kernel: str, profile) -> dict:
+def _scan_all(buffers: list[Buffer], spaces, kernel: str, profile, repack: bool = False) -> dict:
     fp = {}
     for space, cap in spaces.items():
         bufs = [b for b in buffers if b.space == space and b.nbytes > 0]
-        fp[space] = _linear_scan(bufs, cap, space, kernel, profile)
+        fp[space] = _linear_scan(bufs, cap, space, kernel, profile, repack)
     return fp
 
 
-def _linear_scan(bufs: list[Buffer], capacity: int, space: str, kernel: str, profile) -> int:
-    """First-fit allocation by start position; returns the high-water mark."""
+def _linear_scan(bufs: list[Buffer], capacity: int, space: str, kernel: str, profile, repack: bool = False) -> int:
+    """First-fit allocation by start position; returns the high-water mark. With ``repack``, a buffer that finds
+    no hole sends the whole space to ``_largest_first`` before the overflow is reported."""
     bufs = sorted(bufs, key=lambda b: (b.start, -b.nbytes))
     active: list[Buffer] = []
     top = 0
@@ -62,6 +63,9 @@ def _linear_scan(bufs: list[Buffer], capacity: int, space: str, kernel: str, pro
             addr = max(addr, e)
         addr = (addr + 31) // 32 * 32
         if addr + b.nbytes > capacity or addr + b.nbytes > ADDR_LIMIT:
+            packed = _largest_first(bufs, min(capacity, ADDR_LIMIT)) if repack else None
+            if packed is not None:
+                return packed
             live = active + [b]
             total = sum(x.nbytes for x in live)
             lines = [f"  {x.name:<24} {x.nbytes / 1024:8.1f} KiB   {x.loc if x.loc else ''}"
@@ -74,6 +78,25 @@ def _linear_scan(bufs: list[Buffer], capacity: int, space: str, kernel: str, pro
                 "use smaller BLOCK sizes, or loop over the data in chunks")
         b.addr = addr
         active.append(b)
+        top = max(top, addr + b.nbytes)
+    return top
+
+
+def _largest_first(bufs: list[Buffer], capacity: int) -> int | None:
+    """Greedy by size: each buffer, largest first, at the lowest 32-byte-aligned address that no buffer already
+    placed and live at the same time occupies. Returns the high-water mark, or None if a buffer does not fit."""
+    placed: list[Buffer] = []
+    top = 0
+    for b in sorted(bufs, key=lambda b: (-b.nbytes, b.start)):
+        addr = 0
+        for s, e in sorted((a.addr, a.addr + a.nbytes) for a in placed if a.start <= b.end and b.start <= a.end):
+            if addr + b.nbytes <= s:
+                break
+            addr = max(addr, (e + 31) // 32 * 32)
+        if addr + b.nbytes > capacity:
+            return None
+        b.addr = addr
+        placed.append(b)
         top = max(top, addr + b.nbytes)
     return top
 
