@@ -348,3 +348,18 @@ def test_batched_operands():
         raise
     for i in range(B):
         _check(o[i], *_reference(a[i], sa[i], "e2m1", b[i], sb[i], "e4m3"))
+
+
+@pytest.mark.parametrize("fa, fb, side", [("e4m3", "e4m3", "rhs"), ("e5m2", "e2m1", "both"), ("e2m1", "e4m3", "lhs")])
+def test_128_cube_fits_ub(fa, fb, side):
+    # 128 x 128 x 128 with both operands decoded on the vector unit: the decode order and the grouped scale
+    # multiply keep the live buffers within UB (a materialized (K, N) scale tile did not fit)
+    m = n = k = 128
+    rng = np.random.default_rng(17)
+    a = _operand(rng, fa, (m, k // 2) if fa == "e2m1" else (m, k))
+    b = _operand(rng, fb, (k // 2, n) if fb == "e2m1" else (k, n))
+    sa = rng.integers(118, 137, (m, k // 32), dtype=np.uint8) if side in ("lhs", "both") else None
+    sb = rng.integers(118, 137, (n, k // 32), dtype=np.uint8) if side in ("rhs", "both") else None
+    o = np.zeros((m, n), np.float32)
+    _dot_scaled_kernel[(1,)](a, sa, b, sb, None, o, *a.shape, *b.shape, m, n, k, fa, fb, False, True, True)
+    _check(o, *_reference(a, sa, fa, b, sb, fb))

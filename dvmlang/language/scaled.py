@@ -23,8 +23,6 @@ SCALE_GROUP = 32  # elements along K that share one e8m0 scale
 _FLOAT = {"e4m3": dt.float8e4nv, "e5m2": dt.float8e5, "bf16": dt.bfloat16, "fp16": dt.float16}
 _BITS = {"e2m1": (dt.uint8, dt.int8), "e4m3": (dt.uint8, dt.int8), "e5m2": (dt.uint8, dt.int8),
          "bf16": (dt.uint16, dt.int16), "fp16": (dt.uint16, dt.int16)}
-# (mantissa bits, exponent bias) of the compute dtypes
-_LAYOUT = {dt.bfloat16: (7, 127), dt.float16: (10, 15)}
 
 
 def _format(f, side):
@@ -40,7 +38,7 @@ def _format(f, side):
 
 
 def _operand(sem, x, fmt, side):
-    """The operand as a tile of its format's dtype (fp8, bf16, fp16) or, for e2m1, of packed uint8 bytes."""
+    """The operand, checked: a tile whose dtype holds ``fmt`` (its float dtype or the bits of one)."""
     x = sem.to_tensor(x)
     if not x.is_tile:
         raise KernelTypeError(f"dl.dot_scaled's {side} operand must be a tile, got a scalar")
@@ -50,9 +48,7 @@ def _operand(sem, x, fmt, side):
         raise KernelTypeError(f"dl.dot_scaled: the {side} operand has dtype {x.dtype}, which cannot hold {what} "
                               f"({side}_format={fmt!r} takes {' or '.join(map(str, ok))})",
                               hint=f"load it as {ok[0]}, or pass the {side}_format its values are in")
-    if fmt == "e2m1":
-        return sem.cast(x, dt.uint8, bitcast=True)
-    return sem.cast(x, _FLOAT[fmt], bitcast=True)
+    return x
 
 
 def _interleave(sem, lo, hi, axis):
@@ -70,15 +66,15 @@ def _interleave(sem, lo, hi, axis):
 def _e2m1(sem, packed, axis, cdt):
     """Unpack two e2m1 (fp4) values per byte along ``axis`` (the low nibble first) and decode them to ``cdt``.
 
-    A nibble ``s e e m`` placed as the low exponent bits and top mantissa bit of ``cdt`` (sign to the sign bit)
-    reads as its value times ``2^(1 - bias)``, for the normal values and the subnormal 0.5 alike; one multiply by
-    ``2^(bias - 1)`` makes it exact."""
-    nib = _interleave(sem, sem.binary("and", packed, 0xF), sem.binary("shr", packed, 4), axis)
-    mbits, bias = _LAYOUT[cdt]
-    n16 = sem.cast(nib, dt.uint16)
-    bits = sem.binary("or", sem.binary("shl", sem.binary("and", n16, 0x7), mbits - 1),
-                      sem.binary("shl", sem.binary("and", n16, 0x8), 12))
-    return sem.binary("mul", sem.cast(bits, cdt, bitcast=True), sem.const(2.0 ** (bias - 1), cdt))
+    Each nibble ``s e e m`` is moved into the bits of an e4m3 value, ``s 0 0 e e m 0 0``, while still packed
+    (byte-sized work on the half-size tile): that e4m3 value is the e2m1 value times ``2^-6`` (bias 7 against 1),
+    for the normal values and the subnormal 0.5 alike, so the fp8 conversion and one multiply by 64 decode it
+    exactly."""
+    lo = sem.binary("or", sem.binary("shl", sem.binary("and", packed, 0x7), 2),
+                    sem.binary("shl", sem.binary("and", packed, 0x8), 4))
+    hi = sem.binary("or", sem.binary("and", sem.binary("shr", packed, 2), 0x1C), sem.binary("and", packed, 0x80))
+    e4m3 = sem.cast(_interleave(sem, lo, hi, axis), dt.float8e4nv, bitcast=True)
+    return sem.binary("mul", sem.cast(e4m3, cdt), sem.const(64.0, cdt))
 
 
 def _e8m0(sem, scale, cdt, fast_math):
@@ -92,12 +88,13 @@ def _e8m0(sem, scale, cdt, fast_math):
     return sem.cast(f, cdt)
 
 
-def _scale(sem, scale, side, fmt, value_shape, fast_math, cdt):
-    """The operand's scale tile checked and broadcast to the operand's (unpacked) shape."""
+def _scaled(sem, v, scale, side, fmt, fast_math):
+    """``v`` (lhs (M, K) or rhs (K, N), decoded) times its scale, each scale covering 32 elements along K. The
+    product is taken in a grouped view, (M, K/32, 32) * (M, K/32, 1) or (K/32, 32, N) * (K/32, 1, N), so the
+    scale broadcasts inside the multiply and no (M, K) scale tile is built."""
     scale = sem.to_tensor(scale)
-    batch, rows, k = value_shape[:-2], value_shape[-2], value_shape[-1]
-    if side == "rhs":
-        k, rows = rows, value_shape[-1]
+    shape, cdt = v.shape, v.dtype
+    batch, rows, k = (shape[:-2], shape[-2], shape[-1]) if side == "lhs" else (shape[:-2], shape[-1], shape[-2])
     if not scale.is_tile or scale.dtype not in (dt.uint8, dt.int8):
         got = f"dtype {scale.dtype}" if scale.is_tile else "a scalar"
         raise KernelTypeError(f"dl.dot_scaled's {side}_scale must be a uint8 tile of e8m0 exponents, got {got}",
@@ -105,7 +102,8 @@ def _scale(sem, scale, side, fmt, value_shape, fast_math, cdt):
     if k % SCALE_GROUP:
         raise KernelTypeError(f"dl.dot_scaled with a {side}_scale needs K to be a multiple of {SCALE_GROUP}, "
                               f"got K = {k}", hint=f"each scale covers {SCALE_GROUP} consecutive elements along K")
-    want = batch + (rows, k // SCALE_GROUP)
+    groups = k // SCALE_GROUP
+    want = batch + (rows, groups)
     if scale.shape != want:
         dim = "M" if side == "lhs" else "N"
         raise KernelTypeError(f"dl.dot_scaled's {side}_scale has shape {scale.shape}, but the {fmt} {side} operand "
@@ -113,24 +111,30 @@ def _scale(sem, scale, side, fmt, value_shape, fast_math, cdt):
                               hint=f"{side}_scale is laid out ({dim}, K / {SCALE_GROUP}) for "
                                    f"{'lhs (M, K)' if side == 'lhs' else 'rhs (K, N) too'}")
     f = _e8m0(sem, sem.cast(scale, dt.uint8, bitcast=True), cdt, fast_math)
-    r = len(want)
-    f = sem.broadcast_to(sem.expand_dims(f, r), want + (SCALE_GROUP,))
-    f = sem.reshape(f, batch + (rows, k))
-    return sem.trans(f) if side == "rhs" else f
+    if side == "lhs":
+        grouped, f = batch + (rows, groups, SCALE_GROUP), sem.expand_dims(f, -1)
+    else:  # only the small (N, K/32) scale tile is transposed
+        grouped, f = batch + (groups, SCALE_GROUP, rows), sem.expand_dims(sem.trans(f), -2)
+    return sem.reshape(sem.binary("mul", sem.reshape(v, grouped), f), shape)
 
 
 def _decode(sem, x, scale, fmt, side, k_pack, fast_math, cdt):
     """The operand decoded to ``cdt`` and scaled: lhs as (M, K), rhs as (K, N)."""
     r = len(x.shape)
+    x = sem.cast(x, dt.uint8 if fmt == "e2m1" else _FLOAT[fmt], bitcast=True)  # the bits as the format's dtype
     if fmt == "e2m1":
         k_axis = r - 1 if side == "lhs" else r - 2
         mn_axis = r - 2 if side == "lhs" else r - 1
         v = _e2m1(sem, x, k_axis if k_pack else mn_axis, cdt)
     else:
         v = sem.cast(x, cdt)
-    if scale is None:
-        return v
-    return sem.binary("mul", v, _scale(sem, scale, side, fmt, v.shape, fast_math, cdt))
+    return v if scale is None else _scaled(sem, v, scale, side, fmt, fast_math)
+
+
+def _work(fmt, scale):
+    """How many temporaries decoding an operand takes (the heavier one is decoded first, so that fewer of its
+    temporaries are live next to the other decoded operand)."""
+    return (fmt == "e2m1") * 2 + (scale is not None) + (fmt not in ("bf16", "fp16"))
 
 
 @builtin
@@ -175,8 +179,10 @@ def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None,
         raise KernelTypeError(f"dl.dot_scaled: batch sizes {la[0]} and {lb[0]} differ")
     cdt = dt.float16 if "fp16" in (lf, rf) else dt.bfloat16
     ls, rs = unwrap(lhs_scale), unwrap(rhs_scale)
-    x = _decode(sem, a, ls, lf, "lhs", packs["lhs"], fast_math, cdt)
-    y = _decode(sem, b, rs, rf, "rhs", packs["rhs"], fast_math, cdt)
+    sides = [("lhs", a, ls, lf), ("rhs", b, rs, rf)]
+    decoded = {side: _decode(sem, v, s, f, side, packs[side], fast_math, cdt)
+               for side, v, s, f in sorted(sides, key=lambda t: -_work(t[3], t[2]))}
+    x, y = decoded["lhs"], decoded["rhs"]
     acc = unwrap(acc)
     if acc is not None:
         acc = sem.to_tensor(acc)
