@@ -17,6 +17,7 @@ A foreign array becomes a numpy array that shares its memory (stores land in the
 from __future__ import annotations
 
 import sys
+import warnings
 
 import numpy as np
 
@@ -139,3 +140,143 @@ def _torch_to_numpy(where: str, t) -> np.ndarray:
     except (TypeError, RuntimeError) as e:
         raise ArgumentError(f"{where} is a torch tensor of dtype {t.dtype}, which dvmlang does not support "
                             f"({e}); use one of {', '.join(x.name for x in dt.ARRAY_DTYPES)}") from None
+
+
+# ---- pointer tables (``tl.pointer_type``): the heap of the tensors a table's addresses fall in ----------------
+
+
+class SegmentedHeap(np.ndarray):
+    """The heap of a ``tl.pointer_type`` dtype: the tensors a launch's pointer tables point into, one after
+    another. ``dvm_segments`` is an (n, 2) int64 array of their element ranges ``[start, end)``, sorted;
+    ``dvm_names`` says what each one is; ``dvm_sources`` holds (tensor memory as bytes, heap bytes) pairs
+    for copying back. The device checks every access against the segment it falls in (``npu/dma.py``)."""
+
+    def __array_finalize__(self, obj):
+        self.dvm_segments = getattr(obj, "dvm_segments", None)
+        self.dvm_names = getattr(obj, "dvm_names", None)
+        self.dvm_sources = getattr(obj, "dvm_sources", None)
+        self.dvm_owners = getattr(obj, "dvm_owners", None)
+
+    def copy_back(self) -> None:
+        """Store the heap's segments into the tensors they were copied from (after a launch that wrote it)."""
+        for dst, src in self.dvm_sources or ():
+            np.copyto(dst, src)
+
+
+def _byte_bounds(a: np.ndarray) -> tuple[int, int]:
+    try:
+        from numpy.lib.array_utils import byte_bounds  # numpy >= 2
+    except ImportError:  # pragma: no cover - numpy 1.x
+        byte_bounds = np.byte_bounds
+    return byte_bounds(a)
+
+
+def _live_storages(arrays: dict) -> list:
+    """(first byte address, bytes, description, owner) of every allocation an address may fall in: the launch's
+    array arguments and, when torch is loaded, every live CPU tensor's storage (found through the collector:
+    a pointer table names tensors only by ``data_ptr()``)."""
+    import gc
+    out = {}
+    for name, a in arrays.items():
+        if isinstance(a, SegmentedHeap):
+            continue
+        b = a
+        while isinstance(b.base, np.ndarray):
+            b = b.base
+        lo, hi = _byte_bounds(b)
+        out.setdefault(lo, (lo, hi - lo, f"argument `{name}`", b))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        T = torch.Tensor
+        with warnings.catch_warnings():  # isinstance() on some of torch's deprecated module proxies warns
+            warnings.simplefilter("ignore")
+            objs = [o for o in gc.get_objects() if isinstance(o, T)]
+        for o in objs:
+            if o.device.type == "cpu" and not o.is_meta:
+                try:
+                    st = o.untyped_storage()
+                except (RuntimeError, NotImplementedError):
+                    continue
+                start, n = st.data_ptr(), st.nbytes()
+                if n and (start not in out or out[start][1] < n):
+                    out[start] = (start, n, f"a torch tensor of shape {tuple(o.shape)} ({str(o.dtype)[6:]})", o)
+    return sorted(out.values())
+
+
+def pointer_heap(kname: str, param, tables: list, arrays: dict):
+    """The heap (``SegmentedHeap``) of the hidden parameter ``param`` (a ``tl.pointer_type`` dtype) for the pointer
+    tables ``tables`` ((name, array) pairs), and each table as the kernel sees it: the addresses as element
+    offsets into the heap. ``ArgumentError`` for an address inside no live tensor, or not on an element of it."""
+    d = param.dtype
+    item = d.itemsize
+    storages = _live_storages(arrays)
+    starts = np.array([st[0] for st in storages], dtype=np.int64)
+    order: dict[int, tuple] = {}  # storage start -> storage, in the order the tables first name them
+    seen = []
+    for name, t in tables:
+        flat = np.asarray(t).astype(np.int64, copy=False).ravel()
+        js = np.searchsorted(starts, flat, side="right") - 1
+        for a, j in zip(flat.tolist(), js.tolist()):
+            if j < 0 or not a < storages[j][0] + storages[j][1]:
+                raise ArgumentError(f"pointer table `{name}` of `{kname}` holds the address {a:#x}, which is inside no "
+                                    "live tensor (no array argument and no CPU torch tensor holds it); a kernel reads "
+                                    "memory only inside tensors. Fill the table with x.data_ptr() of tensors that "
+                                    "are alive during the launch")
+            if (a - storages[j][0]) % item:
+                raise ArgumentError(f"pointer table `{name}` of `{kname}` holds the address {a:#x}, which is not on a "
+                                    f"{d.name} element of {storages[j][2]} (its memory starts at {storages[j][0]:#x})")
+            order.setdefault(storages[j][0], storages[j])
+        seen.append((name, flat, js))
+    segs, pos = [], 0
+    where = {}
+    for st in order.values():
+        n = st[1] // item
+        where[st[0]] = pos
+        segs.append((pos, pos + n))
+        pos += n
+    heap = np.empty(pos, dtype=d.np).view(SegmentedHeap)
+    sources = []
+    import ctypes
+    for st, (a, b) in zip(order.values(), segs):
+        mem = np.frombuffer((ctypes.c_char * ((b - a) * item)).from_address(st[0]), dtype=np.uint8)
+        mine = heap.view(np.uint8)[a * item:b * item]
+        mine[...] = mem
+        sources.append((mem, mine))
+    heap.dvm_segments = np.array(segs, dtype=np.int64).reshape(-1, 2)
+    heap.dvm_names = [st[2] for st in order.values()]
+    heap.dvm_sources = sources
+    heap.dvm_owners = [st[3] for st in order.values()]  # kept alive until the copy back
+    translated = []
+    for name, flat, js in seen:
+        base = np.array([storages[j][0] for j in js.tolist()], dtype=np.int64)
+        off = np.array([where[storages[j][0]] for j in js.tolist()], dtype=np.int64)
+        translated.append(((flat - base) // item + off).reshape(np.shape(tables[len(translated)][1])))
+    return heap, translated
+
+
+def bind_pointer_heaps(kname, build, runtime: list, arrays: dict) -> None:
+    """Append the hidden heap of each ``tl.pointer_type`` dtype and give the kernel its tables as offsets into
+    it (``args.pointer_heap``); ``_run`` copies a written heap back into its tensors."""
+    given = {build.params[j].name: a for j, a in arrays.items()}
+    for i in build.heaps:
+        p = build.params[i]
+        tables = p.pointer_tables
+        if any(t in build.written for t in tables):
+            raise ArgumentError(f"`{kname}` stores to its pointer table `{build.params[tables[0]].name}`; a table is "
+                                "read-only here (the kernel sees it as offsets into the tensors it points to)")
+        heap, translated = pointer_heap(kname, p, [(build.params[t].name, runtime[t]) for t in tables], given)
+        if len(runtime) != i:
+            raise LaunchError(f"internal: heap parameter {p.name} of `{kname}` is not where the build put it")
+        for t, tr in zip(tables, translated):
+            runtime[t] = arrays[t] = np.ascontiguousarray(tr)
+        for j, a in arrays.items():
+            if j in tables or (j not in build.written and i not in build.written):
+                continue
+            if any(np.may_share_memory(a, mem) for mem, _ in heap.dvm_sources):
+                raise ArgumentError(f"`{build.params[j].name}` of `{kname}` is also reached through a pointer table, and "
+                                    "the kernel writes one of the two; pass a tensor one way (in the table or as an "
+                                    "argument) when it is written")
+        if i not in build.written:
+            heap.dvm_sources = None  # read only: nothing to copy back
+        arrays[i] = heap
+        runtime.append(heap)

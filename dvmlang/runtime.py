@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import dtypes as dt
-from .args import is_foreign_array, split_launch_options, to_numpy
+from .args import bind_pointer_heaps, is_foreign_array, split_launch_options, to_numpy
 from .errors import ArgumentError, DvmError, LaunchError, user_frames
 from .frontend.source import KernelFunction
 from .frontend.specs import ConstexprSpec, ParamSpec, ScalarSpec, TensorSpec
@@ -84,6 +84,8 @@ class Build:
         ub = self.template.footprint.get("ub", 0)
         self.template.double_buffer = profile.double_buffer and 2 * ub <= profile.ub_bytes
         self.params = list(self.fn.params)
+        # hidden parameters a tl.pointer_type cast added (frontend/blockptr.py): a heap and its base per dtype
+        self.heaps = [i for i, p in enumerate(self.params) if hasattr(p, "pointer_tables")]
         self.written = _written_params(self.fn)
         sources = _embedded_sources(self.template.debug)
         target = TargetInfo(profile.name, profile.vector_cores, profile.cube_cores, profile.ub_bytes,
@@ -209,6 +211,8 @@ class Kernel(KernelFunction):
             if isinstance(spec, TensorSpec):
                 arrays[len(runtime)] = v
             runtime.append(v)
+        if build.heaps:
+            bind_pointer_heaps(self.__name__, build, runtime, arrays)
         try:
             ikey = InstanceKey(build, tuple(map(_launch_key, runtime)), grid)
         except (TypeError, _NoLaunchKey):
@@ -313,8 +317,12 @@ class Kernel(KernelFunction):
                          name)
 
     # the bodies of prepare and run, which launches call directly (one user_frames layer per launch)
-    def _prepared(self, grid, args, kwargs, device):
+    def _prepared(self, grid, args, kwargs, device, launching=False):
         device, build, bc, arrays = self._prepare(grid, args, kwargs, device)
+        if build.heaps and not launching:
+            raise LaunchError(f"`{self.__name__}` reads pointer tables (tl.pointer_type): launch it with "
+                              f"{self.__name__}[grid](...); prepare() hands its arrays to the caller, who would "
+                              "not copy the tensors it points into back")
         for i in build.written:
             a = arrays.get(i)
             if a is not None and not a.flags.writeable:
@@ -325,7 +333,7 @@ class Kernel(KernelFunction):
 
     def _run(self, grid, args, kwargs, trace, device, name):
         try:
-            device, bc, flat, alias = self._prepared(grid, args, kwargs, device)
+            device, bc, flat, alias = self._prepared(grid, args, kwargs, device, launching=True)
         except _EmptyGrid:
             return None  # a grid with no programs: nothing runs (as in Triton)
         record = _trace_record()
@@ -334,6 +342,9 @@ class Kernel(KernelFunction):
             session = record.Session() if not isinstance(trace, record.Session) else trace
         self.stats.launches += 1
         rec = device.run(bc, flat, trace=session, name=name or self.__name__, alias_groups=alias)
+        for a in flat.values():
+            if a.__class__ is not np.ndarray and hasattr(a, "copy_back"):
+                a.copy_back()  # a pointer-table heap: the tensors it holds get what the launch stored
         rec.encode_s = bc.encode_s
         return rec
 
@@ -529,6 +540,8 @@ class _Plan:
 
     @classmethod
     def make(cls, src, build, specs, nargs, kwargs):
+        if build.heaps:
+            return None  # its hidden heaps are bound from the pointer tables' contents at every launch
         sources = []
         tensors = []
         for i, (name, spec) in enumerate(zip(src.params, specs)):

@@ -197,3 +197,88 @@ def store_tile(sem, x, index, value):
     offsets = tuple(sem.binary("mul", i, s) for i, s in zip(idx, shape))
     ptr, mask = _addresses(sem, x.param, x.dtype, x.name, dims, strides, offsets, shape, tuple(range(len(shape))))
     return sem.store(ptr, value, mask)
+
+
+# ---- pointer tables: int64 addresses loaded from a tensor, cast with tl.pointer_type ------------------------
+
+
+class pointer_type:
+    """Triton's ``tl.pointer_type(element_ty)``: ``x.to(tl.pointer_type(tl.float16))`` turns an int64 address
+    loaded from a tensor argument (a *pointer table*, as Triton's tutorial 08 builds from ``t.data_ptr()``)
+    into a pointer to ``element_ty``.
+
+    How it runs: each element type gets a hidden tensor parameter, the *heap*. At each launch the runtime
+    reads every pointer table the kernel casts from and finds the live tensor (torch storage, or array
+    argument) each address falls in (an address in none is an ``ArgumentError``, before anything runs). The
+    heap holds those tensors one after another (its *segments*); the kernel sees a copy of each table whose
+    entries are the addresses' element offsets into the heap, and the runtime copies the heap back into the
+    tensors after the launch. Every access through the heap is bounds-checked against the segment its first
+    element falls in (a DMA box must lie inside one tensor; each gathered element inside some tensor) before
+    anything is read or written."""
+
+    def __init__(self, element_ty, address_space: int = 1, const: bool = False):
+        d = dt.lookup(unwrap(element_ty))
+        if d is None:
+            raise KernelTypeError(f"tl.pointer_type needs an element dtype, got {element_ty!r}")
+        self.element_ty = d
+        self.address_space = address_space
+        self.const = const
+
+    def is_ptr(self) -> bool:
+        return True
+
+    def __eq__(self, other):
+        return isinstance(other, pointer_type) and other.element_ty is self.element_ty
+
+    def __hash__(self):
+        return hash(("pointer_type", self.element_ty))
+
+    def __repr__(self):
+        return f"pointer<{self.element_ty.name}>"
+
+
+def _table_of(x: tensor) -> int | None:
+    """The tensor parameter a scalar was loaded from (through integer casts), or None."""
+    v = x.handle
+    while v.op is not None and v.op.kind == "cast" and not v.op.attrs.get("bitcast") and v.op.operands[0].dtype.is_int:
+        v = v.op.operands[0]
+    op = v.op
+    if op is not None and op.kind == "load" and not op.attrs.get("has_mask"):
+        return op.attrs["tensor"]
+    return None
+
+
+def pointer_from_table(sem, x, ptype: pointer_type) -> pointer:
+    """``x.to(tl.pointer_type(d))``: see ``pointer_type``."""
+    from ..ir.core import Param
+    d = ptype.element_ty
+    x = unwrap(x)
+    if isinstance(x, pointer):
+        if x.dtype is d:
+            return x
+        raise KernelTypeError(f"cannot cast a pointer to {x.dtype.name} into a pointer to {d.name}: a tensor argument "
+                              "has one element type here", hint="pass the array viewed as the other dtype")
+    if not isinstance(x, tensor) or x.is_tile or x.dtype not in (dt.int64, dt.uint64):
+        raise KernelTypeError(f"tl.pointer_type casts an int64 address (a scalar loaded from a pointer table), got "
+                              f"{x!r}", hint="load one entry: tl.load(table + i).to(tl.pointer_type(tl.float16))")
+    table = _table_of(x)
+    if table is None:
+        raise KernelTypeError("a pointer made with tl.pointer_type must come straight from a load of a tensor "
+                              "argument (a pointer table of x.data_ptr() values), so the runtime can find the "
+                              "tensors it points into", hint="load the address with tl.load(table + i) and cast "
+                                                             "that value; do address arithmetic on the pointer")
+    heaps = sem.__dict__.setdefault("_pointer_heaps", {})
+    for other, (_, h) in heaps.items():
+        if other is not d and table in h.pointer_tables:
+            raise KernelTypeError(f"the pointer table `{sem.params[table].name}` is cast to pointers to {other.name} "
+                                  f"and to {d.name}; one table points to one element type here")
+    if d not in heaps:
+        heap = Param(f"__heap_{d.name}", "tensor", d, 1)
+        heap.pointer_tables = []  # read by the runtime (runtime.py, _bind_pointer_heaps)
+        heaps[d] = (len(sem.params), heap)
+        sem.params.append(heap)
+    idx, heap = heaps[d]
+    if table not in heap.pointer_tables:
+        heap.pointer_tables.append(table)
+    name = f"*{sem.params[table].name}"
+    return pointer(idx, d, None, name, sem.cast(x, dt.int64))  # the runtime's copy of the table holds offsets

@@ -62,6 +62,11 @@ def check_dma(L, b, t: int, desc: Desc, pc: int, size: int) -> None:
         z = fs * np.maximum(h - 1, l)
         flo = flo + np.minimum(a, z)
         fhi = fhi + np.maximum(a, z)
+    segs = getattr(L.arrays[t], "dvm_segments", None)
+    if segs is not None:  # a pointer-table heap: the whole box inside the one tensor its first element is in
+        lo = np.broadcast_to(lo_idx, (b.n,))
+        hi = np.broadcast_to(hi_idx, (b.n,))
+        _check_segments(L, b, t, segs, lo, hi, np.broadcast_to(~desc.empty, (b.n,)), pc)
     bad = ((lo_idx < 0) | (hi_idx >= size) | (flo < 0) | (fhi >= size)) & ~desc.empty
     if np.any(bad):
         i = int(np.argmax(np.broadcast_to(bad, (b.n,))))
@@ -73,6 +78,10 @@ def check_dma(L, b, t: int, desc: Desc, pc: int, size: int) -> None:
 def check_bounds(L, b, t, idx, pc):
     """A scalar access: ``idx`` one element offset, or one per program."""
     size = L.arrays[t].size
+    segs = getattr(L.arrays[t], "dvm_segments", None)
+    if segs is not None:
+        at = np.broadcast_to(np.asarray(idx, dtype=np.int64), (b.n,))
+        _check_segments(L, b, t, segs, at, at, np.ones(b.n, bool), pc)
     bad = (idx < 0) | (idx >= size)
     if np.any(bad):
         i = int(np.argmax(np.broadcast_to(bad, (b.n,))))
@@ -80,13 +89,43 @@ def check_bounds(L, b, t, idx, pc):
         _fault(L, b, t, i, at, at, size, pc)
 
 
+def _check_segments(L, b, t, segs, lo, hi, live, pc):
+    """Every live program's element range [lo, hi] of a pointer-table heap inside one of its tensors."""
+    j = np.searchsorted(segs[:, 0], lo, side="right") - 1
+    jc = np.clip(j, 0, max(len(segs) - 1, 0))
+    if len(segs):
+        ok = (j >= 0) & (hi < segs[jc, 1]) & (lo >= segs[jc, 0])
+    else:
+        ok = np.zeros(lo.shape, bool)
+    bad = ~ok & live
+    if np.any(bad):
+        i = int(np.argmax(bad))
+        _segment_fault(L, b, t, i, int(lo[i]), int(hi[i]), segs, int(j[i]), pc)
+
+
 def check_elements(L, b, t, off, m, pc, size):
+    _check_element_segments(L, b, t, off, m, pc)
     bad = ((off < 0) | (off >= size)) & m
     if np.any(bad):
         flat = bad.reshape(b.n, -1)
         i = int(np.argmax(flat.any(axis=1)))
         row = off.reshape(b.n, -1)[i][flat[i]]
         _fault(L, b, t, i, int(row.min()), int(row.max()), size, pc)
+
+
+def _check_element_segments(L, b, t, off, m, pc):
+    segs = getattr(L.arrays[t], "dvm_segments", None)
+    if segs is not None:  # a pointer-table heap: each element inside some tensor
+        j = np.searchsorted(segs[:, 0], off, side="right") - 1
+        jc = np.clip(j, 0, max(len(segs) - 1, 0))
+        ok = (j >= 0) & (off < segs[jc, 1]) if len(segs) else np.zeros(off.shape, bool)
+        bad = ~ok & m
+        if np.any(bad):
+            flat = bad.reshape(b.n, -1)
+            i = int(np.argmax(flat.any(axis=1)))
+            k = int(np.argmax(flat[i]))
+            at = int(off.reshape(b.n, -1)[i][k])
+            _segment_fault(L, b, t, i, at, at, segs, int(j.reshape(b.n, -1)[i][k]), pc)
 
 
 def _fault(L, b, t, lane, lo, hi, size, pc):
@@ -100,6 +139,28 @@ def _fault(L, b, t, lane, lo, hi, size, pc):
                       f"elements [{lo}, {hi}] but `{name}` has {size} elements (valid 0..{size - 1}); mask the access "
                       "or fix the offsets", kernel=L.name, tensor=name, index_range=(lo, hi), program_id=coords,
                       loc=loc, source=L.bc.debug.line_text(loc.file, loc.line) if loc is not None else None)
+
+
+def _segment_fault(L, b, t, lane, lo, hi, segs, j, pc):
+    heap = L.arrays[t]
+    pid = int(b.pids[lane])
+    grid = L.kernel.grid
+    coords = (pid % grid[0], (pid // grid[0]) % grid[1], pid // (grid[0] * grid[1]))
+    pid_text = str(coords[0]) if grid[1] == grid[2] == 1 else str(coords)
+    item = heap.itemsize
+    if 0 <= j < len(segs) and segs[j, 0] <= lo < segs[j, 1]:
+        s, e = int(segs[j, 0]), int(segs[j, 1])
+        where = (f"they start in {heap.dvm_names[j]} ({e - s} elements) and run {hi - e + 1} elements past its end"
+                 if hi >= e else "")
+    else:
+        where = "the first of them is inside no tensor the pointer tables point into"
+    loc = L.loc_of_pc(pc)
+    name = L.bc.params[t].name
+    raise MemoryFault(f"out-of-bounds access through a pointer table (tl.pointer_type) in kernel `{L.name}`: program "
+                      f"{pid_text} touched {hi - lo + 1} {item}-byte elements from address offset {lo * item} of the "
+                      f"tables' tensors, and {where}; mask the access or fix the offsets", kernel=L.name,
+                      tensor=name, index_range=(lo, hi), program_id=coords, loc=loc,
+                      source=L.bc.debug.line_text(loc.file, loc.line) if loc is not None else None)
 
 
 # ---- descriptors the same for every program ------------------------------------------------------------

@@ -406,7 +406,7 @@ class Encoder:
         for w, p, bits in self._scalar_slots:
             code[w] = bits(values[p])
         if keys is None:
-            keys = [(v.dtype, v.shape, v.strides) if v.__class__ is np.ndarray else None for v in values]
+            keys = [(v.dtype, v.shape, v.strides) if isinstance(v, np.ndarray) else None for v in values]
         addrs = self._addrs_fixed[:]
         parts = [self._param_head]
         append = parts.append

@@ -14,6 +14,7 @@ from ... import dtypes as dt
 from ... import opdefs
 from ...errors import ConstexprError, KernelTypeError
 from ...ir.builder import broadcast_shapes
+from ..blockptr import pointer_from_table, pointer_type
 from ..values import PY_NUMBER, pointer, tensor, unwrap
 
 # from the op vocabulary: constant folding of Python numbers, spellings, Triton's div_or_mod promotion
@@ -52,6 +53,8 @@ class ArithmeticOps:
     def cast(self, x, dtype: dt.DType, bitcast: bool = False, rounding=None) -> tensor:
         """``rounding`` is ``fp_downcast_rounding``: None or "rtne" (to nearest even) or "rtz" (toward zero), for a
         float converted to a narrower float."""
+        if isinstance(unwrap(dtype), pointer_type):  # an int64 address from a pointer table (blockptr.py)
+            return pointer_from_table(self, x, unwrap(dtype))
         dtype = self.dtype_arg(dtype)
         rounding = unwrap(rounding)
         if rounding is not None:

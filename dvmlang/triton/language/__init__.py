@@ -13,6 +13,7 @@ from ...language import N_ROUNDS_DEFAULT, PropagateNan, TENSOR_METHODS  # noqa: 
 from ...language import bool_, builtin, cdiv, next_power_of_2, random, range, static_range, view  # noqa: F401, A004
 from ...language import (bfloat16, constexpr, float8e4nv, float8e5, float16, float32, float64, int1, int8,
                          int16, int32, int64, uint8, uint16, uint32, uint64)
+from ...frontend.blockptr import pointer_type  # noqa: F401 - int64 addresses from pointer tables (tutorial 08)
 from . import core, extra, math, standard  # noqa: F401 - Triton's submodules
 
 # Triton's short dtype names (str_to_ty and signatures)
@@ -58,7 +59,6 @@ class dtype(metaclass=_DTypeClass):  # noqa: N801 - Triton's name
 # Triton names with no meaning here, and why (a lookup raises DvmError with the reason)
 UNSUPPORTED = {
     "inline_asm_elementwise": "there is no GPU assembly on the simulated NPU; write the operation with tl functions",
-    "pointer_type": "pointer types are not values in dvmlang: pointers come from tensor arguments",
     "map_elementwise": "not implemented; write the operation with tl functions",
 }
 
@@ -100,4 +100,4 @@ def __getattr__(name):
 
 
 __all__ = [*(n for n in _dl_all if n != "dtype"), "dtype", "str_to_ty", "range", "static_range", "cdiv",
-           "next_power_of_2", "view", "random", "core", "extra", "math", "standard", "PropagateNan"]
+           "next_power_of_2", "view", "random", "core", "extra", "math", "standard", "PropagateNan", "pointer_type"]
