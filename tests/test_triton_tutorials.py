@@ -138,3 +138,17 @@ def test_do_bench_inside_a_trace_records_its_launches_there():
     assert [launch.grid for launch in t.launches] == [(1, 1, 1), (2, 1, 1)]
     assert ms == pytest.approx(t.launches[1].time_us / 1e3)
     assert triton.testing.do_bench(lambda: _copy[(2,)](x, y, 100, BLOCK=64)) == ms  # outside a trace: the same
+
+
+def test_tutorial_05_at_its_own_width_is_a_buffer_overflow_not_invalid_bytecode():
+    """At N = 8192 the backward kernel's tiles fill the 192 KiB UB to the last byte, leaving none for its scalar
+    splat slots: a BufferOverflowError at a line of the kernel (the encoder used to emit bytecode the validator
+    refused)."""
+    ln = load("05_layer_norm")
+    x = torch.randn(4, 8192, dtype=torch.float16, requires_grad=True)
+    w = torch.rand(8192, dtype=torch.float16, requires_grad=True)
+    b = torch.rand(8192, dtype=torch.float16, requires_grad=True)
+    y = ln.layer_norm(x, (8192,), w, b, 1e-5)  # the forward kernel fits
+    with pytest.raises(dvmlang.BufferOverflowError, match="does not fit UB") as e:
+        y.backward(torch.randn_like(y))
+    assert "05_layer_norm.py" in str(e.value)

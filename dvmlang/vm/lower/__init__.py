@@ -39,7 +39,9 @@ def lower(fn: Function, profile) -> Template:
     footprint = allocate_memory(plan, profile, fn.name)
     regs = allocate_registers(fn, live, plan)
     code = Code()
-    ctx = Context(plan, regs, Staging(footprint, profile, fn.name), code, EMITTERS)
+    biggest = max((b for b in plan.buffers if b.space == "ub" and b.loc is not None), key=lambda b: b.nbytes,
+                  default=None)
+    ctx = Context(plan, regs, Staging(footprint, profile, fn.name, biggest.loc if biggest else None), code, EMITTERS)
     emit_prologue(ctx, fn)
     ctx.emit_ops(fn.body.ops)
     code.out.append(code.end_label)

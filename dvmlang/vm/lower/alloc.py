@@ -171,12 +171,13 @@ class Staging:
     loop-carried swaps (above the splat slots)."""
 
     __slots__ = ("footprint", "profile", "kernel", "scratch_n", "scratch_top", "cube_bufs", "cube_top",
-                 "swap_used")
+                 "swap_used", "loc")
 
-    def __init__(self, footprint: dict[str, int], profile, kernel: str):
+    def __init__(self, footprint: dict[str, int], profile, kernel: str, loc=None):
         self.footprint = footprint
         self.profile = profile
         self.kernel = kernel
+        self.loc = loc  # where an overflow of the staged space points: the largest UB tile's source line
         self.scratch_n = 0  # splat slots handed out
         self.scratch_top = 0
         self.cube_bufs: dict = {}
@@ -236,9 +237,18 @@ class Staging:
         return addr
 
     def total_footprint(self) -> dict[str, int]:
-        """The allocation's high-water marks plus what was staged above them."""
+        """The allocation's high-water marks plus what was staged above them. Splat slots are handed out
+        without a check (their number is known only once emitted), so a UB the buffers fill to the last bytes
+        is a ``BufferOverflowError`` here, not a footprint the validator refuses."""
         footprint = dict(self.footprint)
-        footprint["ub"] += max(self.scratch_top, 128 if self.swap_used else 0) + self.swap_used
+        staged = max(self.scratch_top, 128 if self.swap_used else 0) + self.swap_used
+        footprint["ub"] += staged
+        cap = self.profile.ub_bytes
+        if footprint["ub"] > cap:
+            raise BufferOverflowError(
+                f"kernel `{self.kernel}` does not fit UB: its tiles take {self.footprint['ub']} of the {cap} bytes "
+                f"on {self.profile.name}, leaving no room for the {staged} bytes of scalar splat slots and "
+                "temporaries above them", self.loc, "use smaller BLOCK sizes, or loop over the data in chunks")
         for space, top in self.cube_top.items():
             footprint[space] = footprint.get(space, 0) + top
         return footprint
