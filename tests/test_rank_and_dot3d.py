@@ -85,6 +85,28 @@ def test_rank5_load_store_with_box_masks(dtype):
 
 
 @dvmlang.kernel
+def block_ptr4(x, y, o0, o1, o2, o3):
+    p = dl.make_block_ptr(x, shape=(3, 3, 5, 7), strides=(105, 35, 7, 1), offsets=(o0, o1, o2, o3),
+                          block_shape=(2, 2, 4, 8), order=(3, 2, 1, 0))
+    v = dl.load(p, boundary_check=(0, 1, 2, 3), padding_option="zero")
+    q = dl.make_block_ptr(y, shape=(2, 2, 4, 8), strides=(64, 32, 8, 1), offsets=(0, 0, 0, 0),
+                          block_shape=(2, 2, 4, 8), order=(3, 2, 1, 0))
+    dl.store(q, v + 1)
+
+
+@pytest.mark.parametrize("off", [(0, 0, 0, 0), (2, 2, 4, 0), (1, 2, 3, 1)])
+def test_rank4_block_pointer_with_boundary_check(off):
+    x = np.arange(315, dtype=np.float32).reshape(3, 3, 5, 7)
+    y = np.zeros((2, 2, 4, 8), np.float32)
+    launch = block_ptr4[(1,)](x, y, *off)
+    ref = np.zeros((2, 2, 4, 8), np.float32)
+    part = x[off[0]:off[0] + 2, off[1]:off[1] + 2, off[2]:off[2] + 4, off[3]:off[3] + 8]
+    ref[tuple(slice(0, n) for n in part.shape)] = part
+    np.testing.assert_array_equal(y, ref + 1)
+    assert "DMA_LOAD4" in names(launch)
+
+
+@dvmlang.kernel
 def big_strides(x, y, A: dl.constexpr, B: dl.constexpr, C: dl.constexpr, D: dl.constexpr, S: dl.constexpr):
     """The outer stride S is a constant beyond a 16-bit immediate: the descriptor names its register."""
     a = dl.arange(0, A)[:, None, None, None]
@@ -154,6 +176,18 @@ def test_rank6_descriptor_that_does_not_fold_is_a_clear_error():
                                                r"most 5") as e:
         store6_strided[(1,)](x, z, 1)
     assert e.value.hint and "reshape" in e.value.hint
+
+
+@dvmlang.kernel
+def permute6(x, y):
+    v = dl.reshape(dl.load(x + dl.arange(0, 64)), (2, 2, 2, 2, 2, 2))
+    dl.store(y + dl.arange(0, 64), dl.reshape(dl.permute(v, (5, 4, 3, 2, 1, 0)), (64,)))
+
+
+def test_rank6_permute_is_a_clear_error():
+    x = np.zeros(64, np.float32)
+    with pytest.raises(CompilationError, match=r"permutes of rank-6 tiles are not supported \(at most 5 dims\)"):
+        permute6[(1,)](x, x)
 
 
 # ---- rank 4 and 5: permute, trans, reshape, expand_dims, broadcast, reductions, split -------------------------
@@ -354,6 +388,15 @@ def test_dot3d_batch_larger_than_l0_is_split_into_several_mmads():
         np.testing.assert_allclose(o, np.matmul(a, b) + (c if acc else 0), rtol=1e-5, atol=1e-4)
         n = names(launch).count("MMAD")
         assert n > 1 and B % n == 0
+
+
+def test_dot3d_whose_one_matrix_does_not_fit_l0a_is_a_resource_error():
+    """A (128, 512) float16 matrix is 128 KiB, twice L0A: no part of the batch fits (as for a 2-D dot)."""
+    a, b, c = _operands(np.float16, 2, 128, 16, 512)
+    o = np.zeros((2, 128, 16), np.float32)
+    with pytest.raises(dvmlang.errors.ResourceError, match=r"tile \(1, 128, 512\) dl.float16 needs 131072 bytes of "
+                                                                r"L0A.*use smaller BLOCK sizes"):
+        bdot[(1,)](a, b, c, o, 2, 128, 16, 512, False, dl.float32)
 
 
 def test_batched_mmad_costs_b_matrix_products():

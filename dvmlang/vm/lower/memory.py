@@ -241,7 +241,7 @@ def _part(ctx, ref_rng, dtype, shape, j):
 def _batch_part(ctx, op, cdt, in_l0c: bool) -> int:
     """How many of the batch of a 3-D dot one MMAD takes: all of it when its staging buffers fit L0A, L0B and
     L0C, else the largest divisor of the batch that fits and keeps every part of every tile 32-byte aligned
-    (one MMAD per part). With none, all of it (the staging then fails with its own error)."""
+    (one MMAD per part). With none, the smallest aligned part: staging it fails with an error that names it."""
     a, b = op.operands[0], op.operands[1]
     B, M, K = a.shape
     N = b.shape[-1]
@@ -255,10 +255,8 @@ def _batch_part(ctx, op, cdt, in_l0c: bool) -> int:
         return B
     sizes = [M * K * a.dtype.itemsize, K * N * b.dtype.itemsize, M * N * cdt.itemsize] + \
         [M * N * v.dtype.itemsize for v in [op.result] + op.operands[2:]]
-    for c in range(B - 1, 0, -1):
-        if B % c == 0 and all(c * n % isa.TILE_ADDR_UNIT == 0 for n in sizes) and fits(c):
-            return c
-    return B
+    aligned = [c for c in range(B - 1, 0, -1) if B % c == 0 and all(c * n % isa.TILE_ADDR_UNIT == 0 for n in sizes)]
+    return next((c for c in aligned if fits(c)), aligned[-1] if aligned else B)
 
 
 def _dot(ctx, op):
