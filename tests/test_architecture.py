@@ -92,6 +92,7 @@ FORBIDDEN = {
                     "dvmlang.vm.lower"),
     "dvmlang.frontend": ("dvmlang.runtime", "dvmlang.fuser", "dvmlang.npu", "dvmlang.vm", "dvmlang.trace"),
     "dvmlang.trace": ("dvmlang.frontend", "dvmlang.fuser", "dvmlang.runtime", "dvmlang.vm.lower"),
+    "dvmlang.torch": ("dvmlang.frontend", "dvmlang.ir", "dvmlang.vm", "dvmlang.language", "dvmlang.triton"),
 }
 ALLOWED_BASE = {"dvmlang.opdefs": (), "dvmlang.dtypes": ("dvmlang.errors",)}
 # documentation generators sit above their room: npu/docgen traces a real kernel for docs/device.md

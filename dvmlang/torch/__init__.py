@@ -1,0 +1,10 @@
+"""The PyTorch front door: ``torch.compile(model, backend="dvmlang")`` runs a model's fused regions on the
+simulated NPU (docs/torch.md). Core dvmlang never imports this package, so ``import dvmlang`` needs no torch."""
+
+from .backend import dvmlang_backend
+from .explain import explain
+from .stats import reset_stats, stats
+
+backend = dvmlang_backend
+
+__all__ = ["backend", "dvmlang_backend", "stats", "reset_stats", "explain"]

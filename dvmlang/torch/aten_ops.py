@@ -1,0 +1,438 @@
+"""The op table: one lowering per aten (or prims) overload dvmlang runs, ``LOWERINGS[overload] = fn``.
+
+Each ``fn(region, node, *args, **kwargs)`` calls ``dvmlang.ops`` on the region's values and returns an ``LVal``
+(or a tuple of them); it raises ``Unsupported`` with the reason for a case it cannot express. An overload not in
+the table falls back to torch eager. docs/torch.md's coverage table is generated from this table (a test checks).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import dtypes as dt
+from ..fuser import ops
+from ..fuser.ops import _node
+from .lower import (LVal, Unsupported, _const_full, _consecutive, _prod, align, dvm_dtype, elementwise,
+                    meta_shape, merge_parts, number, parts_of, rebase, reduction, result, torch_axes,
+                    unfolded_axis, view)
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+LOWERINGS: dict = {}
+
+
+def lowers(*overloads):
+    def deco(fn):
+        for o in overloads:
+            LOWERINGS[o] = fn
+        return fn
+    return deco
+
+
+# ---- elementwise -----------------------------------------------------------------------------------------
+
+def _ew(fn, *overloads):
+    lowers(*overloads)(elementwise(fn))
+
+
+for _name, _ovs in {
+    "mul": (aten.mul.Tensor, aten.mul.Scalar),
+    "maximum": (aten.maximum.default,), "minimum": (aten.minimum.default,),
+    "eq": (aten.eq.Tensor, aten.eq.Scalar), "ne": (aten.ne.Tensor, aten.ne.Scalar),
+    "lt": (aten.lt.Tensor, aten.lt.Scalar), "le": (aten.le.Tensor, aten.le.Scalar),
+    "gt": (aten.gt.Tensor, aten.gt.Scalar), "ge": (aten.ge.Tensor, aten.ge.Scalar),
+    "pow": (aten.pow.Tensor_Tensor,),
+}.items():
+    _ew(getattr(ops, _name), *_ovs)
+
+for _name in ("neg", "abs", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos",
+              "tan", "tanh", "sigmoid", "erf", "erfc", "floor", "ceil", "trunc", "asin", "acos", "atan", "sinh",
+              "cosh", "asinh", "acosh", "atanh"):
+    _ew(getattr(ops, _name), getattr(aten, _name).default)
+
+
+def _div_true(a, b):
+    return ops.div(a, b)
+
+
+_ew(_div_true, aten.div.Tensor, aten.div.Scalar)
+_ew(lambda x: ops.div(1.0, x), aten.reciprocal.default)
+_ew(lambda x: ops.maximum(x, 0), aten.relu.default)
+_ew(lambda x: ops.where(ops.gt(x, 0), 1.0, ops.where(ops.lt(x, 0), -1.0, 0.0)) if x.dtype.is_float else
+    ops.where(ops.gt(x, 0), 1, ops.where(ops.lt(x, 0), -1, 0)), aten.sign.default)
+_ew(lambda a, b: ops.where(a, ops.ne(b, 0), False), aten.logical_and.default)
+_ew(lambda a, b: ops.where(a, True, ops.ne(b, 0)), aten.logical_or.default)
+_ew(lambda a, b: ops.ne(ops.ne(a, 0), ops.ne(b, 0)), aten.logical_xor.default)
+_ew(lambda a: ops.eq(a, 0), aten.logical_not.default)
+_ew(lambda c, a, b: ops.where(c, a, b), aten.where.self)
+
+
+@lowers(aten.bitwise_not.default)
+def _bitwise_not(r, node, x):
+    if node.meta["val"].dtype is not torch.bool:
+        raise Unsupported("bitwise_not of integers")
+    return elementwise(lambda a: ops.eq(a, 0))(r, node, x)
+
+
+@lowers(aten.bitwise_and.Tensor, aten.bitwise_or.Tensor)
+def _bitwise_bool(r, node, a, b):
+    if node.meta["val"].dtype is not torch.bool:
+        raise Unsupported("bitwise and/or of integers")
+    if node.target is aten.bitwise_and.Tensor:
+        return elementwise(lambda x, y: ops.where(x, ops.ne(y, 0), False))(r, node, a, b)
+    return elementwise(lambda x, y: ops.where(x, True, ops.ne(y, 0)))(r, node, a, b)
+
+
+@lowers(aten.add.Tensor, aten.add.Scalar)
+def _add(r, node, a, b, alpha=1):
+    return elementwise(lambda x, y: ops.add(x, y if alpha == 1 else ops.mul(y, alpha)))(r, node, a, b)
+
+
+@lowers(aten.sub.Tensor, aten.sub.Scalar)
+def _sub(r, node, a, b, alpha=1):
+    return elementwise(lambda x, y: ops.sub(x, y if alpha == 1 else ops.mul(y, alpha)))(r, node, a, b)
+
+
+@lowers(aten.rsub.Scalar, aten.rsub.Tensor)
+def _rsub(r, node, a, b, alpha=1):
+    return elementwise(lambda x, y: ops.sub(y, x if alpha == 1 else ops.mul(x, alpha)))(r, node, a, b)
+
+
+@lowers(aten.div.Tensor_mode)
+def _div_mode(r, node, a, b, rounding_mode=None):
+    if rounding_mode is None:
+        return elementwise(_div_true)(r, node, a, b)
+    if not node.meta["val"].dtype.is_floating_point:
+        raise Unsupported(f"integer division with rounding_mode={rounding_mode!r}")
+    f = ops.floor if rounding_mode == "floor" else ops.trunc
+    return elementwise(lambda x, y: f(ops.div(x, y)))(r, node, a, b)
+
+
+@lowers(aten.pow.Tensor_Scalar)
+def _pow(r, node, x, e):
+    e = number(e)
+
+    def fn(v):
+        if e == 1:
+            return ops.mul(v, 1)
+        if e == 2:
+            return ops.mul(v, v)
+        if e == 3:
+            return ops.mul(ops.mul(v, v), v)
+        if e == 0.5:
+            return ops.sqrt(v)
+        if e == -0.5:
+            return ops.rsqrt(v)
+        if e == -1:
+            return ops.div(1.0, v)
+        if isinstance(e, float) and not e.is_integer():
+            return ops.pow(v, e)  # NaN for negative bases, as torch
+        raise Unsupported(f"pow with exponent {e}")
+    return elementwise(fn)(r, node, x)
+
+
+@lowers(aten.clamp.default)
+def _clamp(r, node, x, min=None, max=None):
+    def fn(v):
+        if min is not None:
+            v = ops.maximum(v, number(min))
+        if max is not None:
+            v = ops.minimum(v, number(max))
+        return v
+    return elementwise(fn)(r, node, x)
+
+
+lowers(aten.clamp_min.default)(lambda r, node, x, m: _clamp(r, node, x, min=m))
+lowers(aten.clamp_max.default)(lambda r, node, x, m: _clamp(r, node, x, max=m))
+
+
+@lowers(aten.gelu.default)
+def _gelu(r, node, x, approximate="none"):
+    return elementwise(lambda v: ops.gelu(v, approximate))(r, node, x)
+
+
+_ew(ops.silu, aten.silu.default)
+
+
+@lowers(aten.leaky_relu.default)
+def _leaky(r, node, x, slope=0.01):
+    return elementwise(lambda v: ops.where(ops.gt(v, 0), v, ops.mul(v, number(slope))))(r, node, x)
+
+
+@lowers(prims.convert_element_type.default)
+def _convert(r, node, x, dtype):
+    return elementwise(lambda v: ops.cast(v, dvm_dtype(dtype)))(r, node, x)
+
+
+@lowers(aten._to_copy.default)
+def _to_copy(r, node, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    if device is not None and torch.device(device).type != "cpu":
+        raise Unsupported(f"_to_copy to {device}")
+    return elementwise(lambda v: ops.cast(v, dvm_dtype(dtype)) if dtype is not None else v)(r, node, x)
+
+
+@lowers(aten.clone.default, aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default)
+def _identity(r, node, x, memory_format=None):
+    lv = r.operand(x)
+    return result(r, node, lv.v, lv.groups)
+
+
+# ---- constants --------------------------------------------------------------------------------------------
+
+@lowers(aten.full.default)
+def _full(r, node, size, value, **kw):
+    return _const_full(r, node, number(value))
+
+
+@lowers(aten.full_like.default)
+def _full_like(r, node, x, value, **kw):
+    return _const_full(r, node, number(value))
+
+
+@lowers(aten.scalar_tensor.default)
+def _scalar_tensor(r, node, value, **kw):
+    return _const_full(r, node, number(value))
+
+
+@lowers(aten.zeros.default, aten.zeros_like.default)
+def _zeros(r, node, *a, **kw):
+    return _const_full(r, node, 0)
+
+
+@lowers(aten.ones.default, aten.ones_like.default)
+def _ones(r, node, *a, **kw):
+    return _const_full(r, node, 1)
+
+
+@lowers(aten.arange.start_step, aten.arange.start, aten.arange.default)
+def _arange(r, node, *a, **kw):
+    (n,) = meta_shape(node)
+    start, step = (a[0], a[2] if len(a) > 2 else 1) if len(a) >= 2 else (0, 1)
+    if isinstance(start, torch.fx.Node) or isinstance(step, torch.fx.Node):
+        raise Unsupported("arange with a symbolic start or step")
+    i = _node(r.g, "iota", [], (r.dim(n),), dt.int32, axis=0)
+    v = ops.cast(i, dvm_dtype(node.meta["val"].dtype))
+    if step != 1:
+        v = ops.mul(v, step)
+    if start != 0:
+        v = ops.add(v, start)
+    return result(r, node, v)
+
+
+# ---- views -------------------------------------------------------------------------------------------------
+
+@lowers(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def _view(r, node, x, size):
+    return result(r, node, *_lv(view(r, r.operand(x), meta_shape(node))))
+
+
+def _lv(lv: LVal):
+    return lv.v, lv.groups
+
+
+@lowers(aten.permute.default)
+def _permute(r, node, x, dims):
+    lv = r.operand(x)
+    dims = [d % lv.rank for d in dims]
+    base = [a for d in dims for a in lv.groups[d]]
+    v = ops.permute(lv.v, tuple(base)) if base != list(range(lv.v.ndim)) else lv.v
+    return result(r, node, v, _consecutive([lv.groups[d] for d in dims]))
+
+
+@lowers(aten.transpose.int)
+def _transpose(r, node, x, d0, d1):
+    rank = r.operand(x).rank
+    perm = list(range(rank))
+    perm[d0 % rank], perm[d1 % rank] = perm[d1 % rank], perm[d0 % rank]
+    return _permute(r, node, x, perm)
+
+
+@lowers(aten.t.default)
+def _t(r, node, x):
+    return _permute(r, node, x, [1, 0]) if r.operand(x).rank == 2 else _identity(r, node, x)
+
+
+@lowers(aten.unsqueeze.default)
+def _unsqueeze(r, node, x, d):
+    lv = r.operand(x)
+    ps = parts_of(r, lv)
+    d = d % (lv.rank + 1)
+    return result(r, node, *_lv(rebase(r, lv, ps[:d] + [[1]] + ps[d:])))
+
+
+@lowers(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def _squeeze(r, node, x, dims=None):
+    lv = r.operand(x)
+    ps = parts_of(r, lv)
+    ax = set(torch_axes(lv, dims)) if dims is not None else set(range(lv.rank))
+    keep = [p for i, p in enumerate(ps) if not (i in ax and all(isinstance(e, int) and e == 1 for e in p))]
+    return result(r, node, *_lv(rebase(r, lv, keep)))
+
+
+@lowers(aten.expand.default)
+def _expand(r, node, x, size, implicit=False):
+    lv = r.operand(x)
+    target = meta_shape(node)
+    ps = parts_of(r, lv)
+    ps = [[1]] * (len(target) - len(ps)) + ps
+    new = []
+    for p, t in zip(ps, target):
+        if all(isinstance(e, int) and e == 1 for e in p) and not (isinstance(t, int) and t == 1):
+            new.append(merge_parts(r, [[t]])[0] if True else None)
+        else:
+            new.append(p)
+    base = rebase(r, lv, [[1] * len(n) if all(isinstance(e, int) and e == 1 for e in p) else p
+                          for p, n in zip(ps, new)])
+    shape = tuple(r.dim(e) for n in new for e in n)
+    v = base.v if [r.g.syms.find(d) for d in base.v.shape] == [r.g.syms.find(d) for d in shape] else \
+        ops.broadcast_to(base.v, shape)
+    return result(r, node, v, _consecutive(new))
+
+
+@lowers(aten.slice.Tensor)
+def _slice(r, node, x, dim=0, start=None, end=None, step=1):
+    lv = r.operand(x)
+    full = node.args[0].meta["val"].shape[dim]
+    if (start in (None, 0)) and step == 1 and (end is None or (isinstance(end, int) and end >= 2 ** 62)
+                                               or (isinstance(end, int) and isinstance(full, int) and end >= full)):
+        return result(r, node, lv.v, lv.groups)
+    raise Unsupported("slice that is not the whole dimension (the fuser has no slicing yet)")
+
+
+# ---- reductions ---------------------------------------------------------------------------------------------
+
+@lowers(aten.sum.dim_IntList)
+def _sum(r, node, x, dims=None, keepdim=False, dtype=None):
+    return reduction(r, node, x, dims, keepdim, lambda v, ax: ops.sum(v, ax, keepdims=True))
+
+
+@lowers(aten.sum.default)
+def _sum_all(r, node, x, dtype=None):
+    return reduction(r, node, x, None, False, lambda v, ax: ops.sum(v, ax, keepdims=True))
+
+
+@lowers(aten.mean.dim)
+def _mean(r, node, x, dims=None, keepdim=False, dtype=None):
+    return reduction(r, node, x, dims, keepdim, lambda v, ax: ops.mean(v, ax, keepdims=True))
+
+
+@lowers(aten.mean.default)
+def _mean_all(r, node, x, dtype=None):
+    return reduction(r, node, x, None, False, lambda v, ax: ops.mean(v, ax, keepdims=True))
+
+
+@lowers(aten.amax.default)
+def _amax(r, node, x, dims=(), keepdim=False):
+    return reduction(r, node, x, dims, keepdim, lambda v, ax: ops.max(v, ax, keepdims=True))
+
+
+@lowers(aten.amin.default)
+def _amin(r, node, x, dims=(), keepdim=False):
+    return reduction(r, node, x, dims, keepdim, lambda v, ax: ops.min(v, ax, keepdims=True))
+
+
+@lowers(aten.var.correction)
+def _var(r, node, x, dims=None, correction=None, keepdim=False):
+    c = 1 if correction is None else number(correction)
+    return reduction(r, node, x, dims, keepdim, lambda v, ax: ops.var(v, ax, keepdims=True, correction=c))
+
+
+@lowers(aten.any.dim, aten.any.dims)
+def _any(r, node, x, dims=None, keepdim=False):
+    return reduction(r, node, x, dims, keepdim,
+                     lambda v, ax: ops.ne(ops.max(ops.cast(ops.ne(v, 0), dt.float32), ax, keepdims=True), 0))
+
+
+# ---- composites -----------------------------------------------------------------------------------------------
+
+@lowers(aten._softmax.default, aten._log_softmax.default)
+def _softmax(r, node, x, dim, half_to_float=False):
+    lv = r.operand(x)
+    ax = unfolded_axis(lv, dim)
+    fn = ops.softmax if node.target is aten._softmax.default else ops.log_softmax
+    return result(r, node, fn(lv.v, ax), lv.groups)
+
+
+@lowers(aten.native_layer_norm.default)
+def _layer_norm(r, node, x, normalized_shape, weight, bias, eps):
+    if len(normalized_shape) != 1:
+        raise Unsupported("layer norm over more than the last dimension")
+    lv = r.operand(x)
+    ax = unfolded_axis(lv, -1)
+    if ax != lv.v.ndim - 1:
+        raise Unsupported("layer norm over a dimension that is not the base's last")
+    v = lv.v
+    mu = ops.mean(v, -1, keepdims=True)
+    d = ops.sub(v, mu)
+    rstd = ops.rsqrt(ops.add(ops.mean(ops.mul(d, d), -1, keepdims=True), number(eps)))
+    y = ops.mul(d, rstd)
+    out = LVal(y, lv.groups)
+    for p, f in ((weight, ops.mul), (bias, ops.add)):
+        if p is not None:
+            vals, groups = align(r, node.args[0], [out, r.operand(p)])
+            out = LVal(f(*vals), groups)
+    metas = node.meta["val"]
+    res = []
+    for v2, groups, m in ((out.v, out.groups, metas[0]), (mu, lv.groups, metas[1]), (rstd, lv.groups, metas[2])):
+        fake = _Meta(m)
+        res.append(result(r, fake, v2, groups))
+    return tuple(res)
+
+
+class _Meta:
+    """A stand-in node carrying one output's metadata (for the checks of ``result``)."""
+
+    def __init__(self, val):
+        self.meta = {"val": val}
+        self.name = "output"
+
+
+# ---- matmul --------------------------------------------------------------------------------------------------
+
+def _mm(r, node, a, b):
+    la, lb = r.operand(a), r.operand(b)
+    if len(la.groups[-1]) != 1 or any(len(g) != 1 for g in lb.groups):
+        raise Unsupported("a matmul whose inner or right-hand dims are folded")
+    if la.v.ndim > 4:
+        raise Unsupported("a matmul with more than two batch dims")
+    v = ops.matmul(la.v, lb.v)
+    k = la.v.ndim - 1
+    return v, (tuple(range(k)), (k,))
+
+
+@lowers(aten.mm.default)
+def _mm_lower(r, node, a, b):
+    return result(r, node, *_mm(r, node, a, b))
+
+
+@lowers(aten.addmm.default)
+def _addmm(r, node, bias, a, b, beta=1, alpha=1):
+    v, groups = _mm(r, node, a, b)
+    mm = LVal(v, groups)
+    if alpha != 1:
+        mm = LVal(ops.mul(mm.v, number(alpha)), mm.groups)
+    lb = r.operand(bias)
+    if beta != 1:
+        lb = LVal(ops.mul(lb.v, number(beta)), lb.groups)
+    vals, g2 = align(r, node, [mm, lb])
+    return result(r, node, ops.add(*vals), g2)
+
+
+@lowers(aten.bmm.default)
+def _bmm(r, node, a, b):
+    la, lb = r.operand(a), r.operand(b)
+    if any(len(g) != 1 for g in la.groups[1:] + lb.groups[1:]):
+        raise Unsupported("a bmm whose matrix dims are folded")
+    pa, pb = parts_of(r, la)[0], parts_of(r, lb)[0]
+    if len(pa) != len(pb) or len(pa) > 2:
+        raise Unsupported("a bmm whose batch dims fold differently or more than two batch dims")
+    v = ops.matmul(la.v, lb.v)
+    k = len(pa)
+    return result(r, node, v, (tuple(range(k)), (k,), (k + 1,)))
+
+
+_ = (math, _prod)

@@ -1,0 +1,420 @@
+"""aten FX nodes -> ``dvmlang.ops`` calls inside one fuser graph (a region of the partition).
+
+A region is captured into a ``fuser.graph.Graph`` exactly as a ``@dvmlang.graph`` function is: its inputs are
+graph inputs whose dimensions are fuser symbols (one per torch ``SymInt`` expression, so a new sequence length or
+batch size only binds the symbols anew), and every supported node calls ``dvmlang.ops`` on graph values. The
+fuser then plans the region once (``fuser.api.Program``).
+
+Torch folds dimensions that dvmlang cannot name: ``x.view(B * S, H)`` before a ``mm``. A fuser dimension is a
+number or one symbol, never a product, so a lowered value (``LVal``) keeps its *base* (the fuser value, with
+the unfolded dims) and, per torch dimension, the group of base axes whose product it is. Elementwise ops,
+reductions over unfolded dims, ``mm``/``bmm`` and views that fold or unfold again work on the base; anything
+else on a folded dimension is unsupported (a fallback). A region's output is reshaped to torch's shape by torch.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+import sympy
+import torch
+
+from .. import dtypes as dt
+from ..errors import DvmError
+from ..fuser import ops
+from ..fuser.graph import Graph, GraphValue, Node
+from ..fuser.ops import _node
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+MAX_RANK = 4  # the fuser's vector groups iterate over at most 4 dims (docs/fusion.md, Limits)
+
+
+class Unsupported(Exception):
+    """A node this lowering cannot express; the message is the reason a fallback records."""
+
+
+def dvm_dtype(tdtype) -> dt.DType:
+    d = dt.lookup(str(tdtype).removeprefix("torch."))
+    if d is None or d.name in ("float8e4nv", "float8e5"):
+        raise Unsupported(f"dtype {tdtype} has no dvmlang equivalent")
+    return d
+
+
+def expr_of(s):
+    """The sympy expression (or int) of a torch size."""
+    if isinstance(s, int):
+        return s
+    if isinstance(s, torch.SymInt):
+        e = s.node.expr
+        return int(e) if e.is_number else e
+    raise Unsupported(f"size {s!r} is not an int or SymInt")
+
+
+def _eq(a, b) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def _div(a, b):
+    """a / b when b divides a (as numbers or polynomials), else None."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b if b and a % b == 0 else None
+    q = sympy.cancel(sympy.sympify(a) / sympy.sympify(b))
+    num, den = sympy.fraction(q)
+    if den != 1 or not q.is_polynomial():
+        return None
+    q = sympy.expand(q)
+    return int(q) if q.is_number else q
+
+
+def _prod(xs):
+    out = 1
+    for x in xs:
+        out = out * x
+    return int(out) if not isinstance(out, int) and out.is_number else out
+
+
+class Late(Exception):
+    """The node reads a value an eager step computes after the region starts: it must start a new region."""
+
+
+class LVal:
+    """A lowered torch tensor: ``v`` (a fuser graph value, the base) and, per torch dim, the base axes it folds."""
+
+    __slots__ = ("v", "groups")
+
+    def __init__(self, v: GraphValue, groups=None):
+        self.v = v
+        self.groups = tuple((i,) for i in range(v.ndim)) if groups is None else tuple(map(tuple, groups))
+
+    @property
+    def folded(self) -> bool:
+        return any(len(g) != 1 for g in self.groups)
+
+    @property
+    def rank(self) -> int:
+        return len(self.groups)
+
+
+class Region:
+    """One dvmlang program under construction: its fuser graph, inputs and lowered values."""
+
+    def __init__(self, name: str, sources: dict):
+        self.g = Graph(name)
+        self.name = name
+        self.env: dict = {}  # fx node -> LVal | tuple | python scalar (a node lowered in this region)
+        self.nodes: list = []  # fx nodes lowered here, in order
+        self.inputs: list = []  # (fx node or ('dim', expr), fuser input Node, kind)
+        self.by_input: dict = {}
+        self.sym_of: dict = {}  # str(sympy expr) -> fuser Sym
+        self.expr_of_sym: dict = {}  # fuser sym id -> sympy expr
+        self.sources = sources  # sympy symbol -> how to find its size at run time (backend.SymbolSources)
+        self.position = None  # index of the region's step in the plan
+        self.env_input: dict = {}  # fuser input node id -> its LVal
+        self.made_at: dict = {}  # fx node -> index of the step computing it (shared with the partitioner)
+
+    # ---- transactions: a failed lowering leaves nothing behind ---------------------------------------------
+    def snapshot(self):
+        s = self.g.syms
+        return (len(self.g.nodes), len(s.syms), dict(s.parent), len(s.deductions), len(self.inputs),
+                dict(self.by_input), dict(self.sym_of), dict(self.expr_of_sym), dict(self.env_input))
+
+    def rollback(self, snap):
+        n, ns, parent, nd, ni, by_input, sym_of, expr_of_sym, env_input = snap
+        s = self.g.syms
+        del self.g.nodes[n:]
+        del s.syms[ns:]
+        s.parent = parent
+        del s.deductions[nd:]
+        del self.inputs[ni:]
+        self.g.inputs = [x[1] for x in self.inputs]
+        self.by_input, self.sym_of, self.expr_of_sym, self.env_input = by_input, sym_of, expr_of_sym, env_input
+
+    # ---- dims ----------------------------------------------------------------------------------------------
+    def dim(self, e, create: bool = True):
+        """The fuser Dim of a torch size expression: a number, or the region's symbol for it. A symbol no input
+        binds gets a binding input of its own (a zero-stride array of that length)."""
+        if isinstance(e, int):
+            return e
+        key = str(e)
+        s = self.sym_of.get(key)
+        if s is not None:
+            return s
+        if not create:
+            return None
+        if not isinstance(e, sympy.Symbol) or e not in self.sources:
+            raise Unsupported(f"the size {e} is an expression of symbols that no input of the region has")
+        return self._bind_input(e)
+
+    def _new_sym(self, e, origin: str):
+        s = self.g.syms.new(origin)
+        self.sym_of[str(e)] = s
+        self.expr_of_sym[s.id] = e
+        return s
+
+    def _bind_input(self, e):
+        s = self._new_sym(e, f"size {e}")
+        n = self.g.add(Node("input", [], (s,), dt.int8, {"name": f"size_{e}"}, f"size_{e}"))
+        self._add_input(("dim", e), n, "dim")
+        return s
+
+    def _add_input(self, key, n, kind):
+        self.inputs.append((key, n, kind))
+        self.g.inputs.append(n)
+        self.by_input[key] = len(self.inputs) - 1
+
+    def base_exprs(self, v: GraphValue) -> list:
+        out = []
+        for d in v.shape:
+            d = self.g.syms.find(d)
+            out.append(d if isinstance(d, int) else self.expr_of_sym[d.id])
+        return out
+
+    # ---- operands ------------------------------------------------------------------------------------------
+    def input(self, node: torch.fx.Node) -> LVal:
+        """The region input for an fx value computed outside (a placeholder, a constant or another step)."""
+        idx = self.by_input.get(node)
+        if idx is not None:
+            n = self.inputs[idx][1]
+            return self.env_input[n.id]
+        if self.made_at.get(node, -1) > self.position:
+            raise Late(node.name)
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            d = dvm_dtype(val.dtype)
+            shape = []
+            for i, s in enumerate(val.shape):
+                e = expr_of(s)
+                if isinstance(e, int):
+                    shape.append(e)
+                else:
+                    sym = self.sym_of.get(str(e)) or self._new_sym(e, f"{node.name}.shape[{i}]")
+                    shape.append(sym)
+            if len(shape) > MAX_RANK:
+                raise Unsupported(f"rank {len(shape)} > {MAX_RANK}")
+            n = self.g.add(Node("input", [], tuple(shape), d, {"name": node.name}, node.name))
+            self._add_input(node, n, "tensor")
+            lv = LVal(GraphValue(n, self.g))
+        elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
+            d = dt.float64 if isinstance(val, (torch.SymFloat, float)) else \
+                dt.bool_ if isinstance(val, (torch.SymBool, bool)) else dt.int64
+            n = self.g.add(Node("input", [], (), d, {"name": node.name}, node.name))
+            self._add_input(node, n, "scalar")
+            lv = LVal(GraphValue(n, self.g))
+        else:
+            raise Unsupported(f"input {node.name} is a {type(val).__name__}")
+        self.env_input[n.id] = lv
+        return lv
+
+    def operand(self, a):
+        """A lowered operand: an LVal for tensors (and runtime scalars), the number itself for constants."""
+        if isinstance(a, torch.fx.Node):
+            if a in self.env:
+                return self.env[a]
+            return self.input(a)
+        if isinstance(a, (bool, int, float)):
+            return a
+        raise Unsupported(f"operand {a!r} ({type(a).__name__})")
+
+
+# ---- shape helpers ---------------------------------------------------------------------------------------
+
+
+def meta_shape(node) -> list:
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        raise Unsupported(f"{node.name} has no tensor metadata")
+    return [expr_of(s) for s in val.shape]
+
+
+def rebase(r: Region, lv: LVal, parts: list) -> LVal:
+    """``lv`` with a new base: ``parts`` gives, per torch dim, the base sizes (exprs) it folds."""
+    shape, groups = [], []
+    for p in parts:
+        groups.append(tuple(range(len(shape), len(shape) + len(p))))
+        shape.extend(r.dim(e) for e in p)
+    if len(shape) > MAX_RANK:
+        raise Unsupported(f"a value of rank {len(shape)} (> {MAX_RANK}) after unfolding torch's folded dims")
+    old = [r.g.syms.find(d) for d in lv.v.shape]
+    v = lv.v if old == [r.g.syms.find(d) for d in shape] else ops.reshape(lv.v, tuple(shape))
+    return LVal(v, groups)
+
+
+def parts_of(r: Region, lv: LVal) -> list:
+    base = r.base_exprs(lv.v)
+    return [[base[i] for i in g] for g in lv.groups]
+
+
+def merge_parts(r: Region, parts: list) -> list:
+    """Fold groups back into one base dim where the fuser can name their product (numbers, or a known symbol)."""
+    out = []
+    for p in parts:
+        if len(p) > 1:
+            q = _prod(p)
+            if isinstance(q, int) or str(q) in r.sym_of:
+                p = [q]
+        out.append(p)
+    return out
+
+
+def view(r: Region, lv: LVal, target: list) -> LVal:
+    """``lv`` viewed as ``target`` (torch exprs): refine the base so that every target dim is a run of base dims."""
+    src = [e for e in sum(parts_of(r, lv), []) if not (isinstance(e, int) and e == 1)]
+    i, parts = 0, []
+    for t in target:
+        if isinstance(t, int) and t == 1:
+            parts.append([1])
+            continue
+        rem, p = t, []
+        while not (isinstance(rem, int) and rem == 1):
+            if i >= len(src):
+                raise Unsupported(f"cannot view {src} as {target}")
+            b = src[i]
+            if _eq(b, rem):
+                p.append(b)
+                i += 1
+                rem = 1
+            elif (q := _div(rem, b)) is not None:
+                p.append(b)
+                i += 1
+                rem = q
+            elif (q := _div(b, rem)) is not None:
+                p.append(rem)
+                src[i] = q
+                rem = 1
+            else:
+                raise Unsupported(f"cannot view {src} as {target}")
+        parts.append(p)
+    if i != len(src):
+        raise Unsupported(f"cannot view {src} as {target}")
+    return rebase(r, lv, merge_parts(r, parts))
+
+
+def align(r: Region, node, operands: list):
+    """The operands of an elementwise op on a common base (fuser values or numbers) and the result's groups."""
+    tens = [o for o in operands if isinstance(o, LVal)]
+    if not any(t.folded for t in tens):
+        return [o.v if isinstance(o, LVal) else o for o in operands], None
+    out = meta_shape(node)
+    rank = len(out)
+    decomp = [None] * rank
+    for t in tens:
+        ps = parts_of(r, t)
+        for j, p in enumerate(ps):
+            i = rank - len(ps) + j
+            if all(isinstance(e, int) and e == 1 for e in p):
+                continue
+            if decomp[i] is None or len(p) > len(decomp[i]):
+                decomp[i] = p
+    decomp = [d if d is not None else [1] for d in decomp]
+    vals = []
+    for o in operands:
+        if not isinstance(o, LVal):
+            vals.append(o)
+            continue
+        ps = parts_of(r, o)
+        new = []
+        for i in range(rank):
+            j = i - (rank - len(ps))
+            p = ps[j] if j >= 0 else [1]
+            if all(isinstance(e, int) and e == 1 for e in p):
+                new.append([1] * len(decomp[i]))
+            elif len(p) == len(decomp[i]) and all(_eq(a, b) for a, b in zip(p, decomp[i])):
+                new.append(p)
+            elif all(isinstance(e, int) for e in p + decomp[i]) and _prod(p) == _prod(decomp[i]):
+                new.append(decomp[i])
+            else:
+                raise Unsupported(f"operands fold their dims differently ({p} vs {decomp[i]})")
+        vals.append(rebase(r, o, new).v)
+    groups, k = [], 0
+    for d in decomp:
+        groups.append(tuple(range(k, k + len(d))))
+        k += len(d)
+    return vals, groups
+
+
+def result(r: Region, node, v, groups=None) -> LVal:
+    """An op's result, checked against torch's metadata (rank, static sizes) and cast to torch's dtype."""
+    if not isinstance(v, GraphValue):
+        raise Unsupported("the result is not a tensor")
+    lv = LVal(v, groups)
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        want = dvm_dtype(val.dtype)
+        if lv.v.dtype is not want:
+            lv = LVal(ops.cast(lv.v, want), lv.groups)
+        shape = meta_shape(node)
+        got = parts_of(r, lv)
+        if len(got) != len(shape) or not all(_eq(_prod(p), s) for p, s in zip(got, shape)):
+            raise Unsupported(f"internal: lowered shape {got} differs from torch's {shape}")
+    if lv.v.ndim > MAX_RANK:
+        raise Unsupported(f"rank {lv.v.ndim} > {MAX_RANK}")
+    return lv
+
+
+def elementwise(fn):
+    def lower(r, node, *args, **kwargs):
+        vals, groups = align(r, node, [r.operand(a) for a in args])
+        return result(r, node, fn(*vals, **kwargs), groups)
+    return lower
+
+
+def torch_axes(lv: LVal, dims) -> list[int]:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        dims = range(lv.rank)
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({d % lv.rank if lv.rank else 0 for d in dims})
+
+
+def reduction(r: Region, node, x, dims, keepdim, fn):
+    lv = r.operand(x)
+    if not isinstance(lv, LVal):
+        raise Unsupported("reduction of a number")
+    tax = torch_axes(lv, dims)
+    bax = tuple(a for t in tax for a in lv.groups[t])
+    v = fn(lv.v, bax)  # keepdims=True on the base
+    if keepdim:
+        return result(r, node, v, lv.groups)
+    kept = LVal(v, lv.groups)
+    return result(r, node, rebase(r, kept, [p for t, p in enumerate(parts_of(r, kept)) if t not in tax]).v,
+                  _consecutive([p for t, p in enumerate(parts_of(r, kept)) if t not in tax]))
+
+
+def _consecutive(parts) -> list:
+    groups, k = [], 0
+    for p in parts:
+        groups.append(tuple(range(k, k + len(p))))
+        k += len(p)
+    return groups
+
+
+def unfolded_axis(lv: LVal, dim: int) -> int:
+    g = lv.groups[dim % lv.rank]
+    if len(g) != 1:
+        raise Unsupported("an op along a dimension torch folded from several")
+    return g[0]
+
+
+def number(x) -> float | int | bool:
+    if isinstance(x, (bool, int, float)):
+        return x
+    raise Unsupported(f"expected a constant, got {x!r}")
+
+
+def _const_full(r, node, value):
+    shape = meta_shape(node)
+    d = dvm_dtype(node.meta["val"].dtype)
+    c = _node(r.g, "const", [], (), d, value=d.np.type(value).item() if not d.is_bool else bool(value))
+    if not shape:
+        return result(r, node, c)
+    parts = merge_parts(r, [[e] for e in shape])
+    return result(r, node, ops.broadcast_to(c, tuple(r.dim(p[0]) for p in parts)))
+
+
+_ = (math, np, operator, DvmError)

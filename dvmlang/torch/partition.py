@@ -1,0 +1,283 @@
+"""The partitioner and the compiled graph: maximal regions of supported nodes become one dvmlang program each
+(``fuser.api.Program``: planned once, encoded per shape), nodes dvmlang cannot run execute in torch eager
+between them, every fallback counted by op name with its reason.
+
+Nodes are visited in the graph's order. A supported node joins the current region unless it reads the result
+of an eager step that runs after the region starts (then a new region starts after that step); an unsupported
+one becomes an eager step. Size arithmetic on ``SymInt`` (``sym_size``, ``s0 * s1``) runs on the host: sizes
+reach the fuser as the region's symbols, bound from its inputs' shapes at every call.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .. import dtypes as dt
+from ..errors import DvmError
+from ..fuser.api import Program
+from ..npu import default_device
+from ..trace.record import active_session
+from . import stats as st
+from .aten_ops import LOWERINGS
+from .lower import Late, LVal, Region, Unsupported, parts_of
+
+# nodes with no computation of their own: run on the host wherever they are, never counted as fallbacks
+HOST = {operator.getitem, operator.mul, operator.add, operator.sub, operator.floordiv, operator.truediv,
+        operator.mod, operator.neg, operator.pow, torch.sym_float, torch.sym_int, torch.sym_max, torch.sym_min,
+        torch.sym_not, torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default,
+        torch.ops.aten.sym_storage_offset.default}
+VIEW_ONLY = {"input", "reshape", "permute"}
+
+
+def op_name(node) -> str:
+    t = node.target
+    if isinstance(t, torch._ops.OpOverload):
+        return f"{t._schema.name.split('::')[-1]}.{t._overloadname}"
+    return getattr(t, "__name__", str(t))
+
+
+@dataclass
+class Step:
+    kind: str  # "region" | "eager" | "host"
+    nodes: list
+    region: Region | None = None
+    program: Program | None = None
+    outputs: list = field(default_factory=list)  # (fx node, LVal) the region returns
+    reason: str = ""
+    out_index: list = field(default_factory=list)  # per output, its index in the program's graph outputs
+
+
+class CompiledGraph:
+    """One FX graph (a forward, backward or inference graph of AOTAutograd) partitioned and ready to run."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str, device=None):
+        self.gm = gm
+        self.name = name
+        self.device = device
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.output_node = next(n for n in gm.graph.nodes if n.op == "output")
+        self.sources = _symbol_sources(self.placeholders)
+        self.fallbacks: dict = {}  # op name -> reason
+        self.steps: list[Step] = []
+        self._partition()
+        st.STATS.graphs += 1
+
+    # ---- partitioning ------------------------------------------------------------------------------------
+    def _partition(self):
+        made_at = {}  # fx node -> index of the step that computes it
+        current = None
+        for node in self.gm.graph.nodes:
+            if node.op in ("placeholder", "output"):
+                continue
+            if node.op == "get_attr":
+                self._eager(node, made_at, "host")
+                continue
+            if node.op == "call_function" and node.target in HOST and not _tuple_getitem(node, current):
+                self._eager(node, made_at, "host")
+                continue
+            fn = LOWERINGS.get(node.target) if node.op == "call_function" else None
+            if fn is None:
+                self._eager(node, made_at, "eager", f"no dvmlang lowering for {op_name(node)}")
+                continue
+            for attempt in range(2):
+                if current is None:
+                    current = Region(f"{self.name}_r{sum(s.kind == 'region' for s in self.steps)}", self.sources)
+                    current.position = len(self.steps)
+                    current.made_at = made_at
+                    self.steps.append(Step("region", [], current))
+                snap = current.snapshot()
+                try:
+                    val = _lower(current, node, fn)
+                except Late:
+                    current.rollback(snap)
+                    current = None  # it reads an eager result computed after the region starts: a new region
+                    continue
+                except (Unsupported, DvmError) as e:
+                    current.rollback(snap)
+                    self._eager(node, made_at, "eager", str(e).splitlines()[0])
+                    break
+                current.env[node] = val
+                current.nodes.append(node)
+                made_at[node] = current.position
+                break
+        self._finish()
+
+    def _eager(self, node, made_at, kind, reason=""):
+        made_at[node] = len(self.steps)
+        self.steps.append(Step(kind, [node], reason=reason))
+        if kind == "eager":
+            self.fallbacks.setdefault(op_name(node), reason)
+
+    def _finish(self):
+        users_outside = {}
+        for step in self.steps:
+            if step.kind != "region":
+                for n in step.nodes:
+                    for a in n.all_input_nodes:
+                        users_outside[a] = True
+        for a in self.output_node.all_input_nodes:
+            users_outside[a] = True
+        for step in self.steps:
+            if step.kind == "region":
+                for key, _, kind in step.region.inputs:
+                    if kind != "dim":
+                        users_outside[key] = True
+        for step in self.steps:
+            if step.kind != "region":
+                continue
+            r = step.region
+            for n in r.nodes:
+                if users_outside.get(n):
+                    val = r.env[n]
+                    if isinstance(val, LVal):
+                        step.outputs.append((n, val))
+            if not step.outputs and not r.nodes:
+                step.kind = "empty"
+                continue
+            if all(n.op in VIEW_ONLY or n.op == "const" for n in r.g.nodes):
+                step.kind, step.nodes = "eager_views", list(r.nodes)
+                continue
+            r.g.outputs = []
+            index = {}
+            for _, lv in step.outputs:
+                if lv.v.node.id not in index:
+                    index[lv.v.node.id] = len(r.g.outputs)
+                    r.g.outputs.append(lv.v.node)
+            step.out_index = [index[lv.v.node.id] for _, lv in step.outputs]
+            try:
+                step.program = Program(r.g, True, (self.device or default_device()).profile, r.name)
+                st.STATS.plans += 1
+                st.PROGRAMS.append(step.program)
+            except DvmError as e:
+                step.kind, step.nodes, step.reason = "eager", list(r.nodes), f"fuser: {str(e).splitlines()[0]}"
+                for n in r.nodes:
+                    self.fallbacks.setdefault(op_name(n), step.reason)
+            step.nodes = list(r.nodes)
+
+    # ---- running -------------------------------------------------------------------------------------------
+    def __call__(self, args: list):
+        env = dict(zip(self.placeholders, args))
+        device = self.device or default_device()
+        st.STATS.calls += 1
+        for step in self.steps:
+            if step.kind == "region":
+                try:
+                    self._run_region(step, env, device)
+                    continue
+                except DvmError as e:  # e.g. a row that does not fit UB at these sizes: this call runs eagerly
+                    st.STATS.runtime_fallbacks += 1
+                    st.STATS.runtime_reasons[step.region.name] = str(e).splitlines()[0]
+                    self._run_eager(step.nodes, env, count=True)
+            elif step.kind in ("eager", "host", "eager_views"):
+                self._run_eager(step.nodes, env, count=step.kind == "eager")
+        out = torch.fx.node.map_arg(self.output_node.args[0], lambda n: env[n])
+        return out
+
+    def _run_eager(self, nodes, env, count):
+        for n in nodes:
+            if count:
+                st.STATS.fallback_ops[op_name(n)] += 1
+            if n.op == "get_attr":
+                obj = self.gm
+                for part in n.target.split("."):
+                    obj = getattr(obj, part)
+                env[n] = obj
+                continue
+            args = torch.fx.node.map_arg(n.args, lambda a: env[a])
+            kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
+            env[n] = n.target(*args, **kwargs)
+
+    def _run_region(self, step: Step, env, device):
+        r = step.region
+        inputs = {}
+        arrays = []
+        for key, n, kind in r.inputs:
+            if kind == "tensor":
+                a = to_numpy(env[key])
+            elif kind == "scalar":
+                a = np.asarray(env[key], dtype=n.dtype.np)
+            else:  # a size no tensor input binds
+                a = np.broadcast_to(np.zeros((), np.int8), (self.sources[key[1]](env),))
+            inputs[n.id] = a
+            arrays.append(a)
+        t0 = time.perf_counter()
+        values, record, launches = step.program.run(inputs, device, active_session())
+        st.STATS.host_s += time.perf_counter() - t0
+        st.STATS.launches += launches
+        if record is not None:
+            st.STATS.cycles += record.cycles
+            st.STATS.sim_us += record.time_us
+            st.LAST_LAUNCHES.append(record)
+        outs = step.program.graph.outputs
+        for (fx, lv), i in zip(step.outputs, step.out_index):
+            arr = values[outs[i].id]
+            env[fx] = from_numpy(arr, lv, arrays, fx)
+
+
+def _lower(r: Region, node, fn):
+    args = node.args
+    kwargs = dict(node.kwargs)
+    val = fn(r, node, *args, **kwargs)
+    return val
+
+
+def _tuple_getitem(node, region) -> bool:
+    """A getitem of a multi-output op lowered in the region (native_layer_norm's results)."""
+    if node.target is not operator.getitem or region is None:
+        return False
+    return isinstance(region.env.get(node.args[0]), tuple)
+
+
+LOWERINGS[operator.getitem] = lambda r, node, src, i: r.env[src][i] if isinstance(r.env.get(src), tuple) else \
+    (_ for _ in ()).throw(Unsupported("getitem of a value computed elsewhere"))
+
+
+def _symbol_sources(placeholders) -> dict:
+    """sympy symbol -> function(env) -> its size at run time, from the first placeholder that has it."""
+    out = {}
+    for p in placeholders:
+        val = p.meta.get("val")
+        if isinstance(val, torch.SymInt):
+            e = val.node.expr
+            if e.is_Symbol and e not in out:
+                out[e] = (lambda env, p=p: int(env[p]))
+        elif isinstance(val, torch.Tensor):
+            for i, s in enumerate(val.shape):
+                if isinstance(s, torch.SymInt):
+                    e = s.node.expr
+                    if e.is_Symbol and e not in out:
+                        out[e] = (lambda env, p=p, i=i: int(env[p].shape[i]))
+    return out
+
+
+def to_numpy(t) -> np.ndarray:
+    """A numpy view of a CPU torch tensor (zero-copy; bfloat16 through int16)."""
+    if not isinstance(t, torch.Tensor):
+        return np.asarray(t)
+    if t.requires_grad:
+        t = t.detach()
+    if t.dtype is torch.bfloat16:
+        return t.view(torch.int16).numpy().view(dt.bfloat16.np)
+    return t.numpy()
+
+
+def from_numpy(arr: np.ndarray, lv: LVal, inputs, fx) -> torch.Tensor:
+    """A torch tensor sharing ``arr``'s memory (copied when it is read-only or aliases a region input)."""
+    if not arr.flags.writeable or any(s < 0 for s in arr.strides) or \
+            any(np.may_share_memory(arr, a) for a in inputs if a.size):
+        arr = np.array(arr)
+    if arr.dtype == dt.bfloat16.np:
+        t = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(arr)
+    if lv.folded:
+        t = t.reshape([int(np.prod([arr.shape[a] for a in g], dtype=np.int64)) for g in lv.groups])
+    return t
+
+
+_ = parts_of

@@ -1,0 +1,67 @@
+"""What the torch front door has done since the last ``reset_stats()``: kernel builds and encodes, launches,
+simulated cycles, host time, and every fallback by op name (``dvmlang.torch.stats()``)."""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Stats:
+    graphs: int = 0  # FX graphs compiled (forward, backward, inference)
+    plans: int = 0  # dvmlang programs planned (one per region; fusion is never re-planned for a new shape)
+    calls: int = 0  # calls of compiled graphs
+    launches: int = 0
+    cycles: int = 0
+    sim_us: float = 0.0
+    host_s: float = 0.0  # host time inside dvmlang programs (binding, encoding, simulation)
+    runtime_fallbacks: int = 0  # region calls that ran eagerly because dvmlang refused these sizes
+    fallback_ops: Counter = field(default_factory=Counter)  # op name -> eager executions
+    runtime_reasons: dict = field(default_factory=dict)
+
+
+STATS = Stats()
+PROGRAMS: "weakref.WeakSet | list" = []  # every dvmlang program the backend made (their kernels' cache info)
+LAST_LAUNCHES: list = []
+_base = {"builds": 0, "encodes": 0}
+
+
+def _kernel_totals() -> dict:
+    b = e = 0
+    for prog in PROGRAMS:
+        for kt in prog.kernels.values():
+            info = kt.kernel.cache_info()
+            b += info.builds
+            e += info.encodes
+    return {"builds": b, "encodes": e}
+
+
+def stats() -> dict:
+    """builds, encodes, launches, fallback_ops (op name -> count), cycles and simulated_us since the last reset,
+    plus graphs, plans, calls, host_s, runtime_fallbacks (and their reasons)."""
+    k = _kernel_totals()
+    return {
+        "builds": k["builds"] - _base["builds"],
+        "encodes": k["encodes"] - _base["encodes"],
+        "launches": STATS.launches,
+        "fallback_ops": dict(STATS.fallback_ops),
+        "cycles": STATS.cycles,
+        "simulated_us": STATS.sim_us,
+        "graphs": STATS.graphs,
+        "plans": STATS.plans,
+        "calls": STATS.calls,
+        "host_s": STATS.host_s,
+        "runtime_fallbacks": STATS.runtime_fallbacks,
+        "runtime_reasons": dict(STATS.runtime_reasons),
+    }
+
+
+def reset_stats() -> None:
+    global STATS
+    _base.update(_kernel_totals())
+    fresh = Stats()
+    for f in fresh.__dataclass_fields__:
+        setattr(STATS, f, getattr(fresh, f))
+    LAST_LAUNCHES.clear()
