@@ -6,7 +6,8 @@ decoded to the compute dtype (``float16`` if either format is ``"fp16"``, else `
 per-32-element e8m0 scale broadcast along K, and the two go through ``dot`` (accumulating in ``float32``).
 
 Every e2m1, e4m3 and e5m2 value, and every scale ``2^(s-127)``, is exact in ``bfloat16``; in ``float16`` the
-fp4/fp8 values are exact but a scaled value can round, underflow or overflow (as in Triton).
+fp4/fp8 values are exact but a scaled value can round, underflow or overflow, and a bf16 operand rounds (as in
+Triton).
 """
 
 from __future__ import annotations
