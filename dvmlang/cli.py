@@ -41,7 +41,7 @@ def _load(path: Path):
 
 
 # modules a Triton tutorial may need that dvmlang itself does not: without them it is skipped, not failed
-TUTORIAL_NEEDS = ("torch", "tabulate")
+TUTORIAL_NEEDS = ("torch",)
 
 
 def _run_example(f: Path, args, quiet: bool):
