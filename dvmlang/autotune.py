@@ -182,6 +182,7 @@ def _fork_map(fn, items: list, workers: int) -> list:
             pid = os.fork()
             if pid == 0:  # the child: time one config, report, and leave without running any cleanup
                 os.close(r)
+                _one_blas_thread()
                 try:
                     msg = repr(float(fn(item))).encode()
                 except BaseException:  # noqa: BLE001 - the parent re-runs it and raises the real error
@@ -195,6 +196,23 @@ def _fork_map(fn, items: list, workers: int) -> list:
         ready, _, _ = select.select([fd for _, fd in running.values()], [], [])
         reap(next(pid for pid, (_, fd) in running.items() if fd == ready[0]))
     return results
+
+
+def _one_blas_thread() -> None:
+    """In a tuning child: one BLAS thread, so that children on different cores do not each start a thread pool
+    that spins on the same cores (numpy's bundled OpenBLAS; nothing happens where it is not found)."""
+    import ctypes
+    import glob
+    for path in glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*")):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn(1)
+                return
 
 
 # Tune in processes when the configs left would take at least this long one after another.
