@@ -3,8 +3,8 @@ simulated NPU (docs/torch.md). Core dvmlang never imports this package, so ``imp
 
 from .backend import dvmlang_backend
 from .explain import explain
-from .stats import reset_stats, stats
+from .stats import launches, reset_stats, stats
 
 backend = dvmlang_backend
 
-__all__ = ["backend", "dvmlang_backend", "stats", "reset_stats", "explain"]
+__all__ = ["backend", "dvmlang_backend", "stats", "reset_stats", "explain", "launches"]

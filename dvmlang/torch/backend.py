@@ -9,7 +9,7 @@ dvmlang's fuser by ``partition.CompiledGraph``. The package's entry point (pypro
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 
 import torch
 from torch._decomp import core_aten_decompositions
@@ -18,18 +18,32 @@ from torch._functorch._aot_autograd.utils import make_boxed_func
 
 from .partition import CompiledGraph
 
-_counter = itertools.count()
 COMPILED: list = []  # every CompiledGraph, in order (explain reads the ones a call made)
 
 
-def decompositions() -> dict:
+# torch's decomposition of the CPU flash-attention forward into math ops is not consistent with that op's backward
+# (which still reads the flash forward's logsumexp): a graph that trains keeps the op whole (a fallback both ways);
+# tests/test_torch_compile.py::test_llama_backward_matches_eager fails with it decomposed
+_TRAIN_KEEPS = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,)
+
+
+def decompositions(training: bool = False) -> dict:
     """torch's core-aten decompositions (backward ops, composites such as sdpa, addcmul, silu_backward ...)."""
-    return core_aten_decompositions()
+    table = core_aten_decompositions()
+    if training:
+        for op in _TRAIN_KEEPS:
+            table.pop(op, None)
+    return table
+
+
+def _may_train(example_inputs) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
 
 
 def _compiler(kind: str):
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
-        cg = CompiledGraph(gm, f"torch{next(_counter)}_{kind}")
+        # named after the graph's code: the same model compiles to the same kernel names in every process
+        cg = CompiledGraph(gm, f"torch_{kind}_{hashlib.sha1(gm.code.encode()).hexdigest()[:6]}")
         COMPILED.append(cg)
         return make_boxed_func(lambda *args: cg(list(args)))
     return compile_graph
@@ -38,7 +52,8 @@ def _compiler(kind: str):
 def dvmlang_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     """The dynamo backend: AOTAutograd with dvmlang forward, backward and inference compilers."""
     return aot_autograd(fw_compiler=_compiler("fw"), bw_compiler=_compiler("bw"),
-                        inference_compiler=_compiler("infer"), decompositions=decompositions(),
+                        inference_compiler=_compiler("infer"),
+                        decompositions=decompositions(_may_train(example_inputs)),
                         keep_inference_input_mutations=True)(gm, example_inputs, **kwargs)
 
 

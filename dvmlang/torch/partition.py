@@ -214,9 +214,11 @@ class CompiledGraph:
             st.STATS.sim_us += record.time_us
             st.LAST_LAUNCHES.append(record)
         outs = step.program.graph.outputs
+        given = [a for a in arrays if a.size]
         for (fx, lv), i in zip(step.outputs, step.out_index):
             arr = values[outs[i].id]
-            env[fx] = from_numpy(arr, lv, arrays, fx)
+            env[fx] = from_numpy(arr, lv, given, fx)
+            given.append(arr)
 
 
 def _lower(r: Region, node, fn):
@@ -266,10 +268,12 @@ def to_numpy(t) -> np.ndarray:
     return t.numpy()
 
 
-def from_numpy(arr: np.ndarray, lv: LVal, inputs, fx) -> torch.Tensor:
-    """A torch tensor sharing ``arr``'s memory (copied when it is read-only or aliases a region input)."""
+def from_numpy(arr: np.ndarray, lv: LVal, others, fx) -> torch.Tensor:
+    """A torch tensor sharing ``arr``'s memory, in the layout torch's metadata says (an eager kernel downstream
+    may rely on it). Copied when read-only, when it aliases a region input or another output (autograd may
+    accumulate into a gradient in place), or when its strides are not torch's."""
     if not arr.flags.writeable or any(s < 0 for s in arr.strides) or \
-            any(np.may_share_memory(arr, a) for a in inputs if a.size):
+            any(np.may_share_memory(arr, a) for a in others):
         arr = np.array(arr)
     if arr.dtype == dt.bfloat16.np:
         t = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
@@ -277,7 +281,31 @@ def from_numpy(arr: np.ndarray, lv: LVal, inputs, fx) -> torch.Tensor:
         t = torch.from_numpy(arr)
     if lv.folded:
         t = t.reshape([int(np.prod([arr.shape[a] for a in g], dtype=np.int64)) for g in lv.groups])
-    return t
+    return _layout(t, fx.meta.get("val"))
+
+
+def _hint(s) -> int:
+    if isinstance(s, torch.SymInt):
+        h = s.node.hint
+        return int(h) if h is not None else 0
+    return int(s)
+
+
+def _layout(t: torch.Tensor, val) -> torch.Tensor:
+    """``t`` with the stride order of torch's fake value ``val`` (a copy only when the order differs)."""
+    if not isinstance(val, torch.Tensor) or t.dim() != val.dim() or t.dim() < 2:
+        return t
+    want = [_hint(s) for s in val.stride()]
+    order = sorted(range(t.dim()), key=lambda i: (-want[i], i))  # outermost first
+    expect, acc = [0] * t.dim(), 1
+    for i in reversed(order):
+        expect[i] = acc
+        acc *= t.shape[i]
+    if all(t.shape[i] == 1 or t.stride(i) == expect[i] for i in range(t.dim())):
+        return t
+    out = torch.empty_permuted(t.shape, order, dtype=t.dtype)
+    out.copy_(t)
+    return out
 
 
 _ = parts_of

@@ -3,8 +3,7 @@ simulated cycles, host time, and every fallback by op name (``dvmlang.torch.stat
 
 from __future__ import annotations
 
-import weakref
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 
@@ -23,8 +22,8 @@ class Stats:
 
 
 STATS = Stats()
-PROGRAMS: "weakref.WeakSet | list" = []  # every dvmlang program the backend made (their kernels' cache info)
-LAST_LAUNCHES: list = []
+PROGRAMS: list = []  # every dvmlang program the backend made (their kernels' cache info)
+LAST_LAUNCHES: deque = deque(maxlen=4096)  # the latest launch records (examples return them)
 _base = {"builds": 0, "encodes": 0}
 
 
@@ -56,6 +55,11 @@ def stats() -> dict:
         "runtime_fallbacks": STATS.runtime_fallbacks,
         "runtime_reasons": dict(STATS.runtime_reasons),
     }
+
+
+def launches() -> list:
+    """The launch records of the latest calls through torch (up to 4096, oldest first), since the last reset."""
+    return list(LAST_LAUNCHES)
 
 
 def reset_stats() -> None:
