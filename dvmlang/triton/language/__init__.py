@@ -14,6 +14,8 @@ from ...language import bool_, builtin, cdiv, next_power_of_2, random, range, st
 from ...language import (bfloat16, constexpr, float8e4nv, float8e5, float16, float32, float64, int1, int8,
                          int16, int32, int64, uint8, uint16, uint32, uint64)
 from ...frontend.blockptr import pointer_type  # noqa: F401 - int64 addresses from pointer tables (tutorial 08)
+
+pi32_t = pointer_type(int32)  # Triton's name for a pointer to int32
 from . import core, extra, math, standard  # noqa: F401 - Triton's submodules
 
 # Triton's short dtype names (str_to_ty and signatures)
@@ -100,4 +102,4 @@ def __getattr__(name):
 
 
 __all__ = [*(n for n in _dl_all if n != "dtype"), "dtype", "str_to_ty", "range", "static_range", "cdiv",
-           "next_power_of_2", "view", "random", "core", "extra", "math", "standard", "PropagateNan", "pointer_type"]
+           "next_power_of_2", "view", "random", "core", "extra", "math", "standard", "PropagateNan", "pointer_type", "pi32_t"]
