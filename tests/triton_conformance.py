@@ -76,6 +76,9 @@ def _exec_with_source(source, globals=None, locals=None, /, *args, **kwargs):
     """``exec`` of a string, compiled under a registered file name: Triton's tests build kernels by exec'ing
     edited source (``patch_kernel``), and a dvmlang kernel is compiled from its source text (Triton's
     interpreter runs the function instead)."""
+    if globals is None:  # exec(src) runs in its caller's namespace (scipy builds its docstrings that way)
+        caller = sys._getframe(1)
+        globals, locals = caller.f_globals, caller.f_locals if locals is None else locals
     if isinstance(source, str):
         name = f"<exec-{next(_names)}>"
         linecache.cache[name] = (len(source), None, source.splitlines(True), name)
