@@ -402,7 +402,12 @@ class _Launcher:
 
 
 def kernel(fn=None, **options):
-    """Decorator: ``@dvmlang.kernel`` turns a Python function into a dvmlang kernel."""
+    """Decorator: ``@dvmlang.kernel`` (or ``@dvmlang.kernel()``) turns a Python function into a dvmlang kernel.
+    It takes no options (``triton.jit`` takes Triton's and says what each does here)."""
+    if options:
+        raise DvmError(f"dvmlang.kernel takes no options, got {', '.join(f'`{k}`' for k in options)}; launch "
+                       "options go to the launch (kernel[grid](..., num_warps=4)); Triton's jit options are taken "
+                       "by dvmlang.triton.jit")
     if fn is None:
         return lambda f: Kernel(f)
     return Kernel(fn)

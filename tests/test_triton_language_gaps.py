@@ -236,3 +236,12 @@ def test_runtime_values_bind_to_constexpr_parameters_of_helpers():
     np.testing.assert_array_equal(o, x * 3 + x * 2)
     with pytest.raises(dvmlang.errors.CompilationError, match="arange"):
         runtime_to_constexpr_k[(1,)](x, o, 4, USE_ARANGE=True)
+
+
+def test_dvmlang_kernel_refuses_options_it_would_ignore():
+    def f(x_ptr):
+        pass
+
+    assert isinstance(dvmlang.kernel()(f), dvmlang.Kernel)
+    with pytest.raises(dvmlang.errors.DvmError, match="takes no options.*`num_warps`"):
+        dvmlang.kernel(num_warps=4)(f)
