@@ -13,15 +13,18 @@ import functools
 import inspect
 import re
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
 from .. import dtypes as dt
-from ..errors import user_frames_methods
+from ..errors import PerformanceWarning, user_frames_methods
 from ..npu import LaunchRecord, default_device
 from ..trace.record import active_session
+from . import captured_args as ca
+from . import dims as _dims
 from . import tiling as tl
 from .codegen import KernelText, matmul_kernel, vector_kernel
 from .fusion import VIEWS, Group, Plan, canonicalize, plan
@@ -169,38 +172,23 @@ class Program:
                 raise GraphError(f"group {grp.name}: a row of {cols} elements does not fit UB")
             grid = (t.grid[0], outer[0] if len(outer) > 0 else 1, outer[1] if len(outer) > 1 else 1)
             args += [rows, cols] + ([t.ncb] if grp.mode == "tiled" else []) + [float(env.value(s)) for s in kt.dims]
-            prepared = kt.kernel.prepare(grid, *args, BR=t.br, BC=t.bc, device=device)
+            args += [env.value(s) for s in kt.int_dims]
+            if any(n.op == "gather" for n in grp.nodes):
+                with warnings.catch_warnings():  # the table load is a gather by design (ops.gather)
+                    warnings.filterwarnings("ignore", message=r".*becomes a gather/scatter", category=PerformanceWarning)
+                    prepared = kt.kernel.prepare(grid, *args, BR=t.br, BC=t.bc, device=device)
+            else:
+                prepared = kt.kernel.prepare(grid, *args, BR=t.br, BC=t.bc, device=device)
         _, bc, flat, alias = prepared
         return [StackItem(bc, flat, kt.name, alias)]
 
 
-def _signature(args, static: dict, names):
-    """The capture key of a call: per array its dtype and which dims are 1 or static (their sizes); per
-    constant its value. (Dtypes are checked when a new key is captured.)"""
-    key = []
-    for name, a in zip(names, args):
-        if isinstance(a, np.ndarray):
-            st = static.get(name)
-            if st:
-                dims = tuple(s if (s == 1 or i in st) else -1 for i, s in enumerate(a.shape))
-            else:
-                dims = tuple(1 if s == 1 else -1 for s in a.shape)
-            key.append(("t", a.dtype, dims))
-        elif isinstance(a, (bool, int, float, str, type(None))) or (isinstance(a, tuple) and _constant(a)):
-            key.append(("s", type(a).__name__, a))  # a constant of the capture, like a constexpr
-        elif hasattr(a, "__dvm_array__"):
-            arr = a.__dvm_array__()
-            key.append(_signature([arr], static, [name])[0])
-        else:
-            raise GraphError(f"argument `{name}` must be a numpy array or a number, got {type(a).__name__}")
-    return tuple(key)
-
-
-def _constant(v) -> bool:
-    """Whether ``v`` is a plain constant (numbers, strings, None, tuples of them) a capture can depend on."""
-    if isinstance(v, tuple):
-        return all(_constant(x) for x in v)
-    return isinstance(v, (bool, int, float, str, type(None)))
+def _signature(args, static: dict, names, fn=None):
+    """The capture key of a call: the arguments' structure, per array its dtype and which dims are 1 or static
+    (their sizes), per constant its value, and the arrays ``fn`` closes over (captured_args). (Dtypes are
+    checked when a new key is captured.)"""
+    key = tuple(ca.key_of(name, a, static, name) for name, a in zip(names, args))
+    return key + (ca.closure_key(fn),) if fn is not None else key
 
 
 @user_frames_methods
@@ -240,7 +228,7 @@ class GraphFunction:
 
     def capture(self, *args, **kwargs) -> Program:
         args = self._arguments(args, kwargs)
-        key = _signature(args, self.static, self.names)
+        key = _signature(args, self.static, self.names, self.fn)
         cap = self._captured.get(key)
         if cap is None:
             cap = self._capture(args)
@@ -253,26 +241,26 @@ class GraphFunction:
             raise GraphError(f"`{self.name}` takes {len(self.names)} arguments ({', '.join(self.names)}), "
                              f"got {len(args)}")
         g = Graph(self.name)
+        paths = {}
         values = []
-        for name, a in zip(self.names, args):
-            if hasattr(a, "__dvm_array__"):
-                a = a.__dvm_array__()
-            if isinstance(a, np.ndarray):
-                if dt.from_numpy(a.dtype) is None:
-                    raise GraphError(f"argument `{name}` has dtype {a.dtype}, which dvmlang does not support")
+        for pos, (name, a) in enumerate(zip(self.names, args)):
+            def make(path_name, path, arr, pos=pos):
+                if dt.from_numpy(arr.dtype) is None:
+                    raise GraphError(f"argument `{path_name}` has dtype {arr.dtype}, which dvmlang does not support")
+                static = self.static.get(path_name, ())
                 shape = []
-                for i, s in enumerate(a.shape):
+                for i, s in enumerate(arr.shape):
                     if s == 1:
                         shape.append(1)
-                    elif i in self.static.get(name, ()):
+                    elif i in static:
                         shape.append(int(s))
                     else:
-                        shape.append(g.syms.new(f"{name}.shape[{i}]"))
-                n = g.add(Node("input", [], tuple(shape), dt.from_numpy(a.dtype), {"name": name}, name))
+                        shape.append(g.syms.new(f"{path_name}.shape[{i}]"))
+                n = g.add(Node("input", [], tuple(shape), dt.from_numpy(arr.dtype), {"name": path_name}, path_name))
                 g.inputs.append(n)
-                values.append(GraphValue(n, g))
-            else:
-                values.append(a)
+                paths[n] = (pos, path)
+                return GraphValue(n, g)
+            values.append(ca.rebuild(name, a, make))
         with _capture_lock:
             prev = Tracer.graph
             Tracer.graph = g
@@ -287,18 +275,21 @@ class GraphFunction:
                 raise GraphError(f"`{self.name}` must return graph values computed from its arguments, got {o!r}")
             g.outputs.append(o.node)
         prog = Program(g, self.fuse, (self.device or default_device()).profile, self.name)
-        prog.arg_positions = [self.names.index(n.attrs["name"]) for n in g.inputs]
+        prog.arg_paths = [paths.get(n) for n in g.inputs]  # None: an array the function closes over
         return prog
+
+    def _inputs(self, prog: Program, args) -> dict:
+        out = {}
+        for n, where in zip(prog.graph.inputs, prog.arg_paths):
+            out[n.id] = prog.graph.closures[n] if where is None else ca.fetch(args, *where)
+        return out
 
     # ---- calls -----------------------------------------------------------------------------------------
     def __call__(self, *args, device=None, **kwargs):
         device = device or self.device or default_device()
         args = self._arguments(args, kwargs)
         prog = self.capture(*args)
-        inputs = {}
-        for n, pos in zip(prog.graph.inputs, prog.arg_positions):
-            a = args[pos]
-            inputs[n.id] = a if isinstance(a, np.ndarray) else a.__dvm_array__()
+        inputs = self._inputs(prog, args)
         before = prog.fallbacks
         values, record, launches = prog.run(inputs, device, active_session())
         self.stats.calls += 1
@@ -317,8 +308,7 @@ class GraphFunction:
         device = device or self.device or default_device()
         args = self._arguments(args, kwargs)
         prog = self.capture(*args)
-        arrays = [a.__dvm_array__() if hasattr(a, "__dvm_array__") else a for a in args]
-        env = prog.bind({n.id: arrays[self.names.index(n.attrs["name"])] for n in prog.graph.inputs})
+        env = prog.bind(self._inputs(prog, args))
         chosen = prog.choose(env, device.profile)
         return Report(self, prog, chosen, env, device.profile)
 
@@ -378,6 +368,16 @@ class _Env:
         return self.values[self.roots[d.id]]
 
 
+class _Poly:
+    """A polynomial (``dims``) as ``dims.evaluate`` takes a derived symbol."""
+
+    __slots__ = ("expr", "name")
+
+    def __init__(self, p):
+        self.expr = ("poly", tuple(p.items()))
+        self.name = ""
+
+
 class _Binder:
     """Binds a graph's symbols to the sizes of one call's arrays and checks the deduced equalities; the
     symbol classes are resolved once, so a call only reads sizes and compares."""
@@ -392,6 +392,7 @@ class _Binder:
                                                            None if isinstance(d, int) else d)
                                                           for axis, d in enumerate(n.shape)]))
         # equalities with numbers (symbol classes are equal by construction; a conflict shows while binding)
+        self.derived = [s for s in syms.syms if s.expr is not None]
         self.numbers = [(self.roots[a.id], b, a, why) for a, b, why in syms.deductions if isinstance(b, int)]
 
     def bind(self, arrays) -> _Env:
@@ -416,6 +417,26 @@ class _Binder:
                 elif prev != size:
                     raise GraphError(f"`{g.name}`: {sym.origin} is {size} but it must equal "
                                      f"{g.syms.syms[root].origin} = {prev} (deduced while capturing: {_why(g, sym)})")
+        for s in self.derived:  # sizes derived with shape arithmetic (x.shape[1] // 2), in creation order
+            size = _dims.evaluate(g.syms, s, lambda a: values[roots[a]])
+            if size < 0:
+                raise GraphError(f"`{g.name}`: the size {s.name} ({s.origin}) is {size} at this call; sizes cannot "
+                                 "be negative")
+            root = roots[s.id]
+            prev = values.get(root)
+            if prev is None:
+                values[root] = size
+            elif prev != size:
+                raise GraphError(f"`{g.name}`: {s.origin} is {size} at this call but it must equal "
+                                 f"{g.syms.syms[root].origin} = {prev} (deduced while capturing: {_why(g, s)})")
+        for kind, a, b, message in g.syms.checks:
+            va = _dims.evaluate(g.syms, _Poly(a), lambda x: values[roots[x]])
+            vb = _dims.evaluate(g.syms, _Poly(b), lambda x: values[roots[x]])
+            if kind == "eq" and va != vb:
+                raise GraphError(f"`{g.name}`: {message}: at this call {va} vs {vb} (a size that does not divide "
+                                 "evenly?)")
+            if kind == "le" and va > vb:
+                raise GraphError(f"`{g.name}`: {message}: at this call {va} > {vb}")
         for root, number, sym, why in self.numbers:
             size = values.get(root)
             if size is not None and size != number:
@@ -439,6 +460,13 @@ def _materialise(n: Node, values, env) -> np.ndarray:
         base = _materialise(n.inputs[0], values, env)
         if n.op == "reshape":
             v = base.reshape(tuple(env.value(d) for d in n.shape))
+            if v.size and n.inputs[0].op in VIEWS and not np.shares_memory(v, base) and _computed(n):
+                raise GraphError(f"internal: the reshape %{n.id} of a computed value is not a view")
+        elif n.op == "slice":
+            a, start = n.attrs["axis"], env.value(n.attrs["start"])
+            step = n.attrs["step"]
+            stop = start + step * env.value(n.shape[a])
+            v = base[(slice(None),) * a + (slice(start, stop, step),)]
         else:
             v = base.transpose(n.attrs["perm"])
         values[n.id] = v
@@ -447,6 +475,13 @@ def _materialise(n: Node, values, env) -> np.ndarray:
         base = _materialise(n.inputs[0], values, env)
         return np.broadcast_to(base, tuple(env.value(d) for d in n.shape))
     raise GraphError(f"internal: value %{n.id} ({n.op}) was never computed")
+
+
+def _computed(n: Node) -> bool:
+    """Whether the value under a chain of views is computed in the launch (not an input)."""
+    while n.op in VIEWS:
+        n = n.inputs[0]
+    return n.op != "input"
 
 
 def _addressing(n: Node, values, env, space):

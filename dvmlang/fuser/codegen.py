@@ -20,7 +20,7 @@ from .. import dtypes as dt
 from .. import language as dl
 from .. import opdefs
 from ..runtime import kernel
-from .fusion import Group, is_free
+from .fusion import Group, is_free, memory_operands
 from .graph import Graph, GraphError, Node
 
 _counter = itertools.count()
@@ -106,7 +106,7 @@ def emit_value(src: Source, g: Graph, n: Node, names: dict, idx: dict) -> str:
 class KernelText:
     """Generated source plus what the runtime needs to call it."""
 
-    def __init__(self, name, text, params, inputs, outputs, dims, mode, space, arg_dims=None):
+    def __init__(self, name, text, params, inputs, outputs, dims, mode, space, arg_dims=None, int_dims=()):
         self.name = name
         self.text = text
         self.params = params  # ordered parameter names
@@ -116,6 +116,7 @@ class KernelText:
         self.mode = mode
         self.space = space
         self.arg_dims = arg_dims  # per tensor (inputs, then outputs): the dims whose strides are parameters
+        self.int_dims = list(int_dims)  # symbols passed as runtime ints (offsets and bounds of cat and gather)
         self.kernel = None
 
     def compile(self):
@@ -139,6 +140,28 @@ def _dims_needed(nodes) -> list:
     for n in nodes:
         if n.op == "dim" and n.attrs["sym"] not in out:
             out.append(n.attrs["sym"])
+    return out
+
+
+def _origin(g: Graph, d) -> str:
+    """A size as a message names it: a number, or where the symbol comes from (``w.shape[0]``)."""
+    d = g.syms.find(d)
+    return str(d) if isinstance(d, int) else d.origin.replace('"', "'")
+
+
+def _int_dims_needed(g: Graph, nodes) -> list:
+    """The symbolic sizes that index arithmetic of ``nodes`` needs as ints (a cat's offsets, a gather's bound)."""
+    out = []
+    for n in nodes:
+        ds = []
+        if n.op == "cat":
+            ds = list(n.attrs["offsets"]) + [i.shape[n.attrs["axis"]] for i in n.inputs]
+        elif n.op == "gather":
+            ds = [n.inputs[0].shape[n.attrs["axis"]]]
+        for d in ds:
+            d = g.syms.find(d)
+            if not isinstance(d, int) and d not in out:
+                out.append(d)
     return out
 
 
@@ -176,7 +199,9 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
             dims_k = [d for d in range(r) if lay.present[d]]
             params += [f"{kind}{k}"] + [f"{kind}{k}_s{d}" for d in dims_k]
             arg_dims.append(dims_k)
-    params += ["R", "C"] + (["NCB"] if grp.mode == "tiled" else []) + [f"dim{s.id}" for s in dims]
+    int_dims = _int_dims_needed(g, grp.body())
+    params += ["R", "C"] + (["NCB"] if grp.mode == "tiled" else []) + [f"dim{s.id}" for s in dims] + \
+        [f"idim{s.id}" for s in int_dims]
     src = Source()
     src.indent = 0
     src("@dvmlang.kernel")
@@ -221,9 +246,62 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
     idx = {"rows": "rows", "cols": "cols", "dim": lambda s: f"dim{s.id}",
            "outer": lambda ax: f"o{ax}"}
 
+    body_ids = {n.id for n in grp.body()}
+    # inputs read only at positions of their own (a gather's table, a cat's parts) are not loaded as tiles
+    tile_reads = {i.id for n in grp.body() for i in n.inputs if i not in memory_operands(n)}
+    in_index = {x.id: k for k, x in enumerate(ins)}
+
+    def size(d) -> str:
+        d = g.syms.find(d)
+        return str(d) if isinstance(d, int) else f"idim{d.id}"
+
+    def index_of(d) -> str:
+        return f"o{d}" if d < outer else "rows[:, None]" if d == r - 2 else "cols[None, :]"
+
+    def tile_of(n: Node):
+        lay = Layout(g, n.shape, space)
+        rr = "BR" if r >= 2 and lay.present[r - 2] else "1"
+        cc = "BC" if r >= 1 and lay.present[r - 1] else "1"
+        masks = [m for m, p in (("rmask[:, None]", rr == "BR"), ("cmask[None, :]", cc == "BC")) if p]
+        return (rr, cc), " & ".join(masks) or None
+
+    def load_at(x: Node, repl: dict, tile, mask) -> str:
+        """A load of input ``x`` over the tile ``tile``, with the index of space dim d replaced by repl[d]."""
+        k = in_index[x.id]
+        lay = Layout(g, x.shape, space)
+        terms = [f"({repl[d] if d in repl else index_of(d)}) * in{k}_s{d}" for d in range(r) if lay.present[d]]
+        expr = f"dl.broadcast_to(in{k}{''.join(' + ' + t for t in terms)}, ({tile[0]}, {tile[1]}))"
+        return f"dl.load({expr}{f', mask={mask}, other=0' if mask else ''})"
+
+    def emit_memory_read(n: Node) -> str:
+        tile, mask = tile_of(n)
+        ax = n.attrs["axis"]
+        if n.op == "gather":
+            table, idx = n.inputs[0], names[n.inputs[1].id]
+            bound = size(table.shape[ax])
+            src(f"dl.device_assert(({idx} >= 0) & ({idx} < {bound}), \"dvmlang.ops gather (%{n.id} of graph "
+                f"`{g.name}`): an index is outside [0, {_origin(g, table.shape[ax])})\"{f', mask={mask}' if mask else ''})")
+            return load_at(table, {ax: idx}, tile, mask)
+        acc = None
+        for j, (part, off) in enumerate(zip(n.inputs, n.attrs["offsets"])):
+            o = size(off)
+            lo = f"({index_of(ax)} >= {o})" if j else None
+            hi = f"({index_of(ax)} < {o} + {size(part.shape[ax])})" if j < len(n.inputs) - 1 else None
+            inside = " & ".join(c for c in (lo, hi) if c) or "True"
+            src(f"m{n.id}_{j} = {inside}")
+            m = f"m{n.id}_{j}" + (f" & {mask}" if mask else "")
+            src(f"p{n.id}_{j} = {load_at(part, {ax: f'{index_of(ax)} - {o}'}, tile, m)}")
+            acc = f"p{n.id}_{j}" if acc is None else f"dl.where(m{n.id}_{j}, p{n.id}_{j}, {acc})"
+            if j:
+                src(f"c{n.id}_{j} = {acc}")
+                acc = f"c{n.id}_{j}"
+        return acc
+
     def emit_loads(along_cols=None):
         """Load the inputs; ``along_cols`` True/False: only those that vary / do not vary along the columns."""
         for k, x in enumerate(ins):
+            if x.id not in tile_reads:
+                continue
             lay = Layout(g, x.shape, space)
             if along_cols is not None and along_cols != (r >= 1 and lay.present[r - 1]):
                 continue
@@ -249,6 +327,21 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
                 src(f"v{n.id} = {red}")
                 names[n.id] = f"v{n.id}"
             return
+        if n.op in ("gather", "cat"):
+            src(f"v{n.id} = {emit_memory_read(n)}")
+            names[n.id] = f"v{n.id}"
+            return
+        if n.op == "cumsum":
+            (rr, cc), _ = tile_of(n)
+            v = names[n.inputs[0].id]
+            src(f"t{n.id} = dl.where(cmask[None, :], dl.broadcast_to({v}, ({rr}, BC)), {_ident('sum', n.dtype)})")
+            if grp.mode == "loop":
+                src(f"v{n.id} = dl.cumsum(t{n.id}, axis=1) + cs{n.id}")
+                src(f"cs{n.id} = cs{n.id} + dl.sum(t{n.id}, axis=1, keep_dims=True)")
+            else:
+                src(f"v{n.id} = dl.cumsum(t{n.id}, axis=1)")
+            names[n.id] = f"v{n.id}"
+            return
         src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
         names[n.id] = f"v{n.id}"
 
@@ -272,6 +365,9 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
                   not (r >= 1 and Layout(g, n.shape, space).present[r - 1])}
         for n in reduce_nodes:
             src(f"acc{n.id} = dl.full((BR, 1), {_ident(n.attrs['op'], n.dtype)}, dl.{n.dtype.name})")
+        for n in grp.body():
+            if n.op == "cumsum":
+                src(f"cs{n.id} = dl.full(({tile_of(n)[0][0]}, 1), {_ident('sum', n.dtype)}, dl.{n.dtype.name})")
         for n in free:
             if n.op != "iota":
                 src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
@@ -317,7 +413,7 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
         for k, o in enumerate(outs):
             emit_store(k, o)
     text = "\n".join(src.lines) + "\n"
-    return KernelText(name, text, params, ins, outs, dims, grp.mode, space, arg_dims)
+    return KernelText(name, text, params, ins, outs, dims, grp.mode, space, arg_dims, int_dims)
 
 
 def matmul_kernel(g: Graph, grp: Group, name: str) -> KernelText:

@@ -25,7 +25,18 @@ from .graph import Graph, GraphError, Node
 
 EW = opdefs.FUSIBLE | {"where", "cast", "broadcast_to"}
 FREE = frozenset({"const", "dim", "iota"})  # copied into every group that uses them
-VIEWS = frozenset({"reshape", "permute"})
+VIEWS = frozenset({"reshape", "permute", "slice"})
+# vector operations that read some operands from memory at positions of their own (a gathered or shifted
+# index): those operands are stored by their producers, never computed in the same kernel
+MEMORY_READS = {"gather": lambda n: n.inputs[:1], "cat": lambda n: n.inputs}
+SCANS = frozenset({"cumsum"})  # a running value along the columns: loop mode (carried across blocks) or row mode
+VECTOR = EW | set(MEMORY_READS) | SCANS
+
+
+def memory_operands(n: Node) -> list:
+    """The operands ``n`` reads from memory at positions of its own (a gather's table, a cat's parts)."""
+    f = MEMORY_READS.get(n.op)
+    return list(f(n)) if f else []
 
 
 def is_free(n: Node) -> bool:
@@ -109,7 +120,8 @@ def canonicalize(g: Graph) -> None:
 
     for n in g.nodes:
         n.inputs = [replace.get(i.id, i) for i in n.inputs]
-        if n.op == "reshape" and not _reshape_is_a_view(n.inputs[0]):
+        if n.op == "reshape" and not _reshape_is_a_view(n.inputs[0]) and \
+                not _only_unit_dims_change(g, n.inputs[0].shape, n.shape):
             x = n.inputs[0]
             n.inputs = [add(Node("broadcast_to", [x], x.shape, x.dtype, {"copy": True}))]
         if n.op != "reduce":
@@ -140,6 +152,23 @@ def canonicalize(g: Graph) -> None:
             cur = add(Node("reshape", [cur], n.shape, n.dtype, {}))
         replace[n.id] = cur
     g.outputs = [replace.get(o.id, o) for o in g.outputs]
+    # a free value (a constant, an index tile) that is returned or read from memory is computed by a copy kernel
+    def read_stored(n: Node) -> list:
+        return [n.inputs[0]] if n.op in VIEWS else memory_operands(n)
+    stored = {o.id for o in g.outputs} | {m.id for n in new_nodes for m in read_stored(n)}
+    copies: dict[int, Node] = {}
+    final: list[Node] = []
+    for n in new_nodes:
+        if copies:
+            n.inputs = [copies.get(i.id, i) if i in read_stored(n) else i for i in n.inputs]
+        final.append(n)
+        if n.id in stored and n.id != -1 and is_free(n):
+            c = Node("broadcast_to", [n], n.shape, n.dtype, {"copy": True})
+            c.id = -1
+            copies[n.id] = c
+            final.append(c)
+    g.outputs = [copies.get(o.id, o) for o in g.outputs]
+    new_nodes = final
     g.nodes = new_nodes
     for i, n in enumerate(g.nodes):
         n.id = i
@@ -147,6 +176,14 @@ def canonicalize(g: Graph) -> None:
     for n in g.nodes:  # scalar arithmetic on constants and sizes (e.g. 1/sqrt(head size)) is free
         if n.op in EW and n.rank == 0 and n.inputs and n.id not in outputs and all(is_free(i) for i in n.inputs):
             n.attrs["free_scalar"] = True
+
+
+def _only_unit_dims_change(g, old, new) -> bool:
+    """Whether a reshape from ``old`` to ``new`` only inserts or removes dims of size 1 (always a numpy view)."""
+    def big(shape):
+        return [d for d in shape if not (isinstance(g.syms.find(d), int) and g.syms.find(d) == 1)]
+    a, b = big(old), big(new)
+    return len(a) == len(b) and all(g.syms.equal(x, y) is True for x, y in zip(a, b))
 
 
 def _reshape_is_a_view(x: Node) -> bool:
@@ -158,6 +195,8 @@ def _reshape_is_a_view(x: Node) -> bool:
     elements when the launch is bound."""
     reorders = False
     while x.op in VIEWS:
+        if x.op == "slice":
+            reorders = True  # a slice of a computed value is not contiguous
         if x.op == "permute":
             src = x.inputs[0].shape
             moved = [d for d in x.attrs["perm"] if not (isinstance(src[d], int) and src[d] == 1)]
@@ -290,7 +329,7 @@ class Planner:
             if n.op == "matmul":
                 self._matmul(n)
                 continue
-            if n.op in EW or n.op == "reduce":
+            if n.op in VECTOR or n.op == "reduce":
                 self._vector(n)
                 continue
             raise GraphError(f"the fuser does not know the operation {n.op!r}")
@@ -364,12 +403,13 @@ class Planner:
                     self.reject(base, n, "the producer is a user kernel (ops.custom): its outputs are stored")
         if chosen is None:
             grp = self.new_group("vector", n, space)
-            if n.op == "reduce":
+            if n.op == "reduce" or n.op in SCANS:
                 grp.mode = "loop"
             self._recompute(grp, n, split_from)
             return
         chosen.space = change.space_of(chosen)
-        chosen.mode = max(chosen.mode, change.mode or chosen.mode, "loop" if n.op == "reduce" else "tiled",
+        chosen.mode = max(chosen.mode, change.mode or chosen.mode,
+                          "loop" if n.op == "reduce" or n.op in SCANS else "tiled",
                           key=MODE_RANK.__getitem__)
         if change.guard is not None:
             chosen.guard = change.guard
@@ -382,9 +422,10 @@ class Planner:
         another group, ``grp`` computes them again from their own inputs instead of reading them back: a
         stored intermediate costs a write and a read of the whole tensor, recomputing it a few vector ops."""
         g = self.g
+        mem = memory_operands(n)
         for i in n.inputs:
             src = self.group_of.get(i.id)
-            if src is None or src.id not in sources or src is grp or i.op not in EW or i in grp.recompute:
+            if i in mem or src is None or src.id not in sources or src is grp or i.op not in EW or i in grp.recompute:
                 continue
             if _same_shape(g, i.shape, grp.space) is not True:
                 continue
@@ -414,14 +455,27 @@ class Planner:
             for c in chain:
                 self.recomputed.append(c)
 
+    def _reads_own_memory(self, grp: Group, n: Node) -> str | None:
+        for i in memory_operands(n):
+            base, src = self.producer(i)
+            if src is grp:
+                return (f"a {n.op} reads %{base.id} from memory at positions of its own (not the tile's): its "
+                        "producer stores it first, in another kernel")
+        return None
+
     def _check_inputs(self, grp: Group, n: Node, shape) -> str | None:
         """Cycles, reads of the group's own results through a view, and provable broadcasting of ``n``'s
         operands against ``shape``, for ``n`` joining ``grp``."""
         g = self.g
+        mem = memory_operands(n)
         for i in n.inputs:
             if is_free(i):
                 continue
             base, src = self.producer(i)
+            if i in mem:
+                if src is not None and src is not grp and self.depends(src, grp):
+                    return "fusing would create a cycle between kernels"
+                continue
             if src is grp and i.op in VIEWS:
                 return (f"the operation reads %{base.id} of this group through a view (%{i.id} {i.op}): a kernel "
                         "cannot read back its own results from memory within the launch")
@@ -435,9 +489,15 @@ class Planner:
     def _why_not(self, grp: Group, n: Node, space) -> tuple[str | None, GroupChange]:
         """Why ``n`` cannot join ``grp`` (None if it can), and the changes to the group if it joins."""
         g = self.g
+        reason = self._reads_own_memory(grp, n)
+        if reason is not None:
+            return reason, GroupChange()
         if grp.kind == "custom":
             return "the producer is a user kernel (ops.custom): its outputs are stored", GroupChange()
         if grp.kind == "matmul":
+            if n.op in MEMORY_READS or n.op in SCANS:
+                return (f"a {n.op} is not fused into a matmul epilogue (it reads other positions than the "
+                        "output tile's)"), GroupChange()
             if n.op == "reduce":
                 return "a reduction is not fused into a matmul epilogue (the epilogue works tile by tile)", GroupChange()
             mm = grp.nodes[0]
@@ -510,6 +570,9 @@ class Planner:
                     f"{g.shape_text(other.space)}, and the spaces {why} ({g.shape_text(gs)})")
         if self.depends(into, other) or self.depends(other, into):
             return "merging the producer's group would create a cycle between kernels"
+        if any(self.producer(i)[1] is other for i in memory_operands(n)):
+            return (f"a {n.op} reads the producer's value from memory at positions of its own: the producer's group "
+                    "stores it first")
         for i in n.inputs:
             _, src = self.producer(i)
             if src is not None and src is not into and src is not other and self.depends(src, other):

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from .. import dtypes as dt
 from .. import opdefs
 from ..errors import DvmError
+from . import dims
 from .backend import Backend
 from .operators import TensorOperators
 
@@ -23,17 +24,71 @@ class GraphError(DvmError, ValueError):
 
 
 class Sym:
-    """A symbolic dimension: the size of some input dimension, known only per call."""
+    """A symbolic dimension: the size of some input dimension, known only per call, or a size derived from
+    others with ``+ - * // %`` (``x.shape[1] // 2``; ``expr`` says how, see ``dims``). Arithmetic on symbols
+    (with ints or other symbols of the same graph) gives dims that ``reshape``, slicing and every shape
+    argument accept; each call computes them from the arguments' sizes."""
 
-    __slots__ = ("id", "name", "origin")
+    __slots__ = ("id", "name", "origin", "table", "expr")
 
-    def __init__(self, id: int, name: str, origin: str):
+    def __init__(self, id: int, name: str, origin: str, table=None, expr=None):
         self.id = id
         self.name = name
         self.origin = origin  # e.g. "x.shape[0]"
+        self.table = table
+        self.expr = expr  # None for an input dimension
 
     def __repr__(self) -> str:
         return self.name
+
+    def _arith(self, op, a, b):
+        for v in (a, b):
+            if not isinstance(v, (int, Sym)) or isinstance(v, bool):
+                return NotImplemented
+            if isinstance(v, Sym) and v.table is not self.table:
+                raise GraphError("dims of two different graphs cannot be combined")
+        return dims.arith(self.table, op, a, b)
+
+    def __add__(self, o):
+        return self._arith("+", self, o)
+
+    def __radd__(self, o):
+        return self._arith("+", o, self)
+
+    def __sub__(self, o):
+        return self._arith("-", self, o)
+
+    def __rsub__(self, o):
+        return self._arith("-", o, self)
+
+    def __mul__(self, o):
+        return self._arith("*", self, o)
+
+    def __rmul__(self, o):
+        return self._arith("*", o, self)
+
+    def __floordiv__(self, o):
+        return self._arith("//", self, o)
+
+    def __rfloordiv__(self, o):
+        return self._arith("//", o, self)
+
+    def __mod__(self, o):
+        return self._arith("%", self, o)
+
+    def __rmod__(self, o):
+        return self._arith("%", o, self)
+
+    def __neg__(self):
+        return self._arith("-", 0, self)
+
+    def __truediv__(self, o):
+        raise GraphError(f"{self.name} / {o!r}: a dimension divides with // (an exact size), not / (a float)")
+
+    def __index__(self):
+        raise GraphError(f"{self.name} ({self.origin}) is a symbolic size, known only per call: it cannot be used "
+                         "as a Python int (in range(), as a list index, ...); pass it to dvmlang.ops (reshape, "
+                         "slicing, full, arange) or declare the dim static (dvmlang.graph(fn, static={...}))")
 
 
 Dim = int | Sym
@@ -51,13 +106,16 @@ class Deduction(NamedTuple):
 class SymTable:
     """Union-find over symbols, plus the equalities deduced while capturing (each a guard at call time)."""
 
-    def __init__(self):
+    def __init__(self, graph_name: str = ""):
         self.syms: list[Sym] = []
         self.parent: dict[int, int] = {}
         self.deductions: list[Deduction] = []
+        self.derived: dict = {}  # canonical expression -> its symbol (dims.dim_of)
+        self.checks: list = []  # (polynomial, polynomial, message): sizes that must be equal at every call
+        self.graph_name = graph_name
 
-    def new(self, origin: str) -> Sym:
-        s = Sym(len(self.syms), f"s{len(self.syms)}", origin)
+    def new(self, origin: str, expr=None, name: str | None = None) -> Sym:
+        s = Sym(len(self.syms), name or f"s{len(self.syms)}", origin, self, expr)
         self.syms.append(s)
         self.parent[s.id] = s.id
         return s
@@ -78,6 +136,12 @@ class SymTable:
             return a == b
         if a is b:
             return True
+        if (getattr(a, "expr", None) is not None or getattr(b, "expr", None) is not None):
+            pa, pb = dims.poly(self, a), dims.poly(self, b)
+            if pa == pb:
+                return True
+            if not pa or not pb or list(pa) == [()] or list(pb) == [()]:
+                return None
         return None
 
     def unify(self, a: Dim, b: Dim, why: str) -> Dim:
@@ -87,14 +151,18 @@ class SymTable:
             return a
         if isinstance(a, int) and isinstance(b, int):
             raise GraphError(f"{why}: dimensions {a} and {b} differ")
-        if isinstance(a, int):
-            a, b = b, a
+        if isinstance(a, int) or (not isinstance(b, int) and a.expr is not None and b.expr is None):
+            a, b = b, a  # the root of a class is an input symbol where there is one (derived ones refer to them)
         # a is a symbol; b is a symbol or an int
         self.deductions.append(Deduction(a, b, why))
         if isinstance(b, int):
             return a  # a guard checks a == b at call time; the symbol stays
         self.parent[b.id] = a.id
         return a
+
+    def fail(self, message: str):
+        """Raise the GraphError of a shape computation (``dims`` raises through here)."""
+        raise GraphError(message)
 
     def text(self, d: Dim) -> str:
         d = self.find(d)
@@ -132,11 +200,27 @@ class Graph(Backend):
 
     def __init__(self, name: str):
         self.name = name
-        self.syms = SymTable()
+        self.syms = SymTable(name)
         self.nodes: list[Node] = []
         self.inputs: list[Node] = []
         self.outputs: list[Node] = []
         self.output_tuple = False
+        self.closures: dict = {}  # input node -> the numpy array the function closes over
+
+    def closure(self, arr) -> "GraphValue":
+        """The graph input for a numpy array met while capturing (a weight closed over from the enclosing scope):
+        static sizes, read by reference at every call."""
+        for node, a in self.closures.items():
+            if a is arr:
+                return GraphValue(node, self)
+        d = dt.from_numpy(arr.dtype)
+        if d is None:
+            raise GraphError(f"a closed-over array has dtype {arr.dtype}, which dvmlang does not support")
+        name = f"<closed-over array #{len(self.closures)} {tuple(arr.shape)}>"
+        n = self.add(Node("input", [], tuple(int(s) for s in arr.shape), d, {"name": name}, name))
+        self.inputs.append(n)
+        self.closures[n] = arr
+        return GraphValue(n, self)
 
     def add(self, node: Node) -> Node:
         node.id = len(self.nodes)
@@ -207,6 +291,22 @@ class GraphValue(TensorOperators):
 
     def __repr__(self) -> str:
         return f"<graph value {self.graph.shape_text(self.node.shape)} {self.dtype.name}>"
+
+    def __getitem__(self, key):
+        return self._ops.getitem(self, key)
+
+    def __len__(self):
+        d = self.graph.syms.find(self.node.shape[0]) if self.node.shape else None
+        if not isinstance(d, int):
+            raise GraphError("len() of a graph value needs a static first dim; use x.shape[0] (a dim)")
+        return d
+
+    def __iter__(self):
+        n = len(self)
+        return iter([self[i] for i in range(n)])
+
+    def size(self, axis=None):
+        return self.shape if axis is None else self.shape[axis]
 
     def __bool__(self):
         raise GraphError("a graph value has no truth value while the graph is captured; use ops.where for "

@@ -113,3 +113,63 @@ class TensorOperators:
 
     def var(self, axis=None, keepdims=False, correction=0):
         return self._ops.var(self, axis=axis, keepdims=keepdims, correction=correction)
+
+    def unsqueeze(self, axis):
+        return self._ops.unsqueeze(self, axis)
+
+    def squeeze(self, axis=None):
+        return self._ops.squeeze(self, axis)
+
+    def flatten(self, start_axis=0, end_axis=-1):
+        return self._ops.flatten(self, start_axis, end_axis)
+
+    def expand(self, *sizes):
+        return self._ops.expand(self, *sizes)
+
+    def narrow(self, axis, start, length):
+        return self._ops.narrow(self, axis, start, length)
+
+    def chunk(self, chunks, axis=0):
+        return self._ops.chunk(self, chunks, axis)
+
+    def split(self, split_size_or_sections, axis=0):
+        return self._ops.split(self, split_size_or_sections, axis)
+
+    def masked_fill(self, mask, value):
+        return self._ops.masked_fill(self, mask, value)
+
+    def cumsum(self, axis=-1):
+        return self._ops.cumsum(self, axis)
+
+    def argmax(self, axis=None, keepdims=False):
+        return self._ops.argmax(self, axis, keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        return self._ops.argmin(self, axis, keepdims)
+
+    def __invert__(self):
+        return self._ops.logical_not(self)
+
+    def __and__(self, o):
+        return self._ops.logical_and(self, o)
+
+    def __rand__(self, o):
+        return self._ops.logical_and(o, self)
+
+    def __or__(self, o):
+        return self._ops.logical_or(self, o)
+
+    def __ror__(self, o):
+        return self._ops.logical_or(o, self)
+
+    def __floordiv__(self, o):
+        return self._ops.floor_divide(self, o)
+
+    def __rfloordiv__(self, o):
+        return self._ops.floor_divide(o, self)
+
+    def __mod__(self, o):
+        return self._ops.remainder(self, o)
+
+    def __rmod__(self, o):
+        return self._ops.remainder(o, self)
