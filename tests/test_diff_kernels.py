@@ -130,8 +130,17 @@ def _sigmoid(x):
     return one / (one + np.exp(-x))
 
 
+def _erfc(x):
+    return np.asarray(np.frompyfunc(math.erfc, 1, 1)(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
+
+
 FLOAT_UNARY = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
-               "sigmoid": _sigmoid, "erf": _erf, "floor": np.floor, "ceil": np.ceil}
+               "sigmoid": _sigmoid, "erf": _erf, "floor": np.floor, "ceil": np.ceil,
+               # libdevice's rows (issue 13): C's functions, NaN outside their domains
+               "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
+               "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "expm1": np.expm1,
+               "log1p": np.log1p, "log10": np.log10, "cbrt": np.cbrt, "erfc": _erfc, "trunc": np.trunc,
+               "rint": np.rint}
 
 
 # ---- the generator --------------------------------------------------------------------------------------------
@@ -247,7 +256,7 @@ class Gen:
                 wrap(-a.value.astype(object), a.t)
             return Node(f"(-{a.src})", a.t, value, a.tile)
         if a.t not in FLOATS:
-            if name in ("floor", "ceil"):
+            if name in ("floor", "ceil", "trunc", "rint"):  # the identity on integers, as Triton's libdevice
                 return Node(f"dl.{name}({a.src})", a.t, a.value, a.tile)
             a = self._to(a, "float32")
         with np.errstate(all="ignore"):
