@@ -230,6 +230,11 @@ def test_explain_shows_regions_fallbacks_and_launches():
     assert rep.fallback_ops == {"embedding.default": 1}
     assert "fallback embedding.default: no dvmlang lowering for embedding.default" in text
     assert "region (" in text and "mm" in text and "group " in text
+    from rich.console import Console
+    console = Console(width=120, record=True, file=open(os.devnull, "w"))
+    console.print(rep)
+    shown = console.export_text()
+    assert "fallback embedding.default" in shown and "group g0_matmul_add" in shown
 
 
 def test_trace_records_launches_made_through_torch():
@@ -259,3 +264,52 @@ def test_docs_coverage_table_lists_the_op_table():
     for row in coverage_rows():
         assert row in text, f"docs/torch.md misses the coverage row {row!r}: run python -m dvmlang.torch.coverage"
     assert len(LOWERINGS) > 60
+
+
+def test_static_shapes_recompile_per_shape_and_buffers_are_inputs():
+    class WithBuffer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = torch.nn.BatchNorm1d(12)
+            self.register_buffer("scale", torch.linspace(0.5, 1.5, 12))
+            self.lin = torch.nn.Linear(12, 12)
+
+        def forward(self, x):
+            return torch.tanh(self.lin(self.bn(x)) * self.scale)
+
+    torch.manual_seed(5)
+    m = WithBuffer()
+    m.bn.running_mean.uniform_(-1, 1), m.bn.running_var.uniform_(0.5, 2)
+    m.eval()
+    D.reset_stats()
+    c = torch.compile(m, backend="dvmlang", dynamic=False)
+    with torch.no_grad():
+        for rows in (4, 6):
+            x = torch.randn(rows, 12)
+            _close(c(x), m(x))
+    s = D.stats()
+    assert s["fallback_ops"] == {}, s["fallback_ops"]
+    assert s["graphs"] == 2 and s["launches"] == 2  # dynamo recompiled for the second shape
+
+
+def test_import_dvmlang_without_torch():
+    code = "import sys; sys.modules['torch'] = None; import dvmlang, dvmlang.ops; print('ok')"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_a_tuple_result_read_eagerly_makes_its_region_eager():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dvmlang.torch.partition import CompiledGraph
+
+    def f(x, w, b, rm, rv):
+        out = torch.ops.aten._native_batch_norm_legit_no_training(x, w, b, rm, rv, 0.1, 1e-5)
+        return torch.exp(out[0]) + 1, out[1]  # out[1] (the empty saved mean) has no lowering
+
+    args = [torch.randn(4, 3), torch.rand(3), torch.rand(3), torch.rand(3), torch.rand(3) + 0.5]
+    gm = make_fx(f, tracing_mode="fake")(*args)
+    cg = CompiledGraph(gm, "bn_tuple")
+    got = cg(list(args))
+    _close(got[0], f(*args)[0])
+    assert any("results are read by an op that runs eagerly" in r for r in cg.fallbacks.values()), cg.fallbacks

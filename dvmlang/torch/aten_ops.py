@@ -7,14 +7,11 @@ the table falls back to torch eager. docs/torch.md's coverage table is generated
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .. import dtypes as dt
 from ..fuser import ops
-from ..fuser.ops import _node
-from .lower import (LVal, Unsupported, _const_full, _consecutive, _prod, align, dvm_dtype, elementwise,
+from .lower import (LVal, Unsupported, _const_full, _consecutive, align, dvm_dtype, elementwise,
                     meta_shape, merge_parts, number, parts_of, rebase, reduction, result, torch_axes,
                     unfolded_axis, view)
 
@@ -214,7 +211,7 @@ def _arange(r, node, *a, **kw):
     start, step = (a[0], a[2] if len(a) > 2 else 1) if len(a) >= 2 else (0, 1)
     if isinstance(start, torch.fx.Node) or isinstance(step, torch.fx.Node):
         raise Unsupported("arange with a symbolic start or step")
-    i = _node(r.g, "iota", [], (r.dim(n),), dt.int32, axis=0)
+    i = r.g.node("iota", [], (r.dim(n),), dt.int32, {"axis": 0})  # the fuser's index tile (as sdpa's mask)
     v = ops.cast(i, dvm_dtype(node.meta["val"].dtype))
     if step != 1:
         v = ops.mul(v, step)
@@ -383,6 +380,33 @@ def _layer_norm(r, node, x, normalized_shape, weight, bias, eps):
     return tuple(res)
 
 
+@lowers(aten._native_batch_norm_legit_no_training.default)
+def _batch_norm_eval(r, node, x, weight, bias, running_mean, running_var, momentum, eps):
+    """Batch norm with running statistics (eval): per channel (dim 1) ``(x - mean) * rsqrt(var + eps) * w + b``.
+    Only the normalised output is lowered (the saved statistics are empty in eval)."""
+    lv = r.operand(x)
+    if lv.rank < 2:
+        raise Unsupported("batch norm of a tensor of rank < 2")
+    c = meta_shape(node.args[0])[1]
+    shape = [c] + [1] * (lv.rank - 2)
+
+    def per_channel(a):
+        return view(r, r.operand(a), shape)
+    out = lv
+    for a, f in ((running_mean, ops.sub), (running_var, None), (weight, ops.mul), (bias, ops.add)):
+        if a is None:
+            continue
+        if f is None:  # the variance: multiply by 1 / sqrt(var + eps)
+            pc = per_channel(a)
+            inv = LVal(ops.rsqrt(ops.add(pc.v, number(eps))), pc.groups)
+            vals, groups = align(r, node.args[0], [out, inv])
+            out = LVal(ops.mul(*vals), groups)
+            continue
+        vals, groups = align(r, node.args[0], [out, per_channel(a)])
+        out = LVal(f(*vals), groups)
+    return (result(r, _Meta(node.meta["val"][0]), out.v, out.groups), None, None)
+
+
 class _Meta:
     """A stand-in node carrying one output's metadata (for the checks of ``result``)."""
 
@@ -434,5 +458,3 @@ def _bmm(r, node, a, b):
     k = len(pa)
     return result(r, node, v, (tuple(range(k)), (k,), (k + 1,)))
 
-
-_ = (math, _prod)

@@ -61,14 +61,14 @@ class Explanation:
         from rich.tree import Tree
         lines = self.lines()
         tree = Tree(lines[0])
-        node = tree
+        graph = item = tree
         for ln in lines[1:]:
             if ln.startswith("graph "):
-                node = tree.add(ln)
+                graph = item = tree.add(ln)
             elif ln.startswith("    group "):
-                last.add(ln.strip())
+                item.add(ln.strip())
             else:
-                last = node.add(ln.strip())
+                item = graph.add(ln.strip())
         return tree
 
 

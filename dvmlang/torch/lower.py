@@ -14,18 +14,12 @@ else on a folded dimension is unsupported (a fallback). A region's output is res
 
 from __future__ import annotations
 
-import math
-import operator
-
-import numpy as np
 import sympy
 import torch
 
 from .. import dtypes as dt
-from ..errors import DvmError
 from ..fuser import ops
 from ..fuser.graph import Graph, GraphValue, Node
-from ..fuser.ops import _node
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -410,11 +404,9 @@ def number(x) -> float | int | bool:
 def _const_full(r, node, value):
     shape = meta_shape(node)
     d = dvm_dtype(node.meta["val"].dtype)
-    c = _node(r.g, "const", [], (), d, value=d.np.type(value).item() if not d.is_bool else bool(value))
+    c = r.g.node("const", [], (), d, {"value": d.np.type(value).item() if not d.is_bool else bool(value)})
     if not shape:
         return result(r, node, c)
     parts = merge_parts(r, [[e] for e in shape])
     return result(r, node, ops.broadcast_to(c, tuple(r.dim(p[0]) for p in parts)))
 
-
-_ = (math, np, operator, DvmError)

@@ -24,7 +24,7 @@ from ..npu import default_device
 from ..trace.record import active_session
 from . import stats as st
 from .aten_ops import LOWERINGS
-from .lower import Late, LVal, Region, Unsupported, parts_of
+from .lower import Late, LVal, Region, Unsupported
 
 # nodes with no computation of their own: run on the host wherever they are, never counted as fallbacks
 HOST = {operator.getitem, operator.mul, operator.add, operator.sub, operator.floordiv, operator.truediv,
@@ -114,6 +114,20 @@ class CompiledGraph:
             self.fallbacks.setdefault(op_name(node), reason)
 
     def _finish(self):
+        # a region value eager code reads that is not a tensor (a tuple such as native_layer_norm's, read by a
+        # getitem the lowering refused) cannot leave the region: that region runs eagerly
+        lowered_in = {n: s for s in self.steps if s.kind == "region" for n in s.region.nodes}
+        for step in self.steps:
+            if step.kind == "region":
+                continue
+            for n in step.nodes:
+                for a in n.all_input_nodes:
+                    s = lowered_in.get(a)
+                    if s is not None and s.kind == "region" and not isinstance(s.region.env[a], LVal):
+                        s.kind, s.nodes, s.reason = "eager", list(s.region.nodes), \
+                            f"{a.name}'s results are read by an op that runs eagerly"
+                        for m in s.nodes:
+                            self.fallbacks.setdefault(op_name(m), s.reason)
         users_outside = {}
         for step in self.steps:
             if step.kind != "region":
@@ -235,8 +249,14 @@ def _tuple_getitem(node, region) -> bool:
     return isinstance(region.env.get(node.args[0]), tuple)
 
 
-LOWERINGS[operator.getitem] = lambda r, node, src, i: r.env[src][i] if isinstance(r.env.get(src), tuple) else \
-    (_ for _ in ()).throw(Unsupported("getitem of a value computed elsewhere"))
+def _getitem(r: Region, node, src, i):
+    val = r.env.get(src)
+    if not isinstance(val, tuple) or val[i] is None:
+        raise Unsupported("getitem of a result the lowering does not compute")
+    return val[i]
+
+
+LOWERINGS[operator.getitem] = _getitem
 
 
 def _symbol_sources(placeholders) -> dict:
@@ -307,5 +327,3 @@ def _layout(t: torch.Tensor, val) -> torch.Tensor:
     out.copy_(t)
     return out
 
-
-_ = parts_of

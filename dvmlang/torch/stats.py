@@ -63,7 +63,6 @@ def launches() -> list:
 
 
 def reset_stats() -> None:
-    global STATS
     _base.update(_kernel_totals())
     fresh = Stats()
     for f in fresh.__dataclass_fields__:
