@@ -147,6 +147,8 @@ def _writeable_views(values) -> list:
     from .args import is_foreign_array, to_numpy
     views, seen = [], set()
     for v in values:
+        if hasattr(v.__class__, "__dvm_descriptor__"):
+            v = v.base  # a host TensorDescriptor: the kernel writes through it into its base
         if is_foreign_array(v):
             try:
                 v = to_numpy("autotune", "argument", v)

@@ -26,7 +26,7 @@ from . import dtypes as dt
 from .args import bind_pointer_heaps, is_foreign_array, split_launch_options, to_numpy
 from .errors import ArgumentError, DvmError, LaunchError, user_frames
 from .frontend.source import KernelFunction
-from .frontend.specs import ConstexprSpec, ParamSpec, ScalarSpec, TensorSpec
+from .frontend.specs import ConstexprSpec, DescriptorSpec, ParamSpec, ScalarSpec, TensorSpec
 from .frontend.values import constexpr
 from .vm.container import ParamInfo, TargetInfo
 
@@ -185,6 +185,9 @@ class Kernel(KernelFunction):
                 specs.append(ConstexprSpec(_constexpr_value(self.__name__, name, v)))
             elif v is None:  # Triton: a None pointer is a compile-time None (`if p is not None:` folds)
                 specs.append(ConstexprSpec(None))
+            elif hasattr(v.__class__, "__dvm_descriptor__"):  # a host TensorDescriptor: checked, as DescriptorArgs
+                v = values[name] = v.__dvm_descriptor__(self.__name__, name)
+                specs.append(v.spec)
             else:
                 if v.__class__ is not np.ndarray and is_foreign_array(v):
                     v = values[name] = to_numpy(self.__name__, name, v)  # torch, __dlpack__, __array_interface__
@@ -210,6 +213,10 @@ class Kernel(KernelFunction):
             v = values[name]
             if isinstance(spec, TensorSpec):
                 arrays[len(runtime)] = v
+            elif isinstance(spec, DescriptorSpec):  # base, shape, strides: the order build_ir made the params
+                arrays[len(runtime)] = v.base
+                runtime += [v.base, *v.shape, *v.strides]
+                continue
             runtime.append(v)
         if build.heaps:
             bind_pointer_heaps(self.__name__, build, runtime, arrays)
@@ -545,8 +552,8 @@ class _Plan:
 
     @classmethod
     def make(cls, src, build, specs, nargs, kwargs):
-        if build.heaps:
-            return None  # its hidden heaps are bound from the pointer tables' contents at every launch
+        if build.heaps or any(s.__class__ is DescriptorSpec for s in specs):
+            return None  # hidden heaps are bound from the tables' contents at every launch; a descriptor expands
         sources = []
         tensors = []
         for i, (name, spec) in enumerate(zip(src.params, specs)):

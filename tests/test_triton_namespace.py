@@ -492,8 +492,9 @@ def test_dtype_class_knobs_and_tools_import_as_in_triton():
         knobs.compilation.listener = print
     assert knobs.compilation.listener is None
     from dvmlang.triton.tools.tensor_descriptor import TensorDescriptor
-    with pytest.raises(triton.TritonError, match="make_tensor_descriptor"):
-        TensorDescriptor.from_tensor(np.zeros((4, 4), np.float32), [2, 2])
+    assert TensorDescriptor.from_tensor(np.zeros((4, 4), np.float32), [2, 2]).strides == [4, 1]  # a launch argument
+    with pytest.raises(triton.TritonError, match="power of 2"):
+        TensorDescriptor.from_tensor(np.zeros((4, 4), np.float32), [3, 2])
 
 
 def test_amd_backend_options_in_a_config_are_not_constexprs():

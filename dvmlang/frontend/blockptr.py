@@ -116,45 +116,112 @@ def store_block(sem, bp: block_pointer, value, boundary_check=()):
 
 
 class tensor_descriptor:
-    """``dl.make_tensor_descriptor(base, shape, strides, block_shape)``: Triton's newer spelling of a block
-    pointer. ``desc.load([i, j])`` reads the block at element offsets (i, j), zero-filling out-of-range
-    elements; ``desc.store([i, j], value)`` drops them."""
+    """A tensor descriptor, Triton's newer spelling of a block pointer: made in the kernel by
+    ``dl.make_tensor_descriptor(base, shape, strides, block_shape, padding_option)``, or passed from the host
+    (a ``triton.tools.tensor_descriptor.TensorDescriptor`` argument, ``build.build_ir``). ``desc.load([i, j])``
+    reads the block at element offsets (i, j), filling out-of-range elements with ``padding`` (0, or NaN for
+    "nan"); ``desc.store([i, j], value)`` drops them. ``desc.shape``, ``desc.strides`` (runtime scalars),
+    ``desc.block_shape`` (a list of ints, as Triton's) and ``desc.dtype`` read its parts."""
 
-    __slots__ = ("param", "dtype", "shape_vals", "strides", "block_shape", "name")
+    __slots__ = ("param", "dtype", "shape_vals", "strides", "block_shape", "name", "padding")
 
-    def __init__(self, param, dtype, shape_vals, strides, block_shape, name):
+    def __init__(self, param, dtype, shape_vals, strides, block_shape, name, padding="zero"):
         self.param = param
         self.dtype = dtype
         self.shape_vals = shape_vals
         self.strides = strides
         self.block_shape = tuple(block_shape)
         self.name = name
+        self.padding = padding
+
+    def attr(self, sem, attr):
+        """``desc.<attr>`` in a kernel (None for an attribute a descriptor does not have)."""
+        if attr == "load":
+            return lambda offsets: descriptor_load(sem, self, offsets)
+        if attr == "store":
+            return lambda offsets, value: descriptor_store(sem, self, offsets, value)
+        if attr == "block_shape":
+            return list(self.block_shape)
+        if attr == "shape":
+            return list(self.shape_vals)
+        if attr == "strides":
+            return list(self.strides)
+        if attr == "dtype":
+            return self.dtype
+        return None
 
     def __repr__(self):
         return f"<tensor descriptor of {self.name} block {self.block_shape}>"
 
 
-def make_tensor_descriptor(sem, base, shape, strides, block_shape):
+def _triton_error(text: str, hint: str | None = None) -> KernelTypeError:
+    """A compile error with Triton's text, whose ``__cause__`` is the ``ValueError`` Triton raises (Triton's
+    tests read ``str(e.__cause__)``)."""
+    err = KernelTypeError(text, hint=hint)
+    err.__cause__ = ValueError(text)
+    return err
+
+
+def check_block_shape(block_shape, what="block_shape") -> None:
+    """Triton's ``validate_block_shape``: every entry a power of 2."""
+    for i, d in enumerate(block_shape):
+        if not isinstance(d, int) or isinstance(d, bool):
+            raise KernelTypeError(f"Shape element {i} must have type `constexpr[int]`, got {type(d).__name__}")
+        if d < 1 or d & (d - 1):
+            raise _triton_error(f"Shape element {i} must be a power of 2", f"{what} is {list(block_shape)}")
+
+
+def make_tensor_descriptor(sem, base, shape, strides, block_shape, padding_option="zero"):
     base = unwrap(base)
     if not isinstance(base, pointer) or not base.is_base:
         raise KernelTypeError("make_tensor_descriptor needs a tensor parameter as its base")
     block_shape = sem.shape_arg(block_shape, "block_shape")
     r = len(block_shape)
+    if not 1 <= r <= 5:
+        raise _triton_error(f"Expected 1 <= ndim <= 5 but got {r} dimensions")
+    shape_l, strides_l = unwrap(shape), unwrap(strides)
+    for what, vals in (("shape", shape_l), ("strides", strides_l)):
+        n = len(vals) if isinstance(vals, (tuple, list)) else 1
+        if n != r:
+            raise _triton_error(f"Expected {r} {what} but got {n}" if what == "strides" else
+                                f"Expected block_shape to have {n} dimensions but got {r}")
+    check_block_shape(block_shape)
+    elem = base.dtype.itemsize
+    if block_shape[-1] * elem < 16:
+        raise _triton_error(f"Descriptor block shape must have at least 16 bytes in the last dimension, but got "
+                            f"{block_shape[-1]} * {elem} = {block_shape[-1] * elem} bytes",
+                            "Triton requires it (a TMA box's inner dimension); make the last block dimension "
+                            f"at least {max(1, 16 // elem)} elements")
+    last = unwrap(strides_l[-1])
+    if isinstance(last, int) and last != 1:
+        raise _triton_error(f"Tensor descriptor last dim must be 1 but got {last}",
+                            "the last dimension of a descriptor is contiguous; transpose the loaded block instead")
+    pad = unwrap(padding_option)
+    if pad not in ("zero", "nan"):
+        raise KernelTypeError(f"padding_option must be 'zero' or 'nan', got {pad!r}")
+    if pad == "nan" and not base.dtype.is_float:
+        raise _triton_error("Padding option `nan` is not supported for integer blocks")
     return tensor_descriptor(base.param, base.dtype, _ints(sem, shape, "shape", r), _ints(sem, strides, "strides", r),
-                             block_shape, base.name)
+                             block_shape, base.name, pad)
+
+
+def _descriptor_addresses(sem, desc, offsets):
+    offsets_v = _ints(sem, offsets, "descriptor offsets", len(desc.block_shape))
+    return _addresses(sem, desc.param, desc.dtype, desc.name, desc.shape_vals, desc.strides, offsets_v,
+                      desc.block_shape, tuple(range(len(desc.block_shape))))
 
 
 def descriptor_load(sem, desc, offsets):
-    offsets_v = _ints(sem, offsets, "descriptor offsets", len(desc.block_shape))
-    ptr, mask = _addresses(sem, desc.param, desc.dtype, desc.name, desc.shape_vals, desc.strides, offsets_v,
-                           desc.block_shape, tuple(range(len(desc.block_shape))))
-    return sem.load(ptr, mask, 0)
+    ptr, mask = _descriptor_addresses(sem, desc, offsets)
+    return sem.load(ptr, mask, _padding(desc.dtype, desc.padding))
 
 
 def descriptor_store(sem, desc, offsets, value):
-    offsets_v = _ints(sem, offsets, "descriptor offsets", len(desc.block_shape))
-    ptr, mask = _addresses(sem, desc.param, desc.dtype, desc.name, desc.shape_vals, desc.strides, offsets_v,
-                           desc.block_shape, tuple(range(len(desc.block_shape))))
+    ptr, mask = _descriptor_addresses(sem, desc, offsets)
+    value = sem.to_tensor(value)
+    if not value.is_scalar and tuple(value.shape) != desc.block_shape:
+        raise KernelTypeError(f"descriptor store of a {list(value.shape)} block through a descriptor of block shape "
+                              f"{list(desc.block_shape)}", hint="store a value of the descriptor's block shape")
     return sem.store(ptr, value, mask)
 
 

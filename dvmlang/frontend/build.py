@@ -12,7 +12,8 @@ from .codegen import CodeGen
 from .context import BuildContext
 from .semantic import Semantic
 from .source import KernelSource
-from .specs import ConstexprSpec, ParamSpec, TensorSpec
+from .blockptr import tensor_descriptor
+from .specs import ConstexprSpec, DescriptorSpec, ParamSpec, TensorSpec
 from .values import pointer, tensor
 
 
@@ -28,6 +29,20 @@ def build_ir(src: KernelSource, specs: tuple[ParamSpec, ...]) -> tuple[Function,
             idx = len(params)
             params.append(Param(name, "tensor", spec.dtype, spec.rank))
             names[name] = pointer(idx, spec.dtype, None, name)
+        elif isinstance(spec, DescriptorSpec):
+            # a host tensor descriptor: its base tensor, then its shape and strides as runtime scalars (the
+            # runtime binds them in this order, runtime.Kernel._instance)
+            idx = len(params)
+            params.append(Param(name, "tensor", spec.dtype, spec.rank))
+            parts = []
+            for what in ("shape", "stride"):
+                for d in range(len(spec.block_shape)):
+                    v = Value(ScalarType(spec.index), name=f"{name}_{what}{d}")
+                    params.append(Param(f"{name}_{what}{d}", "scalar", spec.index, 0, v))
+                    parts.append(tensor(v))
+            r = len(spec.block_shape)
+            names[name] = tensor_descriptor(idx, spec.dtype, tuple(parts[:r]), tuple(parts[r:]), spec.block_shape,
+                                            name, spec.padding)
         else:
             v = Value(ScalarType(spec.dtype), name=name)
             params.append(Param(name, "scalar", spec.dtype, 0, v))

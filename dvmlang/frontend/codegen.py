@@ -110,7 +110,7 @@ class CodeGen(StatementsMixin, LoopsMixin, ExpressionsMixin, CallsMixin, ast.Nod
                 note = self._constexpr_note(node, isinstance(e, ConstexprError))
                 if note:
                     e = type(e)(e.message + note, None, e.hint, e.call_chain)
-                raise e.with_context(self.loc(node), self.call_chain) from None
+                raise e.with_context(self.loc(node), self.call_chain) from e.__cause__  # Triton's tests read it
             raise
         except DvmError as e:
             raise self.error(CompilationError, node, str(e)) from None

@@ -16,7 +16,7 @@ import numpy as np
 from .. import dtypes as dt
 from .. import language as dl
 from ..errors import KernelTypeError, UnsupportedSyntaxError
-from .blockptr import descriptor_load, descriptor_store, tensor_descriptor
+from .blockptr import tensor_descriptor
 from .carry import kind_of
 from .context import GlobalRead, is_runtime_value
 from .values import Shape, Undefined, constexpr, pointer, tensor, unwrap
@@ -83,13 +83,11 @@ class ExpressionsMixin:
 
     def _tensor_attr(self, t, attr, node):
         if isinstance(t, tensor_descriptor):
-            if attr == "load":
-                return method(lambda offsets: descriptor_load(self.sem, t, offsets))
-            if attr == "store":
-                return method(lambda offsets, value: descriptor_store(self.sem, t, offsets, value))
-            if attr == "block_shape":
-                return t.block_shape
-            raise self.error(KernelTypeError, node, f"a tensor descriptor has no attribute `{attr}`")
+            got = t.attr(self.sem, attr)
+            if got is None:
+                raise self.error(KernelTypeError, node, f"a tensor descriptor has no attribute `{attr}`",
+                                 "it has load, store, shape, strides, block_shape and dtype")
+            return method(got) if callable(got) else got
         if attr == "dtype":
             return t.dtype
         if attr == "shape":

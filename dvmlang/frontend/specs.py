@@ -1,6 +1,7 @@
 """Parameter specs: what one build of a kernel is specialised on, per parameter.
 
-A tensor parameter by its dtype and rank, a runtime scalar by its dtype, a ``dl.constexpr`` by its value.
+A tensor parameter by its dtype and rank, a runtime scalar by its dtype, a ``dl.constexpr`` by its value, a host
+tensor descriptor by its base's dtype and rank, its block shape and padding.
 Runtime values and shapes are not part of a spec: a new one only encodes. The specs of all parameters, in
 order, are the build key; each spec compares and hashes by its fields (and its class), so equal specs name
 the same build.
@@ -9,6 +10,7 @@ the same build.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..dtypes import DType
 
@@ -40,4 +42,29 @@ class ConstexprSpec:
         object.__setattr__(self, "type_name", type(self.value).__name__)
 
 
-ParamSpec = TensorSpec | ScalarSpec | ConstexprSpec
+@dataclass(frozen=True, slots=True)
+class DescriptorSpec:
+    """A host tensor descriptor parameter (``triton.tools.tensor_descriptor.TensorDescriptor``). It binds as
+    its base (a tensor parameter of ``dtype`` and ``rank``: the rank of the array as bound, 1 for a strided
+    view bound as its flat span), then its shape and its strides (``len(block_shape)`` runtime scalars each,
+    of ``index``: int32, or int64 when a value needs it). ``block_shape`` and ``padding`` ("zero" or "nan")
+    are compile-time, like a constexpr: a new block shape builds, a new shape or stride only encodes."""
+
+    dtype: DType
+    rank: int
+    block_shape: tuple
+    padding: str
+    index: DType
+
+
+class DescriptorArgs(NamedTuple):
+    """The runtime values one host descriptor argument binds: its spec, the base array (a numpy array sharing
+    the tensor's memory), and its shape and strides as Python ints (in elements)."""
+
+    spec: DescriptorSpec
+    base: object
+    shape: tuple
+    strides: tuple
+
+
+ParamSpec = TensorSpec | ScalarSpec | ConstexprSpec | DescriptorSpec

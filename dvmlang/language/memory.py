@@ -87,9 +87,10 @@ def advance(base, offsets, _sem=None):
 
 
 @builtin
-def make_tensor_descriptor(base, shape, strides, block_shape, _sem=None):
-    """Triton's tensor descriptor: ``desc.load([i, j])`` / ``desc.store([i, j], v)`` with bounds handled."""
-    return blockptr.make_tensor_descriptor(_sem, base, shape, strides, block_shape)
+def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="zero", _sem=None):
+    """Triton's tensor descriptor: ``desc.load([i, j])`` / ``desc.store([i, j], v)`` with bounds handled
+    (out-of-range elements read as 0, or NaN with ``padding_option="nan"``; stores to them are dropped)."""
+    return blockptr.make_tensor_descriptor(_sem, base, shape, strides, block_shape, padding_option)
 
 
 @builtin

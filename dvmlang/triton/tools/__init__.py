@@ -1,4 +1,4 @@
-"""``triton.tools``: ``tensor_descriptor`` (host tensor descriptors are not launch arguments yet)."""
+"""``triton.tools``: ``tensor_descriptor`` (host tensor descriptors, taken by launches as kernel arguments)."""
 
 from . import tensor_descriptor  # noqa: F401
 
