@@ -100,9 +100,11 @@ def to_numpy(kname: str, name: str, v) -> np.ndarray:
     return strided_as_flat(where, a)
 
 
-def strided_as_flat(where: str, a: np.ndarray) -> np.ndarray:
+def strided_as_flat(where: str, a: np.ndarray, end: int | None = None) -> np.ndarray:
     """``a`` itself when C-contiguous; else the flat 1-d array over its memory from its first element to the
-    end of its last one (a Triton pointer to the first element)."""
+    end of its storage (a Triton pointer to the first element: the kernel's own strides decide what it reads,
+    and bounds are the storage's). ``end`` is the address one past the storage (a torch tensor's); for a
+    numpy view it is the end of the array it views, or of its last element when that is unknown."""
     if a.flags.c_contiguous:
         return a
     if any(s < 0 for s in a.strides):
@@ -114,8 +116,17 @@ def strided_as_flat(where: str, a: np.ndarray) -> np.ndarray:
     if any(s % item for s in a.strides):
         raise ArgumentError(f"{where} has strides {a.strides} that are not whole elements of {item} bytes; "
                             "pass np.ascontiguousarray(x)")
-    last = sum((n - 1) * s for n, s in zip(a.shape, a.strides)) // item
-    return dt.as_strided(a, shape=(last + 1,), strides=(item,), writeable=a.flags.writeable)
+    first = a.__array_interface__["data"][0]
+    n = sum((n - 1) * s for n, s in zip(a.shape, a.strides)) // item + 1  # to the end of the last element
+    if end is None:
+        b = a
+        while isinstance(b.base, np.ndarray):
+            b = b.base
+        if b is not a and b.flags.c_contiguous:
+            end = b.__array_interface__["data"][0] + b.nbytes
+    if end is not None and end - first >= n * item:
+        n = (end - first) // item
+    return dt.as_strided(a, shape=(n,), strides=(item,), writeable=a.flags.writeable)
 
 
 def _torch_to_numpy(where: str, t) -> np.ndarray:
@@ -135,11 +146,16 @@ def _torch_to_numpy(where: str, t) -> np.ndarray:
         if target is not None:  # numpy cannot see these: reinterpret as same-size ints, then view as ml_dtypes
             torch = sys.modules[type(t).__module__.split(".")[0]]
             ints = torch.int16 if target.np.itemsize == 2 else torch.uint8
-            return t.view(ints).numpy().view(target.np)
-        return t.numpy()
+            a = t.view(ints).numpy().view(target.np)
+        else:
+            a = t.numpy()
     except (TypeError, RuntimeError) as e:
         raise ArgumentError(f"{where} is a torch tensor of dtype {t.dtype}, which dvmlang does not support "
                             f"({e}); use one of {', '.join(x.name for x in dt.ARRAY_DTYPES)}") from None
+    if a.flags.c_contiguous:
+        return a
+    st = t.untyped_storage()
+    return strided_as_flat(where, a, st.data_ptr() + st.nbytes())
 
 
 # ---- pointer tables (``tl.pointer_type``): the heap of the tensors a table's addresses fall in ----------------

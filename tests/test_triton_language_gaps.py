@@ -245,3 +245,24 @@ def test_dvmlang_kernel_refuses_options_it_would_ignore():
     assert isinstance(dvmlang.kernel()(f), dvmlang.Kernel)
     with pytest.raises(dvmlang.errors.DvmError, match="takes no options.*`num_warps`"):
         dvmlang.kernel(num_warps=4)(f)
+
+
+# ---- strided views: a pointer to the first element, bounds are the storage's ---------------------------------------
+
+@dvmlang.kernel
+def read_flat_k(x_ptr, o_ptr, N: dl.constexpr, START: dl.constexpr):
+    offs = dl.arange(0, N)
+    dl.store(o_ptr + offs, dl.load(x_ptr + START + offs))
+
+
+def test_a_strided_torch_view_reads_up_to_the_end_of_its_storage():
+    """As Triton: a non-contiguous view is a pointer to its first element; what the kernel reads is up to its own
+    offsets, within the memory the view lives in (here past the view's last element), and past that a fault."""
+    torch = pytest.importorskip("torch")
+    base = torch.arange(40, dtype=torch.float32).reshape(5, 8)
+    view = base[1:, :3]  # first element is base[1, 0] (flat 8); its last element is flat 34
+    o = np.zeros(32, np.float32)
+    read_flat_k[(1,)](view, o, N=32, START=0)  # flat 8 .. 39: past the view's last element, inside the storage
+    np.testing.assert_array_equal(o, np.arange(8, 40, dtype=np.float32))
+    with pytest.raises(dvmlang.errors.MemoryFault):
+        read_flat_k[(1,)](view, o, N=32, START=1)  # flat 40 is past the storage
