@@ -181,12 +181,20 @@ def from_numpy(dt) -> DType | None:
     return _BY_NP.get(np.dtype(dt))
 
 
+# torch's dtypes by their names (``str(torch.float16)`` is ``"torch.float16"``), read without importing torch
+_TORCH_NAMES = {"bool": bool_, "int8": int8, "uint8": uint8, "int16": int16, "uint16": uint16, "int32": int32,
+                "uint32": uint32, "int64": int64, "uint64": uint64, "float16": float16, "bfloat16": bfloat16,
+                "float32": float32, "float64": float64, "float8_e4m3fn": float8e4nv, "float8_e5m2": float8e5}
+
+
 def lookup(value) -> DType | None:
-    """Accept a DType, a numpy dtype/type, or a name; return the DType or None."""
+    """Accept a DType, a numpy dtype/type, a torch dtype or a name; return the DType or None."""
     if isinstance(value, DType):
         return value
     if isinstance(value, str):
         return BY_NAME.get(value)
+    if type(value).__module__ == "torch" and type(value).__name__ == "dtype":
+        return _TORCH_NAMES.get(str(value).removeprefix("torch."))
     try:
         return from_numpy(value)
     except TypeError:
