@@ -22,7 +22,7 @@ run on dvmlang's simulated NPU. Changed from the tutorial:
 No other line changed. On this device ``supports_tma()`` is False (it needs CUDA), so the tutorial takes its
 own non-TMA paths: ``naive`` (``matmul_kernel``) and ``persistent`` (``matmul_kernel_persistent``) are
 validated against each other and benchmarked; the TMA, CLC and tensor-descriptor kernels are skipped (⭕), as on
-any GPU without TMA. Host ``TensorDescriptor`` arguments are not taken by dvmlang launches (docs/triton.md).
+any GPU without TMA. Called directly, ``matmul_tma``/``matmul_tma_persistent`` run (docs/triton.md, TensorDescriptor).
 The ``tl.where(offs < M, offs, 0)`` clamps are affine accesses with a clamped edge (dvmlang/ir/access.py).
 Proton records the simulated time of every launch under its scope (``dvmlang/triton/profiler``); ``torch``'s
 row is host code with no simulated time.
