@@ -258,7 +258,7 @@ def _unsqueeze(r, node, x, d):
     lv = r.operand(x)
     ps = parts_of(r, lv)
     d = d % (lv.rank + 1)
-    return result(r, node, *_lv(rebase(r, lv, ps[:d] + [[1]] + ps[d:])))
+    return result(r, node, *_lv(rebase(r, lv, ps[:d] + [[]] + ps[d:])))
 
 
 @lowers(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
@@ -275,7 +275,7 @@ def _expand(r, node, x, size, implicit=False):
     lv = r.operand(x)
     target = meta_shape(node)
     ps = parts_of(r, lv)
-    ps = [[1]] * (len(target) - len(ps)) + ps
+    ps = [[]] * (len(target) - len(ps)) + ps
     new = []
     for p, t in zip(ps, target):
         if all(isinstance(e, int) and e == 1 for e in p) and not (isinstance(t, int) and t == 1):
@@ -283,7 +283,7 @@ def _expand(r, node, x, size, implicit=False):
         else:
             new.append(p)
     base = rebase(r, lv, [[1] * len(n) if all(isinstance(e, int) and e == 1 for e in p) else p
-                          for p, n in zip(ps, new)])
+                          for p, n in zip(ps, new)], keep_units=True)
     shape = tuple(r.dim(e) for n in new for e in n)
     v = base.v if [r.g.syms.find(d) for d in base.v.shape] == [r.g.syms.find(d) for d in shape] else \
         ops.broadcast_to(base.v, shape)

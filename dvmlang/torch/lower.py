@@ -78,7 +78,8 @@ class Late(Exception):
 
 
 class LVal:
-    """A lowered torch tensor: ``v`` (a fuser graph value, the base) and, per torch dim, the base axes it folds."""
+    """A lowered torch tensor: ``v`` (a fuser graph value, the base) and, per torch dim, the base axes it folds
+    (none for a size-1 dim the base does not have: torch's unit dims cost no rank in the fuser)."""
 
     __slots__ = ("v", "groups")
 
@@ -226,8 +227,15 @@ def meta_shape(node) -> list:
     return [expr_of(s) for s in val.shape]
 
 
-def rebase(r: Region, lv: LVal, parts: list) -> LVal:
-    """``lv`` with a new base: ``parts`` gives, per torch dim, the base sizes (exprs) it folds."""
+def _unit(e) -> bool:
+    return isinstance(e, int) and e == 1
+
+
+def rebase(r: Region, lv: LVal, parts: list, keep_units: bool = False) -> LVal:
+    """``lv`` with a new base: ``parts`` gives, per torch dim, the base sizes (exprs) it folds. Unit dims are
+    dropped from the base unless ``keep_units`` (an operand about to broadcast keeps them where they align)."""
+    if not keep_units:
+        parts = [[e for e in p if not _unit(e)] for p in parts]
     shape, groups = [], []
     for p in parts:
         groups.append(tuple(range(len(shape), len(shape) + len(p))))
@@ -262,7 +270,7 @@ def view(r: Region, lv: LVal, target: list) -> LVal:
     i, parts = 0, []
     for t in target:
         if isinstance(t, int) and t == 1:
-            parts.append([1])
+            parts.append([])  # a size-1 torch dim needs no base dim
             continue
         rem, p = t, []
         while not (isinstance(rem, int) and rem == 1):
@@ -305,7 +313,7 @@ def align(r: Region, node, operands: list):
                 continue
             if decomp[i] is None or len(p) > len(decomp[i]):
                 decomp[i] = p
-    decomp = [d if d is not None else [1] for d in decomp]
+    decomp = [d if d is not None else [] for d in decomp]
     vals = []
     for o in operands:
         if not isinstance(o, LVal):
@@ -315,7 +323,7 @@ def align(r: Region, node, operands: list):
         new = []
         for i in range(rank):
             j = i - (rank - len(ps))
-            p = ps[j] if j >= 0 else [1]
+            p = ps[j] if j >= 0 else []
             if all(isinstance(e, int) and e == 1 for e in p):
                 new.append([1] * len(decomp[i]))
             elif len(p) == len(decomp[i]) and all(_eq(a, b) for a, b in zip(p, decomp[i])):
@@ -324,7 +332,7 @@ def align(r: Region, node, operands: list):
                 new.append(decomp[i])
             else:
                 raise Unsupported(f"operands fold their dims differently ({p} vs {decomp[i]})")
-        vals.append(rebase(r, o, new).v)
+        vals.append(rebase(r, o, new, keep_units=True).v)
     groups, k = [], 0
     for d in decomp:
         groups.append(tuple(range(k, k + len(d))))
@@ -372,12 +380,21 @@ def reduction(r: Region, node, x, dims, keepdim, fn):
         raise Unsupported("reduction of a number")
     tax = torch_axes(lv, dims)
     bax = tuple(a for t in tax for a in lv.groups[t])
+    if not bax:  # only size-1 dims: nothing to reduce
+        return result(r, node, *_reduced_units(r, lv, tax, keepdim))
     v = fn(lv.v, bax)  # keepdims=True on the base
     if keepdim:
         return result(r, node, v, lv.groups)
     kept = LVal(v, lv.groups)
     return result(r, node, rebase(r, kept, [p for t, p in enumerate(parts_of(r, kept)) if t not in tax]).v,
                   _consecutive([p for t, p in enumerate(parts_of(r, kept)) if t not in tax]))
+
+
+def _reduced_units(r, lv, tax, keepdim):
+    if keepdim:
+        return lv.v, lv.groups
+    ps = [p for t, p in enumerate(parts_of(r, lv)) if t not in tax]
+    return rebase(r, lv, ps).v, _consecutive(ps)
 
 
 def _consecutive(parts) -> list:
