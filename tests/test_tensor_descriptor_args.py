@@ -321,3 +321,39 @@ def test_tutorial_09_tma_paths_called_directly():
         c = f(a, b, False)
         assert c.shape == (200, 136) and c.dtype == torch.float16
         torch.testing.assert_close(c.float(), ref, atol=2e-2, rtol=1e-2)
+
+
+@triton.jit
+def _abs_helper(in_desc, out_desc, M_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr):
+    moffset = tl.program_id(0) * M_BLOCK
+    noffset = tl.program_id(1) * N_BLOCK
+    out_desc.store([moffset, noffset], in_desc.load([moffset, noffset]).abs())
+
+
+def test_descriptor_passed_to_an_inlined_function_and_by_keyword():
+    @triton.jit
+    def kernel(in_desc, out_desc, M_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr):
+        _abs_helper(in_desc, out_desc, M_BLOCK, N_BLOCK)
+
+    inp = torch.randn(32, 128)
+    out = torch.zeros(32, 128)
+    kernel[(4, 4)](TensorDescriptor.from_tensor(inp, [8, 32]), out_desc=TensorDescriptor.from_tensor(out, [8, 32]),
+                   M_BLOCK=8, N_BLOCK=32)
+    torch.testing.assert_close(out, inp.abs())
+
+
+def test_int64_shape_binds_as_int64_scalars():
+    x = torch.randn(16, 16)
+    y = torch.zeros(16, 16)
+    big = TensorDescriptor(x, [2 ** 31, 16], [16, 1], [16, 16])  # a size past int32: the scalars are int64
+    scale2d[(1, 1)](big, TensorDescriptor.from_tensor(y, [16, 16]), 1.0)
+    torch.testing.assert_close(y, x)
+    assert "int64" in scale2d.ir(big, TensorDescriptor.from_tensor(y, [16, 16]), 1.0)
+
+
+def test_grid_function_sees_the_bound_descriptor():
+    x = torch.randn(40, 16)
+    y = torch.zeros(40, 16)
+    grid = lambda meta: (triton.cdiv(meta["x_desc"].shape[0], meta["x_desc"].block_shape[0]), 1)  # noqa: E731
+    scale2d[grid](TensorDescriptor.from_tensor(x, [16, 16]), TensorDescriptor.from_tensor(y, [16, 16]), 1.0)
+    torch.testing.assert_close(y, x)

@@ -66,5 +66,9 @@ class DescriptorArgs(NamedTuple):
     shape: tuple
     strides: tuple
 
+    @property
+    def block_shape(self) -> list:  # what a grid function reads, as of the TensorDescriptor
+        return list(self.spec.block_shape)
+
 
 ParamSpec = TensorSpec | ScalarSpec | ConstexprSpec | DescriptorSpec
