@@ -123,7 +123,9 @@ def test_rotary_embedding_with_symbolic_halves(rng):
     cases = []
     for shp in [(2, 5, 8), (3, 7, 16), (2, 4, 64)]:
         cases.append((randn(rng, shp), randn(rng, shp[1:]), randn(rng, shp[1:])))
-    across_shapes(rope, cases, lambda x, c, s: x * c + _np_rot_half(x) * s)
+    g = across_shapes(rope, cases, lambda x, c, s: x * c + _np_rot_half(x) * s)
+    # the halves are views of x; -x[..., h:] is computed in the cat's kernel: one kernel in all
+    assert [m.name for m in g.last_launch.members] == ["rope_g0_mul_cat_cast_lt_neg_where_add"]
 
 
 def test_slices_static_symbolic_negative_and_strided(rng):
@@ -166,12 +168,12 @@ def test_cat_along_every_axis_promotes_and_stacks(rng):
     def fn(a, b, c):
         e = ops.exp(a)
         return (ops.cat([a, e, a], 0), ops.cat([a, c], 1), ops.cat([a, b.astype(np.float16)], 0),
-                ops.stack([a, e], 1), ops.cat([e], 0))
+                ops.stack([a, e], 1), ops.cat([e], 0), ops.cat([a * e, -e * 2.0, a], 0))
 
     def ref(a, b, c):
         e = np.exp(a)
         return (np.concatenate([a, e, a], 0), np.concatenate([a, c], 1), np.concatenate([a, b.astype(np.float16)]),
-                np.stack([a, e], 1), e)
+                np.stack([a, e], 1), e, np.concatenate([a * e, -e * 2, a], 0))
     cases = [(randn(rng, (3, 5)), randn(rng, (2, 5)), randn(rng, (3, 4))),
              (randn(rng, (6, 9)), randn(rng, (4, 9)), randn(rng, (6, 2)))]
     across_shapes(fn, cases, ref, rtol=1e-3)

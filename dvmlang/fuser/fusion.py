@@ -110,6 +110,7 @@ class Plan:
 
 def canonicalize(g: Graph) -> None:
     """Rewrite every reduction into reductions over the last dimension with keepdims, plus views."""
+    g.prune()
     new_nodes: list[Node] = []
     replace: dict[int, Node] = {}
 

@@ -237,6 +237,22 @@ class Graph(Backend):
             return x
         return None
 
+    def prune(self) -> None:
+        """Drop the operations no output depends on (a rewrite such as ``ops.cat``'s can leave some behind);
+        inputs and user kernels stay."""
+        live = set()
+        stack = [o for o in self.outputs] + [n for n in self.nodes if n.op in ("input", "custom")]
+        while stack:
+            n = stack.pop()
+            if id(n) in live:
+                continue
+            live.add(id(n))
+            stack.extend(n.inputs)
+        if len(live) != len(self.nodes):
+            self.nodes = [n for n in self.nodes if id(n) in live]
+            for i, n in enumerate(self.nodes):
+                n.id = i
+
     def users(self) -> dict[int, list[Node]]:
         out: dict[int, list[Node]] = {n.id: [] for n in self.nodes}
         for n in self.nodes:

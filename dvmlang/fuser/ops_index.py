@@ -190,7 +190,61 @@ def cat(tensors, axis=0):
         if j != a:
             vals = [broadcast_to(v, tuple(shape[:j]) + (shape[j],) + tuple(_shape(v)[j + 1:]))
                     if g.syms.find(_shape(v)[j]) == 1 and g.syms.find(shape[j]) != 1 else v for v in vals]
+    chains = [_elementwise_chain(g, v) for v in vals] if g.captures else [None] * len(vals)
+    if any(c is not None for c in chains):
+        # cat([f(a), b]) = where(in the first part, f(c), c) with c = cat([a, b]): the parts' elementwise work
+        # (rotary's -x[..., h:]) runs in the cat's kernel instead of being stored first
+        leaves = [c[0] if c is not None else v for c, v in zip(chains, vals)]
+        c = _node(g, "cat", leaves, shape, d, axis=a, offsets=tuple(offsets))
+        out = c
+        pos = None
+        for j, ch in enumerate(chains):
+            if ch is None:
+                continue
+            if pos is None:
+                pos = _node(g, "iota", [], shape, dt.int32, axis=a)
+            lo, hi = offsets[j], offsets[j + 1] if j + 1 < len(offsets) else None
+            inside = _range_mask(g, pos, lo, hi)
+            out = where(inside, _replay(g, ch[1], c), out)
+        return out
     return _node(g, "cat", vals, shape, d, axis=a, offsets=tuple(offsets))
+
+
+def _elementwise_chain(g, v):
+    """(leaf, ops) when ``v`` is a chain of elementwise ops of one full-size operand (others: rank-0 constants or
+    sizes) over a leaf of the same shape and dtype; None when it is not (or is the leaf itself)."""
+    from .fusion import EW, is_free
+    n, chain = v.node, []
+    while n.op in EW and n.op != "broadcast_to" and n.dtype is v.node.dtype:
+        main = [i for i in n.inputs if not (is_free(i) and i.rank == 0)]
+        if len(main) != 1 or len(main[0].shape) != len(n.shape) or \
+                any(g.syms.equal(x, y) is not True for x, y in zip(main[0].shape, n.shape)):
+            break
+        chain.append(n)
+        n = main[0]
+    if not chain or n.dtype is not v.node.dtype:
+        return None
+    from .graph import GraphValue
+    return GraphValue(n, g), list(reversed(chain))
+
+
+def _replay(g, chain, x):
+    """The elementwise ``chain`` (nodes of another operand) applied to ``x`` instead."""
+    from .graph import GraphValue
+    cur = x.node
+    for n in chain:
+        ins = [i if i.rank == 0 else cur for i in n.inputs]  # the rank-0 constants and sizes stay
+        cur = g.add(type(n)(n.op, ins, tuple(x.node.shape), n.dtype, dict(n.attrs)))
+    return GraphValue(cur, g)
+
+
+def _range_mask(g, pos, lo, hi):
+    from .ops_core import _binary, ge, lt
+    m = ge(pos, lo) if not (isinstance(lo, int) and lo == 0) else None
+    if hi is not None:
+        h = lt(pos, hi)
+        m = h if m is None else _binary("and", m, h)
+    return m if m is not None else ge(pos, 0)
 
 
 concatenate = cat
