@@ -357,3 +357,23 @@ def test_grid_function_sees_the_bound_descriptor():
     grid = lambda meta: (triton.cdiv(meta["x_desc"].shape[0], meta["x_desc"].block_shape[0]), 1)  # noqa: E731
     scale2d[grid](TensorDescriptor.from_tensor(x, [16, 16]), TensorDescriptor.from_tensor(y, [16, 16]), 1.0)
     torch.testing.assert_close(y, x)
+
+
+@pytest.mark.parametrize("shape, dim", [((128,), 0), ((16, 32), 1), ((8, 16, 4), 0), ((2, 4, 8, 16), 2)])
+def test_upstream_cat_nd(shape, dim):
+    """Triton's test_cat_nd (test_core.py): whole-tensor descriptors of ranks 1 to 4."""
+    @triton.jit
+    def kernel(x_desc, y_desc, z_desc, dim: tl.constexpr, shape: tl.constexpr):
+        rank: tl.constexpr = len(shape)
+        x = x_desc.load([0] * rank)
+        y = y_desc.load([0] * rank)
+        z = tl.cat(x, y, dim=dim)
+        z_desc.store([0] * rank, z)
+
+    x = torch.rand(shape)
+    y = torch.rand(shape)
+    z_ref = torch.cat([x, y], dim=dim)
+    z = torch.empty_like(z_ref)
+    kernel[(1,)](TensorDescriptor.from_tensor(x, block_shape=shape), TensorDescriptor.from_tensor(y, block_shape=shape),
+                 TensorDescriptor.from_tensor(z, block_shape=z_ref.shape), dim=dim, shape=shape)
+    torch.testing.assert_close(z, z_ref, atol=0, rtol=0)
