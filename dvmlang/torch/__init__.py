@@ -3,8 +3,9 @@ simulated NPU (docs/torch.md). Core dvmlang never imports this package, so ``imp
 
 from .backend import dvmlang_backend
 from .explain import explain
+from .lazy import LazyTorchTensor, TorchLazyError, lazy
 from .stats import launches, reset_stats, stats
 
 backend = dvmlang_backend
 
-__all__ = ["backend", "dvmlang_backend", "stats", "reset_stats", "explain", "launches"]
+__all__ = ["backend", "dvmlang_backend", "stats", "reset_stats", "explain", "launches", "lazy", "LazyTorchTensor", "TorchLazyError"]
