@@ -25,6 +25,7 @@ from ..npu import LaunchRecord, default_device
 from ..trace.record import active_session
 from . import captured_args as ca
 from . import dims as _dims
+from . import foreign
 from . import tiling as tl
 from .codegen import KernelText, matmul_kernel, vector_kernel
 from .fusion import VIEWS, Group, Plan, canonicalize, plan
@@ -214,6 +215,9 @@ class GraphFunction:
     # ---- capture ---------------------------------------------------------------------------------------
     def _arguments(self, args, kwargs) -> tuple:
         """The arguments in parameter order, keywords and defaults applied; numpy scalars as 0-d arrays."""
+        if foreign.first_torch((args, kwargs)) is not None:  # torch tensors: as zero-copy numpy views
+            args = foreign.numpy_in(args, f"an argument of `{self.name}`")
+            kwargs = foreign.numpy_in(kwargs, f"an argument of `{self.name}`")
         if any(isinstance(a, np.generic) for a in args) or any(isinstance(a, np.generic) for a in kwargs.values()):
             args = tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in args)
             kwargs = {k: np.asarray(v) if isinstance(v, np.generic) else v for k, v in kwargs.items()}
@@ -287,6 +291,7 @@ class GraphFunction:
     # ---- calls -----------------------------------------------------------------------------------------
     def __call__(self, *args, device=None, **kwargs):
         device = device or self.device or default_device()
+        like = foreign.first_torch((args, kwargs))  # torch in, torch out
         args = self._arguments(args, kwargs)
         prog = self.capture(*args)
         inputs = self._inputs(prog, args)
@@ -298,6 +303,8 @@ class GraphFunction:
         if record is not None:
             self.last_launch = record
         outs = [values[o.id] for o in prog.graph.outputs]
+        if like is not None:
+            outs = foreign.torch_out(outs, like)
         return tuple(outs) if prog.graph.output_tuple else outs[0]
 
     # ---- reporting -------------------------------------------------------------------------------------

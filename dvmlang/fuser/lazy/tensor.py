@@ -15,6 +15,7 @@ import numpy as np
 
 from ... import dtypes as dt
 from ...errors import user_frames, user_frames_methods
+from .. import foreign
 from ..graph import GraphError
 from ..operators import TensorOperators
 from .flush import _wait_value
@@ -209,6 +210,8 @@ def tensor(x, dtype=None) -> LazyTensor:
         return x._ops.cast(x, dtype)
     if isinstance(x, np.ndarray):
         arr = x
+    elif foreign.is_torch(x):  # a CPU torch tensor: wrapped without copying (bfloat16 too)
+        arr = foreign.to_numpy(x, "the tensor given to dvmlang.tensor")
     else:
         try:
             arr = np.asarray(x)
