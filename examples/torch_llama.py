@@ -3,8 +3,8 @@
 
 One dynamic FX graph serves every length: its dvmlang regions are planned once, and a new length only encodes
 bytecode for the new sizes (a kernel is built again only when a new size picks a tile size it has not used:
-docs/torch.md). Ops the fuser has no lowering for yet (embedding, slicing and cat in the rotary embedding, the
-mask's cumsum/index) run in torch eager between the fused regions; each is counted in `dvmlang.torch.stats()`.
+docs/torch.md). Ops dvmlang has no lowering for (the causal mask's advanced indexing) run in torch eager between
+the fused regions; each is counted in `dvmlang.torch.stats()`.
 """
 
 import os

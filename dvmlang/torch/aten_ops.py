@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from .. import dtypes as dt
-from ..fuser import ops
-from .lower import (LVal, Unsupported, _const_full, _consecutive, align, dvm_dtype, elementwise,
+from ..fuser import dims, ops
+from .lower import (LVal, Unsupported, _const_full, _consecutive, _prod, align, expr_of, plain, dvm_dtype, elementwise,
                     meta_shape, merge_parts, number, parts_of, rebase, reduction, result, torch_axes,
                     unfolded_axis, view)
 
@@ -103,6 +103,8 @@ def _div_mode(r, node, a, b, rounding_mode=None):
     if rounding_mode is None:
         return elementwise(_div_true)(r, node, a, b)
     if not node.meta["val"].dtype.is_floating_point:
+        if rounding_mode == "floor":
+            return elementwise(ops.floor_divide)(r, node, a, b)
         raise Unsupported(f"integer division with rounding_mode={rounding_mode!r}")
     f = ops.floor if rounding_mode == "floor" else ops.trunc
     return elementwise(lambda x, y: f(ops.div(x, y)))(r, node, a, b)
@@ -290,14 +292,105 @@ def _expand(r, node, x, size, implicit=False):
     return result(r, node, v, _consecutive(new))
 
 
+def _bound(r, b, size):
+    """A slice bound as the fuser takes it: None, an int (torch clamps to the dim: so do we where it is static) or
+    a fuser dim for a SymInt."""
+    if b is None:
+        return None
+    if isinstance(b, torch.fx.Node):
+        return r.dim_expr(expr_of(b.meta["val"]))
+    b = number(b)
+    if isinstance(size, int):
+        b = max(-size, min(b, size))
+        return b + size if b < 0 else b
+    return None if b >= 2 ** 62 else b
+
+
+def _shape_of(lv, r):
+    return [_prod(p) for p in parts_of(r, lv)]
+
+
 @lowers(aten.slice.Tensor)
 def _slice(r, node, x, dim=0, start=None, end=None, step=1):
     lv = r.operand(x)
-    full = node.args[0].meta["val"].shape[dim]
-    if (start in (None, 0)) and step == 1 and (end is None or (isinstance(end, int) and end >= 2 ** 62)
-                                               or (isinstance(end, int) and isinstance(full, int) and end >= full)):
+    dim = dim % lv.rank
+    size = _shape_of(lv, r)[dim]
+    b0, b1 = _bound(r, start, size), _bound(r, end, size)
+    if b0 in (None, 0) and step == 1 and (b1 is None or (isinstance(size, int) and b1 == size)):
         return result(r, node, lv.v, lv.groups)
-    raise Unsupported("slice that is not the whole dimension (the fuser has no slicing yet)")
+    v = plain(r, lv)
+    return result(r, node, ops.slice(v, dim, b0, b1, number(step)))
+
+
+@lowers(aten.select.int)
+def _select(r, node, x, dim, index):
+    lv = r.operand(x)
+    return result(r, node, ops.select(plain(r, lv), dim % lv.rank, number(index)))
+
+
+@lowers(aten.split_with_sizes.default, aten.split.Tensor)
+def _split(r, node, x, sizes, dim=0):
+    lv = r.operand(x)
+    v = plain(r, lv)
+    dim = dim % lv.rank
+    outs, metas = [], node.meta["val"]
+    lengths = [expr_of(m.shape[dim]) for m in metas]
+    start = 0
+    for m, n in zip(metas, lengths):
+        stop = r.dim_expr(n) if isinstance(start, int) and start == 0 else \
+            dims.arith(r.g.syms, "+", start, r.dim_expr(n))
+        outs.append(result(r, _Meta(m), ops.slice(v, dim, start, stop)))
+        start = stop
+    return tuple(outs)
+
+
+@lowers(aten.cat.default)
+def _cat(r, node, tensors, dim=0):
+    vals = [plain(r, r.operand(t)) for t in tensors]
+    return result(r, node, ops.cat(vals, dim % len(meta_shape(node))))
+
+
+@lowers(aten.embedding.default)
+def _embedding(r, node, weight, ids, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return result(r, node, ops.embedding(plain(r, r.operand(weight)), plain(r, r.operand(ids))))
+
+
+@lowers(aten.index_select.default)
+def _index_select(r, node, x, dim, index):
+    lv = r.operand(x)
+    return result(r, node, ops.index_select(plain(r, lv), dim % lv.rank, plain(r, r.operand(index))))
+
+
+@lowers(aten.gather.default)
+def _gather(r, node, x, dim, index, sparse_grad=False):
+    lv = r.operand(x)
+    return result(r, node, ops.gather(plain(r, lv), dim % lv.rank, plain(r, r.operand(index))))
+
+
+@lowers(aten.index.Tensor)
+def _index(r, node, x, indices):
+    lv = r.operand(x)
+    tens = [i for i in indices if i is not None]
+    if len(tens) != 1:
+        raise Unsupported("advanced indexing with more than one index tensor")
+    key = tuple(slice(None) if i is None else plain(r, r.operand(i)) for i in indices)
+    return result(r, node, ops.getitem(plain(r, lv), key))
+
+
+@lowers(aten.cumsum.default)
+def _cumsum(r, node, x, dim, dtype=None):
+    lv = r.operand(x)
+    return result(r, node, ops.cumsum(plain(r, lv), dim % max(1, lv.rank)))
+
+
+@lowers(aten.argmax.default, aten.argmin.default)
+def _argmax(r, node, x, dim=None, keepdim=False):
+    lv = r.operand(x)
+    fn = ops.argmax if node.target is aten.argmax.default else ops.argmin
+    return result(r, node, fn(plain(r, lv), None if dim is None else dim % lv.rank, keepdims=keepdim))
+
+
+_ew(ops.remainder, aten.remainder.Tensor, aten.remainder.Scalar)
 
 
 # ---- reductions ---------------------------------------------------------------------------------------------
@@ -370,7 +463,7 @@ def _layer_norm(r, node, x, normalized_shape, weight, bias, eps):
     out = LVal(y, lv.groups)
     for p, f in ((weight, ops.mul), (bias, ops.add)):
         if p is not None:
-            vals, groups = align(r, node.args[0], [out, r.operand(p)])
+            vals, groups = align(r, _Meta(node.meta["val"][0]), [out, r.operand(p)])
             out = LVal(f(*vals), groups)
     metas = node.meta["val"]
     res = []
@@ -387,7 +480,7 @@ def _batch_norm_eval(r, node, x, weight, bias, running_mean, running_var, moment
     lv = r.operand(x)
     if lv.rank < 2:
         raise Unsupported("batch norm of a tensor of rank < 2")
-    c = meta_shape(node.args[0])[1]
+    c = _prod(parts_of(r, lv)[1])
     shape = [c] + [1] * (lv.rank - 2)
 
     def per_channel(a):
@@ -399,10 +492,10 @@ def _batch_norm_eval(r, node, x, weight, bias, running_mean, running_var, moment
         if f is None:  # the variance: multiply by 1 / sqrt(var + eps)
             pc = per_channel(a)
             inv = LVal(ops.rsqrt(ops.add(pc.v, number(eps))), pc.groups)
-            vals, groups = align(r, node.args[0], [out, inv])
+            vals, groups = align(r, _Meta(node.meta["val"][0]), [out, inv])
             out = LVal(ops.mul(*vals), groups)
             continue
-        vals, groups = align(r, node.args[0], [out, per_channel(a)])
+        vals, groups = align(r, _Meta(node.meta["val"][0]), [out, per_channel(a)])
         out = LVal(f(*vals), groups)
     return (result(r, _Meta(node.meta["val"][0]), out.v, out.groups), None, None)
 

@@ -18,7 +18,7 @@ import sympy
 import torch
 
 from .. import dtypes as dt
-from ..fuser import ops
+from ..fuser import dims, ops
 from ..fuser.graph import Graph, GraphValue, Node
 
 aten = torch.ops.aten
@@ -142,8 +142,10 @@ class Region:
             return s
         if not create:
             return None
-        if not isinstance(e, sympy.Symbol) or e not in self.sources:
-            raise Unsupported(f"the size {e} is an expression of symbols that no input of the region has")
+        if not isinstance(e, sympy.Symbol):
+            return self.dim_expr(e)  # arithmetic on symbols: a derived dim of the fuser
+        if e not in self.sources:
+            raise Unsupported(f"the size {e} is a symbol that no input of the region has")
         return self._bind_input(e)
 
     def _new_sym(self, e, origin: str):
@@ -167,8 +169,47 @@ class Region:
         out = []
         for d in v.shape:
             d = self.g.syms.find(d)
-            out.append(d if isinstance(d, int) else self.expr_of_sym[d.id])
+            out.append(d if isinstance(d, int) else self.expr_of_sym.get(d.id) or self._derived_expr(d))
         return out
+
+    def _derived_expr(self, d):
+        """The sympy expression of a dim the fuser derived (``stop - start`` of a slice): its polynomial over the
+        region's symbols."""
+        table = self.g.syms
+        total = 0
+        for mono, c in dims.poly(table, d).items():
+            term = c
+            for a in mono:
+                e = self.expr_of_sym.get(table.find(table.syms[a]).id)
+                if e is None:
+                    raise Unsupported(f"a size the fuser derived ({table.text(d)}) that torch does not name")
+                term = term * e
+            total = total + term
+        total = sympy.expand(total)
+        if total.is_number:
+            return int(total)
+        self.expr_of_sym[d.id] = total
+        return total
+
+    def dim_expr(self, e):
+        """A fuser Dim for a torch size expression that may be arithmetic on symbols (``s0 - 1``, ``2 * s1``)."""
+        if isinstance(e, int):
+            return e
+        if str(e) in self.sym_of or isinstance(e, sympy.Symbol):
+            return self.dim(e)
+        if e.is_Integer:
+            return int(e)
+        ops_ = {sympy.Add: "+", sympy.Mul: "*"}
+        op = ops_.get(type(e))
+        if op is None:
+            raise Unsupported(f"the size {e} is not a polynomial of the region's symbols")
+        acc = None
+        for a in e.args:
+            d = self.dim_expr(int(a) if a.is_Integer else a)
+            acc = d if acc is None else dims.arith(self.g.syms, op, acc, d)
+        if not isinstance(acc, int):
+            self.expr_of_sym.setdefault(self.g.syms.find(acc).id, e)
+        return acc
 
     # ---- operands ------------------------------------------------------------------------------------------
     def input(self, node: torch.fx.Node) -> LVal:
@@ -357,6 +398,15 @@ def result(r: Region, node, v, groups=None) -> LVal:
     if lv.v.ndim > MAX_RANK:
         raise Unsupported(f"rank {lv.v.ndim} > {MAX_RANK}")
     return lv
+
+
+def plain(r: Region, lv: LVal) -> GraphValue:
+    """``lv`` as a fuser value of exactly torch's shape (unit dims in place); unsupported when a dim is folded."""
+    if any(len(g) > 1 for g in lv.groups):
+        raise Unsupported("an op that needs torch's exact shape, on a dim torch folded from several")
+    if all(len(g) == 1 for g in lv.groups):
+        return lv.v
+    return rebase(r, lv, [p or [1] for p in parts_of(r, lv)], keep_units=True).v
 
 
 def elementwise(fn):
