@@ -69,6 +69,7 @@ class LazyTorchTensor(torch.Tensor):
         r = torch.Tensor._make_wrapper_subclass(cls, meta.shape, strides=meta.stride(), dtype=meta.dtype,
                                                 device="cpu", requires_grad=False)
         r._lt, r._meta, r._copy, r._real = lt, meta, copy, None
+        r._vbase = None  # for a view: (the base LazyTorchTensor, the view op, its args and kwargs)
         return r
 
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -81,6 +82,13 @@ class LazyTorchTensor(torch.Tensor):
 
     def materialise(self, detail: str = "materialise") -> torch.Tensor:
         """The torch tensor of this value (flushes the pending graph it needs, once)."""
+        if self._real is None and self._vbase is not None:
+            # a view is always taken in torch from its base's tensor: aliasing and strides are eager's
+            base, func, args, kwargs = self._vbase
+            b = base.materialise(detail)
+            with _disable_current_modes():
+                self._real = func(*tree_map(lambda x: b if x is base else x, args), **kwargs)
+            self._lt = None
         if self._real is None:
             arr = self._lt._observe("observe", detail)
             if self._copy or not arr.flags.writeable or any(s < 0 for s in arr.strides):
@@ -201,11 +209,20 @@ class _OpRegion(Region):
         return super().operand(a)
 
 
+def _settled(t: "LazyTorchTensor") -> bool:
+    """Whether ``t`` or a base it is a view of has a torch tensor (then ``t`` is taken from it, no flush)."""
+    while t is not None:
+        if t._real is not None:
+            return True
+        t = t._vbase[0] if t._vbase is not None else None
+    return False
+
+
 def _lazy_value(t: torch.Tensor) -> LazyTensor:
     if isinstance(t, LazyTorchTensor):
-        if t._real is None:
+        if not _settled(t):
             return t._lt
-        t = t._real
+        t = t.materialise()
     return dvm_tensor(to_numpy(t))
 
 
@@ -290,11 +307,19 @@ class _LazyMode(TorchDispatchMode):
         mutable = schema.is_mutable
         is_view = getattr(func, "is_view", False)
         fn = LOWERINGS.get(func)
-        if fn is not None and tens and not mutable and not is_view:
+        base = args[0] if args and isinstance(args[0], LazyTorchTensor) else None
+        if is_view and (base is None or _settled(base)):
+            fn = None  # a view of a torch tensor: taken in torch, it reads nothing
+        if fn is not None and tens and not mutable:
             try:
                 with _disable_current_modes():
                     metas = func(*tree_map(_meta, args), **tree_map(_meta, kwargs))
-                return _lower(func, fn, args, kwargs, metas)
+                out = _lower(func, fn, args, kwargs, metas)
+                if is_view:  # modelled exactly: materialised as this view of the base's tensor
+                    if not isinstance(out, LazyTorchTensor):
+                        raise Unsupported("a view with several results")
+                    out._vbase, out._copy = (base, func, args, kwargs), False
+                return out
             except (Unsupported, DvmError, NotImplementedError, RuntimeError) as e:
                 reason = str(e).splitlines()[0] if str(e) else type(e).__name__
                 st.STATS.runtime_reasons.setdefault(f"lazy {op_name(func)}", reason)
@@ -306,7 +331,7 @@ class _LazyMode(TorchDispatchMode):
                 t.materialise(detail)
         elif mutable and self.session.pg.busy:
             self.session._flush("hazard", f"{op_name(func)} writes in place (it runs in torch)")
-        elif lazies and any(t._real is None for t in lazies) and func not in CUSTOM_OPS:
+        elif any(not _settled(t) for t in lazies) and func not in CUSTOM_OPS:
             self.session._flush("unfusible", f"{op_name(func)} runs in torch")
         if func not in OBSERVE and func not in CUSTOM_OPS and not (is_view and not lazies):
             st.STATS.fallback_ops[op_name(func)] += 1
