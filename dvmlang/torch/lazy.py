@@ -156,7 +156,7 @@ def _from_numpy(arr: np.ndarray) -> torch.Tensor:
 def real(x):
     """``x`` with every lazy tensor materialised (others unchanged)."""
     if isinstance(x, LazyTorchTensor):
-        return x.materialise(f"{_CURRENT_OP.name} runs in torch")
+        return x.materialise(_CURRENT_OP.name)
     return x
 
 
@@ -336,7 +336,8 @@ class _LazyMode(TorchDispatchMode):
         if func not in OBSERVE and func not in CUSTOM_OPS and not (is_view and not lazies):
             st.STATS.fallback_ops[op_name(func)] += 1
         self.session.wait()
-        _CURRENT_OP.name = op_name(func)
+        _CURRENT_OP.name = f"an argument of {op_name(func)} (a dvmlang kernel)" if func in CUSTOM_OPS else \
+            f"{op_name(func)} runs in torch"
         rargs, rkwargs = tree_map(real, (args, kwargs))
         out = func(*rargs, **rkwargs)
         # an op returning one of its (materialised) arguments returns that argument (x.add_(1) is x)
