@@ -276,3 +276,10 @@ def test_custom_op_declaration_errors():
     bad = dvt.custom_op("dvmlang_test::bad_outputs", outputs=lambda x: [x.shape])(lambda x, out: None)
     with pytest.raises(dvt.CustomOpError, match=r"\(shape, torch dtype\)"):
         bad(torch.ones(2))
+
+
+def test_custom_op_redefined_by_a_module_run_again():
+    again = dvt.custom_op("dvmlang_test::scaled_add", outputs=lambda x, y: [(x.shape, x.dtype)])(scaled_add.launcher)
+    assert again is scaled_add  # the same torch op, now running this launcher
+    with pytest.raises(dvt.CustomOpError, match="already defined"):
+        dvt.custom_op("dvmlang_test::scaled_add", outputs=lambda x: [(x.shape, x.dtype)])(lambda x, out: None)

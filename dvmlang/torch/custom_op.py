@@ -60,6 +60,9 @@ def _count(name, kernels) -> None:
     st.PROGRAMS.append(c)
 
 
+_DEFINED: dict = {}  # name -> (op, schema, the current launcher and declaration)
+
+
 class CustomOpError(DvmError, TypeError):
     """A ``dvmlang.torch.custom_op`` declared or called wrongly (its name, outputs or inputs)."""
 
@@ -110,7 +113,21 @@ def custom_op(name: str, *, outputs, n_inputs: int | None = None):
         ret = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
         schema = "(" + ", ".join(f"Tensor {p}" for p in ins) + f") -> {ret}"
 
+        kernels = _kernels_of(launch)
+        _count(name, kernels)
+        prev = _DEFINED.get(name)
+        if prev is not None:  # the same module run again (a gallery, a test): the op now runs this launcher
+            op, schema0, cur = prev
+            if schema0 != schema:
+                raise CustomOpError(f"custom op {name} is already defined as {schema0}; this launcher makes it "
+                                    f"{schema}: pick another name")
+            cur.update(launch=launch, outputs=outputs, kernels=kernels)
+            op.launcher = launch
+            return op
+        cur = {"launch": launch, "outputs": outputs, "kernels": kernels}
+
         def impl(*args):
+            launch, outputs, kernels = cur["launch"], cur["outputs"], cur["kernels"]
             outs = [torch.empty(s, dtype=d) for s, d in _outputs(name, outputs, args)]
             if len(outs) != n_out:
                 raise CustomOpError(f"custom op {name}: outputs(...) declared {len(outs)} output(s) but the "
@@ -122,16 +139,15 @@ def custom_op(name: str, *, outputs, n_inputs: int | None = None):
 
         def fake(*args):
             outs = [torch.empty(s, dtype=d, device=args[0].device if args else "cpu")
-                    for s, d in _outputs(name, outputs, args)]
+                    for s, d in _outputs(name, cur["outputs"], args)]
             return outs[0] if n_out == 1 else tuple(outs)
 
-        kernels = _kernels_of(launch)
-        _count(name, kernels)
         op = torch.library.custom_op(name, impl, mutates_args=(), schema=schema)
         op.register_fake(fake)
         opname = name.split("::")
         overload = getattr(getattr(getattr(torch.ops, opname[0]), opname[1]), "default")
         CUSTOM_OPS.add(overload)
         op.launcher = launch
+        _DEFINED[name] = (op, schema, cur)
         return op
     return deco
