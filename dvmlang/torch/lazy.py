@@ -333,7 +333,7 @@ class _LazyMode(TorchDispatchMode):
             self.session._flush("hazard", f"{op_name(func)} writes in place (it runs in torch)")
         elif any(not _settled(t) for t in lazies) and func not in CUSTOM_OPS:
             self.session._flush("unfusible", f"{op_name(func)} runs in torch")
-        if func not in OBSERVE and func not in CUSTOM_OPS and not (is_view and not lazies):
+        if func not in OBSERVE and func not in CUSTOM_OPS and not (is_view and all(map(_settled, lazies))):
             st.STATS.fallback_ops[op_name(func)] += 1
         self.session.wait()
         _CURRENT_OP.name = f"an argument of {op_name(func)} (a dvmlang kernel)" if func in CUSTOM_OPS else \
