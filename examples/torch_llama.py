@@ -3,8 +3,9 @@
 
 One dynamic FX graph serves every length: its dvmlang regions are planned once, and a new length only encodes
 bytecode for the new sizes (a kernel is built again only when a new size picks a tile size it has not used:
-docs/torch.md). Ops dvmlang has no lowering for (the causal mask's advanced indexing) run in torch eager between
-the fused regions; each is counted in `dvmlang.torch.stats()`.
+docs/torch.md). The whole forward pass (embedding, rotary embedding, the causal mask, attention, MLP, logits)
+is one fused region and one launch per call; an op dvmlang had no lowering for would run in torch eager between
+fused regions, counted in `dvmlang.torch.stats()["fallback_ops"]`.
 """
 
 import os

@@ -371,10 +371,28 @@ def _gather(r, node, x, dim, index, sparse_grad=False):
 def _index(r, node, x, indices):
     lv = r.operand(x)
     tens = [i for i in indices if i is not None]
+    if len(tens) == lv.rank > 1 and len(indices) == lv.rank:
+        return _index_all(r, node, lv, indices)
     if len(tens) != 1:
-        raise Unsupported("advanced indexing with more than one index tensor")
+        raise Unsupported("advanced indexing with several index tensors that do not index every dim")
     key = tuple(slice(None) if i is None else plain(r, r.operand(i)) for i in indices)
     return result(r, node, ops.getitem(plain(r, lv), key))
+
+
+def _index_all(r, node, lv, indices):
+    """``x[i0, i1, ...]`` with an index tensor per dim: the row-major position ``(i0 * n1 + i1) * n2 + ...``
+    (broadcast over the indices, negative indices from the end, as torch) read from the flattened ``x``."""
+    v = plain(r, lv)
+    sizes = list(v.shape)
+    lin = None
+    for k, i in enumerate(indices):
+        iv = plain(r, r.operand(i))
+        if iv.dtype.is_float or iv.dtype.is_bool:
+            raise Unsupported("indexing with a float or bool index tensor")
+        iv = ops.where(ops.lt(iv, 0), ops.add(iv, sizes[k]), iv)
+        lin = iv if lin is None else ops.add(ops.mul(lin, sizes[k]), iv)
+    lin = ops.cast(lin, dt.int32)  # a size used as a number is float32: exact below 2^24 elements
+    return result(r, node, ops.index_select(ops.reshape(v, (-1,)), 0, lin))
 
 
 @lowers(aten.cumsum.default)
