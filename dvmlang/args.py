@@ -17,7 +17,6 @@ A foreign array becomes a numpy array that shares its memory (stores land in the
 from __future__ import annotations
 
 import sys
-import warnings
 
 import numpy as np
 
@@ -203,19 +202,21 @@ def _live_storages(arrays: dict) -> list:
         out.setdefault(lo, (lo, hi - lo, f"argument `{name}`", b))
     torch = sys.modules.get("torch")
     if torch is not None:
-        T = torch.Tensor
-        with warnings.catch_warnings():  # isinstance() on some of torch's deprecated module proxies warns
-            warnings.simplefilter("ignore")
-            objs = [o for o in gc.get_objects() if isinstance(o, T)]
+        # plain tensors and parameters only, by exact type (type() never fails, where isinstance() on a dead
+        # weak proxy raises): subclasses such as torch.compile's FakeTensors, still alive after tracing, have no
+        # real memory behind their data pointers
+        plain = (torch.Tensor, torch.nn.Parameter)
+        objs = [o for o in gc.get_objects() if type(o) in plain]
         for o in objs:
-            if o.device.type == "cpu" and not o.is_meta:
-                try:
-                    st = o.untyped_storage()
-                except (RuntimeError, NotImplementedError):
+            try:
+                if o.device.type != "cpu" or o.is_meta:
                     continue
+                st = o.untyped_storage()
                 start, n = st.data_ptr(), st.nbytes()
-                if n and (start not in out or out[start][1] < n):
-                    out[start] = (start, n, f"a torch tensor of shape {tuple(o.shape)} ({str(o.dtype)[6:]})", o)
+            except (RuntimeError, NotImplementedError, ReferenceError):
+                continue
+            if n and (start not in out or out[start][1] < n):
+                out[start] = (start, n, f"a torch tensor of shape {tuple(o.shape)} ({str(o.dtype)[6:]})", o)
     return sorted(out.values())
 
 
