@@ -34,6 +34,7 @@ def model():
 
 
 def run(lengths=LENGTHS, verbose=False):
+    torch._dynamo.reset()  # what dynamo compiled earlier in this process (other examples, tests) is not counted
     m = model()
     compiled = torch.compile(m, backend="dvmlang", dynamic=True)
     dt.reset_stats()
