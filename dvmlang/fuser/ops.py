@@ -55,6 +55,6 @@ def _has_values(obj, depth=0) -> bool:
 
 # A dvmlang error from any op reaches the caller with dvmlang's frames removed (errors.user_frames).
 for _name in __all__:
-    globals()[_name] = _torch_io(user_frames(globals()[_name]))
+    globals()[_name] = user_frames(_torch_io(globals()[_name]))
 del _name
 TensorOperators._ops = sys.modules[__name__]
