@@ -1,6 +1,6 @@
 """Autotuning wall time, serial against forked processes (``dvmlang.autotune``'s parallel path).
 
-A matmul kernel with six tile configs is tuned from scratch (no cache) ``--repeats`` times each way; the
+A matmul kernel with six tile configs is tuned from scratch, forked (the parallel path forced) and serial, (no cache) ``--repeats`` times each way; the
 table prints the median wall time of one tuning, the ratio, and checks that both ways chose the same config
 with the same simulated cycles (they must: cycles do not depend on where a config runs).
 
@@ -40,7 +40,7 @@ CONFIGS = [(64, 64, 32), (64, 128, 32), (128, 64, 64), (128, 128, 32), (64, 64, 
 
 
 def tune_once(parallel: bool, size: int):
-    autotune_module.PARALLEL_TUNING_SECONDS = 0.5 if parallel else float("inf")
+    autotune_module.PARALLEL_TUNING_SECONDS = 0.0 if parallel else float("inf")  # forced either way
     k = dvmlang.autotune([dvmlang.Config({"BM": m, "BN": n, "BK": kk}) for m, n, kk in CONFIGS], key=["M"],
                          cache_results=False)(matmul)
     rng = np.random.default_rng(0)

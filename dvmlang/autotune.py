@@ -217,8 +217,10 @@ def _one_blas_thread() -> None:
                 return
 
 
-# Tune in processes when the configs left would take at least this long one after another.
-PARALLEL_TUNING_SECONDS = 0.5
+# Tune in processes when the configs left would take at least this long one after another: forking a process that
+# holds torch and the caches, and two tunings sharing memory bandwidth, cost about 1 s on the 2-core machine this
+# was measured on (benchmarks/autotune_parallel.py: 1.00x at 1024^3, 0.74x at 2048^3).
+PARALLEL_TUNING_SECONDS = 2.0
 
 
 def _trial_session():
