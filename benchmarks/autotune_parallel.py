@@ -1,7 +1,7 @@
 """Autotuning wall time, serial against forked processes (``dvmlang.autotune``'s parallel path).
 
-A matmul kernel with six tile configs is tuned from scratch, forked (the parallel path forced) and serial, (no cache) ``--repeats`` times each way; the
-table prints the median wall time of one tuning, the ratio, and checks that both ways chose the same config
+A matmul kernel with six tile configs is tuned from scratch (no cache), forked (the parallel path forced) and
+serial, ``--repeats`` times each way; the table prints the median wall time of one tuning, the ratio, and checks that both ways chose the same config
 with the same simulated cycles (they must: cycles do not depend on where a config runs).
 
     python benchmarks/autotune_parallel.py [--size 512] [--repeats 5]
