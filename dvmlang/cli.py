@@ -40,8 +40,9 @@ def _load(path: Path):
     return mod
 
 
-# modules a Triton tutorial may need that dvmlang itself does not: without them it is skipped, not failed
-TUTORIAL_NEEDS = ("torch",)
+# the optional extras an example may need (the Triton tutorials and the torch examples): without them it is
+# skipped, not failed, so the README's plain install runs the gallery
+OPTIONAL_NEEDS = ("torch", "transformers")
 
 
 def _run_example(f: Path, args, quiet: bool):
@@ -66,7 +67,7 @@ def _run_example(f: Path, args, quiet: bool):
                 raise RuntimeError("example has no run() function")
             mod.run()
         except ModuleNotFoundError as e:
-            if quiet and e.name in TUTORIAL_NEEDS:
+            if e.name in OPTIONAL_NEEDS:
                 skipped, err = True, f"needs {e.name} (pip install -e '.[test]')"
             else:
                 ok, err = False, f"{type(e).__name__}: {e}"

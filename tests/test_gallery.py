@@ -41,9 +41,21 @@ def test_a_tutorial_without_its_module_is_skipped_not_failed(tmp_path, capsys, m
     (tmp_path / "triton").mkdir()
     (tmp_path / "triton" / "01_needs.py").write_text("import no_such_module_for_dvmlang\ndef run():\n    pass\n")
     (tmp_path / "triton" / "02_wrong.py").write_text("def run():\n    assert False, 'deliberately wrong'\n")
-    monkeypatch.setattr(cli, "TUTORIAL_NEEDS", (*cli.TUTORIAL_NEEDS, "no_such_module_for_dvmlang"))
+    monkeypatch.setattr(cli, "OPTIONAL_NEEDS", (*cli.OPTIONAL_NEEDS, "no_such_module_for_dvmlang"))
     assert main(["gallery", "--dir", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "skipped triton/01_needs: needs no_such_module_for_dvmlang" in out
     assert "FAILED triton/02_wrong" in out and "FAILED triton/01" not in out
     assert main(["gallery", "--dir", str(tmp_path), "--only", "triton/01"]) == 0
+
+
+def test_an_example_without_an_optional_extra_is_skipped_not_failed(tmp_path, capsys, monkeypatch):
+    """The README's main command installs dvmlang without torch: the torch examples are skipped there."""
+    (tmp_path / "ok.py").write_text("def run():\n    pass\n")
+    (tmp_path / "torch_thing.py").write_text("import no_such_module_for_dvmlang\ndef run():\n    pass\n")
+    (tmp_path / "other.py").write_text("import another_missing_module_for_dvmlang\ndef run():\n    pass\n")
+    monkeypatch.setattr(cli, "OPTIONAL_NEEDS", (*cli.OPTIONAL_NEEDS, "no_such_module_for_dvmlang"))
+    assert main(["gallery", "--dir", str(tmp_path), "--only", "ok", "torch_thing"]) == 0
+    assert "skipped torch_thing: needs no_such_module_for_dvmlang" in capsys.readouterr().out
+    assert main(["gallery", "--dir", str(tmp_path)]) == 1  # a module that is no optional extra is a failure
+    assert "FAILED other" in capsys.readouterr().out
