@@ -42,7 +42,7 @@ def _load(path: Path):
 
 # the optional extras an example may need (the Triton tutorials and the torch examples): without them it is
 # skipped, not failed, so the README's plain install runs the gallery
-OPTIONAL_NEEDS = ("torch", "transformers")
+OPTIONAL_NEEDS = ("torch", "transformers", "pytest")  # tutorial 06 imports pytest
 
 
 def _run_example(f: Path, args, quiet: bool):
