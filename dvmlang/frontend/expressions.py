@@ -246,13 +246,13 @@ class ExpressionsMixin:
         if not isinstance(idx, tuple):
             idx = (idx,)
         if isinstance(base, pointer):
-            if all(i is None or (isinstance(i, slice) and i == slice(None)) for i in idx):
+            if _adds_axes_only(idx):
                 return self.sem.ptr_with(base, lambda off: self._index_tensor(off, idx, node))
             raise self.error(UnsupportedSyntaxError, node, "unsupported tensor index on a pointer: pointers only "
                              "take None (a new unit dimension) and full slices `:`, as in Triton",
                              "offset the pointer instead: ptr + 10 + dl.arange(0, BLOCK)")
         shape = list(base.shape)
-        if not base.shape and all(i is None or (isinstance(i, slice) and i == slice(None)) for i in idx):
+        if not base.shape and _adds_axes_only(idx):
             # as Triton: each None adds a unit dimension and a full slice keeps the value as it is
             n = sum(1 for i in idx if i is None)
             return self.sem.reshape(base, (1,) * n) if n else base
@@ -323,3 +323,8 @@ class BoundMethod:
     def __init__(self, fn, self_):
         self.fn = fn
         self.self = self_
+
+
+def _adds_axes_only(idx: tuple) -> bool:
+    """An index of only ``None`` (a new unit axis) and full slices ``:`` (an axis kept as it is)."""
+    return all(i is None or (isinstance(i, slice) and i == slice(None)) for i in idx)
