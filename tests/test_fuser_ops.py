@@ -1,7 +1,7 @@
 """Every op and composite of ``dvmlang.ops`` against numpy, fused and unfused, at many shapes.
 
 One ``dvmlang.graph`` per (function, fuse) is reused across the shapes of a test, the way a model calls it:
-the shapes are symbolic, so the shapes after the first mostly encode (a new tile size builds once).
+the shapes are symbolic, so the shapes after the first only encode (the first call's tiles are kept).
 """
 
 import math

@@ -1,8 +1,8 @@
 """``@dvmlang.graph``: capture once per symbolic signature, fuse once, encode per call.
 
 A call binds the symbols to the arguments' sizes, checks every deduced equality, picks the fused plan (or
-its split fallback when a guarded row does not fit UB), tiles each group for these sizes, encodes each
-group's kernel (a new shape only encodes: tile sizes come from a small set of powers of two), and runs
+its split fallback when a guarded row does not fit UB or outgrew its row block), tiles each group (at its
+first call; later calls keep the tiles, tiling.py), encodes each group's kernel (a new shape only encodes), and runs
 all of them as one stacked launch: dependent groups in sequence through workspaces, independent groups
 side by side on disjoint cores.
 """
@@ -73,6 +73,8 @@ class Program:
         self.name = name or graph.name
         self.plan = plan(graph, fuse, row_fits=lambda grp, cols: tl.row_fits(grp, cols, profile))
         self.kernels: dict = {}  # (plan id, group id) -> KernelText
+        self._texts: dict = {}  # KernelText.key -> KernelText (kernels shared between the plans)
+        self._tiles: dict = {}  # KernelText.key -> the tiles the kernel was built with
         self.fallbacks = 0
         self._binder = None
 
@@ -87,8 +89,10 @@ class Program:
             return p
         for grp in p.groups:
             if grp.mode == "row" and grp.guard is not None:
-                if not tl.row_fits(grp, env.value(grp.space[-1]), profile):
-                    return p.fallback
+                cols = env.value(grp.space[-1])
+                kept = self._tiles.get(self.kernel(p, grp).key)
+                if not tl.row_fits(grp, cols, profile) or (kept is not None and cols > kept.bc):
+                    return p.fallback  # the row does not fit UB, or outgrew the row block built: no rebuild
         return p
 
     def run(self, inputs: dict[int, np.ndarray], device, session=None, values: dict | None = None) -> Run:
@@ -126,9 +130,30 @@ class Program:
             kname = _kernel_name(self.name, grp)
             kt = matmul_kernel(self.graph, grp, kname) if grp.kind == "matmul" else \
                 vector_kernel(self.graph, grp, kname)
+            # a group of the split fallback plan that generates the same kernel as one of the fused plan (up to
+            # its name) shares that kernel, its builds and its tiles
+            kt.key = (grp.mode, kt.text.replace(grp.name, "\0"), tuple(n.id for n in kt.inputs + kt.outputs),
+                      repr((kt.arg_dims, kt.dims, kt.int_dims)))
+            kt = self._texts.setdefault(kt.key, kt)
             kt.compile()
             self.kernels[key] = kt
         return kt
+
+    def tiles(self, p: Plan, grp: Group, env, profile):
+        """The group's tiles at this call's sizes (tiling.vector_tiles / matmul_tiles), kept across calls."""
+        key = self.kernel(p, grp).key
+
+        def design(d):
+            v = env.value(d)
+            return v if isinstance(self.graph.syms.find(d), int) else max(v, tl.DESIGN_SIZE)
+
+        if grp.kind == "matmul":
+            t = tl.matmul_tiles(grp, env, profile, self._tiles.get(key), design)
+        else:
+            t = tl.vector_tiles(grp, tuple(env.value(d) for d in grp.space), profile, self._tiles.get(key),
+                                tuple(design(d) for d in grp.space))
+        self._tiles[key] = t
+        return t
 
     def prepare_group(self, p: Plan, grp: Group, env, values, device) -> list[StackItem]:
         if grp.kind == "custom":
@@ -155,8 +180,7 @@ class Program:
         if grp.kind == "matmul":
             mm = grp.nodes[0]
             m, n_, k = env.value(mm.shape[-2]), env.value(mm.shape[-1]), env.value(mm.inputs[0].shape[-1])
-            bm, bn, bk = tl.choose_matmul(m, n_, k, mm.inputs[0].dtype.itemsize, device.profile,
-                                          tl.live_bytes_per_element(grp))
+            bm, bn, bk = self.tiles(p, grp, env, device.profile)
             nbn = -(-n_ // bn)
             batch = space[:-2]
             grid = ((-(-m // bm)) * nbn, batch[0] if len(batch) > 0 else 1, batch[1] if len(batch) > 1 else 1)
@@ -164,16 +188,13 @@ class Program:
             prepared = kt.kernel.prepare(grid, *args, BM=bm, BN=bn, BK=bk, device=device)
         else:
             r = len(space)
-            rows = space[-2] if r >= 2 else 1
-            cols = space[-1] if r >= 1 else 1
-            outer = space[:-2] if r >= 2 else ()
-            t = tl.choose(grp, rows, cols, max(1, int(np.prod(outer))) if outer else 1, device.profile,
-                          tl.live_bytes_per_element(grp))
+            t = self.tiles(p, grp, env, device.profile)
             if not t.fits:
-                raise GraphError(f"group {grp.name}: a row of {cols} elements does not fit UB")
+                raise GraphError(f"group {grp.name}: a row of {space[-1]} elements does not fit UB")
+            outer = space[:-2] if r >= 2 else ()
             grid = (t.grid[0], outer[0] if len(outer) > 0 else 1, outer[1] if len(outer) > 1 else 1)
-            args += [rows, cols] + ([t.ncb] if grp.mode == "tiled" else []) + [float(env.value(s)) for s in kt.dims]
-            args += [env.value(s) for s in kt.int_dims]
+            args += [space[-2] if r >= 2 else 1, space[-1] if r >= 1 else 1] + ([t.ncb] if grp.mode == "tiled" else [])
+            args += [float(env.value(s)) for s in kt.dims] + [env.value(s) for s in kt.int_dims]
             if any(n.op == "gather" for n in grp.nodes):
                 with warnings.catch_warnings():  # the table load is a gather by design (ops.gather)
                     warnings.filterwarnings("ignore", message=r".*becomes a gather/scatter", category=PerformanceWarning)

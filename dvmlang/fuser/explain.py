@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 
 from rich.console import Console, Group as RGroup
 from rich.text import Text
@@ -44,26 +45,16 @@ class Report:
             space = tuple(env.value(d) for d in grp.space)
         except KeyError:
             return ""
-        if grp.kind == "matmul":
-            mm = grp.nodes[0]
-            m, n, k = env.value(mm.shape[-2]), env.value(mm.shape[-1]), env.value(mm.inputs[0].shape[-1])
-            bm, bn, bk = tl.choose_matmul(m, n, k, mm.inputs[0].dtype.itemsize, self.profile,
-                                          tl.live_bytes_per_element(grp))
-            tiles = -(-m // bm) * -(-n // bn)
-            batch = 1
-            for d in space[:-2]:
-                batch *= d
-            return f"tiles {bm}x{bn}x{bk}, {tiles * batch} programs on {self.profile.cube_cores} cube cores"
         if grp.kind == "custom":
             return "user kernel"
-        r = len(space)
-        rows = space[-2] if r >= 2 else 1
-        cols = space[-1] if r >= 1 else 1
-        outer = 1
-        for d in space[:-2]:
-            outer *= d
+        t = self.cap.tiles(self.plan, grp, env, self.profile)
+        if grp.kind == "matmul":
+            bm, bn, bk = t
+            mm = grp.nodes[0]
+            tiles = -(-env.value(mm.shape[-2]) // bm) * -(-env.value(mm.shape[-1]) // bn)
+            return f"tiles {bm}x{bn}x{bk}, {tiles * math.prod(space[:-2])} programs on {self.profile.cube_cores} cube cores"
+        outer = math.prod(space[:-2])
         live = tl.live_bytes_per_element(grp)
-        t = tl.choose(grp, rows, cols, outer, self.profile, live)
         programs = t.grid[0] * outer
         waves = -(-programs // self.profile.vector_cores)
         return (f"{grp.mode} tiles {t.br}x{t.bc} over {space}, {programs} programs ({waves} wave(s) on "
@@ -78,7 +69,7 @@ class Report:
         else:
             head.append(" (unfused: one launch per op)")
         if p.split_reductions:
-            head.append(" — split plan: a guarded row did not fit UB")
+            head.append(" — split plan: a guarded row did not fit UB or outgrew the row block built")
         tree = Tree(head)
         if g.syms.deductions:
             ded = tree.add(Text("deduced equalities (checked at every call)"))
@@ -101,8 +92,9 @@ class Report:
                 if tiling:
                     node.add(Text("tiling: " + tiling))
                 if grp.guard is not None:
-                    node.add(Text(f"guard: a whole row of {grp.guard} elements must fit UB, checked at every call; "
-                                  "when it does not, the split plan runs instead (reductions end their groups)"))
+                    node.add(Text(f"guard: a whole row of {grp.guard} elements must fit UB and the row block the "
+                                  "kernel was built with (its first call's), checked at every call; when it does "
+                                  "not, the split plan runs instead (reductions end their groups): no rebuild"))
         if p.rejections:
             rej = tree.add(Text("not fused"))
             for r in p.rejections:

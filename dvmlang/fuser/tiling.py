@@ -1,9 +1,15 @@
 """Auto-tiling of fused groups, per call, from UB capacity and the group's peak live buffers.
 
-Tile sizes are powers of two (so a handful of builds serve every shape). Among the candidates the tiler
-picks the cheapest by a small analytic model — ``waves x (work per tile + overhead per tile)`` with
-``waves = ceil(tiles / cores)`` — which prefers tile counts that are multiples of the core count and
-leaves at most one ragged tile per dimension.
+Tile sizes are powers of two. Among the candidates the tiler picks the cheapest by a small analytic model —
+``waves x (work per tile + overhead per tile)`` with ``waves = ceil(tiles / cores)`` — which prefers tile
+counts that are multiples of the core count and leaves at most one ragged tile per dimension.
+
+The tiles are chosen at a plan's first call and kept for every later call of the same plan, because tile sizes
+are compile-time constants of the generated kernels: a kept tile makes a new size only an encode (masks cover
+the ragged edge; the grid and block counts are runtime values). A symbolic dim is tiled as if it were at least
+DESIGN_SIZE: a tile too large for a small size wastes little time (the small call is cheap), a tile too small
+for a large one multiplies its programs. A row-mode group whose symbolic row outgrows its row block (which
+must hold a whole row) makes the program switch to its split plan (api.Program.choose); no rebuild.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from .fusion import Group
 from .graph import GraphError
 
 TILE_OVERHEAD_ELEMS = 2048  # fixed cost of a tile (DMA latency, dispatch), in element-equivalents
+DESIGN_SIZE = 256  # a symbolic dim is tiled for at least this size (its tiles are kept for every later size)
 
 
 @dataclass
@@ -110,6 +117,42 @@ def choose(grp: Group, rows: int, cols: int, outer: int, profile, live_bytes: in
                          "dimensions); reshape the tensor to fewer, larger leading dimensions")
     _, br, bc, ncb = best
     return Tiling(br, bc, (math.ceil(rows / br) * ncb, 1, 1), ncb)
+
+
+def vector_tiles(grp: Group, space: tuple, profile, kept: Tiling | None = None, design: tuple | None = None) -> Tiling:
+    """The tiles of a vector group over its iteration ``space`` (outer..., rows, cols): ``kept`` (an earlier
+    call's tiles) while they still hold a row and stay within the program limit, else a choice for the
+    ``design`` sizes (``space`` with its symbolic dims raised to DESIGN_SIZE, design_space)."""
+    r = len(space)
+    rows = max(1, space[-2]) if r >= 2 else 1
+    cols = max(1, space[-1]) if r >= 1 else 1
+    outer = max(1, math.prod(space[:-2])) if r > 2 else 1
+    if kept is None or not kept.fits or (grp.mode == "row" and cols > kept.bc):
+        kept = None
+        if design is not None and design != space:
+            kept = choose(grp, max(1, design[-2]) if r >= 2 else 1, max(1, design[-1]), outer, profile,
+                          live_bytes_per_element(grp))
+        if kept is None or not kept.fits:
+            kept = choose(grp, rows, cols, outer, profile, live_bytes_per_element(grp))
+        if not kept.fits:
+            return kept
+    ncb = 1 if grp.mode in ("row", "loop") else math.ceil(cols / kept.bc)
+    tiles = math.ceil(rows / kept.br) * ncb
+    if tiles * outer > profile.max_programs:
+        return choose(grp, rows, cols, outer, profile, live_bytes_per_element(grp))
+    return Tiling(kept.br, kept.bc, (tiles, 1, 1), ncb)
+
+
+def matmul_tiles(grp: Group, env, profile, kept: tuple | None = None, design=None) -> tuple[int, int, int]:
+    """The cube tiles (bm, bn, bk) of a matmul group: ``kept`` if given (any tile is correct: the edges are
+    masked and the K loop runs to the runtime K), else ``choose_matmul`` for the design sizes (``design(d)``:
+    the size a dim is tiled for)."""
+    if kept is not None:
+        return kept
+    mm = grp.nodes[0]
+    size = design or env.value
+    m, n, k = size(mm.shape[-2]), size(mm.shape[-1]), size(mm.inputs[0].shape[-1])
+    return choose_matmul(m, n, k, mm.inputs[0].dtype.itemsize, profile, live_bytes_per_element(grp))
 
 
 def choose_matmul(m: int, n: int, k: int, itemsize: int, profile, epilogue_bytes: int = 4) -> tuple[int, int, int]:

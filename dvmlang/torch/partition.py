@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .. import dtypes as dt
-from ..errors import DvmError
+from ..errors import BytecodeError, DeviceError, DvmError
 from ..fuser.api import Program
 from ..npu import default_device
 from ..trace.record import active_session
@@ -183,7 +183,9 @@ class CompiledGraph:
                 try:
                     self._run_region(step, env, device)
                     continue
-                except DvmError as e:  # e.g. a row that does not fit UB at these sizes: this call runs eagerly
+                except (DeviceError, BytecodeError):
+                    raise  # a fault of the generated code is a dvmlang bug: never hidden behind eager
+                except DvmError as e:  # e.g. a tile that does not fit UB at these sizes: this call runs eagerly
                     st.STATS.runtime_fallbacks += 1
                     st.STATS.runtime_reasons[step.region.name] = str(e).splitlines()[0]
                     self._run_eager(step.nodes, env, count=True)

@@ -30,8 +30,8 @@ _base = {"builds": 0, "encodes": 0}
 def _kernel_totals() -> dict:
     b = e = 0
     for prog in PROGRAMS:
-        for kt in prog.kernels.values():
-            info = kt.kernel.cache_info()
+        for kernel in {id(kt.kernel): kt.kernel for kt in prog.kernels.values()}.values():  # plans share kernels
+            info = kernel.cache_info()
             b += info.builds
             e += info.encodes
     return {"builds": b, "encodes": e}
