@@ -502,6 +502,14 @@ def _materialise(n: Node, values, env) -> np.ndarray:
     if n.op == "broadcast_to":
         base = _materialise(n.inputs[0], values, env)
         return np.broadcast_to(base, tuple(env.value(d) for d in n.shape))
+    if n.op in ("const", "dim", "iota"):  # free values no group computes when they are outputs themselves
+        shape = tuple(env.value(d) for d in n.shape)
+        if n.op == "iota":
+            ax = n.attrs["axis"]
+            idx = np.arange(shape[ax]).reshape((-1,) + (1,) * (len(shape) - 1 - ax))
+            return np.broadcast_to(idx.astype(n.dtype.np), shape)
+        value = n.attrs["value"] if n.op == "const" else env.value(n.attrs["sym"])
+        return np.full(shape, value, dtype=n.dtype.np)
     raise GraphError(f"internal: value %{n.id} ({n.op}) was never computed")
 
 

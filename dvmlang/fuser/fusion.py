@@ -262,6 +262,7 @@ class Planner:
         self.users = g.users()
         self.reads: dict[int, set[int]] = {}  # group id -> ids of the groups it reads from directly
         self.recomputed: list[Node] = []
+        self.next_id = 0
 
     def reject(self, producer: Node, consumer: Node, reason: str):
         r = Rejection(_desc(producer), _desc(consumer), reason)
@@ -269,7 +270,8 @@ class Planner:
             self.rejections.append(r)  # the first reason for a pair is the one that decided
 
     def new_group(self, kind: str, n: Node, space) -> Group:
-        grp = Group(len(self.groups), kind, [], tuple(space))
+        grp = Group(self.next_id, kind, [], tuple(space))  # never len(groups): a merge removes a group
+        self.next_id += 1
         self.groups.append(grp)
         self.reads[grp.id] = set()
         self.put(grp, n)

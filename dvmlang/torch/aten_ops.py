@@ -133,13 +133,38 @@ def _pow(r, node, x, e):
     return elementwise(fn)(r, node, x)
 
 
+def _bound_value(r, b):
+    """A clamp bound: a number, or a SymInt's value at run time (``clamp(x, -n, n - 1)`` with a symbolic size:
+    the symbols' sizes as runtime scalars, in float32, exact below 2^24)."""
+    if not (isinstance(b, torch.fx.Node) and isinstance(b.meta.get("val"), torch.SymInt)):
+        return number(b)
+
+    def value(e):
+        if e.is_Integer:
+            return int(e)
+        if e.is_Symbol:
+            return r.g.node("dim", [], (), dt.float32, {"sym": r.dim(e)})
+        terms = [value(a) for a in e.args]
+        if type(e).__name__ not in ("Add", "Mul"):
+            raise Unsupported(f"a clamp bound {e} that is not a polynomial of sizes")
+        acc = terms[0]
+        for t in terms[1:]:
+            acc = (ops.add if type(e).__name__ == "Add" else ops.mul)(acc, t)
+        return acc
+    e = expr_of(b.meta["val"])
+    return e if isinstance(e, int) else value(e)
+
+
 @lowers(aten.clamp.default)
 def _clamp(r, node, x, min=None, max=None):
+    lo = None if min is None else _bound_value(r, min)
+    hi = None if max is None else _bound_value(r, max)
+
     def fn(v):
-        if min is not None:
-            v = ops.maximum(v, number(min))
-        if max is not None:
-            v = ops.minimum(v, number(max))
+        if lo is not None:
+            v = ops.maximum(v, lo if isinstance(lo, (int, float)) else ops.cast(lo, v.dtype))
+        if hi is not None:
+            v = ops.minimum(v, hi if isinstance(hi, (int, float)) else ops.cast(hi, v.dtype))
         return v
     return elementwise(fn)(r, node, x)
 

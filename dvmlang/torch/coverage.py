@@ -3,7 +3,7 @@ prints it; tests/test_torch_compile.py checks the doc has every row)."""
 
 from __future__ import annotations
 
-from .aten_ops import LOWERINGS
+from .table import LOWERINGS
 from .partition import op_name
 
 

@@ -35,7 +35,7 @@ from ..fuser.lazy import LazyTensor, lazy as dvm_lazy, tensor as dvm_tensor
 import sys
 
 from .stats import STATS  # noqa: F401 (the module itself: the package's `stats` is the function)
-from .aten_ops import LOWERINGS
+from .table import LOWERINGS
 from .lower import LVal, Region, Unsupported, dvm_dtype
 from .partition import _layout, to_numpy
 

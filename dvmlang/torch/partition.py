@@ -23,7 +23,7 @@ from ..fuser.api import Program
 from ..npu import default_device
 from ..trace.record import active_session
 from . import stats as st
-from .aten_ops import LOWERINGS
+from .table import LOWERINGS
 from .lower import Late, LVal, Region, Unsupported
 
 # nodes with no computation of their own: run on the host wherever they are, never counted as fallbacks
@@ -204,9 +204,16 @@ class CompiledGraph:
                     obj = getattr(obj, part)
                 env[n] = obj
                 continue
-            args = torch.fx.node.map_arg(n.args, lambda a: env[a])
-            kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
+            args = torch.fx.node.map_arg(n.args, lambda a: self._host(a, env))
+            kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self._host(a, env))
             env[n] = n.target(*args, **kwargs)
+
+    def _host(self, a, env):
+        """``a``'s value; a host computation (SymInt arithmetic) a region read symbolically and whose step comes
+        later is computed now (a region that runs eagerly at run time needs its value)."""
+        if a not in env and a.op == "call_function" and a.target in HOST:
+            self._run_eager([a], env, count=False)
+        return env[a]
 
     def _run_region(self, step: Step, env, device):
         r = step.region

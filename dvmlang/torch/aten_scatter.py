@@ -1,0 +1,270 @@
+"""More of the op table (``aten_ops.LOWERINGS``): the ops torch's backward graphs and decompositions produce —
+scatters, ``index_put``, ``slice_scatter``, ``flip``, constant padding, ``max``/``min`` with indices — and the CPU
+flash-attention forward and backward that a training graph keeps whole.
+
+Scatters are written as comparisons, not as stores to computed positions: along the scattered dim, position
+``j`` of the result takes the sources whose index is ``j`` (``index[..., k] == j``, a tile of k x n per row),
+summed for ``scatter_add`` and an accumulating ``index_put`` (a one-hot matmul), or the last one for ``scatter``
+(torch's CPU order). No two programs write one element, so the result does not depend on the schedule.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import dtypes as dt
+from ..fuser import dims, ops
+from .aten_ops import _bound, _Meta, _shape_of, lowers
+from .lower import Unsupported, number, plain, result
+
+aten = torch.ops.aten
+
+
+def _iota(r, n, rank: int = 1, axis: int = 0):
+    """The int32 tile 0..n-1 along ``axis`` of a ``rank``-d shape of ones elsewhere."""
+    shape = tuple(n if i == axis else 1 for i in range(rank))
+    return r.g.node("iota", [], shape, dt.int32, {"axis": axis})
+
+
+def _const(r, value, d: dt.DType, shape=()):
+    """A constant of dtype ``d`` broadcast to ``shape`` (a node of the region's graph: ``ops`` alone cannot tell
+    which graph a Python number belongs to)."""
+    c = r.g.node("const", [], (), d, {"value": d.np.type(value).item() if not d.is_bool else bool(value)})
+    return ops.broadcast_to(c, tuple(shape)) if shape else c
+
+
+def _to_last(v, d: int):
+    """``v`` with dim ``d`` moved last, and the permutation that moves it back."""
+    rank = v.ndim
+    if d == rank - 1:
+        return v, None
+    perm = [i for i in range(rank) if i != d] + [d]
+    back = [perm.index(i) for i in range(rank)]
+    return ops.permute(v, tuple(perm)), tuple(back)
+
+
+def _back(v, back):
+    return v if back is None else ops.permute(v, back)
+
+
+def _same(r, a, b) -> bool:
+    return r.g.syms.equal(a, b) is True
+
+
+def _scatter(r, node, base, dim, index, src, how: str):
+    """``how``: "add" (scatter_add), "src" (scatter of a tensor, the last source wins) or "value" (of a number)."""
+    b = plain(r, r.operand(base))
+    rank = b.ndim
+    if rank == 0 or rank > 3:
+        raise Unsupported(f"a scatter into a tensor of rank {rank} (dvmlang scatters ranks 1 to 3)")
+    d = dim % rank
+    i = plain(r, r.operand(index))
+    if i.ndim != rank or not all(_same(r, i.shape[k], b.shape[k]) for k in range(rank) if k != d):
+        raise Unsupported("a scatter whose index differs from the result outside the scattered dim")
+    bl, back = _to_last(b, d)
+    il, _ = _to_last(i, d)
+    eq = ops.eq(ops.unsqueeze(ops.cast(il, dt.int32), -1), _iota(r, bl.shape[-1], 1))  # [..., k, n]
+    if how == "value":
+        hit = ops.gt(ops.max(ops.cast(eq, dt.float32), -2), 0)
+        out = ops.where(hit, _const(r, number(src), bl.dtype), bl)
+        return result(r, node, _back(out, back))
+    s = plain(r, r.operand(src))
+    if s.ndim != rank:
+        raise Unsupported("a scatter source of another rank than its index")
+    for k in range(rank):
+        if not _same(r, s.shape[k], i.shape[k]):
+            if not (isinstance(s.shape[k], int) and isinstance(i.shape[k], int)):
+                raise Unsupported("a scatter source larger than its index along a symbolic dim")
+            s = ops.slice(s, k, 0, i.shape[k])
+    sl, _ = _to_last(ops.cast(s, bl.dtype), d)
+    if how == "add":
+        out = ops.add(bl, ops.sum(ops.where(eq, ops.unsqueeze(sl, -1), 0), -2))
+        return result(r, node, _back(out, back))
+    last = ops.max(ops.where(eq, _iota(r, il.shape[-1], 2, 0), -1), -2)  # [..., n]: the last k that hits
+    out = ops.where(ops.ge(last, 0), ops.gather(sl, -1, ops.maximum(last, 0)), bl)
+    return result(r, node, _back(out, back))
+
+
+@lowers(aten.scatter_add.default)
+def _scatter_add(r, node, base, dim, index, src):
+    return _scatter(r, node, base, dim, index, src, "add")
+
+
+@lowers(aten.scatter.src)
+def _scatter_src(r, node, base, dim, index, src):
+    return _scatter(r, node, base, dim, index, src, "src")
+
+
+@lowers(aten.scatter.value)
+def _scatter_value(r, node, base, dim, index, value):
+    return _scatter(r, node, base, dim, index, value, "value")
+
+
+@lowers(aten.index_put.default)
+def _index_put(r, node, base, indices, values, accumulate=False):
+    """``base[..., idx, ...] = values`` (or ``+=``) with one integer index tensor, on any dim ``d``: per position
+    ``v`` along ``d``, the values whose index is ``v``. Accumulating, a one-hot matmul (``onehot(idx)^T @
+    values``; a 2-d index, as an embedding's backward has, on dim 0 of a matrix); otherwise the last value whose
+    index is ``v`` (a 1-d index)."""
+    tens = [k for k, t in enumerate(indices) if t is not None]
+    if len(tens) != 1:
+        raise Unsupported("index_put with other than one index tensor")
+    d = tens[0]
+    b = plain(r, r.operand(base))
+    idx = plain(r, r.operand(indices[d]))
+    if idx.dtype.is_bool or idx.dtype.is_float:
+        raise Unsupported("index_put with a bool or float index")
+    vals = ops.cast(plain(r, r.operand(values)), b.dtype)
+    if vals.ndim != b.ndim - 1 + idx.ndim or b.ndim > 3 or idx.ndim > 2 or (idx.ndim == 2 and (d or b.ndim != 2)):
+        raise Unsupported("index_put other than by a 1-d index (or a 2-d one into the rows of a matrix)")
+    rows = b.shape[d]
+    if d:  # the indexed dim first, in the result and in the values (whose dim d is the index's)
+        perm = (d,) + tuple(k for k in range(b.ndim) if k != d)
+        b, vals = ops.permute(b, perm), ops.permute(vals, perm)
+    idx = ops.cast(idx, dt.int32)
+    idx = ops.where(ops.lt(idx, 0), ops.add(idx, rows), idx)
+    eq = ops.eq(ops.unsqueeze(idx, -1), _iota(r, rows, 1))  # idx.shape + (rows,)
+    if accumulate:
+        onehot = ops.cast(eq, dt.float32 if b.dtype.itemsize >= 4 else b.dtype)
+        w = ops.cast(vals, onehot.dtype)
+        if idx.ndim == 2:
+            acc = ops.sum(ops.matmul(ops.transpose(onehot, 1, 2), w), 0)
+        elif b.ndim == 3:  # [N, A, B] values: per a, onehot^T @ values[:, a, :]
+            oh = ops.broadcast_to(ops.unsqueeze(ops.transpose(onehot, 0, 1), 0), (w.shape[1], rows, idx.shape[0]))
+            acc = ops.permute(ops.matmul(oh, ops.permute(w, (1, 0, 2))), (1, 0, 2))
+        else:
+            acc = ops.matmul(ops.transpose(onehot, 0, 1), w if w.ndim == 2 else ops.unsqueeze(w, -1))
+            acc = acc if b.ndim == 2 else ops.squeeze(acc, -1)
+        out = ops.add(b, ops.cast(acc, b.dtype))
+    else:
+        if idx.ndim != 1:
+            raise Unsupported("index_put (not accumulating) with a 2-d index")
+        last = ops.max(ops.where(eq, _iota(r, idx.shape[0], 2, 0), -1), 0)  # [rows]
+        picked = ops.index_select(vals, 0, ops.maximum(last, 0))
+        hit = ops.ge(last, 0)
+        out = ops.where(ops.reshape(hit, (rows,) + (1,) * (b.ndim - 1)), picked, b)
+    if d:
+        out = ops.permute(out, tuple(perm.index(k) for k in range(b.ndim)))
+    return result(r, node, out)
+
+
+@lowers(aten.slice_scatter.default)
+def _slice_scatter(r, node, base, src, dim=0, start=None, end=None, step=1):
+    if step != 1:
+        raise Unsupported("slice_scatter with a step")
+    b = plain(r, r.operand(base))
+    d = dim % b.ndim
+    size = _shape_of(r.operand(base), r)[d]
+    b0, b1 = _bound(r, start, size), _bound(r, end, size)
+    parts = []
+    if b0 not in (None, 0):
+        parts.append(ops.slice(b, d, 0, b0))
+    parts.append(ops.cast(plain(r, r.operand(src)), b.dtype))
+    if b1 is not None and not (isinstance(size, int) and b1 == size):
+        parts.append(ops.slice(b, d, b1, None))
+    return result(r, node, ops.cat(parts, d) if len(parts) > 1 else parts[0])
+
+
+@lowers(aten.flip.default)
+def _flip(r, node, x, dims):
+    v = plain(r, r.operand(x))
+    for d in {d % v.ndim for d in dims}:
+        n = v.shape[d]
+        v = ops.index_select(v, d, ops.cast(ops.sub(ops.sub(n, _iota(r, n)), 1), dt.int32))  # n - 1 - i
+    return result(r, node, v)
+
+
+@lowers(aten.constant_pad_nd.default)
+def _pad(r, node, x, pad, value=0):
+    v = plain(r, r.operand(x))
+    if len(pad) % 2 or len(pad) // 2 > v.ndim:
+        raise Unsupported("a pad list that is not pairs for the last dims")
+    for p in range(len(pad) // 2):
+        d = v.ndim - 1 - p
+        lo, hi = number(pad[2 * p]), number(pad[2 * p + 1])
+        if lo < 0:
+            v = ops.slice(v, d, -lo, None)
+        if hi < 0:
+            v = ops.slice(v, d, 0, dims.arith(r.g.syms, "+", v.shape[d], hi))
+        parts = []
+        for width in (lo, hi):
+            if width > 0:
+                shape = tuple(width if k == d else v.shape[k] for k in range(v.ndim))
+                parts.append(_const(r, number(value), v.dtype, shape))
+            else:
+                parts.append(None)
+        pieces = [q for q in (parts[0], v, parts[1]) if q is not None]
+        v = ops.cat(pieces, d) if len(pieces) > 1 else v
+    return result(r, node, v)
+
+
+@lowers(aten.max.dim, aten.min.dim)
+def _max_dim(r, node, x, dim, keepdim=False):
+    lv = r.operand(x)
+    v = plain(r, lv)
+    d = dim % max(1, v.ndim)
+    big = node.target is aten.max.dim
+    red = (ops.max if big else ops.min)(v, d, keepdims=keepdim)
+    arg = (ops.argmax if big else ops.argmin)(v, d, keepdims=keepdim)
+    vals, idx = node.meta["val"]
+    return result(r, _Meta(vals), red), result(r, _Meta(idx), arg)
+
+
+# ---- CPU flash attention (kept whole in training graphs: backend._TRAIN_KEEPS) ---------------------------------
+
+def _scores(r, q, k, is_causal, attn_mask, scale):
+    """``q @ k^T * scale`` with the causal mask (top-left aligned, as torch) and ``attn_mask`` applied."""
+    s = ops.mul(ops.matmul(q, ops.transpose(k, -2, -1)), scale)
+    if is_causal:
+        lq, lk = q.shape[-2], k.shape[-2]
+        keep = ops.le(_iota(r, lk, 2, 1), _iota(r, lq, 2, 0))
+        s = ops.where(keep, s, -math.inf)
+    if attn_mask is not None:
+        m = plain(r, r.operand(attn_mask))
+        s = ops.where(m, s, -math.inf) if m.dtype.is_bool else ops.add(s, ops.cast(m, s.dtype))
+    return s
+
+
+def _scale_of(r, q, scale):
+    """The softmax scale: ``scale``, else ``1 / sqrt(E)`` (a runtime value when the head dim E is symbolic)."""
+    e = q.shape[-1]
+    if scale is not None:
+        return number(scale)
+    if isinstance(e, int):
+        return 1.0 / math.sqrt(e)
+    return ops.rsqrt(r.g.node("dim", [], (), dt.float32, {"sym": e}))
+
+
+@lowers(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _flash_fwd(r, node, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    if dropout_p:
+        raise Unsupported("attention with dropout")
+    qv, kv, vv = (ops.cast(plain(r, r.operand(t)), dt.float32) for t in (q, k, v))
+    s = _scores(r, qv, kv, is_causal, attn_mask, _scale_of(r, qv, scale))
+    m = ops.max(s, -1, keepdims=True)
+    lse = ops.add(m, ops.log(ops.sum(ops.exp(ops.sub(s, m)), -1, keepdims=True)))
+    out = ops.matmul(ops.exp(ops.sub(s, lse)), vv)
+    o_meta, l_meta = node.meta["val"]
+    return result(r, _Meta(o_meta), out), result(r, _Meta(l_meta), ops.squeeze(lse, -1))
+
+
+@lowers(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def _flash_bwd(r, node, grad_out, q, k, v, out, logsumexp, dropout_p=0.0, is_causal=False, *, attn_mask=None,
+               scale=None):
+    """The attention backward from the saved logsumexp: ``P = exp(S - lse)``, ``dV = P^T dO``,
+    ``dS = P * (dO V^T - rowsum(dO * O))``, ``dQ = dS K * scale``, ``dK = dS^T Q * scale``."""
+    if dropout_p:
+        raise Unsupported("attention with dropout")
+    do, qv, kv, vv, ov = (ops.cast(plain(r, r.operand(t)), dt.float32) for t in (grad_out, q, k, v, out))
+    sc = _scale_of(r, qv, scale)
+    lse = ops.unsqueeze(plain(r, r.operand(logsumexp)), -1)
+    p = ops.exp(ops.sub(_scores(r, qv, kv, is_causal, attn_mask, sc), lse))
+    dv = ops.matmul(ops.transpose(p, -2, -1), do)
+    dp = ops.matmul(do, ops.transpose(vv, -2, -1))
+    ds = ops.mul(p, ops.sub(dp, ops.sum(ops.mul(do, ov), -1, keepdims=True)))
+    dq = ops.mul(ops.matmul(ds, kv), sc)
+    dk = ops.mul(ops.matmul(ops.transpose(ds, -2, -1), qv), sc)
+    metas = node.meta["val"]
+    return tuple(result(r, _Meta(m), g) for m, g in zip(metas, (dq, dk, dv)))
