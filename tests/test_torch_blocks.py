@@ -2,7 +2,7 @@
 forward and gradients equal eager (fp32 rtol 1e-3) and nothing falls back to eager.
 
 Each case runs with ``dynamic=False``; the ones marked ``dyn`` also with ``dynamic=True`` (the rest fall back
-there on a dim torch folds from two symbols in the backward graph: docs/torch.md, Fallbacks)."""
+there: a gather or a bmm on dims torch folded from two symbols; docs/torch.md, Fallbacks)."""
 
 import pytest
 
@@ -68,7 +68,7 @@ CASES = {  # name: (function, args, dyn)
                            False),
     "sdpa_bool_mask": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=BMASK), (Q, K, V), True),
     "rotary_slice_cat_neg": (_rot, (X,), True),
-    "chunk": (lambda a: sum(c * (i + 1) for i, c in enumerate(a.chunk(4, -1))), (X,), False),
+    "chunk": (lambda a: torch.cat([c * (i + 1) for i, c in enumerate(a[..., :15].chunk(4, -1))], -1), (X,), True),
     "split": (lambda a: torch.split(a, [5, 11], -1)[1].exp(), (X,), True),
     "index_select": (lambda a: torch.index_select(a, 1, torch.tensor([3, 0, 5, 3])) * 2, (X,), True),
     "gather": (lambda a, i: torch.gather(a, -1, i) + 1, (X, GI), True),
@@ -82,8 +82,8 @@ CASES = {  # name: (function, args, dyn)
     "tril": (lambda a: torch.tril(a[0, :, :7]), (X,), True),
     "layer_norm": (torch.nn.LayerNorm(16), (X,), True),
     "rms_norm": (torch.nn.RMSNorm(16), (X,), True),
-    "linear_gelu": (lambda a: F.gelu(LIN(a)), (X,), False),
-    "linear_silu_relu": (lambda a: F.relu(F.silu(LIN(a)) - 0.1), (X,), False),
+    "linear_gelu": (lambda a: F.gelu(LIN(a)), (X,), True),
+    "linear_silu_relu": (lambda a: F.relu(F.silu(LIN(a)) - 0.1), (X,), True),
 }
 
 
@@ -113,5 +113,20 @@ def test_attention_layers_train(kind):
         else:
             enc = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
             _check(enc, (X,), True, False)
+            _check(enc, (X,), True, True)
     finally:
         torch.backends.mha.set_fastpath_enabled(prev)
+
+
+def test_chunks_of_a_symbolic_size_encode_at_every_length():
+    """``chunk`` under ``dynamic=True``: chunk sizes are ``(n + 3) // 4`` and ``n - 3 * ((n + 3) // 4)``, sizes the
+    fuser derives from the symbol at every call."""
+    f = lambda a: torch.cat([c * (i + 1) for i, c in enumerate(a.chunk(4, -1))], -1).exp()  # noqa: E731
+    torch._dynamo.reset()
+    D.reset_stats()
+    c = torch.compile(f, backend="dvmlang", dynamic=True)
+    for n in (16, 18, 21, 30):
+        x = torch.randn(3, n)
+        _close(c(x), f(x))
+    s = D.stats()
+    assert s["fallback_ops"] == {} and s["runtime_fallbacks"] == 0, s["runtime_reasons"]

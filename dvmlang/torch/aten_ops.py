@@ -553,8 +553,25 @@ class _Meta:
 
 # ---- matmul --------------------------------------------------------------------------------------------------
 
+def _mm_folded_k(r, la, lb):
+    """``A @ B`` whose inner dim torch folded from two (``A: [M, s0 * s1]``, a weight gradient over ``batch *
+    seq``): a product batched over the outer fold (``[s0, M, s1] @ [s0, s1, N]``) summed over it."""
+    if la.v.ndim != 3 or len(la.groups) != 2 or la.groups[0] != (0,) or la.groups[1] != (1, 2) or lb.rank != 2 \
+            or any(len(g) != 1 for g in lb.groups):
+        raise Unsupported("a matmul whose inner or right-hand dims are folded")
+    s0, s1 = la.v.shape[1], la.v.shape[2]
+    b = plain(r, lb)
+    prod = dims.arith(r.g.syms, "*", s0, s1)
+    if r.g.syms.equal(b.shape[0], prod) is not True:
+        raise Unsupported("a matmul whose folded inner dim differs from the right-hand side's")
+    v = ops.sum(ops.matmul(ops.permute(la.v, (1, 0, 2)), ops.reshape(b, (s0, s1, b.shape[1]))), 0)
+    return v, ((0,), (1,))
+
+
 def _mm(r, node, a, b):
     la, lb = r.operand(a), r.operand(b)
+    if len(la.groups[-1]) == 2 and all(len(g) == 1 for g in lb.groups):
+        return _mm_folded_k(r, la, lb)
     if len(la.groups[-1]) != 1 or any(len(g) != 1 for g in lb.groups):
         raise Unsupported("a matmul whose inner or right-hand dims are folded")
     if la.v.ndim > 4:

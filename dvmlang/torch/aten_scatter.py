@@ -49,8 +49,14 @@ def _back(v, back):
     return v if back is None else ops.permute(v, back)
 
 
-def _same(r, a, b) -> bool:
-    return r.g.syms.equal(a, b) is True
+def _same(r, a, b, why: str = "") -> bool:
+    """Whether dims ``a`` and ``b`` are equal: proven, or (with ``why``) assumed and checked at every call (a call
+    where they differ runs eagerly)."""
+    eq = r.g.syms.equal(a, b)
+    if eq is None and why:
+        r.g.syms.unify(a, b, why)
+        return True
+    return eq is True
 
 
 def _scatter(r, node, base, dim, index, src, how: str):
@@ -61,7 +67,8 @@ def _scatter(r, node, base, dim, index, src, how: str):
         raise Unsupported(f"a scatter into a tensor of rank {rank} (dvmlang scatters ranks 1 to 3)")
     d = dim % rank
     i = plain(r, r.operand(index))
-    if i.ndim != rank or not all(_same(r, i.shape[k], b.shape[k]) for k in range(rank) if k != d):
+    if i.ndim != rank or not all(_same(r, i.shape[k], b.shape[k], "a scatter's index and result")
+                                 for k in range(rank) if k != d):
         raise Unsupported("a scatter whose index differs from the result outside the scattered dim")
     bl, back = _to_last(b, d)
     il, _ = _to_last(i, d)

@@ -96,6 +96,12 @@ class LVal:
         return len(self.groups)
 
 
+def _negative_term(a) -> bool:
+    """Whether a term of a sympy sum has a negative coefficient (``-3*x``)."""
+    return isinstance(a, sympy.Mul) and a.args[0].is_Number and a.args[0].is_negative is True or \
+        (a.is_Number and a.is_negative is True)
+
+
 class Region:
     """One dvmlang program under construction: its fuser graph, inputs and lowered values."""
 
@@ -192,7 +198,8 @@ class Region:
         return total
 
     def dim_expr(self, e):
-        """A fuser Dim for a torch size expression that may be arithmetic on symbols (``s0 - 1``, ``2 * s1``)."""
+        """A fuser Dim for a torch size expression that may be arithmetic on symbols (``s0 - 1``, ``2 * s1``,
+        ``(s0 + 3) // 4``)."""
         if isinstance(e, int):
             return e
         if str(e) in self.sym_of or isinstance(e, sympy.Symbol):
@@ -200,11 +207,17 @@ class Region:
         if e.is_Integer:
             return int(e)
         ops_ = {sympy.Add: "+", sympy.Mul: "*"}
-        op = ops_.get(type(e))
+        op = ops_.get(type(e)) or {"FloorDiv": "//", "PythonMod": "%", "Mod": "%"}.get(type(e).__name__)
         if op is None:
             raise Unsupported(f"the size {e} is not a polynomial of the region's symbols")
         acc = None
-        for a in e.args:
+        args = e.args
+        if op == "+":  # positive terms first, negative ones subtracted: no intermediate size is negative
+            args = sorted(args, key=_negative_term)
+        for a in args:
+            if op == "+" and acc is not None and _negative_term(a):
+                acc = dims.arith(self.g.syms, "-", acc, self.dim_expr(-a))
+                continue
             d = self.dim_expr(int(a) if a.is_Integer else a)
             acc = d if acc is None else dims.arith(self.g.syms, op, acc, d)
         if not isinstance(acc, int):
@@ -228,6 +241,10 @@ class Region:
                 e = expr_of(s)
                 if isinstance(e, int):
                     shape.append(e)
+                elif str(e) not in self.sym_of and not isinstance(e, sympy.Symbol) and \
+                        e.is_polynomial(*e.free_symbols) and \
+                        all(f in self.sources or str(f) in self.sym_of for f in e.free_symbols):
+                    shape.append(self.dim_expr(e))  # a product of symbols (a backward graph's s0 * s1): derived
                 else:
                     sym = self.sym_of.get(str(e)) or self._new_sym(e, f"{node.name}.shape[{i}]")
                     shape.append(sym)
