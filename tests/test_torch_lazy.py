@@ -250,9 +250,14 @@ def test_custom_op_eager_compile_fullgraph_and_lazy():
     dvt.reset_stats()
     torch.testing.assert_close(scaled_add(x, y), 2 * x + y)
     assert dvt.stats()["launches"] == 1
+    assert dvt.stats()["cycles"] > 0 and dvt.stats()["simulated_us"] > 0
     f = torch.compile(lambda a, b: torch.relu(scaled_add(a, b)) + 1, backend="dvmlang", fullgraph=True)
+    dvt.reset_stats()
     with torch.no_grad():
         torch.testing.assert_close(f(x, y), torch.relu(2 * x + y) + 1)
+    s = dvt.stats()
+    assert s["fallback_ops"] == {} and s["launches"] == 2  # the custom op's kernel, then the fused relu + 1
+    assert "custom op scaled_add.default" in str(dvt.explain(lambda a, b: scaled_add(a, b) * 2, x, y))
     dvt.reset_stats()
     with torch.no_grad(), dvt.lazy() as s:
         z = torch.exp(scaled_add(x * 3, y))  # flushes x * 3, runs the kernel, exp is pending again

@@ -102,6 +102,8 @@ class Device:
         self.batch_bytes = batch_bytes
         self.sequential = sequential
         self._machines: dict = {}
+        self.simulated_cycles = 0  # every launch's cycles and simulated microseconds, summed (for counters
+        self.simulated_us = 0.0  # such as dvmlang.torch.stats(), which take differences)
 
     def __repr__(self) -> str:
         return f"<dvmlang.npu.Device {self.profile.name}>"
@@ -142,6 +144,8 @@ class Device:
                 total.bytes_read += rec.bytes_read
                 total.bytes_written += rec.bytes_written
         total.wall_s = time.perf_counter() - t0
+        self.simulated_cycles += total.cycles
+        self.simulated_us += total.cycles / self.profile.clock_hz * 1e6
         return total
 
     def run_stack(self, stages, *, name: str, trace=None) -> LaunchRecord:
@@ -170,6 +174,8 @@ class Device:
         total.members = members
         total.stages = [len(s) for s in stages]
         total.wall_s = time.perf_counter() - t0
+        self.simulated_cycles += total.cycles
+        self.simulated_us += total.cycles / self.profile.clock_hz * 1e6
         return total
 
     def _check_fits(self, bc):

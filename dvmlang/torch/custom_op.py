@@ -16,9 +16,11 @@ import inspect
 import torch
 
 from ..errors import DvmError
+from ..npu import default_device
 from ..runtime import Kernel
 
-from .lazy import CUSTOM_OPS, STATS, st
+from .lazy import STATS, st
+from .table import CUSTOM_OPS
 
 
 def _kernels_of(launch) -> list:
@@ -133,8 +135,12 @@ def custom_op(name: str, *, outputs, n_inputs: int | None = None):
                 raise CustomOpError(f"custom op {name}: outputs(...) declared {len(outs)} output(s) but the "
                                     f"launcher takes {n_out}")
             before = sum(k.cache_info().launches for k in kernels)
+            dev = default_device()
+            cycles, us = dev.simulated_cycles, dev.simulated_us
             launch(*[a.contiguous() if a.dim() and not a.is_contiguous() else a for a in args], *outs)
             STATS.launches += sum(k.cache_info().launches for k in kernels) - before
+            STATS.cycles += dev.simulated_cycles - cycles  # launches on the default device (the launcher's usual)
+            STATS.sim_us += dev.simulated_us - us
             return outs[0] if n_out == 1 else tuple(outs)
 
         def fake(*args):

@@ -50,6 +50,8 @@ class Explanation:
                         out.append(f"    group {grp}")
                 elif kind == "eager":
                     out.append(f"  fallback {', '.join(names)}: {reason}")
+                elif kind == "custom":
+                    out.append(f"  custom op {', '.join(names)}: its launcher's dvmlang kernels (one launch each)")
             if g.fallbacks:
                 out.append("  fallbacks: " + "; ".join(f"{k}: {v}" for k, v in g.fallbacks.items()))
         return out
@@ -100,7 +102,7 @@ def explain(model, *inputs, dynamic=None, grad: bool = False, **kwargs) -> Expla
             if s.kind == "region" and s.program is not None:
                 groups = [f"{g.name} [{g.kind}]: " + ", ".join(f"%{n.id} {n.op}" for n in g.nodes)
                           for g in s.program.plan.groups]
-            if s.kind in ("region", "eager"):
+            if s.kind in ("region", "eager", "custom"):
                 steps.append((s.kind, _compact(s.nodes), s.reason, groups))
         rep.graphs.append(GraphReport(cg.name, steps, dict(cg.fallbacks)))
     return rep

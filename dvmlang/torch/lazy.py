@@ -35,7 +35,7 @@ from ..fuser.lazy import LazyTensor, lazy as dvm_lazy, tensor as dvm_tensor
 import sys
 
 from .stats import STATS  # noqa: F401 (the module itself: the package's `stats` is the function)
-from .table import LOWERINGS
+from .table import CUSTOM_OPS, LOWERINGS
 from .lower import LVal, Region, Unsupported, dvm_dtype
 from .partition import _layout, to_numpy
 
@@ -45,7 +45,6 @@ aten = torch.ops.aten
 
 # ops that observe a value on the host: a flush, never counted as a fallback
 OBSERVE = {aten._local_scalar_dense.default, aten.is_nonzero.default, aten.equal.default}
-CUSTOM_OPS: set = set()  # ops made by dvmlang.torch.custom_op: they run dvmlang kernels, not torch fallbacks
 
 
 class TorchLazyError(DvmError):

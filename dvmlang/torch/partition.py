@@ -23,7 +23,7 @@ from ..fuser.api import Program
 from ..npu import default_device
 from ..trace.record import active_session
 from . import stats as st
-from .table import LOWERINGS
+from .table import CUSTOM_OPS, LOWERINGS
 from .lower import Late, LVal, Region, Unsupported
 
 # nodes with no computation of their own: run on the host wherever they are, never counted as fallbacks
@@ -43,7 +43,7 @@ def op_name(node) -> str:
 
 @dataclass
 class Step:
-    kind: str  # "region" | "eager" | "host"
+    kind: str  # "region" | "eager" | "host" | "eager_views" | "custom" (a dvmlang.torch.custom_op) | "empty"
     nodes: list
     region: Region | None = None
     program: Program | None = None
@@ -79,6 +79,9 @@ class CompiledGraph:
                 continue
             if node.op == "call_function" and node.target in HOST and not _tuple_getitem(node, current):
                 self._eager(node, made_at, "host")
+                continue
+            if node.op == "call_function" and node.target in CUSTOM_OPS:
+                self._eager(node, made_at, "custom")  # a dvmlang.torch.custom_op: its launcher runs dvmlang kernels
                 continue
             fn = LOWERINGS.get(node.target) if node.op == "call_function" else None
             if fn is None:
@@ -189,7 +192,7 @@ class CompiledGraph:
                     st.STATS.runtime_fallbacks += 1
                     st.STATS.runtime_reasons[step.region.name] = str(e).splitlines()[0]
                     self._run_eager(step.nodes, env, count=True)
-            elif step.kind in ("eager", "host", "eager_views"):
+            elif step.kind in ("eager", "host", "eager_views", "custom"):
                 self._run_eager(step.nodes, env, count=step.kind == "eager")
         out = torch.fx.node.map_arg(self.output_node.args[0], lambda n: env[n])
         return out

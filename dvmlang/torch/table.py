@@ -5,4 +5,6 @@ Everything that lowers torch ops (the partitioner, lazy mode, the coverage table
 from . import aten_scatter  # noqa: F401 - registers its lowerings in aten_ops.LOWERINGS
 from .aten_ops import LOWERINGS
 
-__all__ = ["LOWERINGS"]
+CUSTOM_OPS: set = set()  # ops made by dvmlang.torch.custom_op: they launch dvmlang kernels, never a fallback
+
+__all__ = ["LOWERINGS", "CUSTOM_OPS"]
