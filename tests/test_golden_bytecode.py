@@ -1,5 +1,6 @@
 """The bytecode of every gallery launch and the simulated time it took, pinned: a refactoring of the compiler
-or the device must not change a byte or a cycle.
+or the device must not change a byte or a cycle. (This is also the test that each example runs and checks
+itself, without a PerformanceWarning: the gallery shows the DMA path.)
 
 Each launch of each example's ``run()`` (and of each Triton tutorial's in examples/triton/, keyed
 ``triton/NN_name``; a changed tutorial regenerates its own entry with ``-k NN_name``) is recorded as a digest
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from dvmlang.errors import DvmWarning
+from dvmlang.errors import DvmWarning, PerformanceWarning
 from dvmlang.npu.device import Device
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,6 +71,8 @@ def _launches(name: str, monkeypatch) -> list[str]:
     try:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore", DvmWarning)  # a tutorial's do_bench of a torch baseline: nan
+            if not name.startswith("triton/"):
+                warnings.simplefilter("error", PerformanceWarning)  # the gallery shows the DMA path
             spec.loader.exec_module(mod)
             mod.run()
     finally:
@@ -84,8 +87,9 @@ def golden():
 
 @pytest.mark.parametrize("name", EXAMPLES + TUTORIALS)
 def test_gallery_bytecode_is_unchanged(name, golden, monkeypatch):
-    got = _launches(name, monkeypatch)
+    got = _launches(name, monkeypatch)  # runs the example, which checks itself against numpy or torch
     assert got, f"{name} launched nothing"
+    assert all(int(g.split()[1][:-1]) > 0 for g in got), f"{name}: a launch took no cycles"
     if os.environ.get("DVMLANG_REGEN_GOLDEN"):
         data = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
         data[name] = got
