@@ -168,6 +168,21 @@ def test_llama_dynamic_lengths_encode_without_rebuilding():
     assert set(last["fallback_ops"]) <= NOT_YET
 
 
+def test_grouped_query_attention_with_a_symbolic_batch_is_one_launch():
+    """repeat_kv's rank-5 expand is rewritten to a gather along the head dim (torch/rewrite.py)."""
+    m = _llama()  # 4 query heads, 2 key/value heads
+    D.reset_stats()
+    c = torch.compile(m, backend="dvmlang", dynamic=True)
+    for b, n in ((2, 9), (3, 12)):
+        ids = torch.randint(0, 64, (b, n))
+        before = D.stats()
+        with torch.no_grad():
+            _close(c(ids).logits, m(ids).logits)
+        after = D.stats()
+        assert after["launches"] - before["launches"] == 1
+    assert after["fallback_ops"] == {} and after["builds"] == before["builds"]  # the second shape only encodes
+
+
 def test_gpt2_and_bert_match_eager():
     from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)

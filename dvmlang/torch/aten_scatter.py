@@ -17,7 +17,7 @@ import torch
 from .. import dtypes as dt
 from ..fuser import dims, ops
 from .aten_ops import _bound, _Meta, _shape_of, lowers
-from .lower import Unsupported, number, plain, result
+from .lower import Unsupported, expr_of, number, plain, result
 
 aten = torch.ops.aten
 
@@ -181,6 +181,18 @@ def _flip(r, node, x, dims):
         n = v.shape[d]
         v = ops.index_select(v, d, ops.cast(ops.sub(ops.sub(n, _iota(r, n)), 1), dt.int32))  # n - 1 - i
     return result(r, node, v)
+
+
+@lowers(aten.repeat_interleave.self_int)
+def _repeat_interleave(r, node, x, repeats, dim=None, output_size=None):
+    """Each element ``repeats`` times along ``dim``: a gather of index ``i // repeats`` (rewrite.py makes this
+    of grouped-query attention's repeat_kv)."""
+    if dim is None or not isinstance(repeats, int):
+        raise Unsupported("repeat_interleave without a dim or with a symbolic repeat count")
+    v = plain(r, r.operand(x))
+    d = dim % v.ndim
+    n = r.dim(expr_of(node.meta["val"].shape[d]))
+    return result(r, node, ops.index_select(v, d, ops.floor_divide(_iota(r, n), repeats)))
 
 
 @lowers(aten.constant_pad_nd.default)

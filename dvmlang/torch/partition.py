@@ -23,6 +23,7 @@ from ..fuser.api import Program
 from ..npu import default_device
 from ..trace.record import active_session
 from . import stats as st
+from .rewrite import rewrite
 from .table import CUSTOM_OPS, LOWERINGS
 from .lower import Late, LVal, Region, Unsupported
 
@@ -56,6 +57,7 @@ class CompiledGraph:
     """One FX graph (a forward, backward or inference graph of AOTAutograd) partitioned and ready to run."""
 
     def __init__(self, gm: torch.fx.GraphModule, name: str, device=None):
+        rewrite(gm)
         self.gm = gm
         self.name = name
         self.device = device
