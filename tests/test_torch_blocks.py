@@ -81,6 +81,8 @@ CASES = {  # name: (function, args, also with dynamic=True)
         lambda a: _sum(F.log_softmax(a, -1), a.masked_fill(a > 0.5, -1e4).softmax(-1),
                        a.max(-1).values + a.min(1).values.sum(), a.var(-1) + a.mean(1).sum()), (X,), True),
     "cross_entropy": (lambda a, t: F.cross_entropy(a.reshape(-1, 16), t, ignore_index=3).reshape(1), (X, TGT), False),
+    "cross_entropy_lm": (  # a language-model loss: logits and labels folded alike, batch * seq
+        lambda a, t: F.cross_entropy(a.reshape(-1, 16), t.reshape(-1)).reshape(1), (X, IDS % 16), True),
     "sdpa_causal_and_bool_mask": (
         lambda q, k, v: _sum(SDPA(q, k, v, is_causal=True), SDPA(q, k, v, attn_mask=BMASK)), (Q, K, V), True),
     "sdpa_additive_mask": (lambda q, k, v, m: SDPA(q, k, v, attn_mask=m), (Q, K, V, AMASK), False),

@@ -388,8 +388,16 @@ def _index_select(r, node, x, dim, index):
 
 @lowers(aten.gather.default)
 def _gather(r, node, x, dim, index, sparse_grad=False):
-    lv = r.operand(x)
-    return result(r, node, ops.gather(plain(r, lv), dim % lv.rank, plain(r, r.operand(index))))
+    lv, li = r.operand(x), r.operand(index)
+    d = dim % lv.rank
+    if any(len(g) > 1 for g in lv.groups) and any(len(g) != 1 for g in li.groups):
+        li = rebase(r, li, [p or [1] for p in parts_of(r, li)], keep_units=True)  # unit dims in place
+    if any(len(g) > 1 for g in lv.groups) and li.groups == lv.groups and len(lv.groups[d]) == 1 and \
+            all(str(a) == str(b) for k, (pa, pb) in enumerate(zip(parts_of(r, lv), parts_of(r, li))) if k != d
+                for a, b in zip(pa, pb)):
+        # both fold the other dims alike (a loss over logits.view(batch * seq, vocab)): gather on the bases
+        return result(r, node, ops.gather(lv.v, lv.groups[d][0], li.v), lv.groups)
+    return result(r, node, ops.gather(plain(r, lv), d, plain(r, li)))
 
 
 @lowers(aten.index.Tensor)
