@@ -52,7 +52,8 @@ class Report:
             bm, bn, bk = t
             mm = grp.nodes[0]
             tiles = -(-env.value(mm.shape[-2]) // bm) * -(-env.value(mm.shape[-1]) // bn)
-            return f"tiles {bm}x{bn}x{bk}, {tiles * math.prod(space[:-2])} programs on {self.profile.cube_cores} cube cores"
+            programs = tiles * math.prod(space[:-2])
+            return f"tiles {bm}x{bn}x{bk}, {programs} programs on {self.profile.cube_cores} cube cores"
         outer = math.prod(space[:-2])
         live = tl.live_bytes_per_element(grp)
         programs = t.grid[0] * outer

@@ -410,7 +410,9 @@ def var(x, axis=None, keepdims=False, correction=0):
     d = sub(x, mean(x, axis, keepdims=True))
     s = sum(mul(d, d), axis, True)
     n = _count(x, axis)
-    return _drop_axes(_in_dtype_of(x, div(s, (n - correction if isinstance(n, float) else sub(n, correction)) if correction else n)), x, axis, keepdims)
+    if correction:
+        n = n - correction if isinstance(n, float) else sub(n, correction)  # a static count is a Python number
+    return _drop_axes(_in_dtype_of(x, div(s, n)), x, axis, keepdims)
 
 
 # ---- matrix ----------------------------------------------------------------------------------------------
