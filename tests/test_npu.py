@@ -27,6 +27,13 @@ def test_profiles():
     assert p.clock_hz == 1.8e9 and p.hbm_bytes_per_s == 1.6e12
     b3 = PROFILES["910B3"]
     assert (b3.cube_cores, b3.vector_cores) == (20, 40)
+    # the platform-config figures of the calibration note (../shared/calibration.md, 1a)
+    b1, b4, a3 = PROFILES["910B1"], PROFILES["910B4"], PROFILES["A3-9362"]
+    assert (b1.cube_cores, b1.vector_cores, b1.clock_hz) == (24, 48, 1.85e9)
+    assert (b4.cube_cores, b4.vector_cores, b4.clock_hz, b4.hbm_bytes) == (20, 40, 1.5e9, 32 << 30)
+    assert b4.hbm_bytes_per_s == 20 * 32 * 1.5e9  # CANN's tiling model: cores x ddr_rate x clock
+    assert (a3.cube_cores, a3.vector_cores) == (20, 40) and p.l2_bytes == b1.l2_bytes == 192 << 20
+    assert all(PROFILES[q.name] is q for q in (b1, p, b3, b4, a3))  # each also by its "-like" name
     assert Device(profile={"vector_cores": 8}).profile.vector_cores == 8
     with pytest.raises(dvmlang.DvmError, match="unknown device profile .H100."):
         Device(profile="H100")

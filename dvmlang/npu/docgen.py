@@ -11,7 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from ..vm import isa
-from .profile import PROFILES, SOURCES, Profile
+from .profile import PROFILE_SOURCES, PROFILES, SOURCES, Profile
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "device.md"
 
@@ -154,14 +154,18 @@ def cost_table() -> str:
 
 
 def profile_table() -> str:
-    profiles = [PROFILES["910B2"], PROFILES["910B3"]]
-    lines = ["| parameter | 910B2-like | 910B3-like | source | meaning |", "|---|---|---|---|---|"]
+    keys = list(PROFILE_SOURCES)
+    profiles = [PROFILES[k] for k in keys]
+    lines = ["| parameter | " + " | ".join(p.name for p in profiles) + " | source (910B2) | meaning |",
+             "|---|" + "---|" * len(profiles) + "---|---|"]
     for f in fields(Profile):
         if f.name == "name":
             continue
         source, meaning = SOURCES.get(f.name, ("?", ""))
-        vals = [getattr(p, f.name) for p in profiles]
-        lines.append(f"| `{f.name}` | {_fmt(f.name, vals[0])} | {_fmt(f.name, vals[1])} | {source} | {meaning} |")
+        vals = " | ".join(_fmt(f.name, getattr(p, f.name)) for p in profiles)
+        lines.append(f"| `{f.name}` | {vals} | {source} | {meaning} |")
+    lines += ["", "Where each profile's own figures come from (every other figure is the 910B2's):", ""]
+    lines += [f"* `{k}`: {PROFILE_SOURCES[k]}." for k in keys]
     return "\n".join(lines)
 
 
@@ -171,6 +175,8 @@ def _fmt(name: str, v) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     if name.endswith("_bytes") and isinstance(v, int) and v >= 1024 and v % 1024 == 0:
+        if v >= 1 << 30 and v % (1 << 30) == 0:
+            return f"{v >> 30} GiB"
         return f"{v // 1024} KiB" if v < 1 << 20 else f"{v // (1 << 20)} MiB"
     return f"{v:,}" if isinstance(v, int) and v >= 100_000 else str(v)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields, replace
 
 KiB = 1024
 MiB = 1024 * 1024
+GiB = 1024 * MiB
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Profile:
     cube_startup: int = 32
     cube_fp32_factor: int = 4
     hbm_bytes_per_s: float = 1.6e12
+    hbm_bytes: int = 64 * GiB
     l2_bytes_per_s: float = 4.8e12
     mte_bytes_per_cycle: float = 128.0
     dma_latency: int = 240
@@ -84,6 +86,7 @@ SOURCES = {
     "cube_startup": ("assumption", "cube instruction latency"),
     "cube_fp32_factor": ("assumption", "fp32 inputs run the cube this many times slower than fp16"),
     "hbm_bytes_per_s": ("published range 1.2-1.8 TB/s", "1.6 TB/s shared by all active cores"),
+    "hbm_bytes": ("published", "HBM capacity (informational: the simulator allocates on the host)"),
     "l2_bytes_per_s": ("assumption", "L2 hit bandwidth shared by the active cores (3x HBM)"),
     "mte_bytes_per_cycle": ("assumption", "per-core cap on MTE2/MTE3 transfers between GM and on-chip memory"),
     "dma_latency": ("assumption", "first-byte latency of a GM transfer"),
@@ -107,11 +110,31 @@ SOURCES = {
 }
 
 PROFILES = {
+    "910B1": Profile(name="910B1-like", clock_hz=1.85e9),
     "910B2": Profile(),
     "910B3": Profile(name="910B3-like", cube_cores=20, vector_cores=40),
+    "910B4": Profile(name="910B4-like", cube_cores=20, vector_cores=40, clock_hz=1.5e9, hbm_bytes=32 * GiB,
+                     hbm_bytes_per_s=0.96e12),
+    "A3-9362": Profile(name="A3-9362-like", cube_cores=20, vector_cores=40),
 }
-PROFILES["910B2-like"] = PROFILES["910B2"]
-PROFILES["910B3-like"] = PROFILES["910B3"]
+for _k in list(PROFILES):
+    PROFILES[PROFILES[_k].name] = PROFILES[_k]
+
+# where each profile's own figures come from (../shared/calibration.md, section 1a, lists the references); the
+# fields not named here are the 910B2's (SOURCES)
+PROFILE_SOURCES = {
+    "910B1": "CANN `Ascend910B1.ini`: 24 AIC / 48 AIV, `cube_freq=1850`, `l2_size` 192 MiB (spec, quoted in public "
+             "repositories); HBM 64 GB at 1.6 TB/s as the 910B2 (assumption: the family's published figure)",
+    "910B2": "CANN `Ascend910B2.ini`: 24 AIC / 48 AIV, `cube_freq=1800`, 192 MiB L2; 64 GB HBM at 1.6 TB/s "
+             "(CANN ops-nn cross-platform guide; spec)",
+    "910B3": "catlass `AscendC910B3{MaxBlock=20, MaxAivBlock=40}` (spec); clock, HBM and L2 as the 910B2 "
+             "(assumption: not published)",
+    "910B4": "CANN `Ascend910B4.ini` test fixture: 20 AIC / 40 AIV, 1500 MHz, 32 GB (spec as quoted); HBM rate "
+             "0.96 TB/s from CANN's tiling model, cores x `ddr_rate=32` B/cycle x clock (derived; not an "
+             "official peak)",
+    "A3-9362": "one die of an A3 (Ascend 910_93xx) part, CANN `Ascend910_9362.ini`: 20 AIC / 40 AIV (spec); clock, "
+               "HBM and L2 as the 910B2 (assumption)",
+}
 
 
 def get_profile(p) -> Profile:
