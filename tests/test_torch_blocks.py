@@ -2,7 +2,7 @@
 forward and gradients equal eager (fp32 rtol 1e-3) and nothing falls back to eager.
 
 Each case runs with ``dynamic=False``; the ones marked ``dyn`` also with ``dynamic=True`` (the rest fall back
-there: a gather or a bmm on dims torch folded from two symbols; docs/torch.md, Fallbacks)."""
+there: a gather or scatter whose operands fold or name their dims differently; docs/torch.md, Fallbacks)."""
 
 import pytest
 
@@ -85,7 +85,7 @@ CASES = {  # name: (function, args, also with dynamic=True)
         lambda a, t: F.cross_entropy(a.reshape(-1, 16), t.reshape(-1)).reshape(1), (X, IDS % 16), True),
     "sdpa_causal_and_bool_mask": (
         lambda q, k, v: _sum(SDPA(q, k, v, is_causal=True), SDPA(q, k, v, attn_mask=BMASK)), (Q, K, V), True),
-    "sdpa_additive_mask": (lambda q, k, v, m: SDPA(q, k, v, attn_mask=m), (Q, K, V, AMASK), False),
+    "sdpa_additive_mask": (lambda q, k, v, m: SDPA(q, k, v, attn_mask=m), (Q, K, V, AMASK), True),
     "rotary_chunk_split": (
         lambda a: _sum(_rot(a), torch.cat([c * (i + 1) for i, c in enumerate(a[..., :15].chunk(4, -1))], -1),
                        torch.split(a, [5, 11], -1)[1].exp()), (X,), True),
@@ -121,6 +121,7 @@ def test_attention_layers_train(kind):
         if kind == "mha":
             mha = torch.nn.MultiheadAttention(16, 4, batch_first=True)
             _check(lambda a: mha(a, a, a)[0], (X,), True, False)
+            _check(lambda a: mha(a, a, a)[0], (X,), True, True)
         else:
             enc = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
             _check(enc, (X,), True, False)

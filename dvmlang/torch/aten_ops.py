@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 
 from .. import dtypes as dt
+from ..errors import DvmError
 from ..fuser import dims, ops
-from .lower import (LVal, Unsupported, _const_full, _consecutive, _prod, align, expr_of, plain, dvm_dtype, elementwise,
+from .lower import (LVal, Unsupported, _const_full, _consecutive, _eq, _prod, align, expr_of, plain, dvm_dtype, elementwise,
                     meta_shape, merge_parts, number, parts_of, rebase, reduction, result, torch_axes,
                     unfolded_axis, view)
 
@@ -613,6 +614,15 @@ def _bmm(r, node, a, b):
     if any(len(g) != 1 for g in la.groups[1:] + lb.groups[1:]):
         raise Unsupported("a bmm whose matrix dims are folded")
     pa, pb = parts_of(r, la)[0], parts_of(r, lb)[0]
+    if len(pa) != len(pb) and _eq(_prod(pa), _prod(pb)):  # one folds batch * heads, the other names the product
+        try:
+            if len(pa) > len(pb):
+                lb = rebase(r, lb, [pa] + parts_of(r, lb)[1:])
+            else:
+                la = rebase(r, la, [pb] + parts_of(r, la)[1:])
+        except DvmError as e:
+            raise Unsupported(f"a bmm whose batch dims fold differently ({e})") from None
+        pa, pb = parts_of(r, la)[0], parts_of(r, lb)[0]
     if len(pa) != len(pb) or len(pa) > 2:
         raise Unsupported("a bmm whose batch dims fold differently or more than two batch dims")
     v = ops.matmul(la.v, lb.v)

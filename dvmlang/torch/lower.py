@@ -386,7 +386,7 @@ def align(r: Region, node, operands: list):
                 new.append([1] * len(decomp[i]))
             elif len(p) == len(decomp[i]) and all(_eq(a, b) for a, b in zip(p, decomp[i])):
                 new.append(p)
-            elif all(isinstance(e, int) for e in p + decomp[i]) and _prod(p) == _prod(decomp[i]):
+            elif _eq(_prod(p), _prod(decomp[i])):  # the same size folded another way (4 * s0 vs s0, 4)
                 new.append(decomp[i])
             else:
                 raise Unsupported(f"operands fold their dims differently ({p} vs {decomp[i]})")
