@@ -423,6 +423,16 @@ class _Binder:
         self.derived = [s for s in syms.syms if s.expr is not None]
         self.numbers = [(self.roots[a.id], b, a, why) for a, b, why in syms.deductions if isinstance(b, int)]
 
+    def _set(self, values: dict, sym, size: int, when: str) -> None:
+        """Bind ``sym``'s class to ``size``, or check it against the size the class already has."""
+        g, root = self.g, self.roots[sym.id]
+        prev = values.get(root)
+        if prev is None:
+            values[root] = size
+        elif prev != size:
+            raise GraphError(f"`{g.name}`: {sym.origin} is {size}{when} but it must equal "
+                             f"{g.syms.syms[root].origin} = {prev} (deduced while capturing: {_why(g, sym)})")
+
     def bind(self, arrays) -> _Env:
         g = self.g
         roots = self.roots
@@ -438,25 +448,13 @@ class _Binder:
                         raise GraphError(f"`{g.name}`: argument `{name}` has shape {shape}; dimension of size "
                                          f"{static} expected")
                     continue
-                root = roots[sym.id]
-                prev = values.get(root)
-                if prev is None:
-                    values[root] = size
-                elif prev != size:
-                    raise GraphError(f"`{g.name}`: {sym.origin} is {size} but it must equal "
-                                     f"{g.syms.syms[root].origin} = {prev} (deduced while capturing: {_why(g, sym)})")
+                self._set(values, sym, size, "")
         for s in self.derived:  # sizes derived with shape arithmetic (x.shape[1] // 2), in creation order
             size = _dims.evaluate(g.syms, s, lambda a: values[roots[a]])
             if size < 0:
                 raise GraphError(f"`{g.name}`: the size {s.name} ({s.origin}) is {size} at this call; sizes cannot "
                                  "be negative")
-            root = roots[s.id]
-            prev = values.get(root)
-            if prev is None:
-                values[root] = size
-            elif prev != size:
-                raise GraphError(f"`{g.name}`: {s.origin} is {size} at this call but it must equal "
-                                 f"{g.syms.syms[root].origin} = {prev} (deduced while capturing: {_why(g, s)})")
+            self._set(values, s, size, " at this call")
         for kind, a, b, message in g.syms.checks:
             va = _dims.evaluate(g.syms, _Poly(a), lambda x: values[roots[x]])
             vb = _dims.evaluate(g.syms, _Poly(b), lambda x: values[roots[x]])

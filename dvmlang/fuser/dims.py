@@ -40,14 +40,19 @@ def _atom_poly(table, a: int) -> Poly:
     return {(r.id,): 1} if r.expr is None or r.expr[0] != "poly" else {(a,): 1}
 
 
+def _accumulate(out: Poly, m: tuple, c: int) -> None:
+    """``out[m] += c``, dropping the monomial when its coefficient becomes zero."""
+    v = out.get(m, 0) + c
+    if v:
+        out[m] = v
+    else:
+        out.pop(m, None)
+
+
 def _add(a: Poly, b: Poly, sign: int = 1) -> Poly:
     out = dict(a)
     for m, c in b.items():
-        v = out.get(m, 0) + sign * c
-        if v:
-            out[m] = v
-        else:
-            out.pop(m, None)
+        _accumulate(out, m, sign * c)
     return out
 
 
@@ -55,12 +60,7 @@ def _mul(a: Poly, b: Poly) -> Poly:
     out: Poly = {}
     for ma, ca in a.items():
         for mb, cb in b.items():
-            m = tuple(sorted(ma + mb))
-            v = out.get(m, 0) + ca * cb
-            if v:
-                out[m] = v
-            else:
-                out.pop(m, None)
+            _accumulate(out, tuple(sorted(ma + mb)), ca * cb)
     return out
 
 

@@ -17,7 +17,7 @@ import torch
 from .. import dtypes as dt
 from ..fuser import dims, ops
 from .aten_ops import _bound, _Meta, _shape_of, lowers
-from .lower import Unsupported, expr_of, number, plain, result
+from .lower import Unsupported, const, expr_of, number, plain, result
 
 aten = torch.ops.aten
 
@@ -26,13 +26,6 @@ def _iota(r, n, rank: int = 1, axis: int = 0):
     """The int32 tile 0..n-1 along ``axis`` of a ``rank``-d shape of ones elsewhere."""
     shape = tuple(n if i == axis else 1 for i in range(rank))
     return r.g.node("iota", [], shape, dt.int32, {"axis": axis})
-
-
-def _const(r, value, d: dt.DType, shape=()):
-    """A constant of dtype ``d`` broadcast to ``shape`` (a node of the region's graph: ``ops`` alone cannot tell
-    which graph a Python number belongs to)."""
-    c = r.g.node("const", [], (), d, {"value": d.np.type(value).item() if not d.is_bool else bool(value)})
-    return ops.broadcast_to(c, tuple(shape)) if shape else c
 
 
 def _to_last(v, d: int):
@@ -75,7 +68,7 @@ def _scatter(r, node, base, dim, index, src, how: str):
     eq = ops.eq(ops.unsqueeze(ops.cast(il, dt.int32), -1), _iota(r, bl.shape[-1], 1))  # [..., k, n]
     if how == "value":
         hit = ops.gt(ops.max(ops.cast(eq, dt.float32), -2), 0)
-        out = ops.where(hit, _const(r, number(src), bl.dtype), bl)
+        out = ops.where(hit, const(r, number(src), bl.dtype), bl)
         return result(r, node, _back(out, back))
     s = plain(r, r.operand(src))
     if s.ndim != rank:
@@ -211,7 +204,7 @@ def _pad(r, node, x, pad, value=0):
         for width in (lo, hi):
             if width > 0:
                 shape = tuple(width if k == d else v.shape[k] for k in range(v.ndim))
-                parts.append(_const(r, number(value), v.dtype, shape))
+                parts.append(const(r, number(value), v.dtype, shape))
             else:
                 parts.append(None)
         pieces = [q for q in (parts[0], v, parts[1]) if q is not None]

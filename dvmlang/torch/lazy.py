@@ -97,46 +97,38 @@ class LazyTorchTensor(torch.Tensor):
         return self._real
 
     def __repr__(self, *, tensor_contents=None):
-        t = self.materialise("repr() / print")
-        with _disable_current_modes():
-            return repr(t)
+        return self._observed("repr() / print", repr)
 
     def __str__(self):
         return self.__repr__()
 
-    def __format__(self, spec):
-        t = self.materialise("format()")
+    def _observed(self, what: str, fn):
+        """``fn`` of the materialised tensor, outside the capturing mode (an observation on the host)."""
+        t = self.materialise(what)
         with _disable_current_modes():
-            return t.__format__(spec)
+            return fn(t)
+
+    def __format__(self, spec):
+        return self._observed("format()", lambda t: t.__format__(spec))
 
     def tolist(self):
-        t = self.materialise(".tolist()")
-        with _disable_current_modes():
-            return t.tolist()
+        return self._observed(".tolist()", lambda t: t.tolist())
 
     def numpy(self, *, force: bool = False):
-        t = self.materialise(".numpy()")
-        with _disable_current_modes():
-            return t.numpy(force=force) if force else t.numpy()
+        return self._observed(".numpy()", lambda t: t.numpy(force=force) if force else t.numpy())
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
         return a.astype(dtype) if dtype is not None and np.dtype(dtype) != a.dtype else a
 
     def __bool__(self):
-        t = self.materialise("bool() / if")
-        with _disable_current_modes():
-            return bool(t)
+        return self._observed("bool() / if", bool)
 
     def __float__(self):
-        t = self.materialise("float()")
-        with _disable_current_modes():
-            return float(t)
+        return self._observed("float()", float)
 
     def __int__(self):
-        t = self.materialise("int()")
-        with _disable_current_modes():
-            return int(t)
+        return self._observed("int()", int)
 
     def __index__(self):
         return self.__int__()

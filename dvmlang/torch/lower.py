@@ -485,12 +485,14 @@ def number(x) -> float | int | bool:
     raise Unsupported(f"expected a constant, got {x!r}")
 
 
-def _const_full(r, node, value):
-    shape = meta_shape(node)
-    d = dvm_dtype(node.meta["val"].dtype)
+def const(r, value, d: dt.DType, shape=()):
+    """A constant of dtype ``d`` broadcast to ``shape`` (fuser dims), a node of the region's graph (``ops`` alone
+    cannot tell which graph a Python number belongs to)."""
     c = r.g.node("const", [], (), d, {"value": d.np.type(value).item() if not d.is_bool else bool(value)})
-    if not shape:
-        return result(r, node, c)
-    parts = merge_parts(r, [[e] for e in shape])
-    return result(r, node, ops.broadcast_to(c, tuple(r.dim(p[0]) for p in parts)))
+    return ops.broadcast_to(c, tuple(shape)) if shape else c
+
+
+def _const_full(r, node, value):
+    parts = merge_parts(r, [[e] for e in meta_shape(node)])
+    return result(r, node, const(r, value, dvm_dtype(node.meta["val"].dtype), tuple(r.dim(p[0]) for p in parts)))
 
