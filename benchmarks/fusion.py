@@ -7,6 +7,7 @@ per op, each its own launch paying the launch overhead):
 * cycles      simulated cycles of the whole call, launch overheads included,
 * launches    device launches per call,
 * GM bytes    bytes read + written in global memory by every kernel of the call,
+* HBM bytes   the part of them that crossed HBM (the rest hit L2; both calls start with a cold L2),
 * kernels     fused: generated kernels (groups) in the plan chosen for the shape.
 
 The second table is the host cost of calling a fused graph with a shape it has not seen: the shapes vary
@@ -181,7 +182,10 @@ class Instrumented:
 
 def cycles_row(name, fn, args):
     fused, unfused = dvmlang.graph(fn, name=name), dvmlang.graph(fn, fuse=False, name=name)
+    l2 = dvmlang.npu.default_device().l2
+    l2.flush()  # both start cold: the inputs are in HBM (within a call, L2 keeps what fits: device.md)
     out_f = fused(*args)
+    l2.flush()
     out_u = unfused(*args)
     np.testing.assert_allclose(np.asarray(out_f, np.float32), np.asarray(out_u, np.float32), rtol=2e-2, atol=2e-2)
     lf, lu = fused.last_launch, unfused.last_launch
@@ -189,6 +193,7 @@ def cycles_row(name, fn, args):
     return {
         "cycles_f": lf.cycles, "cycles_u": lu.cycles, "launches_f": 1, "launches_u": lu.launches,
         "bytes_f": lf.bytes_read + lf.bytes_written, "bytes_u": lu.bytes_read + lu.bytes_written,
+        "hbm_f": lf.hbm_bytes, "hbm_u": lu.hbm_bytes,
         "kernels": len(report.groups), "split": report.plan.split_reductions,
     }
 
@@ -268,7 +273,7 @@ def main(argv=None):
 
     t = Table(title="Fused vs unfused on the simulated 910B2-like NPU (one call)")
     for col in ("workload", "shape", "cycles fused", "cycles unfused", "speed-up", "launches f/u", "GM MB f/u",
-                "kernels"):
+                "HBM MB f/u", "kernels"):
         t.add_column(col, justify="left" if col in ("workload", "shape") else "right")
     for name, fn, memory_bound, make_args, shapes, _ in WORKLOADS:
         for shape in shapes[:2] if opts.quick else shapes:
@@ -278,6 +283,7 @@ def main(argv=None):
             t.add_row(name, "x".join(map(str, shape)), f"{r['cycles_f']:,}", f"{r['cycles_u']:,}",
                       f"{speed:.1f}x{mark}", f"{r['launches_f']}/{r['launches_u']}",
                       f"{r['bytes_f'] / 1e6:.1f}/{r['bytes_u'] / 1e6:.1f}",
+                      f"{r['hbm_f'] / 1e6:.1f}/{r['hbm_u'] / 1e6:.1f}",
                       f"{r['kernels']}" + (" (split)" if r["split"] else ""))
     console.print(t)
 

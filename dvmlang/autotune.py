@@ -355,6 +355,7 @@ class Autotuner(_Wrapper):
                 # the trial launches go to a session of their own: a trace (or do_bench) around the tuned
                 # launch sees that launch, not the tuning (Triton's do_bench tunes in its untimed warmup)
                 with _trial_session():
+                    device.l2.flush()  # every trial starts with a cold L2, as with Triton's do_bench
                     if self.do_bench is not None:
                         cost = float(self.do_bench(call))
                     else:

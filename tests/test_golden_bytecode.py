@@ -81,7 +81,8 @@ def _launches(name: str, monkeypatch) -> list[str]:
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        # a fresh device: an example's cycles do not depend on what earlier tests left in the default one's L2
+        with Device(), contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore", DvmWarning)  # a tutorial's do_bench of a torch baseline: nan
             if not name.startswith("triton/"):
                 warnings.simplefilter("error", PerformanceWarning)  # the gallery shows the DMA path

@@ -29,9 +29,13 @@ def test_every_cost_kind_has_one_formula():
 
 
 def test_transfers_are_the_rows_on_the_gm_port():
+    """The MTEs, and FixPipe where it writes GM (its stores and, on 910B, the handoffs through a GM workspace)."""
+    from dvmlang.npu.profile import PROFILES
     for ins in isa.TABLE:
-        if timing.uses_port(ins.cost):
-            assert ins.pipe in (isa.Pipe.MTE2, isa.Pipe.MTE3), ins.name
+        if timing.uses_port(ins.cost, PROFILES["910B2"]):
+            assert ins.pipe in (isa.Pipe.MTE2, isa.Pipe.MTE3, isa.Pipe.FIXPIPE), ins.name
+        if timing.uses_port(ins.cost, PROFILES["910B2"].with_(l0c_to_ub=True)):
+            assert ins.cost.kind != "handoff", ins.name
 
 
 @dvmlang.kernel

@@ -77,10 +77,14 @@ def test_summary_names_what_bounds_the_kernel():
     big_copy = _run(copy, 1 << 22, 8192)
     compute = _run(heavy, 1 << 20, 8192)
     assert analyse(tiny).bound == "launch overhead"
-    assert analyse(big_copy).bound == "memory (HBM / DMA)"
+    assert analyse(big_copy).bound == "program dispatch"  # 512 programs of one tile on 48 cores
+    from dvmlang.npu import Device
+    with Device(big_copy.profile.with_(program_dispatch_cycles=0)):
+        assert analyse(_run(copy, 1 << 22, 8192)).bound == "memory (HBM / DMA)"
     assert analyse(compute).bound == "vector"
     out = text_of([big_copy], "summary")
-    for word in ("cycles", "wave(s)", "bytes moved", "HBM roofline", "vector", "bound by", "MTE2", "utilisation"):
+    for word in ("cycles", "wave(s)", "bytes moved", "HBM rate", "vector", "bound by", "MTE2", "utilisation",
+                 "program dispatch", "L2 hits"):
         assert word in out, word
     a = analyse(big_copy)
     assert 0 < a.roofline_fraction <= 1.0

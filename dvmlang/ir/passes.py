@@ -1,9 +1,10 @@
-"""Small passes over tile IR: common-subexpression elimination and dead-code elimination."""
+"""Small passes over tile IR: common-subexpression elimination, dead-code elimination, and dot accumulation
+(``acc += dot(a, b)`` in a loop becomes ``dot(a, b, acc)``, so the accumulator stays in L0C)."""
 
 from __future__ import annotations
 
 from ..opdefs import kinds_with
-from .core import Block, Function, Value
+from .core import Block, Function, Value, uses
 
 PURE = kinds_with("pure")  # the op vocabulary's traits (dvmlang/opdefs.py)
 REMOVABLE = kinds_with("removable")  # pure ops plus reads, which have no effect
@@ -79,6 +80,38 @@ def _dce_block(block: Block, used: set[int]) -> bool:
     return changed
 
 
+def accumulate_dots(fn: Function) -> None:
+    """In a loop that carries ``acc`` and yields ``acc + dot(a, b)`` (either order), make the dot accumulate:
+    ``dot(a, b, acc)``. The cube then adds into its L0C accumulator in place on every K step instead of handing
+    each product to the vector core for the add (910B has no L0C -> UB path). The sum is the same: MMAD adds
+    the product to the accumulator, as the add did, in the accumulator's dtype."""
+    for op in fn.walk():
+        if op.kind != "for" or len(op.regions) != 1:
+            continue
+        body = op.regions[0]
+        term = body.terminator
+        if term is None or term.kind != "yield":
+            continue
+        users = uses(body)
+        for i, y in enumerate(term.operands):
+            add = y.op
+            arg = body.args[i + 1]
+            if add is None or add.kind != "binary" or add.attrs.get("op") != "add" or add.parent is not body:
+                continue
+            if len(users.get(y.id, [])) != 1 or len(users.get(arg.id, [])) != 1 or y.type != arg.type:
+                continue
+            others = [v for v in add.operands if v is not arg]
+            if len(others) != 1 or others[0].op is None:
+                continue
+            d = others[0].op
+            if d.kind != "dot" or len(d.operands) != 2 or d.parent is not body or d.result.type != arg.type or \
+                    len(users.get(d.result.id, [])) != 1 or arg in d.operands:
+                continue
+            d.operands.append(arg)
+            term.operands[i] = d.result
+            body.ops.remove(add)
+
+
 def run_default_pipeline(fn: Function, on_gather=None) -> None:
     """The build-time pass pipeline: access analysis, then CSE and DCE to clean up after it."""
     from .access import analyse_accesses
@@ -89,4 +122,5 @@ def run_default_pipeline(fn: Function, on_gather=None) -> None:
         dce(fn)  # the offsets a guarded access copied into its fallback branch (see analyse_accesses)
     cse(fn)
     dce(fn)
+    accumulate_dots(fn)
     verify(fn)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import DvmError, InvalidBytecodeError, LaunchError, ResourceError, WatchdogTimeout, render_span
 from ..vm import isa
+from .l2 import L2Cache
 from .launch import Launch
 from .machine import Machine
 from .profile import Profile, get_profile
@@ -61,6 +62,11 @@ class LaunchRecord:
     members: list = field(default_factory=list)  # the kernels' records of a stacked or summed launch
     stages: list = field(default_factory=list)
     launches: int = 1
+    hbm_bytes: float = 0.0  # bytes that crossed HBM (the rest of the traffic hit L2)
+    l2_hit_bytes: float = 0.0
+    writeback_bytes: float = 0.0  # dirty L2 lines of earlier launches this one evicted to HBM
+    dispatched: int = 0  # programs that paid profile.program_dispatch_cycles (beyond their core's first)
+    unaligned_cycles: float = 0.0  # DMA cycles lost to bursts off their alignment boundary, all programs
 
     @classmethod
     def combined(cls, name: str, parts: list, cycles: int, kind: str, launch_overhead: int, profile: Profile,
@@ -71,7 +77,11 @@ class LaunchRecord:
                     bytes_written=sum(r.bytes_written for r in parts), time_us=cycles / profile.clock_hz * 1e6,
                     cores=max((r.cores for r in parts), default=0), kind=kind, launch_overhead=launch_overhead,
                     profile=profile, group=name, instructions=sum(r.instructions for r in parts),
-                    launches=launches)
+                    launches=launches, hbm_bytes=sum(r.hbm_bytes for r in parts),
+                    l2_hit_bytes=sum(r.l2_hit_bytes for r in parts),
+                    writeback_bytes=sum(r.writeback_bytes for r in parts),
+                    dispatched=sum(r.dispatched for r in parts),
+                    unaligned_cycles=sum(r.unaligned_cycles for r in parts))
         for r in parts:
             for q, v in r.pipe_busy.items():
                 total.pipe_busy[q] = total.pipe_busy.get(q, 0.0) + v
@@ -102,6 +112,7 @@ class Device:
         self.batch_bytes = batch_bytes
         self.sequential = sequential
         self._machines: dict = {}
+        self.l2 = L2Cache(self.profile.l2_bytes)
         self.simulated_cycles = 0  # every launch's cycles and simulated microseconds, summed (for counters
         self.simulated_us = 0.0  # such as dvmlang.torch.stats(), which take differences)
 
@@ -202,9 +213,11 @@ class Device:
             cores = prof.cube_cores if kern.mix else prof.vector_cores
         P = kern.grid[0] * kern.grid[1] * kern.grid[2]
         active = min(P, cores)
+        alias = alias_groups or {q: q for q in arrays}
+        resident = self.l2.resident(arrays, alias) if prof.l2_across_launches else {}
         L = Launch(bc, kern, arrays, prof, debug=self.debug, watchdog=self.watchdog, kernel_name=name or kern.name,
-                   active_cores=active, alias_groups=alias_groups, loc_of_pc=m.loc_of_pc,
-                   race_detection=self.race_detection)
+                   active_cores=active, alias_groups=alias, loc_of_pc=m.loc_of_pc,
+                   race_detection=self.race_detection, resident=resident)
         per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
         B = 1 if self.sequential else max(1, min(P, self.batch_bytes // max(per_prog, 1), 16384))
         T = np.zeros(P)
@@ -240,12 +253,15 @@ class Device:
         # the scalar unit issues for the whole program: it is busy from 0 to the issue end
         first[0] = 0.0
         last[0] = np.maximum(last[0], issue_end)
+        shift = _dispatch(T, first, last, cores, prof.program_dispatch_cycles)
         port = busy[int(isa.Pipe.MTE2)] + busy[int(isa.Pipe.MTE3)]
         offsets, core_end = _compose(T, first, last, cores, kern.double_buffer and prof.double_buffer, port)
         if overhead is None:
             overhead = prof.launch_overhead_cycles
         body = float(core_end.max()) if len(core_end) else 0.0
-        body, stretch = roofline(body, L.rates.hbm_bytes(bytes_w), prof, hbm_share)
+        writeback = self.l2.update(arrays, alias, L.rates) if prof.l2_across_launches else 0.0
+        hbm = L.rates.hbm_bytes() + writeback
+        body, stretch = roofline(body, hbm, prof, hbm_share)
         if stretch != 1.0:
             offsets = offsets * stretch
         cycles = int(round(overhead + body))
@@ -256,9 +272,12 @@ class Device:
                               waves=waves, kind="mix" if kern.mix else "vector", double_buffer=kern.double_buffer,
                               launch_overhead=overhead, pipe_busy=pipe_busy, profile=prof,
                               prints=L.print_lines(), diagnostics=L.diagnostics, bytecode=bc,
-                              instructions=instrs, hbm_stretch=stretch, group=group, start=start)
+                              instructions=instrs, hbm_stretch=stretch, group=group, start=start,
+                              hbm_bytes=hbm, l2_hit_bytes=L.rates.l2_hit_bytes(), writeback_bytes=writeback,
+                              dispatched=max(0, P - cores) if prof.program_dispatch_cycles else 0,
+                              unaligned_cycles=L.rates.unaligned_cycles)
         if rec is not None:
-            record.trace = rec.finish(offsets + start, cores, record, T * stretch, stretch)
+            record.trace = rec.finish((offsets + shift * stretch) + start, cores, record, T * stretch, stretch)
         for line in record.prints:
             print(line)
         if L.diagnostics:
@@ -267,6 +286,19 @@ class Device:
             for msg in L.diagnostics[:8]:
                 warnings.warn(f"{record.name}: {msg}", DvmWarning, stacklevel=4)
         return record
+
+
+def _dispatch(T, first, last, cores: int, cycles: int):
+    """Charge ``cycles`` to starting every program after its core's first (``program_dispatch_cycles``): the
+    scalar unit is busy dispatching it, and its pipes start that much later. Returns each program's shift (for
+    the trace: its rows start after the dispatch)."""
+    shift = np.zeros(len(T))
+    if cycles and len(T) > cores:
+        shift[cores:] = cycles
+        T[cores:] += cycles
+        first[1:, cores:] += cycles
+        last[:, cores:] += cycles
+    return shift
 
 
 def _split_cores(stage, prof) -> list[int]:

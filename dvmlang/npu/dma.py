@@ -42,6 +42,30 @@ class Desc:
             self.bursts = count
 
 
+    def unaligned(self, itemsize: int, align: int):
+        """The part of each program's bursts that start off their alignment boundary: ``align`` bytes, or the
+        burst's own size rounded down to a power of two when it is shorter (GM moves 128/256/512 B segments).
+        Burst starts are ``first + sum(i_d * stride_d)`` over the outer dims (every dim, when the last is
+        strided): modulo the boundary ``a`` they cover the multiples of ``g = gcd(a, stride_d * itemsize)``
+        from the first, so a part ``g / a`` of them is aligned when the first burst's address is a multiple
+        of ``g``, none otherwise (tensors start aligned)."""
+        if not self.strides:
+            return 0.0
+        contiguous = np.all(self.strides[-1] == 1)
+        burst = (self.hi[-1] - self.lo[-1]) * itemsize if contiguous else np.full(self.n, itemsize)
+        a = np.minimum(align, 2 ** np.floor(np.log2(np.maximum(burst, 1)))).astype(np.int64)
+        a = np.maximum(a, 32)
+        first = self.base
+        for lo, st in zip(self.lo, self.strides):
+            first = first + lo * st
+        g = a
+        for st in (self.strides[:-1] if contiguous else self.strides):
+            g = np.gcd(g, np.asarray(st, dtype=np.int64) * itemsize)
+        g = np.where(g == 0, a, g)
+        aligned = np.where((first * itemsize) % g == 0, g / a, 0.0)
+        return np.where(self.empty, 0.0, 1.0 - aligned)
+
+
 # ---- bounds checks and faults ----------------------------------------------------------------------------
 
 

@@ -54,12 +54,24 @@ MODEL = """\
 * **UB** (Unified Buffer, per vector core), **L1, L0A, L0B, L0C** (per cube core). The compiler allocates
   every tile a 32-byte aligned range (L0A/L0B 512-byte, L0C 64-byte aligned); a kernel whose live tiles do
   not fit gets a `ResourceError` at build time with a per-buffer breakdown.
-* A `dl.dot` runs GM -> L1 (MTE2) -> L0A/L0B (MTE1) -> MMAD into L0C (CUBE) -> UB (FIXPIPE). Operands
-  loaded from GM go straight to L1; a loop-carried accumulator (`acc = dl.dot(a, b, acc)`) stays in
-  L0C for the whole loop and is moved to UB once, after it. fp16/bf16 inputs accumulate in fp32.
-  Moving a tile computed by the vector unit to L1 (`UB_TO_L1`) is charged as a DMA: on 910B the vector
-  and cube cores are separate and exchange data through GM/L2.
-* **L2** (shared): a tensor that fits L2 is read from HBM once per launch and from L2 afterwards.
+* A `dl.dot` runs GM -> L1 (MTE2) -> L0A/L0B (MTE1) -> MMAD into L0C (CUBE). Operands loaded from GM go
+  straight to L1. A loop-carried accumulator stays in L0C for the whole loop, whether written
+  `acc = dl.dot(a, b, acc)` or Triton's `acc += dl.dot(a, b)` (the IR pass `accumulate_dots` turns the second
+  into the first; a zero init is an `L0C_FILL`, the first MMAD's init). A result that is only stored (maybe
+  converted, `acc.to(dl.float16)`) leaves once, through FixPipe to GM (`FIX_STORE`). fp16/bf16 inputs
+  accumulate in fp32.
+* **Cube <-> vector handoffs.** 910B-class parts have no UB on the cube core and no L0C -> UB path: a tile
+  that vector work needs (`FIX_L0C_TO_UB`), or a vector-computed tile the cube needs (`UB_TO_L1`,
+  `UB_TO_L0C`), goes through a GM workspace with a full pipe barrier and a cross-core flag. These virtual
+  instructions are charged as that round trip: `handoff_bytes_per_cycle` (measured) plus `dma_latency +
+  handoff_flag_cycles` until the other core sees the tile, on the core's GM port. `l0c_to_ub=True` models a
+  part with the direct path.
+* **L2** (shared, `l2_bytes`). Within a launch a tensor that fits L2 is read from HBM once and from L2
+  afterwards, and writes to it stay in L2. Across launches the device keeps an LRU model of L2
+  (`l2_across_launches`): what a launch read or wrote stays resident, so the next launch that reads it
+  pays no HBM for those bytes; dirty bytes go back to HBM (charged to the launch that evicts them). A tensor
+  is known by its host array: a new array is a new GM buffer and starts cold. A tensor larger than L2
+  streams through and evicts everything.
 
 ## The cycle model
 
@@ -77,19 +89,25 @@ Costs per instruction (the formula is part of each row of the ISA table, see `do
 
 {cost_table}
 
-Rates: a core's DMA rate is `min(mte_bytes_per_cycle, HBM / active cores)` for tensors larger than L2
-and `min(mte_bytes_per_cycle, L2 / active cores)` otherwise. A mix (cube + vector) program runs on a cube
-core with its two vector cores, which split the vector repeats.
+Rates: a transfer that hits L2 runs at `min(l2_read_bytes_per_cycle, L2 / active cores)` (writes:
+`l2_write_bytes_per_cycle`), one that misses (a tensor larger than L2) at `min(mte_bytes_per_cycle, HBM /
+active cores)`, where HBM is the sustained rate (`hbm_bytes_per_s x hbm_efficiency`). The per-core rates are
+the CANN platform config's (`ddr_rate`, `l2_read_rate`, `l2_write_rate`). A burst that does not start on its
+alignment boundary (`gm_align_bytes`, or its own size rounded down to a power of two when it is shorter)
+moves at `unaligned_efficiency` of the rate. A mix (cube + vector) program runs on a cube core with its two
+vector cores, which split the vector repeats.
 
 **Programs on cores.** Program `p` runs on core `p mod cores` (vector cores for vector kernels, cube
-cores for kernels with `dl.dot`), so programs beyond the core count run in waves. Consecutive programs on
-a core overlap as far as their pipes allow; with double buffering (a model choice, `double_buffer`) a
+cores for kernels with `dl.dot`), so programs beyond the core count run in waves. Starting a program after its core's first costs
+`program_dispatch_cycles` (measured on hardware as about 2 us per small block; write grid = cores and
+loop inside the kernel to avoid it). Consecutive programs on a core overlap as far as their pipes allow; with double buffering (a model choice, `double_buffer`) a
 program may start while the one before it is still draining, because it uses the other half of UB. Loops
 that load data are double-buffered too: the compiler emits the body twice per trip with alternate
 buffers (ping-pong), so the loads of one iteration overlap the compute of the previous one.
 
-**The launch.** `cycles = launch_overhead + max(slowest core, HBM bytes / HBM bandwidth)`, where HBM
-bytes are every write plus each tensor read once (every re-read, for tensors larger than L2). When the
+**The launch.** `cycles = launch_overhead + max(slowest core, HBM bytes / sustained HBM rate)`, where HBM
+bytes are each tensor read once unless L2 still holds it from an earlier launch (every re-read, for tensors
+larger than L2), the writes L2 does not keep, and the dirty bytes this launch evicts from L2. When the
 roofline term wins, every instruction of the trace is slowed down by the same factor. Kernels stacked
 side by side in one launch (the fuser's independent groups) split the cores and share HBM: each one's
 roofline uses the part of the bandwidth its cores are of the stage's, so a stage never moves more bytes
@@ -205,41 +223,75 @@ def worked_example() -> str:
     p = launch.profile
     rows = [r for r in launch.trace.rows() if r["pid"] == 0 and r["pipe"] != "SCALAR"]
     first = min(r["start"] for r in rows)
+    ld = min(p.l2_read_bytes_per_cycle, p.l2_bytes_per_cycle / 48)
+    st = min(p.l2_write_bytes_per_cycle, p.l2_bytes_per_cycle / 48)
     lines = [
-        f"A vector add of {n:,} fp32 elements with `BLOCK=4096`: {n // 4096} programs on {launch.cores} vector "
-        f"cores (2 waves). Each tile is 16 KiB. With 48 active cores each core's share of HBM is "
-        f"{p.hbm_bytes_per_cycle:.0f} / 48 = {p.hbm_bytes_per_cycle / 48:.1f} B/cycle and of L2 "
-        f"{p.l2_bytes_per_cycle:.0f} / 48 = {p.l2_bytes_per_cycle / 48:.1f} B/cycle; the tensors fit L2, so a "
-        f"load costs 1 cycle per burst + 16384 B / {min(p.mte_bytes_per_cycle, p.l2_bytes_per_cycle / 48):.1f} "
-        f"B/cycle. Program 0, as traced (start relative to the program's first transfer). This launch is held "
-        f"back by the HBM roofline, so every row is slowed down by the same factor, "
-        f"{launch.hbm_stretch:.2f}: unscaled, a load is 1 + "
-        f"{16384 / min(p.mte_bytes_per_cycle, p.l2_bytes_per_cycle / 48):.0f} cycles and the add "
-        f"{p.vector_startup} + 64 = {p.vector_startup + 64}.",
+        f"A vector add of {n:,} fp32 elements with `BLOCK=4096` on a fresh device (cold L2): {n // 4096} programs "
+        f"on {launch.cores} vector cores (2 waves). Each tile is 16 KiB. The tensors fit L2, so a load runs at the "
+        f"core's L2 read rate, min({p.l2_read_bytes_per_cycle:g}, {p.l2_bytes_per_cycle:.0f} / 48) = {ld:.1f} "
+        f"B/cycle: 1 cycle per burst + 16384 B / {ld:.1f} = {1 + 16384 / ld:.0f} cycles, and a store at its L2 "
+        f"write rate, {st:.1f} B/cycle. Program 0, as traced (start relative to the program's first transfer)"
+        + (f"; the launch is held back by the HBM roofline, so every row is slowed down by "
+           f"{launch.hbm_stretch:.2f}." if launch.hbm_stretch > 1 else "."),
         "",
         "| pc | pipe | instruction | start | cycles | why |",
         "|---|---|---|---|---|---|",
     ]
-    why = {"DMA_LOAD1": "1 burst + 16 KiB at the core's L2 rate; result visible `dma_latency` later",
+    why = {"DMA_LOAD1": "1 burst + 16 KiB at the core's L2 read rate; result visible `dma_latency` later",
            "VADD": f"vector_startup {p.vector_startup} + 64 repeats of 256 B",
-           "DMA_STORE1": "waits for VADD (event), then 1 burst + 16 KiB at the core's HBM rate",
+           "DMA_STORE1": "waits for VADD (event), then 1 burst + 16 KiB at the core's L2 write rate",
            "WAIT": "a second event wait, issued on its own", "SET": "a second event set"}
     for r in rows:
         lines.append(f"| {r['pc']} | {r['pipe']} | {r['opcode']} | {r['start'] - first:,.0f} | {r['dur']:,.0f} | "
                      f"{why.get(r['opcode'], '')} |")
-    floor = (launch.bytes_read + launch.bytes_written) / p.hbm_bytes_per_cycle
+    floor = launch.hbm_bytes / p.hbm_bytes_per_cycle
+    body = launch.cycles - launch.launch_overhead
     lines += [
         "",
         f"The second load waits for the first (they share the GM port); the add waits for both loads' "
         f"results ({p.dma_latency} cycles of latency after the second one finishes); the store waits for the "
         f"add. Programs on the same core overlap: the next program's loads start while this one's store is "
-        f"still running. The cores together finish in {launch.cycles - launch.launch_overhead:,} cycles, "
-        f"which is the HBM roofline here ({launch.bytes_read + launch.bytes_written:,} bytes / "
-        f"{p.hbm_bytes_per_cycle:.0f} B/cycle = {floor:,.0f} cycles), so the launch takes "
-        f"{launch.launch_overhead:,} + {launch.cycles - launch.launch_overhead:,} = {launch.cycles:,} cycles "
-        f"({launch.time_us:.2f} us).",
+        f"still running, after its {p.program_dispatch_cycles:,}-cycle dispatch. The launch moves "
+        f"{launch.bytes_read + launch.bytes_written:,} bytes, of which {launch.hbm_bytes:,.0f} cross HBM (the "
+        f"inputs, read once; the output stays in L2): the HBM floor is {floor:,.0f} cycles at "
+        f"{p.hbm_bytes_per_cycle:.0f} B/cycle sustained, and the cores take {body:,} cycles, so the launch takes "
+        f"{launch.launch_overhead:,} + {body:,} = {launch.cycles:,} cycles ({launch.time_us:.2f} us).",
     ]
     return "\n".join(lines)
+
+
+CALIBRATION_MARK = "<!-- calibration table -->"
+CALIBRATION_END = "<!-- end calibration table -->"
+
+
+def calibration() -> str:
+    """The calibration section; its table is written by ``benchmarks/calibration.py --docs`` (it runs the
+    workloads) and kept as it is here."""
+    table = "(run `python benchmarks/calibration.py --docs`)"
+    if DOC.exists():
+        text = DOC.read_text()
+        if CALIBRATION_MARK in text and CALIBRATION_END in text:
+            table = text.split(CALIBRATION_MARK, 1)[1].split(CALIBRATION_END, 1)[0].strip("\n")
+    return "\n".join([
+        "## Calibration against published measurements",
+        "",
+        "Every workload of `../shared/calibration.md` that has a published Ascend 910B figure, simulated on a "
+        "fresh 910B2-like device (the rmsnorm on 910B3), beside the figure, its source and kind. Ratio: "
+        "simulated / published, against the nearest end of a published range (1.00 inside it). "
+        "`tests/test_calibration.py` keeps every simulated figure within 20% of its range; "
+        "`python benchmarks/calibration.py --docs` reruns them and rewrites this table. The model-input rows "
+        "are parameters taken from a published figure.",
+        "",
+        CALIBRATION_MARK,
+        table,
+        CALIBRATION_END,
+        "",
+        "Still uncalibrated (no public measurement): DMA first-byte latency, vector startup and scalar decode, "
+        "the cross-core flag's latency, UB bank conflicts (not modelled), queue depths and the instruction "
+        "cache, and which core the per-core `ddr_rate` caps. A copy swept over core counts and DMA sizes, on "
+        "one 910B2, would settle the per-core rate, the alignment penalty and the streaming efficiency.",
+        "",
+    ])
 
 
 def render() -> str:
@@ -257,6 +309,7 @@ def render() -> str:
         "",
         worked_example(),
         "",
+        calibration(),
     ])
 
 

@@ -16,10 +16,12 @@ class Launch:
     constructed."""
 
     def __init__(self, bc, kernel, arrays: dict[int, np.ndarray], profile, *, watchdog: int, debug=False,
-                 kernel_name="", active_cores=1, alias_groups=None, loc_of_pc=None, race_detection=False):
+                 kernel_name="", active_cores=1, alias_groups=None, loc_of_pc=None, race_detection=False,
+                 resident=None):
         self.bc = bc
         self.kernel = kernel
         self.arrays = arrays
+        self.profile = profile
         self.debug = debug
         self.watchdog = watchdog  # the launch-wide instruction budget (Device(watchdog=N))
         self.executed = 0  # instructions run so far, every batch together: what the watchdog counts
@@ -27,7 +29,7 @@ class Launch:
         self.alias = alias_groups or {p: p for p in arrays}
         self.loc_of_pc = loc_of_pc or (lambda pc: None)
         self.imm = _imm_reader(bc.code)
-        self.rates = Rates(profile, arrays, self.alias, active_cores)
+        self.rates = Rates(profile, arrays, self.alias, active_cores, resident or {})
         self.races = RaceLog() if race_detection else None
         self.prints: list = []  # (pid, sequence, prefix, value, hex, numpy dtype): see add_prints
         self.prints_seen = 0

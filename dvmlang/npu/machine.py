@@ -136,7 +136,7 @@ class Machine:
         set_, wait = (d.set, d.wait) if sync is None else sync
         return Step(fn, d.ins, d.pc, self.index_of_pc[d.pc], int(d.ins.pipe) if pipe is None else pipe, cost, kind,
                     set_, wait, None if target is None else self.index_of_pc[target], drain,
-                    timing.latency(self.profile, c), timing.uses_port(c), self._facts(d, macs))
+                    timing.latency(self.profile, c), timing.uses_port(c, self.profile), self._facts(d, macs))
 
     def formula(self, d: Decoded):
         """``d``'s cost formula (``timing.COSTS``) bound to the profile: call it with the step's sizes."""

@@ -68,9 +68,12 @@ def _reduce(p, k, *, nbytes, mix, n):
     return _vector(p, k, nbytes=nbytes, mix=mix) + p.reduce_tree_step * max(1, math.ceil(math.log2(max(2, n))))
 
 
-def _dma(p, k, *, bursts, nbytes, rate):
-    """Per batch: ``bursts`` and ``nbytes`` per program, ``rate`` from ``Rates`` (the latency is the step's)."""
-    return bursts * p.burst_overhead + nbytes / rate
+def _dma(p, k, *, bursts, nbytes, rate, unaligned=0.0):
+    """Per batch: ``bursts`` and ``nbytes`` per program, ``rate`` from ``Rates`` (the latency is the step's);
+    ``unaligned``: the part of the bursts that start off a ``gm_align_bytes`` boundary, which move at
+    ``unaligned_efficiency`` of the rate."""
+    slow = 1.0 + unaligned * (1.0 / p.unaligned_efficiency - 1.0)
+    return bursts * p.burst_overhead + nbytes * slow / rate
 
 
 def _gather(p, k, *, elements, nbytes, rate):
@@ -89,6 +92,20 @@ def _fixpipe(p, k, *, nbytes):
     return p.fixpipe_startup + nbytes / p.fixpipe_bytes_per_cycle
 
 
+def _handoff(p, k, *, nbytes):
+    """A tile between the cube core's L0C and a vector core's UB (either way). 910B-class parts have no direct
+    path: FixPipe writes the tile to a GM workspace, a cross-core flag (after a full pipe barrier) tells the
+    other core, which reads it back; the round trip streams at ``handoff_bytes_per_cycle`` and the flag is the
+    step's latency. ``l0c_to_ub`` models a part with the direct path (FixPipe rate, no flag)."""
+    if p.l0c_to_ub:
+        return _fixpipe(p, k, nbytes=nbytes)
+    return p.fixpipe_startup + nbytes / p.handoff_bytes_per_cycle
+
+
+def _fill(p, k):
+    return p.cube_startup
+
+
 def _cube(p, k, *, M, N, K, wide, B=1):
     """``wide``: fp32/fp64 inputs, ``cube_fp32_factor`` times slower; ``B``: a batch of that many products, each
     charged as one MMAD."""
@@ -97,7 +114,8 @@ def _cube(p, k, *, M, N, K, wide, B=1):
 
 
 COSTS = {"scalar": _scalar, "branch": _branch, "vector": _vector, "reduce": _reduce, "dma": _dma,
-         "gather": _gather, "atomic": _atomic, "mte1": _mte1, "cube": _cube, "fixpipe": _fixpipe, "sync": _sync,
+         "gather": _gather, "atomic": _atomic, "mte1": _mte1, "cube": _cube, "handoff": _handoff, "fill": _fill,
+         "sync": _sync,
          "scalar_gm": _scalar_gm, "print": _print}
 
 
@@ -108,46 +126,88 @@ def formula(profile, cost: isa.Cost):
 
 
 def latency(profile, cost: isa.Cost):
-    """Cycles after a step's pipe frees until its result is visible: a transfer's first-byte latency."""
+    """Cycles after a step's pipe frees until its result is visible: a transfer's first-byte latency; a handoff
+    through GM, the GM round trip's latency and the cross-core flag."""
+    if cost.kind == "handoff":
+        return 0 if profile.l0c_to_ub else profile.dma_latency + profile.handoff_flag_cycles
     return profile.dma_latency if cost.kind in TRANSFERS else 0
 
 
-def uses_port(cost: isa.Cost) -> bool:
-    """Whether a step uses the core's global-memory port (shared by MTE2 and MTE3)."""
+def uses_port(cost: isa.Cost, profile=None) -> bool:
+    """Whether a step uses the core's global-memory port (shared by MTE2 and MTE3): transfers, and a handoff
+    that goes through GM."""
+    if cost.kind == "handoff":
+        return profile is not None and not profile.l0c_to_ub
     return cost.kind in TRANSFERS
 
 
 class Rates:
-    """A launch's GM transfer rates and the L2 model: a tensor that fits L2 streams in at the L2 rate; the
-    launch as a whole then cannot beat the HBM roofline for the bytes that must come from HBM once
-    (``hbm_bytes``, see ``roofline``)."""
+    """A launch's GM transfer rates and the L2 model. A tensor that fits L2 streams in at the per-core L2 read
+    rate, and writes to it stay in L2; a larger one moves at the per-core HBM rate. The launch as a whole then
+    cannot beat HBM for the bytes that must cross it (``hbm_bytes``, see ``roofline``). ``resident``: alias group
+    -> bytes of it that earlier launches left in L2 (the device's L2 model); reads up to those bytes hit."""
 
-    def __init__(self, profile, arrays: dict, alias: dict, active_cores: int):
+    def __init__(self, profile, arrays: dict, alias: dict, active_cores: int, resident=None):
         cores = max(1, active_cores)
         self.dma = min(profile.mte_bytes_per_cycle, profile.hbm_bytes_per_cycle / cores)
-        self.l2 = min(profile.mte_bytes_per_cycle, profile.l2_bytes_per_cycle / cores)
+        self.l2 = min(profile.l2_read_bytes_per_cycle, profile.l2_bytes_per_cycle / cores)
+        self.l2_write = min(profile.l2_write_bytes_per_cycle, profile.l2_bytes_per_cycle / cores)
+        self.keep_writes = profile.l2_across_launches
         self.alias = alias
         self.l2_bytes = profile.l2_bytes
+        self.resident = resident or {}
         self.group_bytes: dict = {}
         self.group_reads: dict = {}
+        self.group_writes: dict = {}
+        self.slow = 1.0 / profile.unaligned_efficiency - 1.0
+        self.unaligned_cycles = 0.0  # DMA time lost to unaligned bursts, every program together
         for p, a in arrays.items():
             g = alias[p]
             self.group_bytes[g] = max(self.group_bytes.get(g, 0), a.size * a.itemsize)
+
+    def _fits(self, g) -> bool:
+        return self.group_bytes.get(g, 0) <= self.l2_bytes
 
     def read(self, t: int, nbytes, n: int) -> float:
         """The rate at which the GM port reads tensor ``t``, counting the ``nbytes`` (per program) read."""
         g = self.alias[t]
         total = float(np.sum(nbytes)) if np.ndim(nbytes) else float(nbytes) * n
         self.group_reads[g] = self.group_reads.get(g, 0.0) + total
-        return self.dma if self.group_bytes.get(g, 0) > self.l2_bytes else self.l2
+        return self.l2 if self._fits(g) else self.dma
 
-    def hbm_bytes(self, written: float) -> float:
-        """Bytes that must cross HBM: every tensor read once (all re-reads when it does not fit L2), plus
-        every write."""
-        total = written
+    def write(self, t: int, nbytes, n: int) -> float:
+        """The rate at which the GM port writes tensor ``t``, counting the ``nbytes`` (per program) written."""
+        g = self.alias[t]
+        total = float(np.sum(nbytes)) if np.ndim(nbytes) else float(nbytes) * n
+        self.group_writes[g] = self.group_writes.get(g, 0.0) + total
+        return self.l2_write if self.keep_writes and self._fits(g) else self.dma
+
+    def note_unaligned(self, nbytes, rate: float, n: int) -> None:
+        """Count the extra DMA cycles of ``nbytes`` (per program) moved in unaligned bursts at ``rate``."""
+        total = float(np.sum(nbytes)) if np.ndim(nbytes) else float(nbytes) * n
+        self.unaligned_cycles += total * self.slow / rate
+
+    def hbm_bytes(self) -> float:
+        """Bytes that must cross HBM: every tensor not already in L2 read once (all re-reads when it does not
+        fit L2), and the writes L2 does not keep (all of them, without ``l2_across_launches``)."""
+        total = 0.0
         for g, reads in self.group_reads.items():
-            size = self.group_bytes.get(g, 0)
-            total += reads if size > self.l2_bytes else min(size, reads)
+            if self._fits(g):
+                total += max(0.0, min(self.group_bytes.get(g, 0), reads) - self.resident.get(g, 0))
+            else:
+                total += reads
+        for g, written in self.group_writes.items():
+            if not (self.keep_writes and self._fits(g)):
+                total += written
+        return total
+
+    def l2_hit_bytes(self) -> float:
+        """Bytes read that came from L2 rather than HBM."""
+        total = 0.0
+        for g, reads in self.group_reads.items():
+            if self._fits(g):
+                cold = max(0.0, min(self.group_bytes.get(g, 0), reads) - self.resident.get(g, 0))
+                total += reads - cold
         return total
 
 
@@ -212,7 +272,7 @@ def _compose(T, first, last, cores: int, double_buffer: bool, port=None):
     if steady is not None:
         offsets = steady[np.arange(P) // cores]
         c = np.arange(min(P, cores))
-        core_end = offsets[c + cores * ((P - 1 - c) // cores)] + T[0]  # each core's last program ends last
+        core_end = offsets[c + cores * ((P - 1 - c) // cores)] + T[-1]  # each core's last program ends last
     else:
         offsets, core_end = _place_waves(T, first, last, cores, double_buffer)
     if port is not None:
@@ -250,14 +310,18 @@ def _place_waves(T, first, last, cores: int, double_buffer: bool):
     return offsets, core_end
 
 
+def _uniform(T, first, last) -> bool:
+    return T.min() == T.max() and (first == first[:, :1]).all() and (last == last[:, :1]).all()
+
+
 def _steady_waves(T, first, last, cores: int, double_buffer: bool, waves: int, probe: int = 12):
     """Start time of every wave when all programs have the same timing. The waves' spacing is then a max-plus
     recurrence with constant terms, which settles within a few waves into a repeating pattern of period 1
     to 3 (2 when a double-buffered program alternates with the one it overlaps): the first ``probe`` waves
-    are placed one by one and the rest follow the pattern. None when the programs differ or no pattern has
-    settled (then every wave is placed)."""
-    if waves <= 2 * probe or T.min() != T.max() or not (first == first[:, :1]).all() or \
-            not (last == last[:, :1]).all():
+    are placed one by one and the rest follow the pattern. None when the programs differ (the first wave may
+    differ from the rest: it pays no dispatch) or no pattern has settled (then every wave is placed)."""
+    if waves <= 2 * probe or not (_uniform(T[:cores], first[:, :cores], last[:, :cores]) and
+                                  _uniform(T[cores:], first[:, cores:], last[:, cores:])):
         return None
     n = probe * cores
     head, _ = _place_waves(T[:n], first[:, :n], last[:, :n], cores, double_buffer)

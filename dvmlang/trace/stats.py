@@ -75,6 +75,9 @@ class Analysis:
     cube_macs: float
     cube_peak_fraction: float
     bounds: list = field(default_factory=list)  # [Bound], largest first
+    hbm_bytes: float = 0.0  # what crossed HBM; the rest hit L2
+    l2_hit_bytes: float = 0.0
+    writeback_bytes: float = 0.0
 
     @property
     def bound(self) -> str:
@@ -95,7 +98,8 @@ def analyse(launch) -> Analysis:
     total_cores = p.cube_cores if launch.kind == "mix" else p.vector_cores
     waves = int(launch.waves)
     last_wave = programs - (waves - 1) * total_cores if waves else 0
-    mem_floor = moved / p.hbm_bytes_per_cycle
+    hbm = float(getattr(launch, "hbm_bytes", moved))
+    mem_floor = max(hbm / p.hbm_bytes_per_cycle, moved / p.l2_bytes_per_cycle)
     tr = launch.trace
     vector_work = cube_macs = 0.0
     if tr is not None and tr.step_count is not None:
@@ -105,13 +109,17 @@ def analyse(launch) -> Analysis:
                     vector_work += s.work * tr.step_count[s.index]
                 elif s.pipe == isa.Pipe.CUBE:
                     cube_macs += s.work * tr.step_count[s.index]
+    handoff = 0.0
+    if tr is not None and tr.step_cycles is not None:
+        handoff = sum(float(tr.step_cycles[s.index]) for s in tr.steps
+                      if isa.BY_NAME[s.name].cost.kind == "handoff") / cores
     per_core = {name: b / cores for name, b in busy.items()}
     executed = int(tr.step_count.sum()) if tr is not None and tr.step_count is not None else int(launch.instructions)
     dispatch = executed * p.scalar_dispatch / cores
     bounds = [
         Bound("memory (HBM / DMA)", max(mem_floor, per_core["MTE2"], per_core["MTE3"]),
-              f"HBM floor {mem_floor:,.0f} cycles for {fmt_bytes(moved)}; DMA pipes busy "
-              f"{max(per_core['MTE2'], per_core['MTE3']):,.0f} cycles per core"),
+              f"HBM/L2 floor {mem_floor:,.0f} cycles for {fmt_bytes(hbm)} from HBM of {fmt_bytes(moved)} moved; "
+              f"DMA pipes busy {max(per_core['MTE2'], per_core['MTE3']):,.0f} cycles per core"),
         Bound("vector", per_core["VECTOR"], f"VECTOR busy {per_core['VECTOR']:,.0f} cycles per core"),
         Bound("cube", per_core["CUBE"] + 0.0, f"CUBE busy {per_core['CUBE']:,.0f} cycles per core"),
         Bound("scalar decoding", per_core["SCALAR"] + dispatch,
@@ -119,8 +127,20 @@ def analyse(launch) -> Analysis:
         Bound("launch overhead", float(overhead), f"{p.launch_overhead_us:g} us fixed cost per launch"),
     ]
     units = max(b.cycles for b in bounds[:4])
-    bounds.append(Bound("latency (pipes waiting)", max(0.0, body - units),
-                        "time no unit is busy enough to explain: DMA latency, set/wait chains"))
+    dispatched = int(getattr(launch, "dispatched", 0))
+    dispatch_cycles = dispatched * p.program_dispatch_cycles / cores
+    bounds.append(Bound("latency (pipes waiting)", max(0.0, body - units - dispatch_cycles),
+                        "time no unit is busy enough to explain: DMA latency, set/wait chains, handoff flags"))
+    bounds.append(Bound("program dispatch", dispatch_cycles,
+                        f"{dispatched:,} programs beyond the first wave, {p.program_dispatch_cycles:,} cycles each "
+                        "to start (grid = cores and a loop inside avoids it)"))
+    bounds.append(Bound("cube <-> vector handoff", handoff,
+                        "tiles between L0C and UB go through a GM workspace at "
+                        f"{p.handoff_bytes_per_cycle:g} B/cycle, plus a cross-core flag (part of the time above)"))
+    unaligned = float(getattr(launch, "unaligned_cycles", 0.0)) / cores
+    bounds.append(Bound("unaligned GM bursts", unaligned,
+                        f"DMA bursts not starting on a {p.gm_align_bytes} B boundary (or their own size) move at "
+                        f"{100 * p.unaligned_efficiency:.0f}% (part of the DMA time above)"))
     bounds.sort(key=lambda b: -b.cycles)
     return Analysis(
         name=launch.name, cycles=int(launch.cycles), time_us=float(launch.time_us), overhead=overhead, body=body,
@@ -130,7 +150,9 @@ def analyse(launch) -> Analysis:
         roofline_fraction=moved / (cycles / p.clock_hz) / p.hbm_bytes_per_s, memory_floor_cycles=mem_floor,
         busy=busy, utilisation=util, instructions=executed, vector_work=vector_work,
         vector_peak_fraction=vector_work / (cores * body), cube_macs=cube_macs,
-        cube_peak_fraction=cube_macs / (cores * body * p.cube_macs_per_cycle), bounds=bounds)
+        cube_peak_fraction=cube_macs / (cores * body * p.cube_macs_per_cycle), bounds=bounds, hbm_bytes=hbm,
+        l2_hit_bytes=float(getattr(launch, "l2_hit_bytes", 0.0)),
+        writeback_bytes=float(getattr(launch, "writeback_bytes", 0.0)))
 
 
 @dataclass

@@ -56,9 +56,14 @@ def summary_view(launch) -> Group:
                                 + f"; UB double buffering {'on' if launch.double_buffer else 'off'}"))
     kv.add_row("instructions", Text(f"{a.instructions:,} executed"))
     kv.add_row("bytes moved", Text(f"{fmt_bytes(a.bytes_read)} read, {fmt_bytes(a.bytes_written)} written"))
+    kv.add_row("HBM and L2", Text(f"{fmt_bytes(a.hbm_bytes)} crossed HBM"
+                                  + (f" (with {fmt_bytes(a.writeback_bytes)} of earlier launches' dirty L2 lines "
+                                     "written back)" if a.writeback_bytes else "")
+                                  + f"; L2 hits {fmt_bytes(a.l2_hit_bytes)}"))
     kv.add_row("bandwidth", Text(f"{a.bandwidth / 1e9:,.1f} GB/s over the launch ({a.body_bandwidth / 1e9:,.1f} GB/s "
                                  f"while programs run) = {100 * a.roofline_fraction:.1f}% of the "
-                                 f"{p.hbm_bytes_per_s / 1e12:.2f} TB/s HBM roofline"))
+                                 f"{p.hbm_bytes_per_s / 1e12:.2f} TB/s nominal HBM rate "
+                                 f"({p.hbm_bytes_per_cycle * p.clock_hz / 1e12:.2f} TB/s sustained)"))
     if launch.trace is not None and launch.trace.step_count is not None:
         kv.add_row("vector", Text(f"{a.vector_work:,.0f} repeats of {p.vector_bytes_per_cycle} B = "
                                   f"{100 * a.vector_peak_fraction:.1f}% of peak ({a.cores} cores x "

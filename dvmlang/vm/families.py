@@ -259,6 +259,14 @@ def _vdup(v, d):
     v.reg(d, "rs", ty)
 
 
+def _l0c_fill(v, d):
+    dd, _ = v.tile(d, "dst")
+    if dd not in (dt.float32, dt.int32):
+        v.fail(d, "an L0C accumulator is float32 or int32", "float32 or int32", dd.name)
+    v.same(d, "result dtype", dd, d.dtype)
+    v.reg(d, "rs", d.dtype)
+
+
 def _viota(v, d):
     o = d.vals
     dd, ds = v.tile(d, "dst")
@@ -417,6 +425,23 @@ def _dma_load_dma_store(v, d):
     v.gm(d, o["tensor"])
 
 
+def _fix_store(v, d):
+    rank = d.ins.extra["rank"]
+    tdt = v.tensor(d)
+    sd, ss = v.tile(d, "src")
+    if len(ss) != rank:
+        v.fail(d, "tile rank does not match the DMA rank", str(rank), str(len(ss)))
+    ok = tdt in (dt.float32, dt.float16, dt.bfloat16) if sd is dt.float32 else (sd is dt.int32 and tdt is dt.int32)
+    if not ok:
+        v.fail(d, "FixPipe converts a float32 accumulator to float32/float16/bfloat16, or stores int32 as int32",
+               "float32 -> float, int32 -> int32", f"{sd.name} -> {tdt.name}")
+    v.sop(d, "base")
+    for i in range(rank):
+        for n in (f"stride{i}", f"lo{i}", f"hi{i}"):
+            v.sop(d, n)
+    v.gm(d, d.vals["tensor"])
+
+
 def _gather_scatter(v, d):
     o = d.vals
     fam = d.ins.family
@@ -539,6 +564,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("vcast", _vcast, "dst has the row's dtype and a's shape; a bitcast needs equal element sizes; `rtz` "
                             "needs a float converted to a narrower float (and no bitcast)"),
     Family("vdup", _vdup, "dst has the row's dtype; `rs` has it too"),
+    Family("l0c_fill", _l0c_fill, "dst in L0C is float32 or int32, the row's dtype; `rs` has it too"),
     Family("viota", _viota, "dst is a 1-D int32 tile; `start` is an immediate", typed=False),
     Family("vcopy", _vcopy, "same dtypes; a broadcasts to dst's shape"),
     Family("vreduce", _vreduce_vscan, "`op` < 8 and `axis` < a's rank; dst's shape drops the axis or keeps it as "
@@ -565,6 +591,10 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("dma_store", _dma_load_dma_store, "`tensor` names a tensor parameter of the tile's dtype; the tile's "
                                              "rank equals the row's rank; base, strides and box bounds are "
                                              "integer operands; the address word has a relocation"),
+    Family("fix_store", _fix_store, "`tensor` names a tensor parameter; the L0C tile is float32 and the tensor "
+                                    "float32, float16 or bfloat16, or both are int32; the tile's rank equals the "
+                                    "row's rank; base, strides and box bounds are integer operands; the address "
+                                    "word has a relocation"),
     Family("gather", _gather_scatter, "dst has the tensor's dtype; offsets is an integer tile of dst's shape; a "
                                       "mask (when `masked`) is int1 of that shape; a register pad has the "
                                       "tensor's dtype; the address word has a relocation"),

@@ -93,13 +93,16 @@ class Cost:
             "branch": f"{self.k:g} cycles on the scalar unit (taken or not)",
             "vector": f"vector_startup + {self.k:g} x ceil(bytes / 256)",
             "reduce": f"vector_startup + {self.k:g} x ceil(bytes / 256) + log2(n) x tree_step",
-            "dma": "dma_latency + bursts x burst_overhead + bytes / rate (rate = min(per-core cap, HBM / active cores))",
+            "dma": "dma_latency + bursts x burst_overhead + bytes x (1 + unaligned part x (1 / unaligned_efficiency - 1)) "
+                   "/ rate (rate: the per-core L2 or HBM rate, at most L2 or HBM / active cores)",
             "gather": "dma_latency + elements x gather_per_element + bytes / rate",
             "atomic": "dma_latency + elements x atomic_per_element",
             "mte1": "mte1_startup + bytes / mte1_bytes_per_cycle",
             "cube": "B x (cube_startup + ceil(M/16) x ceil(N/16) x ceil(K/16) x dtype factor), B the batch (1 "
                     "for 2-D tiles)",
-            "fixpipe": "fixpipe_startup + bytes / fixpipe_bytes_per_cycle",
+            "fill": "cube_startup (the init of an MMAD)",
+            "handoff": "fixpipe_startup + bytes / handoff_bytes_per_cycle, then dma_latency + handoff_flag_cycles "
+                       "until the other core sees it (through a GM workspace; with l0c_to_ub, the fixpipe cost)",
             "sync": "1 cycle (events complete in the pipe's order)",
             "scalar_gm": "scalar_gm_latency (the scalar unit reads global memory)",
             "print": "0 cycles (a debug aid the hardware does not have)",
@@ -365,9 +368,13 @@ _row("ATOMIC", 0x0422, M3, [H("op", "u4"), H("masked", "flag"), H("tensor", "u8"
      "Atomic read-modify-write in GM, element by element in program order; dst receives the old values.",
      "atomic")
 
-# Cube path: GM -> L1 (MTE2), L1 -> L0A/L0B (MTE1), MMAD into L0C (CUBE), L0C -> UB (FIXPIPE).
-_row("UB_TO_L1", 0x0500, M3, [F("dst", "tile", "l1"), F("src", "tile")], Cost("dma"),
-     "Copy a UB tile to L1 (on 910B this goes through GM; charged as a DMA).", "copy_space")
+# Cube path: GM -> L1 (MTE2), L1 -> L0A/L0B (MTE1), MMAD into L0C (CUBE), L0C -> GM (FixPipe). The handoffs
+# between a vector core's UB and the cube core (UB_TO_L1, FIX_L0C_TO_UB, UB_TO_L0C) are virtual instructions:
+# 910B-class parts have no direct path, and the decoder moves the tile through a GM workspace with a cross-core
+# flag (the "handoff" cost; profile.l0c_to_ub models a part with the direct path).
+_row("UB_TO_L1", 0x0500, M3, [F("dst", "tile", "l1"), F("src", "tile")], Cost("handoff"),
+     "Hand a UB tile to the cube core's L1: UB -> GM workspace (MTE3), cross-core flag, GM -> L1 (MTE2).",
+     "copy_space")
 _row("L1_TO_L0A", 0x0501, M1, [F("dst", "tile", "l0a"), F("src", "tile", "l1")], Cost("mte1"),
      "Copy an L1 tile into L0A.", "copy_space")
 _row("L1_TO_L0B", 0x0502, M1, [F("dst", "tile", "l0b"), F("src", "tile", "l1")], Cost("mte1"),
@@ -377,10 +384,21 @@ _row("MMAD", 0x0503, C, [H("init", "flag"), F("dst", "tile", "l0c"), F("a", "til
      "L0C dst (+)= L0A a @ L0B b, accumulating in dst's dtype (fp32 for fp16/bf16 inputs); init clears dst. 3-D "
      "tiles are a batch: (B, M, K) @ (B, K, N) -> (B, M, N), B matrix products.",
      "mmad")
-_row("FIX_L0C_TO_UB", 0x0504, FX, [F("dst", "tile"), F("src", "tile", "l0c")], Cost("fixpipe"),
-     "Move an L0C tile to UB, converting to dst's dtype.", "copy_space")
-_row("UB_TO_L0C", 0x0505, FX, [F("dst", "tile", "l0c"), F("src", "tile")], Cost("fixpipe"),
-     "Seed an L0C accumulator from a UB tile (bias / running accumulator).", "copy_space")
+_row("FIX_L0C_TO_UB", 0x0504, FX, [F("dst", "tile"), F("src", "tile", "l0c")], Cost("handoff"),
+     "Hand an L0C tile to the vector core's UB, converting to dst's dtype: FixPipe L0C -> GM workspace, full "
+     "pipe barrier and cross-core flag, GM -> UB (MTE2).", "copy_space")
+_row("UB_TO_L0C", 0x0505, FX, [F("dst", "tile", "l0c"), F("src", "tile")], Cost("handoff"),
+     "Seed an L0C accumulator from a UB tile (bias / running accumulator): UB -> GM workspace, cross-core flag, "
+     "GM -> L1 -> L0C.", "copy_space")
+_row("L0C_FILL", 0x0506, C, [H("rs", "reg"), F("dst", "tile", "l0c")], Cost("fill"),
+     "Fill an L0C accumulator with a scalar register (a K loop's zero init: the first MMAD's init bit).", "l0c_fill")
+FIX_STORE: dict[int, Instr] = {}
+for _r in (1, 2, 3):
+    FIX_STORE[_r] = _row(f"FIX_STORE{_r}", 0x0440 + _r, FX,
+                         [H("tensor", "u8"), F("src", "tile", "l0c"), F("base", "sop"), F("gm", "gm")] + _dims(_r),
+                         Cost("dma"), f"L0C -> GM through FixPipe, rank {_r}: the DMA_STORE descriptor, converting "
+                                      "the accumulator (float32 to the tensor's float dtype; int32 stays int32). "
+                                      "How a dot's result leaves the cube core on 910B.", "fix_store", rank=_r)
 DMA_LOAD_L1: dict[int, Instr] = {}
 for _r in (1, 2, 3):
     DMA_LOAD_L1[_r] = _row(f"DMA_LOAD_L1_{_r}", 0x0430 + _r, M2,

@@ -53,6 +53,14 @@ def _moved(b, g, msk):
     return cnt, nbytes
 
 
+def _transfer(L, cost, desc, g, nbytes, rate, n):
+    """A DMA's cycles for a batch; the time lost to bursts off their alignment boundary is counted for the
+    summary (``Rates.unaligned_cycles``)."""
+    un = desc.unaligned(g.itemsize, L.profile.gm_align_bytes)
+    L.rates.note_unaligned(nbytes * un, rate, n)
+    return cost(bursts=desc.bursts, nbytes=nbytes, rate=rate, unaligned=un)
+
+
 @builds("dma_load")
 def dma_load(m, d):
     _, dd, shape = m.layout(d.vals["dst"])
@@ -89,7 +97,7 @@ def dma_load(m, d):
         nbytes = desc.count * g.itemsize
         b.bytes_read += nbytes
         b.last_bytes = nbytes
-        return cost(bursts=desc.bursts, nbytes=nbytes, rate=L.rates.read(t, nbytes, b.n))
+        return _transfer(L, cost, desc, g, nbytes, L.rates.read(t, nbytes, b.n), b.n)
     return m.step(d, fn, None)
 
 
@@ -105,9 +113,12 @@ def _box_mask(desc, shape, n):
 
 
 @builds("dma_store")
+@builds("fix_store")
 def dma_store(m, d):
+    """UB -> GM (DMA_STORE), or L0C -> GM through FixPipe (FIX_STORE, converting to the tensor's dtype)."""
+    space = d.ins.spaces["src"]
     src_addr, src_dt, shape = m.layout(d.vals["src"])
-    r = m.reader(d.vals["src"])
+    r = m.reader(d.vals["src"], space)
     t = d.vals["tensor"]
     base, strides, los, his = _descriptor(m, d)
     shape = tuple(shape)
@@ -120,7 +131,7 @@ def dma_store(m, d):
         desc = Desc(b, base, strides, los, his, shape)
         check_dma(L, b, t, desc, pc, g.size)
         materialise_views(b, L, t)
-        slot = b.mem["ub"].get(src_addr)
+        slot = b.mem[space].get(src_addr) if space == "ub" else None
         view = box = None
         if slot is not None and slot.lazy is not None and slot.nbytes == src_bytes and \
                 isinstance(slot.lazy[0], np.ufunc) and slot.dtype == g.dtype and tuple(slot.shape) == shape:
@@ -136,7 +147,7 @@ def dma_store(m, d):
         nbytes = desc.count * g.itemsize
         b.bytes_written += nbytes
         b.last_bytes = nbytes
-        return cost(bursts=desc.bursts, nbytes=nbytes, rate=L.rates.dma)
+        return _transfer(L, cost, desc, g, nbytes, L.rates.write(t, nbytes, b.n), b.n)
     return m.step(d, fn, None)
 
 
@@ -180,7 +191,7 @@ def scatter(m, d):
             L.races.record_elements(b, t, off, msk)
         cnt, nbytes = _moved(b, g, msk)
         b.bytes_written += nbytes
-        return cost(elements=cnt, nbytes=nbytes, rate=L.rates.dma)
+        return cost(elements=cnt, nbytes=nbytes, rate=L.rates.write(t, nbytes, b.n))
     return m.step(d, fn, None)
 
 
@@ -207,6 +218,8 @@ def atomic_rmw(m, d):
         cnt, nbytes = _moved(b, g, msk)
         b.bytes_written += nbytes
         b.bytes_read += nbytes
+        L.rates.read(t, nbytes, b.n)
+        L.rates.write(t, nbytes, b.n)
         return cost(elements=cnt)
     return m.step(d, fn, None)
 
@@ -219,13 +232,6 @@ def copy_space(m, d):
     npdt = dd.np
     nb = prod(shape) * dd.itemsize
     cost = m.formula(d)
-    if d.ins.cost.kind == "dma":
-        # UB -> L1 goes through GM: one transfer at the core's HBM rate (no burst overhead is charged)
-        def fn(b, L):
-            w(b, r(b, L).astype(npdt, copy=False))
-            return cost(bursts=0, nbytes=nb, rate=L.rates.dma)
-        return m.step(d, fn, None)
-
     def fn(b, L):
         w(b, r(b, L).astype(npdt, copy=False))
     return m.step(d, fn, cost(nbytes=nb))

@@ -41,6 +41,10 @@ def _move(ctx, dst_home, src: Value, loc):
             return
         ref_dst = ctx.tile_ref(dst_home.addr, src.dtype, src.shape)
         dst_rng = (dst_home.space, dst_home.addr, dst_home.addr + dst_home.nbytes)
+        if dst_home.space == "l0c" and src.op is not None and src.op.kind == "full":
+            ctx.emit(BY_NAME["L0C_FILL"], {"dst": ref_dst, "rs": ctx.reg(src.op.operands[0])}, src.dtype, loc,
+                     writes=[dst_rng])
+            return
         if dst_home.space == "l0c":
             ctx.emit(BY_NAME["UB_TO_L0C"], {"dst": ref_dst, "src": ctx.tile(src)}, src.dtype, loc,
                      reads=[ctx.rng(src)], writes=[dst_rng])

@@ -129,7 +129,7 @@ def _dma_store(ctx, op):
     rank = op.attrs["rank"]
     value = op.operands[1 + 3 * rank]
     dims, ref = _dma_dims(ctx, op, value, "stores")
-    ins = isa.DMA_STORE[len(dims)]
+    ins = isa.FIX_STORE[len(dims)] if ctx.place(value).space == "l0c" else isa.DMA_STORE[len(dims)]
     vals = _dims_fields(ctx, ins, op.operands[0], dims, op.loc)
     vals.update({"src": ref, "gm": 0, "tensor": op.attrs["tensor"]})
     e = ctx.emit(ins, vals, value.dtype, op.loc, reads=[ctx.rng(value), ("gm", op.attrs["tensor"], 0)])

@@ -132,6 +132,20 @@ class _Planner:
         y = term.operands[i]
         return y is d.result and self.plan.users.get(y.id) == [term]
 
+    def stored_from_l0c(self, res: Value):
+        """The values FixPipe can store straight from ``res``'s L0C accumulator (``res`` and the casts of it that
+        only feed stores), when ``res`` is used by nothing but stores of it and such casts; else None."""
+        out = [res]
+        for u in self.plan.users.get(res.id, []):
+            if u.kind == "cast" and not u.attrs.get("bitcast") and u.attrs.get("rounding") is None and \
+                    res.dtype is dt.float32 and u.result.dtype in (dt.float16, dt.bfloat16, dt.float32) and \
+                    all(_stores(w, u.result) for w in self.plan.users.get(u.result.id, [])) and \
+                    self.plan.users.get(u.result.id):
+                out.append(u.result)
+            elif not _stores(u, res):
+                return None
+        return out if len(res.shape) in (2, 3) and self.plan.users.get(res.id) else None
+
     def all_elementwise_users(self, v: Value) -> bool:
         """Whether a broadcast may stay unmaterialised: every user is elementwise and still gets its result's shape
         from numpy broadcasting when every broadcast among its operands is left at its source's shape (a tile
@@ -197,7 +211,14 @@ class _Planner:
                 for args in carried_args:
                     self.attach(args[i], h, lo, end)
                 plan.places[res.id] = Place("l0c", h, res.shape, res.dtype)
-                if plan.users.get(res.id):
+                stored = self.stored_from_l0c(res)
+                if stored is not None:
+                    # the result only goes to GM (maybe converted): FixPipe stores it from L0C, no UB copy
+                    for v in stored:
+                        plan.places[v.id] = Place("l0c", h, res.shape, res.dtype)
+                        h.end = max(h.end, self.live.interval(v)[1])
+                    h.end = max(h.end, re_)
+                elif plan.users.get(res.id):
                     # results are read after the loop through a UB copy made once, at the loop exit
                     shadow = self.new_buffer("ub", nbytes(res.shape, res.dtype), end, max(end, re_),
                                              "accumulator result", op.loc)
@@ -327,6 +348,14 @@ def _inplace_ok(op: Op, arg: Value) -> bool:
     if op.kind == "cast" and op.operands[0].dtype.itemsize != op.results[0].dtype.itemsize:
         return False
     return all(x is not arg or x.shape == op.results[0].shape for x in op.operands)
+
+
+def _stores(op: Op, v: Value) -> bool:
+    """Whether ``op`` is a DMA store of the tile ``v`` (and uses ``v`` for nothing else)."""
+    if op.kind != "dma_store":
+        return False
+    i = 1 + 3 * op.attrs["rank"]
+    return op.operands[i] is v and sum(x is v for x in op.operands) == 1
 
 
 def _coalescible_def(op: Op) -> bool:

@@ -78,7 +78,24 @@ def _dup(ctx, scalar: Value, dst_ref, dst_rng, loc, dtype):
 
 def _full(ctx, op):
     r = op.result
+    if r.is_tile and _only_l0c_init(ctx, r):
+        return  # the loops fill their L0C accumulators with the scalar (L0C_FILL); no UB tile is needed
     _dup(ctx, op.operands[0], ctx.tile(r), ctx.rng(r), op.loc, r.dtype)
+
+
+def _only_l0c_init(ctx, v) -> bool:
+    """Whether every use of ``v`` is as the init of a loop's L0C accumulator."""
+    users = ctx.plan.users.get(v.id, [])
+    for u in users:
+        if u.kind != "for":
+            return False
+        homes = ctx.plan.homes.get(id(u), [])
+        inits = u.operands[3:]
+        if not any(x is v and getattr(h, "space", "") == "l0c" for x, h in zip(inits, homes)) or \
+                any(x is v and getattr(h, "space", "") != "l0c" for x, h in zip(inits, homes)) or \
+                v in u.operands[:3]:
+            return False
+    return bool(users)
 
 
 def _temp_tile(ctx, scalar: Value, rank: int, loc) -> tuple[int, tuple]:
@@ -181,6 +198,8 @@ def _fma(ctx, op):
 def _cast(ctx, op):
     x = op.operands[0]
     r = op.result
+    if r.is_tile and ctx.place(r).space == "l0c":
+        return  # FixPipe converts the accumulator as it stores it (placement.stored_from_l0c)
     bitcast = int(op.attrs["bitcast"])
     rtz = int(op.attrs.get("rounding") == "rtz")
     if not r.is_tile:

@@ -1,0 +1,86 @@
+"""The device's L2 across launches: an LRU model of which GM tensors have bytes in L2 (``Device.l2``), what
+they give a later launch (hits) and what evicting them costs (dirty bytes written back to HBM)."""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+
+import numpy as np
+
+
+class L2Cache:
+    """The device's L2 across launches: which GM tensors have bytes in it, least recently used first, how many
+    bytes (what launches read or wrote of them, at most the tensor) and how many of those are dirty (written,
+    not yet back in HBM). A tensor is known by its host array (the root of its views), held weakly: a new array
+    is a new GM buffer and starts cold. A tensor larger than L2 streams through it and evicts everything. A
+    later launch's reads of a tensor hit up to the bytes it has in L2 (the model does not track which bytes)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.lines: OrderedDict = OrderedDict()  # key -> (weakref to the root array, bytes, dirty bytes)
+        self.used = 0
+
+    @staticmethod
+    def _key(a: np.ndarray):
+        root = a
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        off = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        return (id(root), off, a.nbytes), root
+
+    def _line(self, key):
+        line = self.lines.get(key)
+        if line is not None and line[0]() is None:  # the array is gone; its id may be reused by a new one
+            self._drop(key)
+            return None
+        return line
+
+    def _gone(self, ref) -> None:
+        for key in [k for k, line in list(self.lines.items()) if line[0] is ref]:
+            self._drop(key)
+
+    def _drop(self, key) -> float:
+        _, nbytes, dirty = self.lines.pop(key)
+        self.used -= nbytes
+        return dirty
+
+    def flush(self) -> None:
+        """Empty L2 (a benchmark's cache flush: what was dirty is not charged to any launch)."""
+        self.lines.clear()
+        self.used = 0
+
+    def resident(self, arrays: dict, alias: dict) -> dict:
+        """Alias group -> bytes of it in L2 now, for the groups of ``arrays`` that have any."""
+        out = {}
+        for q, a in arrays.items():
+            line = self._line(self._key(a)[0])
+            if line is not None:
+                out[alias[q]] = max(out.get(alias[q], 0), line[1])
+        return out
+
+    def update(self, arrays: dict, alias: dict, rates) -> float:
+        """After a launch: what it read and wrote is most recently used (writes dirty); returns the dirty bytes
+        evicted to make room, which this launch writes back to HBM."""
+        back = 0.0
+        done = set()
+        for q, a in arrays.items():
+            g = alias[q]
+            reads, writes = rates.group_reads.get(g, 0.0), rates.group_writes.get(g, 0.0)
+            if g in done or not (reads or writes):
+                continue
+            done.add(g)
+            key, root = self._key(a)
+            if a.nbytes > self.capacity:
+                back += sum(self._drop(k) for k in list(self.lines))
+                continue
+            nbytes, dirty = min(a.nbytes, reads + writes), min(a.nbytes, writes)
+            old = self._line(key)
+            if old is not None:
+                self._drop(key)
+                nbytes, dirty = max(nbytes, old[1]), min(nbytes, dirty + old[2])
+            self.lines[key] = (old[0] if old is not None else weakref.ref(root, self._gone), nbytes, dirty)
+            self.used += nbytes
+        while self.used > self.capacity and self.lines:
+            back += self._drop(next(iter(self.lines)))
+        return back
