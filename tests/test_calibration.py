@@ -185,3 +185,20 @@ def test_summary_names_the_new_costs():
             c2v = cal.c2v_stream[(24,)](np.ones((128, 16), np.float16), np.ones((16, 128), np.float16), out, 2,
                                         BM=128, BN=128, BK=16)
     assert {b.name: b.cycles for b in analyse(c2v).bounds}["cube <-> vector handoff"] > 0
+
+
+def test_disassembly_notes_say_where_bytes_went_and_the_handoff():
+    import io
+
+    from rich.console import Console
+
+    from dvmlang.trace import render
+    out = np.empty((24, 128, 128), np.float32)
+    with Device(B2), dvmlang.trace():
+        launch = cal.c2v_stream[(24,)](np.ones((128, 16), np.float16), np.ones((16, 128), np.float16), out, 2,
+                                       BM=128, BN=128, BK=16)
+    c = Console(file=io.StringIO(), width=300, color_system=None)
+    render(launch, view="disasm", console=c)
+    text = c.file.getvalue()
+    assert "handoff through a GM workspace" in text
+    assert "HBM once, then L2" in text and "L2 (kept; written back when evicted)" in text

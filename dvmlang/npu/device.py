@@ -278,6 +278,7 @@ class Device:
                               unaligned_cycles=L.rates.unaligned_cycles)
         if rec is not None:
             record.trace = rec.finish((offsets + shift * stretch) + start, cores, record, T * stretch, stretch)
+            record.trace.notes = L.rates.notes()
         for line in record.prints:
             print(line)
         if L.diagnostics:

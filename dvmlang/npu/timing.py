@@ -161,6 +161,7 @@ class Rates:
         self.group_writes: dict = {}
         self.slow = 1.0 / profile.unaligned_efficiency - 1.0
         self.unaligned_cycles = 0.0  # DMA time lost to unaligned bursts, every program together
+        self.transfers: dict = {}  # pc -> (tensor, write, unaligned cycles): see note
         for p, a in arrays.items():
             g = alias[p]
             self.group_bytes[g] = max(self.group_bytes.get(g, 0), a.size * a.itemsize)
@@ -182,10 +183,32 @@ class Rates:
         self.group_writes[g] = self.group_writes.get(g, 0.0) + total
         return self.l2_write if self.keep_writes and self._fits(g) else self.dma
 
-    def note_unaligned(self, nbytes, rate: float, n: int) -> None:
-        """Count the extra DMA cycles of ``nbytes`` (per program) moved in unaligned bursts at ``rate``."""
-        total = float(np.sum(nbytes)) if np.ndim(nbytes) else float(nbytes) * n
-        self.unaligned_cycles += total * self.slow / rate
+    def note(self, pc: int, t: int, write: bool, unaligned, rate: float, n: int) -> None:
+        """Record a DMA of tensor ``t`` at ``pc`` for the trace, with the extra cycles of the ``unaligned``
+        bytes (per program) it moved in bursts off their boundary at ``rate``."""
+        total = float(np.sum(unaligned)) if np.ndim(unaligned) else float(unaligned) * n
+        extra = total * self.slow / rate
+        self.unaligned_cycles += extra
+        seen = self.transfers.get(pc)
+        self.transfers[pc] = (t, write, extra + (seen[2] if seen else 0.0))
+
+    def where(self, t: int, write: bool) -> str:
+        """Where a transfer of tensor ``t`` goes in the L2 model, in words."""
+        g = self.alias[t]
+        if not self._fits(g):
+            return "HBM (larger than L2)"
+        if write:
+            return "L2 (kept; written back when evicted)" if self.keep_writes else "HBM"
+        if self.resident.get(g, 0) >= min(self.group_bytes.get(g, 0), self.group_reads.get(g, 0.0)):
+            return "L2 hit (left by an earlier launch)"
+        return "HBM once, then L2" if self.resident.get(g, 0) == 0 else "partly L2 hits, the rest HBM once"
+
+    def notes(self) -> dict:
+        """pc -> what the trace says about each DMA: where its bytes came from or went, unaligned bursts."""
+        out = {}
+        for pc, (t, write, extra) in self.transfers.items():
+            out[pc] = self.where(t, write) + (f"; unaligned bursts +{extra:,.0f} cycles" if extra else "")
+        return out
 
     def hbm_bytes(self) -> float:
         """Bytes that must cross HBM: every tensor not already in L2 read once (all re-reads when it does not

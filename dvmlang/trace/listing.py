@@ -40,10 +40,13 @@ def disasm_view(launch, width: int = 100) -> Group:
     for h in heads if len(heads) == 1 else []:
         out.append(Text(h, style="dim"))
     source_of = {s.pc: (s.file, s.line) for s in tr.steps} if tr is not None else {}
+    notes = _notes(tr)
     rows = []
     for line, offset, pipe, name, operands, comment in dis.rows:
         if lo is not None and not lo <= offset <= hi:
             continue  # another kernel of the same bytecode
+        if offset in notes:
+            comment = f"{comment}; {notes[offset]}" if comment else notes[offset]
         n, c = costs.get(offset, (0, 0.0))
         cells = (fmt_count(n) if costs else "", fmt_count(c) if costs else "",
                  f"{100 * c / total:.1f}%" if costs else "", str(line), str(offset), pipe, name)
@@ -87,6 +90,19 @@ def disasm_view(launch, width: int = 100) -> Group:
             out.append(line)
             out.extend(Text("      " + p) for p in _wrap(ops, width - 6))
     return Group(*out)
+
+
+def _notes(tr) -> dict:
+    """pc -> the device's note on a step: where a DMA's bytes came from or went (L2 or HBM) and its unaligned
+    bursts, or a cube <-> vector handoff through GM and its flag."""
+    if tr is None:
+        return {}
+    from ..vm import isa
+    out = dict(getattr(tr, "notes", {}) or {})
+    for s in tr.steps:
+        if isa.BY_NAME[s.name].cost.kind == "handoff" and s.latency:
+            out[s.pc] = f"handoff through a GM workspace; the other core sees it {s.latency:,.0f} cycles later (flag)"
+    return out
 
 
 def _wrap(text: str, width: int) -> list[str]:

@@ -94,6 +94,7 @@ class LaunchTrace:
     summary_only: bool = False
     programs: int = 0
     overhead: int = 0
+    notes: dict = field(default_factory=dict)  # pc -> what the device says about it (L2 or HBM, alignment)
 
     @cached_property
     def core(self) -> np.ndarray:

@@ -53,11 +53,11 @@ def _moved(b, g, msk):
     return cnt, nbytes
 
 
-def _transfer(L, cost, desc, g, nbytes, rate, n):
+def _transfer(L, cost, desc, g, nbytes, rate, n, pc, t, write):
     """A DMA's cycles for a batch; the time lost to bursts off their alignment boundary is counted for the
-    summary (``Rates.unaligned_cycles``)."""
+    summary and the trace (``Rates.note``)."""
     un = desc.unaligned(g.itemsize, L.profile.gm_align_bytes)
-    L.rates.note_unaligned(nbytes * un, rate, n)
+    L.rates.note(pc, t, write, nbytes * un, rate, n)
     return cost(bursts=desc.bursts, nbytes=nbytes, rate=rate, unaligned=un)
 
 
@@ -97,7 +97,7 @@ def dma_load(m, d):
         nbytes = desc.count * g.itemsize
         b.bytes_read += nbytes
         b.last_bytes = nbytes
-        return _transfer(L, cost, desc, g, nbytes, L.rates.read(t, nbytes, b.n), b.n)
+        return _transfer(L, cost, desc, g, nbytes, L.rates.read(t, nbytes, b.n), b.n, pc, t, False)
     return m.step(d, fn, None)
 
 
@@ -147,7 +147,7 @@ def dma_store(m, d):
         nbytes = desc.count * g.itemsize
         b.bytes_written += nbytes
         b.last_bytes = nbytes
-        return _transfer(L, cost, desc, g, nbytes, L.rates.write(t, nbytes, b.n), b.n)
+        return _transfer(L, cost, desc, g, nbytes, L.rates.write(t, nbytes, b.n), b.n, pc, t, True)
     return m.step(d, fn, None)
 
 
