@@ -185,7 +185,8 @@ class Program:
             batch = space[:-2]
             grid = ((-(-m // bm)) * nbn, batch[0] if len(batch) > 0 else 1, batch[1] if len(batch) > 1 else 1)
             args += [m, n_, k, nbn] + [float(env.value(s)) for s in kt.dims]
-            prepared = kt.kernel.prepare(grid, *args, BM=bm, BN=bn, BK=bk, device=device)
+            grid, extents = persistent_grid(grid, device.profile.cube_cores)
+            prepared = kt.kernel.prepare(grid, *args, *extents, BM=bm, BN=bn, BK=bk, device=device)
         else:
             r = len(space)
             t = self.tiles(p, grp, env, device.profile)
@@ -195,6 +196,8 @@ class Program:
             grid = (t.grid[0], outer[0] if len(outer) > 0 else 1, outer[1] if len(outer) > 1 else 1)
             args += [space[-2] if r >= 2 else 1, space[-1] if r >= 1 else 1] + ([t.ncb] if grp.mode == "tiled" else [])
             args += [float(env.value(s)) for s in kt.dims] + [env.value(s) for s in kt.int_dims]
+            grid, extents = persistent_grid(grid, device.profile.vector_cores)
+            args += extents
             if any(n.op == "gather" for n in grp.nodes):
                 with warnings.catch_warnings():  # the table load is a gather by design (ops.gather)
                     warnings.filterwarnings("ignore", message=r".*becomes a gather/scatter", category=PerformanceWarning)
@@ -203,6 +206,13 @@ class Program:
                 prepared = kt.kernel.prepare(grid, *args, BR=t.br, BC=t.bc, device=device)
         _, bc, flat, alias = prepared
         return [StackItem(bc, flat, kt.name, alias)]
+
+
+def persistent_grid(grid: tuple, cores: int) -> tuple[tuple, list]:
+    """The launch grid of a generated (persistent) kernel and its ``G0, G1, GN`` arguments: the logical grid's
+    programs are looped over by at most ``cores`` programs (codegen's persistent header)."""
+    total = grid[0] * grid[1] * grid[2]
+    return (max(1, min(total, cores)), 1, 1), [grid[0], grid[1], total]
 
 
 def _signature(args, static: dict, names, fn=None):

@@ -180,6 +180,20 @@ def _free_nodes(grp: Group):
     return sorted(free, key=lambda x: x.id)  # node ids are a topological order
 
 
+GRID_PARAMS = ["G0", "G1", "GN"]  # the logical grid (its first two extents and its size), looped over in-kernel
+
+
+def _persistent_header(src: Source, outer: int) -> None:
+    """A generated kernel is persistent: it is launched with at most one program per core (``persistent_grid``)
+    and each program loops over the logical grid's programs (``vp``), so programs beyond the core count cost a
+    loop iteration rather than a dispatch (docs/device.md, ``program_dispatch_cycles``)."""
+    src("for vp in range(dl.program_id(0), GN, dl.num_programs(0)):")
+    src.indent += 1
+    src("pid = vp % G0")
+    for d in range(outer):
+        src(f"o{d} = (vp // G0) % G1" if d == 0 else "o1 = vp // (G0 * G1)")
+
+
 def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
     space = grp.space
     r = len(space)
@@ -201,18 +215,14 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
             arg_dims.append(dims_k)
     int_dims = _int_dims_needed(g, grp.body())
     params += ["R", "C"] + (["NCB"] if grp.mode == "tiled" else []) + [f"dim{s.id}" for s in dims] + \
-        [f"idim{s.id}" for s in int_dims]
+        [f"idim{s.id}" for s in int_dims] + GRID_PARAMS
     src = Source()
     src.indent = 0
     src("@dvmlang.kernel")
     src(f"def {name}({', '.join(params)}, BR: dl.constexpr, BC: dl.constexpr):")
     src.indent = 1
     src(f'"""Fused group {grp.name} ({grp.mode} tiling) of graph `{g.name}`."""')
-    src("pid = dl.program_id(0)")
-    if outer >= 1:
-        src("o0 = dl.program_id(1)")
-    if outer >= 2:
-        src("o1 = dl.program_id(2)")
+    _persistent_header(src, outer)
     if grp.mode == "tiled":
         src("rows = (pid // NCB) * BR + dl.arange(0, BR)")
     else:
@@ -446,16 +456,14 @@ def matmul_kernel(g: Graph, grp: Group, name: str) -> KernelText:
             dims_k = [d for d in range(r) if lay.present[d] or (kind == "out" and d >= nb)]
             params += [f"{kind}{k}"] + [f"{kind}{k}_s{d}" for d in dims_k]
             arg_dims.append(dims_k)
-    params += ["M", "N", "K", "NBN"] + [f"dim{s.id}" for s in dims]
+    params += ["M", "N", "K", "NBN"] + [f"dim{s.id}" for s in dims] + GRID_PARAMS
     src = Source()
     src.indent = 0
     src("@dvmlang.kernel")
     src(f"def {name}({', '.join(params)}, BM: dl.constexpr, BN: dl.constexpr, BK: dl.constexpr):")
     src.indent = 1
     src(f'"""Fused group {grp.name}: batched matmul on the cube with an elementwise epilogue."""')
-    src("pid = dl.program_id(0)")
-    for d in range(nb):
-        src(f"o{d} = dl.program_id({d + 1})")
+    _persistent_header(src, nb)
     src("rm = (pid // NBN) * BM + dl.arange(0, BM)")
     src("rn = (pid % NBN) * BN + dl.arange(0, BN)")
     src("rk = dl.arange(0, BK)")

@@ -53,12 +53,14 @@ class Report:
             mm = grp.nodes[0]
             tiles = -(-env.value(mm.shape[-2]) // bm) * -(-env.value(mm.shape[-1]) // bn)
             programs = tiles * math.prod(space[:-2])
-            return f"tiles {bm}x{bn}x{bk}, {programs} programs on {self.profile.cube_cores} cube cores"
+            return (f"tiles {bm}x{bn}x{bk}, {programs} tiles looped over by {min(programs, self.profile.cube_cores)} "
+                    f"persistent programs on {self.profile.cube_cores} cube cores")
         outer = math.prod(space[:-2])
         live = tl.live_bytes_per_element(grp)
         programs = t.grid[0] * outer
-        waves = -(-programs // self.profile.vector_cores)
-        return (f"{grp.mode} tiles {t.br}x{t.bc} over {space}, {programs} programs ({waves} wave(s) on "
+        per = -(-programs // self.profile.vector_cores)
+        return (f"{grp.mode} tiles {t.br}x{t.bc} over {space}, {programs} tiles looped over by "
+                f"{min(programs, self.profile.vector_cores)} persistent programs (up to {per} each, on "
                 f"{self.profile.vector_cores} vector cores), {live} live bytes per element")
 
     def __rich__(self):

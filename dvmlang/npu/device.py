@@ -217,7 +217,7 @@ class Device:
         resident = self.l2.resident(arrays, alias) if prof.l2_across_launches else {}
         L = Launch(bc, kern, arrays, prof, debug=self.debug, watchdog=self.watchdog, kernel_name=name or kern.name,
                    active_cores=active, alias_groups=alias, loc_of_pc=m.loc_of_pc,
-                   race_detection=self.race_detection, resident=resident)
+                   race_detection=self.race_detection, resident=resident, share=hbm_share)
         per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
         B = 1 if self.sequential else max(1, min(P, self.batch_bytes // max(per_prog, 1), 16384))
         T = np.zeros(P)

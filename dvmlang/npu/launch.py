@@ -17,7 +17,7 @@ class Launch:
 
     def __init__(self, bc, kernel, arrays: dict[int, np.ndarray], profile, *, watchdog: int, debug=False,
                  kernel_name="", active_cores=1, alias_groups=None, loc_of_pc=None, race_detection=False,
-                 resident=None):
+                 resident=None, share: float = 1.0):
         self.bc = bc
         self.kernel = kernel
         self.arrays = arrays
@@ -29,7 +29,7 @@ class Launch:
         self.alias = alias_groups or {p: p for p in arrays}
         self.loc_of_pc = loc_of_pc or (lambda pc: None)
         self.imm = _imm_reader(bc.code)
-        self.rates = Rates(profile, arrays, self.alias, active_cores, resident or {})
+        self.rates = Rates(profile, arrays, self.alias, active_cores, resident or {}, share)
         self.races = RaceLog() if race_detection else None
         self.prints: list = []  # (pid, sequence, prefix, value, hex, numpy dtype): see add_prints
         self.prints_seen = 0

@@ -147,8 +147,8 @@ class Rates:
     cannot beat HBM for the bytes that must cross it (``hbm_bytes``, see ``roofline``). ``resident``: alias group
     -> bytes of it that earlier launches left in L2 (the device's L2 model); reads up to those bytes hit."""
 
-    def __init__(self, profile, arrays: dict, alias: dict, active_cores: int, resident=None):
-        cores = max(1, active_cores)
+    def __init__(self, profile, arrays: dict, alias: dict, active_cores: int, resident=None, share: float = 1.0):
+        cores = max(1, active_cores) / share  # side by side in a stage, a kernel has `share` of HBM and L2
         self.dma = min(profile.mte_bytes_per_cycle, profile.hbm_bytes_per_cycle / cores)
         self.l2 = min(profile.l2_read_bytes_per_cycle, profile.l2_bytes_per_cycle / cores)
         self.l2_write = min(profile.l2_write_bytes_per_cycle, profile.l2_bytes_per_cycle / cores)
