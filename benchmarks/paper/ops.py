@@ -262,10 +262,10 @@ def _device_call(fn, args):
     return out, fn.last_launch, time.perf_counter() - t0
 
 
-def run(quick: bool, stream: list[int], inductor_lengths: int, log=print) -> list[dict]:
+def run(quick: bool, stream: list[int], inductor_lengths: int, log=print, inductor_workloads=None) -> list[dict]:
     """One row per (workload, system, request); simulated figures are computed once per distinct length (they
     depend only on the shape) and repeated for its requests, host and compile times are those of the request's
-    own call."""
+    own call. ``inductor_workloads``: the workloads whose Inductor compile cost is measured (None: all)."""
     rows = []
     torch_fns = None
     try:
@@ -300,7 +300,7 @@ def run(quick: bool, stream: list[int], inductor_lengths: int, log=print) -> lis
                 rows.append(row(w.level, w.name, system, i, L, compile_s=c, device_us=r.time_us, host_s=h,
                                 launches=r.launches, gm_bytes=r.bytes_read + r.bytes_written,
                                 launch_overhead_us=ov))
-        if torch_fns is not None and inductor_lengths:
+        if torch_fns is not None and inductor_lengths and (inductor_workloads is None or w.name in inductor_workloads):
             rows += _inductor_rows(w, torch_fns[w.name], stream, inductor_lengths, log)
         log(f"  {w.level:9} {w.name:22} {len(set(stream))} lengths in {time.perf_counter() - t_w:.1f}s")
     return rows

@@ -27,6 +27,7 @@ import dvmlang  # noqa: E402
 
 from . import common, ops, plots  # noqa: E402
 
+QUICK_INDUCTOR = ("softmax",)  # the workloads whose Inductor compiles --quick measures (each takes seconds)
 KNOBS = {  # calibration knobs of docs/device.md, each turned off alone
     "calibrated": {},
     "no program dispatch": {"program_dispatch_cycles": 0},
@@ -182,11 +183,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     out = Path(args.out)
     t0 = time.perf_counter()
-    n = 12 if args.quick else 200
+    n = 6 if args.quick else 200
     reqs = common.stream(n)
     print(f"request stream: {n} requests, lengths {min(reqs)}..{max(reqs)}, median {int(np.median(reqs))}, "
           f"{len(set(reqs))} distinct (log-normal, median 64, sigma 1.2, clipped to 1..2048, seed {common.SEED})")
-    rows = ops.run(args.quick, reqs, 1 if args.quick else 4, log=print)
+    rows = ops.run(args.quick, reqs, 1 if args.quick else 4, log=print,
+                   inductor_workloads=QUICK_INDUCTOR if args.quick else None)
     if not args.no_models:
         try:
             from . import models
@@ -207,8 +209,9 @@ def main(argv=None) -> int:
     common.write_csv(out / "stream.csv", tables, ["level", "request", "dvmlang", "per-op eager", "bucketed",
                                                   "inductor-static", "inductor-dynamic", "inductor_estimated"])
     shown = "model" if "model" in cums else "subgraph"
-    kn = knob_rows([16, 256] if args.quick else [16, 256, 2048], ["softmax", "layernorm", "swiglu mlp",
-                                                                  "decoder block"], print)
+    kn = knob_rows([256] if args.quick else [16, 256, 2048],
+                   ["softmax", "decoder block"] if args.quick else ["softmax", "layernorm", "swiglu mlp", "decoder block"],
+                   print)
     sens = sensitivity(rows, kn)
     common.write_csv(out / "sensitivity.csv", sens)
     plots.compile_times(rows, out / "compile_time.png")
