@@ -265,3 +265,14 @@ def test_a_dropped_graph_function_leaves_linecache():
     del f
     gc.collect()
     assert _fused_sources() == before
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 1), (1, 5), (4, 7)])
+def test_cumsum_over_a_length_one_axis_and_what_uses_it(shape):
+    """A cumsum over columns of one element was emitted before the column loop (as column-independent work),
+    where the column mask is not defined: the kernel failed to build ('cmask' is not defined), and a node using
+    the cumsum read it before it existed."""
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape) + 1
+    np.testing.assert_array_equal(ops.cumsum(dvmlang.tensor(x), axis=-1).numpy(), np.cumsum(x, axis=-1))
+    g = dvmlang.graph(lambda a: ops.cumsum(a, axis=-1) * 2.0 + ops.sum(a, axis=-1, keepdims=True))
+    np.testing.assert_array_equal(g(x), np.cumsum(x, axis=-1) * 2.0 + x.sum(-1, keepdims=True))

@@ -362,3 +362,14 @@ def test_a_tuple_result_read_eagerly_makes_its_region_eager():
     got = cg(list(args))
     _close(got[0], f(*args)[0])
     assert any("results are read by an op that runs eagerly" in r for r in cg.fallbacks.values()), cg.fallbacks
+
+
+def test_true_divide_is_lowered():
+    """Under dynamic=True dynamo passes a Python float as a 0-d tensor, and GPT-2's gelu_new divides by it
+    (aten.true_divide.Tensor): it used to fall back to torch."""
+    import math
+    D.reset_stats()
+    f = torch.compile(lambda x: x * math.sqrt(2.0 / math.pi) / torch.tensor(1.5), backend="dvmlang", dynamic=True)
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(f(x), x * math.sqrt(2.0 / math.pi) / 1.5)
+    assert not any("true_divide" in k for k in D.stats()["fallback_ops"])

@@ -371,8 +371,12 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
         for n in grp.body():
             if n.op != "reduce" and any(i.id in after or i.op == "reduce" and i in grp.body() for i in n.inputs):
                 after.add(n.id)
-        before = {n.id for n in grp.body() if n.op != "reduce" and n.id not in after and
-                  not (r >= 1 and Layout(g, n.shape, space).present[r - 1])}
+        before = set()
+        for n in grp.body():  # a cumsum scans the columns: it, and what uses it, run in the column loop
+            if n.op not in ("reduce", "cumsum") and n.id not in after and \
+                    not (r >= 1 and Layout(g, n.shape, space).present[r - 1]) and \
+                    all(i.id in before for i in n.inputs if i.id in body_ids):
+                before.add(n.id)
         for n in reduce_nodes:
             src(f"acc{n.id} = dl.full((BR, 1), {_ident(n.attrs['op'], n.dtype)}, dl.{n.dtype.name})")
         for n in grp.body():

@@ -56,7 +56,7 @@ def _div_true(a, b):
     return ops.div(a, b)
 
 
-_ew(_div_true, aten.div.Tensor, aten.div.Scalar)
+_ew(_div_true, aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
 _ew(lambda x: ops.div(1.0, x), aten.reciprocal.default)
 _ew(lambda x: ops.maximum(x, 0), aten.relu.default)
 _ew(lambda x: ops.where(ops.gt(x, 0), 1.0, ops.where(ops.lt(x, 0), -1.0, 0.0)) if x.dtype.is_float else
