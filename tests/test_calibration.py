@@ -202,3 +202,29 @@ def test_disassembly_notes_say_where_bytes_went_and_the_handoff():
     text = c.file.getvalue()
     assert "handoff through a GM workspace" in text
     assert "HBM once, then L2" in text and "L2 (kept; written back when evicted)" in text
+
+
+@dvmlang.kernel
+def _mm_strided(a_ptr, b_ptr, c_ptr, sbk, sbn, M: dl.constexpr, N: dl.constexpr, K: dl.constexpr):
+    rm = dl.arange(0, M)
+    rn = dl.arange(0, N)
+    rk = dl.arange(0, K)
+    a = dl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = dl.load(b_ptr + rk[:, None] * sbk + rn[None, :] * sbn)
+    dl.store(c_ptr + rm[:, None] * N + rn[None, :], dl.dot(a, b))
+
+
+def test_a_transposed_cube_operand_is_read_along_its_stored_rows(rng):
+    """A weight stored (N, K) and used as its transpose (a Linear layer) is read row by row into L1 and
+    transposed by MTE1 on the way to L0B, as LoadData does: not element by element."""
+    M = N = K = 128
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    w = rng.standard_normal((N, K)).astype(np.float16)  # stored (N, K)
+    wt = np.ascontiguousarray(w.T)  # the same matrix stored (K, N)
+    out = [np.empty((M, N), np.float32) for _ in range(2)]
+    with Device(B2):
+        t = _mm_strided[(1,)](a, w, out[0], 1, K, M=M, N=N, K=K)
+        c = _mm_strided[(1,)](a, wt, out[1], N, 1, M=M, N=N, K=K)
+    np.testing.assert_array_equal(out[0], out[1])
+    np.testing.assert_allclose(out[0], a.astype(np.float32) @ w.T.astype(np.float32), rtol=2e-3, atol=2e-2)
+    assert t.cycles <= 1.1 * c.cycles

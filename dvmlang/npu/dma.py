@@ -42,6 +42,15 @@ class Desc:
             self.bursts = count
 
 
+    def unit_stride_bursts(self):
+        """Bursts when the transfer runs along whichever dim has unit stride (the rows as stored): a cube operand
+        loaded into L1 is read that way, and MTE1 transposes it on its way to L0 (LoadData's transpose), so a
+        transposed matrix in GM is not read element by element."""
+        for d in range(len(self.strides) - 1, -1, -1):
+            if np.all(self.strides[d] == 1):
+                return self.count // np.maximum(self.hi[d] - self.lo[d], 1)
+        return self.bursts
+
     def unaligned(self, itemsize: int, align: int):
         """The part of each program's bursts that start off their alignment boundary: ``align`` bytes, or the
         burst's own size rounded down to a power of two when it is shorter (GM moves 128/256/512 B segments).

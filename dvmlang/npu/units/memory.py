@@ -53,12 +53,13 @@ def _moved(b, g, msk):
     return cnt, nbytes
 
 
-def _transfer(L, cost, desc, g, nbytes, rate, n, pc, t, write):
+def _transfer(L, cost, desc, g, nbytes, rate, n, pc, t, write, to_l1=False):
     """A DMA's cycles for a batch; the time lost to bursts off their alignment boundary is counted for the
-    summary and the trace (``Rates.note``)."""
+    summary and the trace (``Rates.note``). ``to_l1``: a cube operand, read along its stored rows."""
     un = desc.unaligned(g.itemsize, L.profile.gm_align_bytes)
     L.rates.note(pc, t, write, nbytes * un, rate, n)
-    return cost(bursts=desc.bursts, nbytes=nbytes, rate=rate, unaligned=un)
+    bursts = desc.unit_stride_bursts() if to_l1 else desc.bursts
+    return cost(bursts=bursts, nbytes=nbytes, rate=rate, unaligned=un)
 
 
 @builds("dma_load")
@@ -76,6 +77,7 @@ def dma_load(m, d):
     keep = d.vals.get("keep", 0)
     prev = m.reader(d.vals["dst"], d.ins.spaces["dst"]) if keep else None
     poison = poison_value(npdt)
+    to_l1 = d.ins.spaces["dst"] == "l1"
 
     def fn(b, L):
         g = L.arrays[t]
@@ -97,7 +99,7 @@ def dma_load(m, d):
         nbytes = desc.count * g.itemsize
         b.bytes_read += nbytes
         b.last_bytes = nbytes
-        return _transfer(L, cost, desc, g, nbytes, L.rates.read(t, nbytes, b.n), b.n, pc, t, False)
+        return _transfer(L, cost, desc, g, nbytes, L.rates.read(t, nbytes, b.n), b.n, pc, t, False, to_l1)
     return m.step(d, fn, None)
 
 
