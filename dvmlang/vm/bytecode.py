@@ -132,7 +132,7 @@ class Bytecode:
 
     def __repr__(self) -> str:
         k = self.kernels[0] if self.kernels else None
-        size = len(self._bytes) if self._bytes is not None else "?"
+        size = len(self._bytes) if self._bytes.__class__ is bytes else "?"
         return (f"<dvmlang.Bytecode {self.name} grid={k.grid if k else ()} v{self.major}.{self.minor} "
                 f"{len(self.code)} words, {size} bytes>")
 
@@ -150,9 +150,10 @@ class Bytecode:
     # ---- serialisation ------------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         """The container bytes (serialised once, then cached)."""
-        if self._bytes is None:
-            self._bytes = _serialise(self)
-        return self._bytes
+        b = self._bytes
+        if b.__class__ is not bytes:
+            b = self._bytes = b.write() if b is not None else _serialise(self)
+        return b
 
     def serialise(self) -> bytes:
         """Serialise the fields afresh, ignoring any cached bytes. For a bytecode read with ``from_bytes``
@@ -343,10 +344,14 @@ class Encoder:
                 fixed = b""
             else:
                 fixed += pre
+        gm_words = [[] for _ in params]
+        for w, p in self._gm_relocs:
+            gm_words[p].append(w)
+        # encode_values' patch list: per tensor, its table entry's fixed prefix and the words of its address
+        self._tensor_patches = [(i, pre, itemsize, tuple(gm_words[i])) for i, pre, itemsize in self._tensor_pre]
         self._names = [(p.name, p.dtype) for p in params]
         self._param_tail = fixed
         self._params_fixed = [None if p.kind == "tensor" else ParamInfo("scalar", p.name, p.dtype) for p in params]
-        self._addrs_fixed = [None] * len(params)
         self._entries: dict = {}  # (dtype, shape, byte strides, ...) -> _tensor_entry(...)
         self._mid = C.section("layouts", C.encode_layouts(template.layouts)) + bytes([C.SECTION_IDS["kernels"]])
         self._kernel_head = b"\x01" + C.uleb(sid[template.name])
@@ -407,12 +412,11 @@ class Encoder:
             code[w] = bits(values[p])
         if keys is None:
             keys = [(v.dtype, v.shape, v.strides) if isinstance(v, np.ndarray) else None for v in values]
-        addrs = self._addrs_fixed[:]
         parts = [self._param_head]
         append = parts.append
         entries = self._entries
         cur = GM_BASE
-        for i, pre, itemsize in self._tensor_pre:
+        for i, pre, itemsize, words in self._tensor_patches:
             key = keys[i]
             e = entries.get(key)
             if e is None:
@@ -420,13 +424,13 @@ class Encoder:
                 if len(entries) >= 4096:
                     entries.clear()
                 entries[key] = e
-            payload, _, span = e
             append(pre)
-            append(payload)
-            addrs[i] = cur
-            cur += span
+            append(e[0])
+            for w in words:  # the words that hold this tensor's address
+                code[w] = cur
+            cur += e[2]
         append(self._param_tail)
-        return self._finish(code, parts, addrs, (self, keys), grid)  # ParamInfo records: made on first use
+        return self._instance(code, parts, (self, keys), grid)  # ParamInfo records: made on first use
 
     def param_infos(self, keys) -> list[ParamInfo]:
         """The parameter table of an instance from its tensors' (dtype, shape, byte strides, ...) keys."""
@@ -440,13 +444,12 @@ class Encoder:
     def _finish(self, code, parts, addrs, params, grid) -> Bytecode:
         for w, p in self._gm_relocs:
             code[w] = addrs[p]
-        ptab = b"".join(parts)
-        uleb = C.uleb
-        ksec = self._kernel_head + uleb(grid[0]) + uleb(grid[1]) + uleb(grid[2]) + self._kernel_tail
-        mid = b"".join((b"\x03", uleb(len(ptab)), ptab, self._mid, uleb(len(ksec)), ksec, self._code_hdr))
-        code_bytes = code.tobytes() if self._little else _swapped(code)
-        crc = zlib.crc32(self._post, zlib.crc32(code_bytes, zlib.crc32(mid, self._pre_crc)))
-        data = b"".join((self._head_pre, mid, code_bytes, self._post, self._checksum_hdr, _U32.pack(crc)))
+        return self._instance(code, parts, params, grid)
+
+    def _instance(self, code, parts, params, grid) -> Bytecode:
+        """The ``Bytecode`` of patched ``code``, the parameter table ``parts`` and ``grid``. Its container bytes
+        are written when first asked for (``to_bytes``; a launch never asks), from what this instance was
+        encoded with: the code as it is now, the table and the grid."""
         k = self._kernel
         # every instance shares the build's fields: one dict update instead of Bytecode.__init__
         bc = Bytecode.__new__(Bytecode)
@@ -460,9 +463,30 @@ class Encoder:
         fields["kernels"] = [KernelInfo(k.name, grid, 0, k.code_words, k.reg_types, k.footprint, k.double_buffer,
                                         k.mix)]
         fields["code"] = code
-        fields["_bytes"] = data
+        fields["_bytes"] = _Pending(self, parts, grid, code.tobytes() if self._little else _swapped(code))
         fields["decoded"] = self.decoded
         return bc
+
+    def container(self, parts, grid, code_bytes) -> bytes:
+        """The container bytes of one instance (``_instance``)."""
+        ptab = b"".join(parts)
+        uleb = C.uleb
+        ksec = self._kernel_head + uleb(grid[0]) + uleb(grid[1]) + uleb(grid[2]) + self._kernel_tail
+        mid = b"".join((b"\x03", uleb(len(ptab)), ptab, self._mid, uleb(len(ksec)), ksec, self._code_hdr))
+        crc = zlib.crc32(self._post, zlib.crc32(code_bytes, zlib.crc32(mid, self._pre_crc)))
+        return b"".join((self._head_pre, mid, code_bytes, self._post, self._checksum_hdr, _U32.pack(crc)))
+
+
+class _Pending:
+    """The container bytes of an encoded instance, not yet written (``Encoder._instance``)."""
+
+    __slots__ = ("encoder", "parts", "grid", "code_bytes")
+
+    def __init__(self, encoder, parts, grid, code_bytes):
+        self.encoder, self.parts, self.grid, self.code_bytes = encoder, parts, grid, code_bytes
+
+    def write(self) -> bytes:
+        return self.encoder.container(self.parts, self.grid, self.code_bytes)
 
 
 def _tensor_entry(shape, byte_strides, itemsize: int) -> tuple[bytes, tuple[int, ...], int]:
