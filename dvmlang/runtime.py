@@ -343,7 +343,8 @@ class Kernel(KernelFunction):
             if a is not None and not a.flags.writeable:
                 raise ArgumentError(f"`{build.params[i].name}` is read-only but `{self.__name__}` stores to it; "
                                     "pass a writeable array")
-        flat = {i: a.ravel() for i, a in arrays.items()}  # C-contiguous (checked when bound): views, not copies
+        # C-contiguous (checked when bound): flat views, not copies; a 1-d array is its own flat view
+        flat = {i: a if a.ndim == 1 else a.ravel() for i, a in arrays.items()}
         return device, bc, flat, _alias_groups(arrays)
 
     def _run(self, grid, args, kwargs, trace, device, name):
@@ -608,8 +609,9 @@ class _EmptyGrid(LaunchError):
 
 
 def _alias_groups(arrays: dict[int, np.ndarray]) -> dict[int, int]:
-    if all(a.flags.owndata for a in arrays.values()) and len(set(map(id, arrays.values()))) == len(arrays):
-        return {k: k for k in arrays}  # distinct arrays that own their memory cannot overlap
+    vals = arrays.values()
+    if all([a.flags.owndata for a in vals]) and len(set(map(id, vals))) == len(arrays):
+        return dict(zip(arrays, arrays))  # distinct arrays that own their memory cannot overlap
     keys = list(arrays)
     group = {k: k for k in keys}
     for i, a in enumerate(keys):
