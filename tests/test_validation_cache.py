@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import struct
 import zlib
-from array import array
-
 import numpy as np
 import pytest
 
 import dvmlang
 from dvmlang import dtypes as dt
 from dvmlang.vm import container as C
-from dvmlang.vm import decode, isa, validator
+from dvmlang.vm import isa, validator
 from dvmlang.vm.lower import encode_into
+from dvmlang.vm.bytecode import _parse
 from test_bytecode_samples import SAMPLES, sample_bytes
+from test_untrusted import _shared_code_file, decode_count  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.filterwarnings("ignore::dvmlang.PerformanceWarning")
 
@@ -103,7 +103,7 @@ def test_metadata_edits_get_the_same_outcome_with_the_caches_warm_or_cold(name):
     assert refused
 
 
-def test_an_instance_of_another_shape_is_not_decoded_again(monkeypatch):
+def test_an_instance_of_another_shape_is_not_decoded_again(decode_count):
     from test_bytecode_samples import KERNELS
     softmax = KERNELS["softmax"]
     x, y = np.zeros((5, 100), np.float32), np.zeros((7, 90), np.float32)
@@ -113,37 +113,28 @@ def test_an_instance_of_another_shape_is_not_decoded_again(monkeypatch):
     expected = cold(b)
     clear_caches()
     dvmlang.Bytecode.from_bytes(a)
-    calls = [0]
-    real = decode.decode_one
-
-    def counting(code, pc, end):
-        calls[0] += 1
-        return real(code, pc, end)
-    monkeypatch.setattr(decode, "decode_one", counting)
+    decoded = decode_count[0]
     assert outcome(b) == expected  # the addresses and scalars of b, in its fields and its decoding
-    assert calls[0] == 0
+    assert decode_count[0] == decoded
 
 
 def _overlapping_kernels(second_word: int) -> bytes:
     """Kernel k0 runs MOVI r0 (a relocated scalar immediate in word 1), END; kernel k1 starts at word 1, so
     that it decodes the relocated word as an instruction head."""
-    code = array("Q", bytes(24))
-    encode_into(code, 0, isa.BY_NAME["MOVI"], {"rd": 0}, dt.int32, None, None)
-    encode_into(code, 2, isa.BY_NAME["END"], {}, None, None, None)
-    code[1] = second_word
-    target = C.TargetInfo("910B2-like", 48, 24, 192 << 10, 512 << 10, 64 << 10, 64 << 10, 128 << 10)
-    ks = [C.KernelInfo("k0", (1, 1, 1), 0, 3, [dt.int32], {s: 0 for s in C.SPACES}),
-          C.KernelInfo("k1", (1, 1, 1), 1, 2, [dt.int32], {s: 0 for s in C.SPACES})]
-    bc = dvmlang.Bytecode(major=C.VERSION_MAJOR, minor=C.VERSION_MINOR, flags=C.FLAG_CHECKSUM, target=target,
-                          strings=["k0", "k1", "n"], params=[C.ParamInfo("scalar", "n", dt.int32)], layouts=[],
-                          kernels=ks, code=code, relocs=[(1, 1, 0)], debug=C.DebugInfo(present=False))
+    bc = _parse(_shared_code_file(2, 3), C.LIMITS)  # two kernels over the same 3 words, edited below
+    encode_into(bc.code, 0, isa.BY_NAME["MOVI"], {"rd": 0}, dt.int32, None, None)
+    bc.code[1] = second_word
+    for k in bc.kernels:
+        k.reg_types = [dt.int32]
+    bc.kernels[1].code_start, bc.kernels[1].code_words = 1, 2
+    bc.strings.append("n")
+    bc.params = [C.ParamInfo("scalar", "n", dt.int32)]
+    bc.relocs = [(1, 1, 0)]
     return bc.serialise()
 
 
 def test_a_relocated_word_another_kernel_decodes_keeps_its_checks():
-    end = array("Q", [0])
-    encode_into(end, 0, isa.BY_NAME["END"], {}, None, None, None)
-    good = _overlapping_kernels(end[0])
+    good = _overlapping_kernels(_parse(_shared_code_file(1, 1), C.LIMITS).code[0])  # END
     assert cold(good)[0] == "ok"
     bad = _overlapping_kernels(0xFFFF)  # an unknown opcode for k1
     expected = cold(bad)
