@@ -282,6 +282,12 @@ class Reader:
         self.fail("LEB128 integer is too long", f"at most {max_bytes} bytes", "more")
 
     def sleb(self, max_bits: int = 64) -> int:
+        pos = self.pos
+        if pos < self.end:
+            b = self.data[pos]
+            if b < 0x80:  # one byte (always canonical, and within any max_bits >= 7): the common case
+                self.pos = pos + 1
+                return b - 0x80 if b & 0x40 else b
         result = shift = 0
         start = self.pos
         max_bytes = -(-max_bits // 7)
