@@ -684,7 +684,7 @@ def read_fields(data, limits: Limits = LIMITS, verify: bool = True) -> dict:
         relocs = _read_relocs(reader("relocs"), limits)
         debug = _read_debug(reader("debug"), limits, strings, len(code), flags) if dbg else DebugInfo(present=False)
         if len(_STATIC) >= _MAX_STATIC:
-            del _STATIC[next(iter(_STATIC))]
+            _STATIC.clear()  # (one call: safe against another thread reading at the same time)
         _STATIC[key] = (target, strings, layouts, relocs, debug)
     custom = [(after, name, data[s:e]) for after, name, s, e in lay.customs]
     # each container gets its own lists (a caller may edit one); the records in them are shared
