@@ -123,6 +123,7 @@ SPACES = ("ub", "l1", "l0a", "l0b", "l0c")
 
 
 _SMALL = [bytes([i]) for i in range(128)]
+_BY_CODE = dt.BY_CODE
 
 
 def uleb(n: int) -> bytes:
@@ -338,6 +339,17 @@ class Reader:
             self.pos -= 1
             self.fail("unknown dtype code", "0-14", str(code))
         return d
+
+    def dtypes(self, n: int) -> list[dt.DType]:
+        """``n`` dtype codes in a row (a kernel's register table): read at once when they are all known,
+        else one by one, so that the first unknown code is reported as ``dtype`` reports it."""
+        pos = self.pos
+        raw = self.data[pos:min(pos + n, self.end)]
+        out = [_BY_CODE.get(c) for c in raw]
+        if len(out) == n and None not in out:
+            self.pos = pos + n
+            return out
+        return [self.dtype() for _ in range(n)]
 
     def done(self):
         if self.pos != self.end:
@@ -584,7 +596,7 @@ def _read_kernels(r: Reader, limits: Limits, strings: list[str], kernels_at: int
         start = r.uleb(32)
         words = r.uleb(32)
         nregs = r.count(limits.max_registers, "registers")
-        regs = [r.dtype() for _ in range(nregs)]
+        regs = r.dtypes(nregs)
         fp = {sp: r.uleb(32) for sp in SPACES}
         fl = r.byte()
         if fl & ~3:
