@@ -52,7 +52,7 @@ import vector_add  # noqa: E402
 
 import dvmlang  # noqa: E402
 import dvmlang.language as dl  # noqa: E402
-from dvmlang.vm import container as C  # noqa: E402
+from dvmlang.vm import bytecode as bytecode_mod  # noqa: E402
 from dvmlang.vm import validator  # noqa: E402
 
 
@@ -132,7 +132,7 @@ def from_bytes(name: str, n: int) -> dict:
     for i in range(n + 1):
         g, a, m = make(3 + i, 513 + i % 500, rng, fill=False)
         blobs.append(kernel.encode(g, *a, **m).to_bytes())
-    for cache in (getattr(validator, "_VERDICTS", None), getattr(C, "_STATIC", None)):  # (absent before issue 17)
+    for cache in (getattr(validator, "_VERDICTS", None), getattr(bytecode_mod, "_STATIC", None)):  # (absent before issue 17)
         if cache is not None:
             cache.clear()
     t0 = time.perf_counter()

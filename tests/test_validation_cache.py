@@ -14,6 +14,7 @@ from dvmlang import dtypes as dt
 from dvmlang.vm import container as C
 from dvmlang.vm import isa, validator
 from dvmlang.vm.lower import encode_into
+from dvmlang.vm import bytecode
 from dvmlang.vm.bytecode import _parse
 from test_bytecode_samples import SAMPLES, sample_bytes
 from test_untrusted import _shared_code_file, decode_count  # noqa: F401 - a fixture
@@ -30,7 +31,7 @@ def reseal(data: bytes) -> bytes:
 
 def clear_caches():
     validator._VERDICTS.clear()
-    C._STATIC.clear()
+    bytecode._STATIC.clear()
 
 
 def outcome(data: bytes):

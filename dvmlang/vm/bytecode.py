@@ -544,5 +544,46 @@ def _serialise(bc: Bytecode) -> bytes:
     return body
 
 
+# The sections every instance of one build has in common (target, symbols, layouts, relocations, debug), read
+# once: their contents by their exact bytes and everything else their reading depends on (the limits, the
+# code's size, the sources flag). Only containers read in full are remembered, so an entry holds sections
+# that passed every check; any other bytes are read, and refused, exactly as without it.
+_STATIC: dict = {}
+_MAX_STATIC = 256
+
+
 def _parse(data, limits: C.Limits, verify: bool = True) -> Bytecode:
-    return Bytecode(**C.read_fields(data, limits, verify))
+    """The ``Bytecode`` of container bytes, unvalidated; any fault is a ``MalformedBytecodeError``."""
+    lay = C.split_sections(data, limits, verify)
+    sections, data, flags = lay.sections, lay.data, lay.flags
+
+    def reader(name):
+        s, e = sections[name]
+        return C.Reader(data, s, e, name)
+
+    cs, ce = sections["code"]
+    static = tuple(data[a:b] for a, b in (sections[n] for n in ("target", "symbols", "layouts", "relocs")))
+    dbg = sections.get("debug")
+    key = (limits, flags & C.FLAG_SOURCES, ce - cs, static, data[dbg[0]:dbg[1]] if dbg else None)
+    known = _STATIC.get(key)
+    if known is None:
+        target = C.read_target(reader("target"), limits)
+        strings = C.read_symbols(reader("symbols"), limits)
+    else:
+        target, strings, layouts, relocs, debug = known
+    params = C.read_params(reader("params"), limits, strings)
+    if known is None:
+        layouts = C.read_layouts(reader("layouts"), limits)
+    code = C.read_code(data, cs, ce, limits)
+    kernels = C.read_kernels(reader("kernels"), limits, strings, sections["kernels"][0])
+    if known is None:
+        relocs = C.read_relocs(reader("relocs"), limits)
+        debug = C.read_debug(reader("debug"), limits, strings, len(code), flags) if dbg else DebugInfo(present=False)
+        if len(_STATIC) >= _MAX_STATIC:
+            _STATIC.clear()  # (one call: safe against another thread reading at the same time)
+        _STATIC[key] = (target, strings, layouts, relocs, debug)
+    custom = [(after, name, data[s:e]) for after, name, s, e in lay.customs]
+    # each container gets its own lists (a caller may edit one); the records in them are shared
+    debug = DebugInfo(list(debug.files), list(debug.lines), dict(debug.sources), debug.present)
+    return Bytecode(major=lay.major, minor=lay.minor, flags=flags, target=target, strings=list(strings), params=params,
+                    layouts=list(layouts), kernels=kernels, code=code, relocs=list(relocs), debug=debug, custom=custom)

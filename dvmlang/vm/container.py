@@ -476,17 +476,17 @@ def split_sections(data, limits: Limits = LIMITS, verify: bool = True) -> Layout
 
 
 # ---- the sections' contents ------------------------------------------------------------------------------------
-# One function per section, in the order ``read_fields`` runs them (the order the reader has always checked
+# One function per section, in the order ``bytecode._parse`` runs them (the order the reader has always checked
 # them in, so the first fault a container has is the one reported).
 
 
-def _read_target(r: Reader, limits: Limits) -> TargetInfo:
+def read_target(r: Reader, limits: Limits) -> TargetInfo:
     target = TargetInfo(r.string(limits.max_string_bytes), *(r.uleb(40) for _ in range(7)))
     r.done()
     return target
 
 
-def _read_symbols(r: Reader, limits: Limits) -> list[str]:
+def read_symbols(r: Reader, limits: Limits) -> list[str]:
     n = r.count(limits.max_strings, "strings")
     strings = []
     seen: set[str] = set()
@@ -511,7 +511,7 @@ def _symbol(rd: Reader, strings: list[str]) -> str:
     return strings[i]
 
 
-def _read_params(r: Reader, limits: Limits, strings: list[str]) -> list[ParamInfo]:
+def read_params(r: Reader, limits: Limits, strings: list[str]) -> list[ParamInfo]:
     n = r.count(limits.max_params, "parameters", 4)
     params = []
     for _ in range(n):
@@ -542,7 +542,7 @@ def _read_params(r: Reader, limits: Limits, strings: list[str]) -> list[ParamInf
     return params
 
 
-def _read_layouts(r: Reader, limits: Limits) -> list:
+def read_layouts(r: Reader, limits: Limits) -> list:
     n = r.count(limits.max_layouts, "layouts", 2)
     layouts = []
     for _ in range(n):
@@ -568,7 +568,7 @@ def _read_layouts(r: Reader, limits: Limits) -> list:
     return layouts
 
 
-def _read_code(data: bytes, s: int, e: int, limits: Limits) -> array:
+def read_code(data: bytes, s: int, e: int, limits: Limits) -> array:
     if (e - s) % 8:
         raise MalformedBytecodeError("code section is not a whole number of 64-bit words", section="code", offset=s,
                                      expected="a multiple of 8 bytes", found=str(e - s))
@@ -582,7 +582,7 @@ def _read_code(data: bytes, s: int, e: int, limits: Limits) -> array:
     return code
 
 
-def _read_kernels(r: Reader, limits: Limits, strings: list[str], kernels_at: int) -> list[KernelInfo]:
+def read_kernels(r: Reader, limits: Limits, strings: list[str], kernels_at: int) -> list[KernelInfo]:
     n = r.count(limits.max_kernels, "kernels", 10)
     kernels = []
     for _ in range(n):
@@ -612,7 +612,7 @@ def _read_kernels(r: Reader, limits: Limits, strings: list[str], kernels_at: int
     return kernels
 
 
-def _read_relocs(r: Reader, limits: Limits) -> list:
+def read_relocs(r: Reader, limits: Limits) -> list:
     n = r.count(limits.max_relocs, "relocations", 3)
     relocs = []
     for _ in range(n):
@@ -624,7 +624,7 @@ def _read_relocs(r: Reader, limits: Limits) -> list:
     return relocs
 
 
-def _read_debug(r: Reader, limits: Limits, strings: list[str], ncode: int, flags: int) -> DebugInfo:
+def read_debug(r: Reader, limits: Limits, strings: list[str], ncode: int, flags: int) -> DebugInfo:
     debug = DebugInfo()
     nf = r.count(limits.max_strings, "files")
     debug.files = [_symbol(r, strings) for _ in range(nf)]
@@ -657,49 +657,3 @@ def _read_debug(r: Reader, limits: Limits, strings: list[str], ncode: int, flags
             debug.sources[fi] = (first, r.string(limits.max_source_bytes))
     r.done()
     return debug
-
-
-# The sections every instance of one build has in common (target, symbols, layouts, relocations, debug), read
-# once: their contents by their exact bytes and everything else their reading depends on (the limits, the
-# code's size, the sources flag). Only containers read in full are remembered, so an entry holds sections
-# that passed every check; any other bytes are read, and refused, exactly as without it.
-_STATIC: dict = {}
-_MAX_STATIC = 256
-
-
-def read_fields(data, limits: Limits = LIMITS, verify: bool = True) -> dict:
-    """Every field of a container (the keyword arguments of ``Bytecode``), after ``split_sections``; any
-    fault is a ``MalformedBytecodeError``."""
-    lay = split_sections(data, limits, verify)
-    sections, data, flags = lay.sections, lay.data, lay.flags
-
-    def reader(name):
-        s, e = sections[name]
-        return Reader(data, s, e, name)
-
-    cs, ce = sections["code"]
-    static = tuple(data[a:b] for a, b in (sections[n] for n in ("target", "symbols", "layouts", "relocs")))
-    dbg = sections.get("debug")
-    key = (limits, flags & FLAG_SOURCES, ce - cs, static, data[dbg[0]:dbg[1]] if dbg else None)
-    known = _STATIC.get(key)
-    if known is None:
-        target = _read_target(reader("target"), limits)
-        strings = _read_symbols(reader("symbols"), limits)
-    else:
-        target, strings, layouts, relocs, debug = known
-    params = _read_params(reader("params"), limits, strings)
-    if known is None:
-        layouts = _read_layouts(reader("layouts"), limits)
-    code = _read_code(data, cs, ce, limits)
-    kernels = _read_kernels(reader("kernels"), limits, strings, sections["kernels"][0])
-    if known is None:
-        relocs = _read_relocs(reader("relocs"), limits)
-        debug = _read_debug(reader("debug"), limits, strings, len(code), flags) if dbg else DebugInfo(present=False)
-        if len(_STATIC) >= _MAX_STATIC:
-            _STATIC.clear()  # (one call: safe against another thread reading at the same time)
-        _STATIC[key] = (target, strings, layouts, relocs, debug)
-    custom = [(after, name, data[s:e]) for after, name, s, e in lay.customs]
-    # each container gets its own lists (a caller may edit one); the records in them are shared
-    debug = DebugInfo(list(debug.files), list(debug.lines), dict(debug.sources), debug.present)
-    return dict(major=lay.major, minor=lay.minor, flags=flags, target=target, strings=list(strings), params=params,
-                layouts=list(layouts), kernels=kernels, code=code, relocs=list(relocs), debug=debug, custom=custom)
