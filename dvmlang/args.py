@@ -16,6 +16,7 @@ A foreign array becomes a numpy array that shares its memory (stores land in the
 
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -155,6 +156,47 @@ def _torch_to_numpy(where: str, t) -> np.ndarray:
         return a
     st = t.untyped_storage()
     return strided_as_flat(where, a, st.data_ptr() + st.nbytes())
+
+
+# ---- launch keys: what of a raw argument names the build and the instance ------------------------------------
+
+
+class _NoLaunchKey(Exception):
+    """An argument the launch fast path does not key (the launch takes the ordinary path)."""
+
+
+_KEYED_TYPES = frozenset({int, bool, str, type(None), dt.DType})
+
+
+def _launch_key(v):
+    """What of one raw launch argument selects the build and the instance: for arrays dtype, shape, strides
+    and contiguity (never their data), for numbers their type and exact value."""
+    t = v.__class__
+    if t is np.ndarray:
+        return (v.dtype, v.shape, v.strides, v.flags.c_contiguous)
+    if t in _KEYED_TYPES:
+        return (t, v)
+    if t is float:
+        return (t, v, math.copysign(1.0, v)) if v == v else (t, "nan")  # -0.0 == 0.0 but encodes differently
+    if isinstance(v, np.generic):
+        return (t, v.tobytes())
+    if t is tuple or callable(v):
+        return (t, v)  # constexpr tuples and combine functions: keyed (and kept alive) by value / identity
+    raise _NoLaunchKey
+
+
+def _class_of(k):
+    """The class of a runtime argument from its launch key: arrays by dtype, rank and contiguity; Python ints
+    by the integer type they bind as; other numbers by type."""
+    t = k[0]
+    if t is int:
+        v = k[1]
+        return (int, 32 if -2147483648 <= v <= 2147483647 else 64 if -(1 << 63) <= v < 1 << 63 else None)
+    if t.__class__ is not type:  # an array: (dtype, shape, strides, contiguous)
+        return (t, len(k[1]), k[3])
+    if t in _KEYED_TYPES and t is not bool:
+        return k  # strings, None, dtypes: not runtime values; keep them whole
+    return (t,)
 
 
 # ---- pointer tables (``tl.pointer_type``): the heap of the tensors a table's addresses fall in ----------------

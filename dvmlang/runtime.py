@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import linecache
-import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -23,7 +22,8 @@ from typing import NamedTuple
 import numpy as np
 
 from . import dtypes as dt
-from .args import bind_pointer_heaps, is_foreign_array, split_launch_options, to_numpy
+from .args import (_class_of, _launch_key, _NoLaunchKey, bind_pointer_heaps, is_foreign_array, split_launch_options,
+                   to_numpy)
 from .errors import ArgumentError, DvmError, LaunchError, user_frames
 from .frontend.source import KernelFunction
 from .frontend.specs import ConstexprSpec, DescriptorSpec, ParamSpec, ScalarSpec, TensorSpec
@@ -234,6 +234,9 @@ class Kernel(KernelFunction):
             self._instances.move_to_end(ikey)
             self.stats.hits += 1
             return bc
+        return self._encode(build, ikey, runtime, grid)
+
+    def _encode(self, build: Build, ikey: InstanceKey | None, runtime, grid):
         t0 = time.perf_counter()
         bc = build.encoder.encode_values(runtime, grid, ikey.launch_keys if ikey is not None else None)
         bc.encode_s = time.perf_counter() - t0
@@ -286,15 +289,20 @@ class Kernel(KernelFunction):
                 build = plan.build
                 if build.profile is profile and (not build.global_reads or build.still_valid()):
                     grid_t = _grid3(self.__name__, grid)
-                    sources = plan.sources
-                    if kkeys:
+                    if plan.all_args:  # the arguments are the runtime parameters, in order
+                        runtime, keys = args, akeys
+                    else:
+                        sources = plan.sources
                         kw = dict(kkeys)
                         runtime = [args[at] if at.__class__ is int else kwargs[at] for at in sources]
                         keys = tuple([akeys[at] if at.__class__ is int else kw[at] for at in sources])
+                    ikey = InstanceKey(build, keys, grid_t)
+                    bc = self._instances.get(ikey)
+                    if bc is None:
+                        bc = self._encode(build, ikey, runtime, grid_t)
                     else:
-                        runtime = [args[at] for at in sources]
-                        keys = tuple([akeys[at] for at in sources])
-                    bc = self._lookup_or_encode(build, InstanceKey(build, keys, grid_t), runtime, grid_t)
+                        self._instances.move_to_end(ikey)
+                        self.stats.hits += 1
                     self._last = LastLaunch(lkey, build, bc, plan.positions)
                     return device, build, bc, {i: runtime[i] for i in plan.tensors}
         values, specs = self._bind(args, kwargs)
@@ -335,7 +343,8 @@ class Kernel(KernelFunction):
             if a is not None and not a.flags.writeable:
                 raise ArgumentError(f"`{build.params[i].name}` is read-only but `{self.__name__}` stores to it; "
                                     "pass a writeable array")
-        flat = {i: a.ravel() for i, a in arrays.items()}  # C-contiguous (checked when bound): views, not copies
+        # C-contiguous (checked when bound): flat views, not copies; a 1-d array is its own flat view
+        flat = {i: a if a.ndim == 1 else a.ravel() for i, a in arrays.items()}
         return device, bc, flat, _alias_groups(arrays)
 
     def _run(self, grid, args, kwargs, trace, device, name):
@@ -505,50 +514,12 @@ def _convert_foreign(kname, src, args, kwargs):
     return tuple(new_args), new_kw
 
 
-class _NoLaunchKey(Exception):
-    """An argument the launch fast path does not key (the launch takes the ordinary path)."""
-
-
-_KEYED_TYPES = frozenset({int, bool, str, type(None), dt.DType})
-
-
-def _launch_key(v):
-    """What of one raw launch argument selects the build and the instance: for arrays dtype, shape, strides
-    and contiguity (never their data), for numbers their type and exact value."""
-    t = v.__class__
-    if t is np.ndarray:
-        return (v.dtype, v.shape, v.strides, v.flags.c_contiguous)
-    if t in _KEYED_TYPES:
-        return (t, v)
-    if t is float:
-        return (t, v, math.copysign(1.0, v)) if v == v else (t, "nan")  # -0.0 == 0.0 but encodes differently
-    if isinstance(v, np.generic):
-        return (t, v.tobytes())
-    if t is tuple or callable(v):
-        return (t, v)  # constexpr tuples and combine functions: keyed (and kept alive) by value / identity
-    raise _NoLaunchKey
-
-
-def _class_of(k):
-    """The class of a runtime argument from its launch key: arrays by dtype, rank and contiguity; Python ints
-    by the integer type they bind as; other numbers by type."""
-    t = k[0]
-    if t is int:
-        v = k[1]
-        return (int, 32 if -2147483648 <= v <= 2147483647 else 64 if -(1 << 63) <= v < 1 << 63 else None)
-    if t.__class__ is not type:  # an array: (dtype, shape, strides, contiguous)
-        return (t, len(k[1]), k[3])
-    if t in _KEYED_TYPES and t is not bool:
-        return k  # strings, None, dtypes: not runtime values; keep them whole
-    return (t,)
-
-
 class _Plan:
     """How the raw arguments of one argument class bind to a build: which argument (position or keyword)
     feeds each runtime parameter. Made by the ordinary binding path; replaying it for arguments of the
     same class gives the same parameter values, in the same order, that binding would."""
 
-    __slots__ = ("build", "sources", "tensors", "positions")
+    __slots__ = ("build", "sources", "tensors", "positions", "all_args")
 
     @classmethod
     def make(cls, src, build, specs, nargs, kwargs):
@@ -571,6 +542,7 @@ class _Plan:
         plan = cls()
         plan.build, plan.sources, plan.tensors = build, sources, tensors
         plan.positions = [(i, sources[i]) for i in tensors]  # (runtime index, argument position or keyword)
+        plan.all_args = sources == list(range(nargs))
         return plan
 
 
@@ -637,8 +609,9 @@ class _EmptyGrid(LaunchError):
 
 
 def _alias_groups(arrays: dict[int, np.ndarray]) -> dict[int, int]:
-    if all(a.flags.owndata for a in arrays.values()) and len(set(map(id, arrays.values()))) == len(arrays):
-        return {k: k for k in arrays}  # distinct arrays that own their memory cannot overlap
+    vals = arrays.values()
+    if all([a.flags.owndata for a in vals]) and len(set(map(id, vals))) == len(arrays):
+        return dict(zip(arrays, arrays))  # distinct arrays that own their memory cannot overlap
     keys = list(arrays)
     group = {k: k for k in keys}
     for i, a in enumerate(keys):

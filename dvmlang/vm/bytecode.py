@@ -21,7 +21,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import ArgumentError, BytecodeError, DvmError, MalformedBytecodeError, VersionError, user_frames
 from . import container as C
-from .container import DebugInfo, KernelInfo, ParamInfo, Reader, TargetInfo
+from .container import DebugInfo, KernelInfo, ParamInfo, TargetInfo
 from .disasm import disassemble
 
 GM_BASE = 1 << 36
@@ -132,7 +132,7 @@ class Bytecode:
 
     def __repr__(self) -> str:
         k = self.kernels[0] if self.kernels else None
-        size = len(self._bytes) if self._bytes is not None else "?"
+        size = len(self._bytes) if self._bytes.__class__ is bytes else "?"
         return (f"<dvmlang.Bytecode {self.name} grid={k.grid if k else ()} v{self.major}.{self.minor} "
                 f"{len(self.code)} words, {size} bytes>")
 
@@ -150,9 +150,10 @@ class Bytecode:
     # ---- serialisation ------------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         """The container bytes (serialised once, then cached)."""
-        if self._bytes is None:
-            self._bytes = _serialise(self)
-        return self._bytes
+        b = self._bytes
+        if b.__class__ is not bytes:
+            b = self._bytes = b.write() if b is not None else _serialise(self)
+        return b
 
     def serialise(self) -> bytes:
         """Serialise the fields afresh, ignoring any cached bytes. For a bytecode read with ``from_bytes``
@@ -343,10 +344,14 @@ class Encoder:
                 fixed = b""
             else:
                 fixed += pre
+        gm_words = [[] for _ in params]
+        for w, p in self._gm_relocs:
+            gm_words[p].append(w)
+        # encode_values' patch list: per tensor, its table entry's fixed prefix and the words of its address
+        self._tensor_patches = [(i, pre, itemsize, tuple(gm_words[i])) for i, pre, itemsize in self._tensor_pre]
         self._names = [(p.name, p.dtype) for p in params]
         self._param_tail = fixed
         self._params_fixed = [None if p.kind == "tensor" else ParamInfo("scalar", p.name, p.dtype) for p in params]
-        self._addrs_fixed = [None] * len(params)
         self._entries: dict = {}  # (dtype, shape, byte strides, ...) -> _tensor_entry(...)
         self._mid = C.section("layouts", C.encode_layouts(template.layouts)) + bytes([C.SECTION_IDS["kernels"]])
         self._kernel_head = b"\x01" + C.uleb(sid[template.name])
@@ -407,12 +412,11 @@ class Encoder:
             code[w] = bits(values[p])
         if keys is None:
             keys = [(v.dtype, v.shape, v.strides) if isinstance(v, np.ndarray) else None for v in values]
-        addrs = self._addrs_fixed[:]
         parts = [self._param_head]
         append = parts.append
         entries = self._entries
         cur = GM_BASE
-        for i, pre, itemsize in self._tensor_pre:
+        for i, pre, itemsize, words in self._tensor_patches:
             key = keys[i]
             e = entries.get(key)
             if e is None:
@@ -420,13 +424,13 @@ class Encoder:
                 if len(entries) >= 4096:
                     entries.clear()
                 entries[key] = e
-            payload, _, span = e
             append(pre)
-            append(payload)
-            addrs[i] = cur
-            cur += span
+            append(e[0])
+            for w in words:  # the words that hold this tensor's address
+                code[w] = cur
+            cur += e[2]
         append(self._param_tail)
-        return self._finish(code, parts, addrs, (self, keys), grid)  # ParamInfo records: made on first use
+        return self._instance(code, parts, (self, keys), grid)  # ParamInfo records: made on first use
 
     def param_infos(self, keys) -> list[ParamInfo]:
         """The parameter table of an instance from its tensors' (dtype, shape, byte strides, ...) keys."""
@@ -440,13 +444,12 @@ class Encoder:
     def _finish(self, code, parts, addrs, params, grid) -> Bytecode:
         for w, p in self._gm_relocs:
             code[w] = addrs[p]
-        ptab = b"".join(parts)
-        uleb = C.uleb
-        ksec = self._kernel_head + uleb(grid[0]) + uleb(grid[1]) + uleb(grid[2]) + self._kernel_tail
-        mid = b"".join((b"\x03", uleb(len(ptab)), ptab, self._mid, uleb(len(ksec)), ksec, self._code_hdr))
-        code_bytes = code.tobytes() if self._little else _swapped(code)
-        crc = zlib.crc32(self._post, zlib.crc32(code_bytes, zlib.crc32(mid, self._pre_crc)))
-        data = b"".join((self._head_pre, mid, code_bytes, self._post, self._checksum_hdr, _U32.pack(crc)))
+        return self._instance(code, parts, params, grid)
+
+    def _instance(self, code, parts, params, grid) -> Bytecode:
+        """The ``Bytecode`` of patched ``code``, the parameter table ``parts`` and ``grid``. Its container bytes
+        are written when first asked for (``to_bytes``; a launch never asks), from what this instance was
+        encoded with: the code as it is now, the table and the grid."""
         k = self._kernel
         # every instance shares the build's fields: one dict update instead of Bytecode.__init__
         bc = Bytecode.__new__(Bytecode)
@@ -460,9 +463,30 @@ class Encoder:
         fields["kernels"] = [KernelInfo(k.name, grid, 0, k.code_words, k.reg_types, k.footprint, k.double_buffer,
                                         k.mix)]
         fields["code"] = code
-        fields["_bytes"] = data
+        fields["_bytes"] = _Pending(self, parts, grid, code.tobytes() if self._little else _swapped(code))
         fields["decoded"] = self.decoded
         return bc
+
+    def container(self, parts, grid, code_bytes) -> bytes:
+        """The container bytes of one instance (``_instance``)."""
+        ptab = b"".join(parts)
+        uleb = C.uleb
+        ksec = self._kernel_head + uleb(grid[0]) + uleb(grid[1]) + uleb(grid[2]) + self._kernel_tail
+        mid = b"".join((b"\x03", uleb(len(ptab)), ptab, self._mid, uleb(len(ksec)), ksec, self._code_hdr))
+        crc = zlib.crc32(self._post, zlib.crc32(code_bytes, zlib.crc32(mid, self._pre_crc)))
+        return b"".join((self._head_pre, mid, code_bytes, self._post, self._checksum_hdr, _U32.pack(crc)))
+
+
+class _Pending:
+    """The container bytes of an encoded instance, not yet written (``Encoder._instance``)."""
+
+    __slots__ = ("encoder", "parts", "grid", "code_bytes")
+
+    def __init__(self, encoder, parts, grid, code_bytes):
+        self.encoder, self.parts, self.grid, self.code_bytes = encoder, parts, grid, code_bytes
+
+    def write(self) -> bytes:
+        return self.encoder.container(self.parts, self.grid, self.code_bytes)
 
 
 def _tensor_entry(shape, byte_strides, itemsize: int) -> tuple[bytes, tuple[int, ...], int]:
@@ -520,171 +544,46 @@ def _serialise(bc: Bytecode) -> bytes:
     return body
 
 
+# The sections every instance of one build has in common (target, symbols, layouts, relocations, debug), read
+# once: their contents by their exact bytes and everything else their reading depends on (the limits, the
+# code's size, the sources flag). Only containers read in full are remembered, so an entry holds sections
+# that passed every check; any other bytes are read, and refused, exactly as without it.
+_STATIC: dict = {}
+_MAX_STATIC = 256
+
+
 def _parse(data, limits: C.Limits, verify: bool = True) -> Bytecode:
+    """The ``Bytecode`` of container bytes, unvalidated; any fault is a ``MalformedBytecodeError``."""
     lay = C.split_sections(data, limits, verify)
     sections, data, flags = lay.sections, lay.data, lay.flags
 
     def reader(name):
         s, e = sections[name]
-        return Reader(data, s, e, name)
+        return C.Reader(data, s, e, name)
 
-    r = reader("target")
-    target = TargetInfo(r.string(limits.max_string_bytes), *(r.uleb(40) for _ in range(7)))
-    r.done()
-    r = reader("symbols")
-    n = r.count(limits.max_strings, "strings")
-    strings = []
-    seen: set[str] = set()
-    for _ in range(n):
-        at = r.pos
-        s = r.string(limits.max_string_bytes)
-        if s in seen:
-            r.pos = at
-            r.fail("duplicate string in the symbol table", "each string once", repr(s[:40]))
-        seen.add(s)
-        strings.append(s)
-    r.done()
-
-    def sym(rd: Reader) -> str:
-        at = rd.pos
-        i = rd.uleb(32)
-        if i >= len(strings):
-            rd.pos = at
-            rd.fail("string index out of range", f"< {len(strings)}", str(i))
-        return strings[i]
-
-    r = reader("params")
-    n = r.count(limits.max_params, "parameters", 4)
-    params = []
-    for _ in range(n):
-        kind = r.byte()
-        if kind not in (0, 1):
-            r.pos -= 1
-            r.fail("unknown parameter kind", "0 (tensor) or 1 (scalar)", str(kind))
-        name = sym(r)
-        d = r.dtype()
-        rank = r.byte()
-        if rank > limits.max_rank or (kind == 1 and rank):
-            r.pos -= 1
-            r.fail("parameter rank out of range", "0 for a scalar" if kind else f"<= {limits.max_rank}", str(rank))
-        if kind == 0:
-            shape = []
-            for _ in range(rank):
-                at = r.pos
-                x = r.uleb(48)
-                if x > limits.max_dim:
-                    r.pos = at
-                    r.fail("dimension too large", f"<= {limits.max_dim}", str(x))
-                shape.append(x)
-            strides = tuple(r.sleb(48) for _ in range(rank))
-            params.append(ParamInfo("tensor", name, d, rank, tuple(shape), strides))
-        else:
-            params.append(ParamInfo("scalar", name, d))
-    r.done()
-    r = reader("layouts")
-    n = r.count(limits.max_layouts, "layouts", 2)
-    layouts = []
-    for _ in range(n):
-        at = r.pos
-        d = r.dtype()
-        rank = r.byte()
-        if rank > limits.max_rank:
-            r.pos -= 1
-            r.fail("layout rank out of range", f"<= {limits.max_rank}", str(rank))
-        shape = tuple(r.uleb(32) for _ in range(rank))
-        if any(s == 0 for s in shape):
-            r.pos = at
-            r.fail("layout has an empty dimension", "every dimension >= 1", str(shape))
-        numel = 1
-        for s in shape:
-            numel *= s
-        if numel * d.itemsize > limits.max_layout_bytes:
-            r.pos = at
-            r.fail("layout larger than any on-chip memory", f"<= {limits.max_layout_bytes} bytes",
-                   str(numel * d.itemsize))
-        layouts.append((d, shape))
-    r.done()
-    s, e = sections["code"]
-    if (e - s) % 8:
-        raise MalformedBytecodeError("code section is not a whole number of 64-bit words", section="code", offset=s,
-                                     expected="a multiple of 8 bytes", found=str(e - s))
-    if (e - s) // 8 > limits.max_code_words:
-        raise MalformedBytecodeError("too many instruction words", section="code", offset=s,
-                                     expected=f"<= {limits.max_code_words}", found=str((e - s) // 8))
-    code = array("Q")
-    code.frombytes(data[s:e])
-    if sys.byteorder != "little":
-        code.byteswap()
-    r = reader("kernels")
-    n = r.count(limits.max_kernels, "kernels", 10)
-    kernels = []
-    for _ in range(n):
-        name = sym(r)
-        at = r.pos
-        grid = tuple(r.uleb(32) for _ in range(3))
-        g = grid[0] * grid[1] * grid[2]
-        if g > limits.max_grid:
-            r.pos = at
-            r.fail("grid too large", f"<= {limits.max_grid} programs", str(g))
-        start = r.uleb(32)
-        words = r.uleb(32)
-        nregs = r.count(limits.max_registers, "registers")
-        regs = [r.dtype() for _ in range(nregs)]
-        fp = {sp: r.uleb(32) for sp in C.SPACES}
-        fl = r.byte()
-        if fl & ~3:
-            r.pos -= 1
-            r.fail("unknown kernel flags", "bits 0-1", f"{fl:#x}")
-        kernels.append(KernelInfo(name, grid, start, words, regs, fp, bool(fl & 1), bool(fl & 2)))
-    r.done()
-    covered = sum(k.code_words for k in kernels)
-    if covered > limits.max_code_words:  # each kernel's range is validated: shared code must not multiply the work
-        r.pos = sections["kernels"][0]
-        r.fail(f"the {len(kernels)} kernels' code ranges cover {covered} words together; each range is validated, so "
-               "together they may cover at most max_code_words", f"<= {limits.max_code_words}", str(covered))
-    r = reader("relocs")
-    n = r.count(limits.max_relocs, "relocations", 3)
-    relocs = []
-    for _ in range(n):
-        w = r.uleb(32)
-        kind = r.byte()
-        p = r.uleb(32)
-        relocs.append((w, kind, p))
-    r.done()
-    debug = DebugInfo(present="debug" in sections)
-    if debug.present:
-        r = reader("debug")
-        nf = r.count(limits.max_strings, "files")
-        debug.files = [sym(r) for _ in range(nf)]
-        ne = r.count(limits.max_debug_entries, "line entries", 4)
-        pc = 0
-        ncode = len(code)
-        for _ in range(ne):
-            at = r.pos
-            pc += r.uleb(32)
-            if pc >= ncode:
-                r.pos = at
-                r.fail("line entry beyond the end of the code", f"pc < {ncode}", str(pc))
-            at = r.pos
-            fi = r.uleb(32)
-            if fi >= nf:
-                r.pos = at
-                r.fail("line entry names a file that does not exist", f"< {nf}", str(fi))
-            debug.lines.append((pc, fi, r.uleb(32), r.uleb(32)))
-        if flags & C.FLAG_SOURCES:
-            ns = r.count(nf, "sources", 2)
-            last = -1
-            for _ in range(ns):
-                at = r.pos
-                fi = r.uleb(32)
-                if fi >= nf or fi <= last:
-                    r.pos = at
-                    r.fail("source entries must name existing files in increasing order", f"{last} < index < {nf}",
-                           str(fi))
-                last = fi
-                first = r.uleb(32)
-                debug.sources[fi] = (first, r.string(limits.max_source_bytes))
-        r.done()
-    custom = [(after, name, data[cs:ce]) for after, name, cs, ce in lay.customs]
-    return Bytecode(major=lay.major, minor=lay.minor, flags=flags, target=target, strings=strings, params=params,
-                    layouts=layouts, kernels=kernels, code=code, relocs=relocs, debug=debug, custom=custom)
+    cs, ce = sections["code"]
+    static = tuple(data[a:b] for a, b in (sections[n] for n in ("target", "symbols", "layouts", "relocs")))
+    dbg = sections.get("debug")
+    key = (limits, flags & C.FLAG_SOURCES, ce - cs, static, data[dbg[0]:dbg[1]] if dbg else None)
+    known = _STATIC.get(key)
+    if known is None:
+        target = C.read_target(reader("target"), limits)
+        strings = C.read_symbols(reader("symbols"), limits)
+    else:
+        target, strings, layouts, relocs, debug = known
+    params = C.read_params(reader("params"), limits, strings)
+    if known is None:
+        layouts = C.read_layouts(reader("layouts"), limits)
+    code = C.read_code(data, cs, ce, limits)
+    kernels = C.read_kernels(reader("kernels"), limits, strings, sections["kernels"][0])
+    if known is None:
+        relocs = C.read_relocs(reader("relocs"), limits)
+        debug = C.read_debug(reader("debug"), limits, strings, len(code), flags) if dbg else DebugInfo(present=False)
+        if len(_STATIC) >= _MAX_STATIC:
+            _STATIC.clear()  # (one call: safe against another thread reading at the same time)
+        _STATIC[key] = (target, strings, layouts, relocs, debug)
+    custom = [(after, name, data[s:e]) for after, name, s, e in lay.customs]
+    # each container gets its own lists (a caller may edit one); the records in them are shared
+    debug = DebugInfo(list(debug.files), list(debug.lines), dict(debug.sources), debug.present)
+    return Bytecode(major=lay.major, minor=lay.minor, flags=flags, target=target, strings=list(strings), params=params,
+                    layouts=list(layouts), kernels=kernels, code=code, relocs=list(relocs), debug=debug, custom=custom)

@@ -10,7 +10,9 @@ canonical, and every failure is a ``MalformedBytecodeError`` naming section and 
 from __future__ import annotations
 
 import struct
+import sys
 import zlib
+from array import array
 from dataclasses import dataclass, field
 
 from .. import dtypes as dt
@@ -121,6 +123,7 @@ SPACES = ("ub", "l1", "l0a", "l0b", "l0c")
 
 
 _SMALL = [bytes([i]) for i in range(128)]
+_BY_CODE = dt.BY_CODE
 
 
 def uleb(n: int) -> bytes:
@@ -280,6 +283,12 @@ class Reader:
         self.fail("LEB128 integer is too long", f"at most {max_bytes} bytes", "more")
 
     def sleb(self, max_bits: int = 64) -> int:
+        pos = self.pos
+        if pos < self.end:
+            b = self.data[pos]
+            if b < 0x80:  # one byte (always canonical, and within any max_bits >= 7): the common case
+                self.pos = pos + 1
+                return b - 0x80 if b & 0x40 else b
         result = shift = 0
         start = self.pos
         max_bytes = -(-max_bits // 7)
@@ -330,6 +339,17 @@ class Reader:
             self.pos -= 1
             self.fail("unknown dtype code", "0-14", str(code))
         return d
+
+    def dtypes(self, n: int) -> list[dt.DType]:
+        """``n`` dtype codes in a row (a kernel's register table): read at once when they are all known,
+        else one by one, so that the first unknown code is reported as ``dtype`` reports it."""
+        pos = self.pos
+        raw = self.data[pos:min(pos + n, self.end)]
+        out = [_BY_CODE.get(c) for c in raw]
+        if len(out) == n and None not in out:
+            self.pos = pos + n
+            return out
+        return [self.dtype() for _ in range(n)]
 
     def done(self):
         if self.pos != self.end:
@@ -453,3 +473,187 @@ def split_sections(data, limits: Limits = LIMITS, verify: bool = True) -> Layout
         raise MalformedBytecodeError("checksum section present but the header flag is not set", section="checksum",
                                      offset=checksum_at, expected="no checksum section", found="one")
     return Layout(major, minor, flags, sections, customs, data)
+
+
+# ---- the sections' contents ------------------------------------------------------------------------------------
+# One function per section, in the order ``bytecode._parse`` runs them (the order the reader has always checked
+# them in, so the first fault a container has is the one reported).
+
+
+def read_target(r: Reader, limits: Limits) -> TargetInfo:
+    target = TargetInfo(r.string(limits.max_string_bytes), *(r.uleb(40) for _ in range(7)))
+    r.done()
+    return target
+
+
+def read_symbols(r: Reader, limits: Limits) -> list[str]:
+    n = r.count(limits.max_strings, "strings")
+    strings = []
+    seen: set[str] = set()
+    for _ in range(n):
+        at = r.pos
+        s = r.string(limits.max_string_bytes)
+        if s in seen:
+            r.pos = at
+            r.fail("duplicate string in the symbol table", "each string once", repr(s[:40]))
+        seen.add(s)
+        strings.append(s)
+    r.done()
+    return strings
+
+
+def _symbol(rd: Reader, strings: list[str]) -> str:
+    at = rd.pos
+    i = rd.uleb(32)
+    if i >= len(strings):
+        rd.pos = at
+        rd.fail("string index out of range", f"< {len(strings)}", str(i))
+    return strings[i]
+
+
+def read_params(r: Reader, limits: Limits, strings: list[str]) -> list[ParamInfo]:
+    n = r.count(limits.max_params, "parameters", 4)
+    params = []
+    for _ in range(n):
+        kind = r.byte()
+        if kind not in (0, 1):
+            r.pos -= 1
+            r.fail("unknown parameter kind", "0 (tensor) or 1 (scalar)", str(kind))
+        name = _symbol(r, strings)
+        d = r.dtype()
+        rank = r.byte()
+        if rank > limits.max_rank or (kind == 1 and rank):
+            r.pos -= 1
+            r.fail("parameter rank out of range", "0 for a scalar" if kind else f"<= {limits.max_rank}", str(rank))
+        if kind == 0:
+            shape = []
+            for _ in range(rank):
+                at = r.pos
+                x = r.uleb(48)
+                if x > limits.max_dim:
+                    r.pos = at
+                    r.fail("dimension too large", f"<= {limits.max_dim}", str(x))
+                shape.append(x)
+            strides = tuple(r.sleb(48) for _ in range(rank))
+            params.append(ParamInfo("tensor", name, d, rank, tuple(shape), strides))
+        else:
+            params.append(ParamInfo("scalar", name, d))
+    r.done()
+    return params
+
+
+def read_layouts(r: Reader, limits: Limits) -> list:
+    n = r.count(limits.max_layouts, "layouts", 2)
+    layouts = []
+    for _ in range(n):
+        at = r.pos
+        d = r.dtype()
+        rank = r.byte()
+        if rank > limits.max_rank:
+            r.pos -= 1
+            r.fail("layout rank out of range", f"<= {limits.max_rank}", str(rank))
+        shape = tuple(r.uleb(32) for _ in range(rank))
+        if any(s == 0 for s in shape):
+            r.pos = at
+            r.fail("layout has an empty dimension", "every dimension >= 1", str(shape))
+        numel = 1
+        for s in shape:
+            numel *= s
+        if numel * d.itemsize > limits.max_layout_bytes:
+            r.pos = at
+            r.fail("layout larger than any on-chip memory", f"<= {limits.max_layout_bytes} bytes",
+                   str(numel * d.itemsize))
+        layouts.append((d, shape))
+    r.done()
+    return layouts
+
+
+def read_code(data: bytes, s: int, e: int, limits: Limits) -> array:
+    if (e - s) % 8:
+        raise MalformedBytecodeError("code section is not a whole number of 64-bit words", section="code", offset=s,
+                                     expected="a multiple of 8 bytes", found=str(e - s))
+    if (e - s) // 8 > limits.max_code_words:
+        raise MalformedBytecodeError("too many instruction words", section="code", offset=s,
+                                     expected=f"<= {limits.max_code_words}", found=str((e - s) // 8))
+    code = array("Q")
+    code.frombytes(data[s:e])
+    if sys.byteorder != "little":
+        code.byteswap()
+    return code
+
+
+def read_kernels(r: Reader, limits: Limits, strings: list[str], kernels_at: int) -> list[KernelInfo]:
+    n = r.count(limits.max_kernels, "kernels", 10)
+    kernels = []
+    for _ in range(n):
+        name = _symbol(r, strings)
+        at = r.pos
+        grid = tuple(r.uleb(32) for _ in range(3))
+        g = grid[0] * grid[1] * grid[2]
+        if g > limits.max_grid:
+            r.pos = at
+            r.fail("grid too large", f"<= {limits.max_grid} programs", str(g))
+        start = r.uleb(32)
+        words = r.uleb(32)
+        nregs = r.count(limits.max_registers, "registers")
+        regs = r.dtypes(nregs)
+        fp = {sp: r.uleb(32) for sp in SPACES}
+        fl = r.byte()
+        if fl & ~3:
+            r.pos -= 1
+            r.fail("unknown kernel flags", "bits 0-1", f"{fl:#x}")
+        kernels.append(KernelInfo(name, grid, start, words, regs, fp, bool(fl & 1), bool(fl & 2)))
+    r.done()
+    covered = sum(k.code_words for k in kernels)
+    if covered > limits.max_code_words:  # each kernel's range is validated: shared code must not multiply the work
+        r.pos = kernels_at
+        r.fail(f"the {len(kernels)} kernels' code ranges cover {covered} words together; each range is validated, so "
+               "together they may cover at most max_code_words", f"<= {limits.max_code_words}", str(covered))
+    return kernels
+
+
+def read_relocs(r: Reader, limits: Limits) -> list:
+    n = r.count(limits.max_relocs, "relocations", 3)
+    relocs = []
+    for _ in range(n):
+        w = r.uleb(32)
+        kind = r.byte()
+        p = r.uleb(32)
+        relocs.append((w, kind, p))
+    r.done()
+    return relocs
+
+
+def read_debug(r: Reader, limits: Limits, strings: list[str], ncode: int, flags: int) -> DebugInfo:
+    debug = DebugInfo()
+    nf = r.count(limits.max_strings, "files")
+    debug.files = [_symbol(r, strings) for _ in range(nf)]
+    ne = r.count(limits.max_debug_entries, "line entries", 4)
+    pc = 0
+    for _ in range(ne):
+        at = r.pos
+        pc += r.uleb(32)
+        if pc >= ncode:
+            r.pos = at
+            r.fail("line entry beyond the end of the code", f"pc < {ncode}", str(pc))
+        at = r.pos
+        fi = r.uleb(32)
+        if fi >= nf:
+            r.pos = at
+            r.fail("line entry names a file that does not exist", f"< {nf}", str(fi))
+        debug.lines.append((pc, fi, r.uleb(32), r.uleb(32)))
+    if flags & FLAG_SOURCES:
+        ns = r.count(nf, "sources", 2)
+        last = -1
+        for _ in range(ns):
+            at = r.pos
+            fi = r.uleb(32)
+            if fi >= nf or fi <= last:
+                r.pos = at
+                r.fail("source entries must name existing files in increasing order", f"{last} < index < {nf}",
+                       str(fi))
+            last = fi
+            first = r.uleb(32)
+            debug.sources[fi] = (first, r.string(limits.max_source_bytes))
+    r.done()
+    return debug

@@ -214,27 +214,114 @@ def _field_word(ins, name) -> int:
 
 
 def validate(bc) -> list[list[Decoded]]:
-    """Validate every kernel of ``bc``; return the decoded instructions per kernel."""
+    """Validate every kernel of ``bc``; return the decoded instructions per kernel.
+
+    The verdict on the code is cached (``_VERDICTS``) under everything it reads (``_verdict_key``), with the
+    words the relocation table patches masked out: an instance of the same build with other shapes or
+    scalars is then not decoded again. Only the checks outside that key (footprints against the target,
+    the grid) run again; a key that differs in any byte the verdict reads is validated afresh, so damaged
+    bytes meet the same checks, in the same order, as without the cache."""
+    key = _verdict_key(bc)
+    hit = _VERDICTS.get(key) if key is not None else None
+    if hit is None:
+        out = _validate(bc)
+        if key is not None:
+            entry = _verdict_entry(bc, out)
+            if entry is not None:
+                if len(_VERDICTS) >= _MAX_VERDICTS:
+                    _VERDICTS.clear()  # (one call: safe against another thread reading at the same time)
+                _VERDICTS[key] = entry
+        return out
+    for k in bc.kernels:  # the key holds the code ranges; not the target and the grid
+        _check_kernel_meta(bc.target, k)
+    decoded, patches = hit
+    if not patches:
+        return decoded
+    code = bc.code
+    out = list(decoded)
+    copied = set()
+    for ki, i, name, w, shift, mask in patches:
+        if ki not in copied:
+            out[ki] = list(out[ki])
+            copied.add(ki)
+        d = out[ki][i]
+        vals = dict(d.vals)
+        vals[name] = (code[w] >> shift) & mask
+        out[ki][i] = Decoded(d.pc, d.ins, vals, d.dtype, d.set, d.wait, d.head)
+    return out
+
+
+def _check_kernel_meta(target, k):
+    caps = {"ub": target.ub_bytes, "l1": target.l1_bytes, "l0a": target.l0a_bytes, "l0b": target.l0b_bytes,
+            "l0c": target.l0c_bytes}
+    for space, need in k.footprint.items():
+        bank = 2 * need if (k.double_buffer and space == "ub") else need
+        if bank > caps[space]:
+            raise InvalidBytecodeError(f"kernel {k.name}: {space.upper()} footprint exceeds the target",
+                                       section="kernels", expected=f"<= {caps[space]}", found=str(bank))
+    if any(g < 1 for g in k.grid):
+        raise InvalidBytecodeError(f"kernel {k.name}: grid dimensions must be at least 1", section="kernels",
+                                   found=str(k.grid))
+
+
+# ---- the verdict cache -------------------------------------------------------------------------------------
+# A field of one of these kinds fills its operand word (64 bits) and no typing rule reads its value: the word
+# may hold anything. Relocations patch exactly such words (an address, a scalar parameter's bits), so two
+# containers that differ only there get the same verdict, and the same decoding but for those values.
+FREE_KINDS = ("gm", "imm64")
+_FREE = {ins.opcode: tuple((name, w, shift, mask) for name, w, shift, mask in ins.packing
+                           if w and ins.kinds[name] in FREE_KINDS and shift == 0 and mask == (1 << 64) - 1)
+         for ins in isa.TABLE}
+_VERDICTS: dict = {}
+_MAX_VERDICTS = 256
+
+
+def _verdict_key(bc):
+    """Everything the code's verdict depends on, with relocated words zeroed; None when the relocation
+    table names a word outside the code (that container is refused, and never cached)."""
+    code = bc.code
+    n = len(code)
+    words = {w for w, _, _ in bc.relocs}
+    if words and max(words) >= n:
+        return None
+    masked = code.__copy__()
+    for w in words:
+        masked[w] = 0
+    kernels = tuple((k.code_start, k.code_words, tuple(k.reg_types), tuple(k.footprint.items())) for k in bc.kernels)
+    params = tuple((p.kind, p.dtype, p.rank) for p in bc.params)
+    return (masked.tobytes(), kernels, tuple(bc.layouts), params, len(bc.strings), tuple(bc.relocs))
+
+
+def _verdict_entry(bc, decoded):
+    """(decoded, patches) for a validated container: ``patches`` says where each relocated word's value
+    sits in the decoding (kernel, instruction, field, word, shift, mask). None, and no caching, unless
+    every relocated word is a free operand word (``FREE_KINDS``) in every kernel whose range holds it."""
+    words = {w for w, _, _ in bc.relocs}
+    patches = []
+    for ki, (k, instrs) in enumerate(zip(bc.kernels, decoded)):
+        free = set()
+        for i, d in enumerate(instrs):
+            for name, w, shift, mask in _FREE[d.ins.opcode]:
+                if d.pc + w in words:
+                    free.add(d.pc + w)
+                    patches.append((ki, i, name, d.pc + w, shift, mask))
+        inside = {w for w in words if k.code_start <= w < k.code_start + k.code_words}
+        if inside - free:
+            return None
+    return decoded, tuple(patches)
+
+
+def _validate(bc) -> list[list[Decoded]]:
     out = []
     n = len(bc.code)
     gm_words: dict[int, int] = {}
     imm_words: dict[int, dt.DType] = {}
-    target = bc.target
-    caps = {"ub": target.ub_bytes, "l1": target.l1_bytes, "l0a": target.l0a_bytes, "l0b": target.l0b_bytes,
-            "l0c": target.l0c_bytes}
     for k in bc.kernels:
         if k.code_start + k.code_words > n or k.code_words == 0:
             raise InvalidBytecodeError(f"kernel {k.name}: code range outside the code section", section="kernels",
                                        expected=f"within {n} words", found=f"[{k.code_start}, "
                                                                            f"{k.code_start + k.code_words})")
-        for space, need in k.footprint.items():
-            bank = 2 * need if (k.double_buffer and space == "ub") else need
-            if bank > caps[space]:
-                raise InvalidBytecodeError(f"kernel {k.name}: {space.upper()} footprint exceeds the target",
-                                           section="kernels", expected=f"<= {caps[space]}", found=str(bank))
-        if any(g < 1 for g in k.grid):
-            raise InvalidBytecodeError(f"kernel {k.name}: grid dimensions must be at least 1", section="kernels",
-                                       found=str(k.grid))
+        _check_kernel_meta(bc.target, k)
         decoded = decode_kernel(bc.code, k.code_start, k.code_words)
         kv = _KernelValidator(bc, k, decoded)
         g, im = kv.run()

@@ -1,0 +1,288 @@
+"""Host speed (issue 17): every figure of the issue's target table, beside its target and a reference measured
+in the same run, medians over repeated samples.
+
+* relaunch      ``add[(1,)](x, y, out, 16, BLOCK=16)`` with a cached instance, alternating two sets of arrays:
+                the whole call, and dvmlang's own part of it (bind + lookup in ``Kernel.run``, plus
+                ``Device.run`` minus executing the programs and placing them on cores; encode_latency.py's
+                split). Reference: numpy adding the same 16 elements.
+* encode        ``kernel.encode(grid, *args)`` for a shape never seen before (no rebuild; the container bytes
+                are written when first asked for, so ``+ to_bytes`` is shown too), for the gallery layernorm
+                (10 arguments; what an encode costs depends on the parameters and relocations, not on the
+                arithmetic, so a GELU on its output would not change it) and the gallery softmax. Median and
+                worst; "worst w/o gc" leaves out the samples a garbage collection fell into. Reference:
+                TorchInductor's recompile of ``gelu(layer_norm(x))`` for one new static shape
+                (``torch.compile(fn, dynamic=False)``, fresh ``TORCHINDUCTOR_CACHE_DIR``), when torch is
+                importable.
+* @graph        a fused ``layer_norm + gelu`` graph called on a new small shape (leading dimension): wall time
+                minus ``Device.run_stack`` (fusion.py's ``encode_row``). Reference: numpy's layer norm + gelu
+                on the same shape.
+* simulator     cached launches of softmax and layernorm 8192x1024 fp32, vector add 16M fp32, matmul 1024^3
+                fp16 -> fp32, against numpy doing the same work (sim_throughput.py's kernels).
+* from_bytes    ``Bytecode.from_bytes`` of the gallery layernorm's and softmax's bytes, each sample a shape not
+                read before (the build's shared sections and code verdict are reused; the instance's own
+                sections are read and checked). Also shown: the first read of a build (nothing cached).
+                Reference: ``zlib.crc32`` of the same bytes (the checksum alone, a floor for any safe reader).
+
+    python benchmarks/host_speed.py [--quick] [--no-inductor]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "examples"))
+sys.path.insert(0, str(HERE))
+
+import encode_latency as EL  # noqa: E402
+import fusion  # noqa: E402
+import sim_throughput as ST  # noqa: E402
+import softmax  # noqa: E402
+import vector_add  # noqa: E402
+
+import dvmlang  # noqa: E402
+import dvmlang.language as dl  # noqa: E402
+from dvmlang.vm import bytecode as bytecode_mod  # noqa: E402
+from dvmlang.vm import validator  # noqa: E402
+
+
+ENCODED = {"layernorm": (EL.layernorm.layernorm, EL.layernorm_args), "softmax": (softmax.softmax, EL.softmax_args)}
+
+
+# ---- measurements -------------------------------------------------------------------------------------------
+
+
+def relaunch(n: int) -> dict:
+    rng = np.random.default_rng(1)
+    sets = [(rng.random(16, dtype=np.float32), rng.random(16, dtype=np.float32), np.empty(16, np.float32))
+            for _ in range(2)]
+    dev = EL.TimedDevice()
+    for x, y, o in sets:
+        vector_add.add[(1,)](x, y, o, 16, BLOCK=16, device=dev)
+        np.testing.assert_array_equal(o, x + y)
+    whole, host, overhead = EL.Samples(), EL.Samples(), EL.Samples()
+    hits = vector_add.add.cache_info().hits
+    gc.collect()
+    with EL.SimulationClock() as clock:
+        for i in range(n):
+            x, y, o = sets[i % 2]
+            clock.spent = 0.0
+            n0 = EL.GCWatch.runs
+            t0 = time.perf_counter()
+            vector_add.add[(1,)](x, y, o, 16, BLOCK=16, device=dev)
+            total = time.perf_counter() - t0
+            whole.add(total, n0)
+            host.add(total - dev.last_run, n0)
+            overhead.add(total - clock.spent, n0)
+    assert vector_add.add.cache_info().hits - hits == n, "a relaunch missed the instance cache"
+    x, y, o = sets[0]
+    ref = EL.Samples()
+    for _ in range(n):
+        n0 = EL.GCWatch.runs
+        t0 = time.perf_counter()
+        np.add(x, y, out=o)
+        ref.add(time.perf_counter() - t0, n0)
+    return {"whole": whole, "host": host, "overhead": overhead, "numpy": ref}
+
+
+def encode(name: str, n: int) -> dict:
+    kernel, make = ENCODED[name]
+    rng = np.random.default_rng(2024)
+    g, a, m = make(8, 700, rng)
+    kernel.encode(g, *a, **m)  # the build
+    seen, shapes = {(8, 700)}, []
+    while len(shapes) < n:
+        r, c = int(rng.integers(1, 4097)), int(rng.integers(513, 1025))
+        if (r, c) not in seen:
+            seen.add((r, c))
+            shapes.append((r, c))
+    builds = kernel.cache_info().builds
+    enc, enc_bytes = EL.Samples(), EL.Samples()
+    gc.collect()
+    for r, c in shapes:
+        g, a, m = make(r, c, rng, fill=False)
+        if len(kernel._instances) >= 200:  # stay below the instance cache's size: every shape encodes
+            kernel._instances.clear()
+        n0 = EL.GCWatch.runs
+        t0 = time.perf_counter()
+        bc = kernel.encode(g, *a, **m)
+        t1 = time.perf_counter()
+        bc.to_bytes()
+        t2 = time.perf_counter()
+        enc.add(t1 - t0, n0)
+        enc_bytes.add(t2 - t0, n0)
+    assert kernel.cache_info().builds == builds, "a new shape rebuilt the kernel"
+    return {"encode": enc, "encode + to_bytes": enc_bytes}
+
+
+def from_bytes(name: str, n: int) -> dict:
+    kernel, make = ENCODED[name]
+    rng = np.random.default_rng(7)
+    blobs = []
+    for i in range(n + 1):
+        g, a, m = make(3 + i, 513 + i % 500, rng, fill=False)
+        blobs.append(kernel.encode(g, *a, **m).to_bytes())
+    for cache in (getattr(validator, "_VERDICTS", None), getattr(bytecode_mod, "_STATIC", None)):  # (absent before issue 17)
+        if cache is not None:
+            cache.clear()
+    t0 = time.perf_counter()
+    dvmlang.Bytecode.from_bytes(blobs[0])
+    first = time.perf_counter() - t0
+    warm, ref = EL.Samples(), EL.Samples()
+    gc.collect()
+    for data in blobs[1:]:
+        n0 = EL.GCWatch.runs
+        t0 = time.perf_counter()
+        dvmlang.Bytecode.from_bytes(data)
+        warm.add(time.perf_counter() - t0, n0)
+        n0 = EL.GCWatch.runs
+        t0 = time.perf_counter()
+        zlib.crc32(data)
+        ref.add(time.perf_counter() - t0, n0)
+    return {"from_bytes": warm, "first": first, "crc": ref, "size": len(blobs[0])}
+
+
+def graph_call(n_shapes: int) -> dict:
+    rng = np.random.default_rng(3)
+    sizes = [int(s) for s in rng.permutation(np.arange(1, 4 * n_shapes + 1))[:2 * n_shapes]]
+    r = fusion.encode_row(fusion.layer_norm_gelu, lambda g, rows, cols: fusion._norm_args(g, rows, cols, 2),
+                          lambda k: (k, 256), sizes, rng, simulate=True)
+    x, w, b = fusion._norm_args(rng, sizes[-1], 256, 2)
+
+    def ref():
+        mu = x.mean(axis=1, keepdims=True)
+        y = (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=1, keepdims=True) + 1e-5) * w + b
+        return 0.5 * y * (1.0 + np.tanh(0.7978845608 * (y + 0.044715 * y ** 3)))
+    return {"host": r["median"], "measured": r["measured"], "builds": r["builds"], "numpy": ST.median_time(ref, 50)}
+
+
+def simulator(quick: bool) -> list:
+    rows = []
+    for name, size, fn, ref, _ in ST.workloads(quick):
+        if name == "vector add":  # the issue's size: 16M, a quarter of sim_throughput's default
+            fn, ref, size = _vector_add(16 * 1024 * 1024)
+        fn()
+        repeat = 3 if quick else 5
+        rows.append((name, size, ST.median_time(fn, repeat), ST.median_time(ref, repeat)))
+    return rows
+
+
+def _vector_add(n: int):
+    rng = np.random.default_rng(0)
+    a, c = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    o = np.empty_like(a)
+
+    def fn():
+        return vector_add.add[(dl.cdiv(n, 8192),)](a, c, o, n, BLOCK=8192)
+
+    def ref():
+        np.add(a, c, out=o)
+    return fn, ref, f"{n // (1024 * 1024)}M fp32"
+
+
+def inductor_recompile() -> float | None:
+    """Seconds TorchInductor takes to recompile gelu(layer_norm(x)) for one new static shape, or None."""
+    examples = str(HERE.parent / "examples")
+    sys.path[:] = [p for p in sys.path if p != examples]  # examples/triton is not the triton torch looks for
+    for mod in [m for m in sys.modules if m == "triton" or m.startswith("triton.")]:
+        if examples in (getattr(sys.modules[mod], "__file__", None) or ""):
+            del sys.modules[mod]
+    try:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-host-speed-")
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+
+    def fn(x, w, b):
+        return F.gelu(F.layer_norm(x, (x.shape[-1],), w, b))
+
+    compiled = torch.compile(fn, dynamic=False)
+    w, b = torch.randn(1024), torch.randn(1024)
+    compiled(torch.randn(8, 1024), w, b)  # the first compile: loads Inductor, not what is measured
+    x = torch.randn(37, 1024)
+    t0 = time.perf_counter()
+    compiled(x, w, b)  # a new static shape: a recompile
+    return time.perf_counter() - t0
+
+
+# ---- the table ------------------------------------------------------------------------------------------------
+
+
+def us(s: float) -> str:
+    return EL._fmt(s).strip()
+
+
+def quiet_max(samples) -> float:
+    q = [x for x, g in zip(samples, samples.with_gc) if not g]
+    return max(q) if q else float("nan")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer samples, smaller simulator problems")
+    ap.add_argument("--no-inductor", action="store_true", help="skip the TorchInductor reference")
+    opts = ap.parse_args(argv)
+    n = 200 if opts.quick else 1000
+    print(f"dvmlang {dvmlang.__version__} ({Path(dvmlang.__file__).parent}), Python {sys.version.split()[0]}, "
+          f"numpy {np.__version__}, {os.cpu_count()} cpus; medians of repeated samples")
+    rows = []  # (figure, measured, target, reference)
+
+    sim = simulator(opts.quick)  # measured first, in a fresh process (printed in the issue's order below)
+    r = relaunch(n)
+    rows.append(("cached relaunch, 1-program tiny kernel, whole call", us(statistics.median(r["whole"])),
+                 "<= 100 us", f"numpy add of 16: {us(statistics.median(r['numpy']))}"))
+    rows.append(("  dvmlang overhead (bind, lookup, device setup)", us(statistics.median(r["overhead"])),
+                 "<= 20 us", ""))
+    rows.append(("    of which Kernel.run before Device.run", us(statistics.median(r["host"])), "", ""))
+
+    pending = []  # (row, encode median): the Inductor reference is measured last (it imports torch)
+    for name in ENCODED:
+        for part, s in encode(name, n).items():
+            med, _, mx = EL._stats(s)
+            if part == "encode":
+                pending.append((len(rows), med))
+            rows.append((f"encode, new shape: {name} ({part})",
+                         f"{us(med)} median, {us(mx)} worst ({us(quiet_max(s))} w/o gc)",
+                         "median <= 15 us, worst <= 100 us (>= 100,000x Inductor)" if part == "encode" else "", ""))
+
+    gr = graph_call(10 if opts.quick else 30)
+    rows.append(("@graph call, new small shape (n x 256), host", us(gr["host"]), "<= 300 us",
+                 f"numpy: {us(gr['numpy'])} ({gr['measured']} shapes, {gr['builds']} built)"))
+
+    for name, size, ours, theirs in sim:
+        target = "<= 2.0x numpy fp32 matmul" if name == "matmul" else "<= 1.0x numpy"
+        rows.append((f"simulator: {name} {size}", f"{ours * 1e3:.1f} ms = {ours / theirs:.2f}x numpy", target,
+                     f"numpy: {theirs * 1e3:.1f} ms"))
+
+    for name in ("layernorm", "softmax"):
+        fb = from_bytes(name, n // 4)
+        rows.append((f"from_bytes, gallery {name} ({fb['size']} bytes)", us(statistics.median(fb["from_bytes"])),
+                     "<= 200 us", f"zlib.crc32 of the bytes: {us(statistics.median(fb['crc']))}"))
+        rows.append(("  first read of its build (nothing cached)", us(fb["first"]), "", ""))
+
+    t = None if opts.no_inductor else inductor_recompile()
+    for i, med in pending:
+        rows[i] = rows[i][:3] + (f"Inductor static recompile: {t:.2f} s = {t / med:,.0f}x" if t else
+                                 "Inductor: not measured",)
+    width = [max(len(row[i]) for row in rows) for i in range(4)]
+    heads = ("figure", "measured", "target", "reference (same run)")
+    width = [max(w, len(h)) for w, h in zip(width, heads)]
+    print("  ".join(h.ljust(w) for h, w in zip(heads, width)))
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, width)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
