@@ -141,6 +141,11 @@ def uses_port(cost: isa.Cost, profile=None) -> bool:
     return cost.kind in TRANSFERS
 
 
+def _total(per_program, n: int) -> float:
+    """A batch's total of a per-program figure (an array, or one value for all ``n`` programs)."""
+    return float(np.sum(per_program)) if np.ndim(per_program) else float(per_program) * n
+
+
 class Rates:
     """A launch's GM transfer rates and the L2 model. A tensor that fits L2 streams in at the per-core L2 read
     rate, and writes to it stay in L2; a larger one moves at the per-core HBM rate. The launch as a whole then
@@ -172,22 +177,19 @@ class Rates:
     def read(self, t: int, nbytes, n: int) -> float:
         """The rate at which the GM port reads tensor ``t``, counting the ``nbytes`` (per program) read."""
         g = self.alias[t]
-        total = float(np.sum(nbytes)) if np.ndim(nbytes) else float(nbytes) * n
-        self.group_reads[g] = self.group_reads.get(g, 0.0) + total
+        self.group_reads[g] = self.group_reads.get(g, 0.0) + _total(nbytes, n)
         return self.l2 if self._fits(g) else self.dma
 
     def write(self, t: int, nbytes, n: int) -> float:
         """The rate at which the GM port writes tensor ``t``, counting the ``nbytes`` (per program) written."""
         g = self.alias[t]
-        total = float(np.sum(nbytes)) if np.ndim(nbytes) else float(nbytes) * n
-        self.group_writes[g] = self.group_writes.get(g, 0.0) + total
+        self.group_writes[g] = self.group_writes.get(g, 0.0) + _total(nbytes, n)
         return self.l2_write if self.keep_writes and self._fits(g) else self.dma
 
     def note(self, pc: int, t: int, write: bool, unaligned, rate: float, n: int) -> None:
         """Record a DMA of tensor ``t`` at ``pc`` for the trace, with the extra cycles of the ``unaligned``
         bytes (per program) it moved in bursts off their boundary at ``rate``."""
-        total = float(np.sum(unaligned)) if np.ndim(unaligned) else float(unaligned) * n
-        extra = total * self.slow / rate
+        extra = _total(unaligned, n) * self.slow / rate
         self.unaligned_cycles += extra
         seen = self.transfers.get(pc)
         self.transfers[pc] = (t, write, extra + (seen[2] if seen else 0.0))

@@ -6,21 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes as dt
-from ..convert import lift
 from .registry import builds
+from .vector import fill
 
 
 @builds("l0c_fill")
 def l0c_fill(m, d):
-    rs = d.vals["rs"]
-    _, dd, shape = m.layout(d.vals["dst"])
-    w = m.writer(d.vals["dst"], "l0c")
-    npdt = dd.np
-
-    def fn(b, L):
-        s = lift(b.regs[rs], len(shape), npdt)
-        w(b, np.broadcast_to(s, (s.shape[0],) + tuple(shape)))
-    return m.step(d, fn, m.formula(d)())
+    return m.step(d, fill(m, d, "l0c"), m.formula(d)())
 
 
 @builds("mmad")

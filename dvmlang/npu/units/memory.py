@@ -133,7 +133,7 @@ def dma_store(m, d):
         desc = Desc(b, base, strides, los, his, shape)
         check_dma(L, b, t, desc, pc, g.size)
         materialise_views(b, L, t)
-        slot = b.mem[space].get(src_addr) if space == "ub" else None
+        slot = b.mem["ub"].get(src_addr) if space == "ub" else None  # lazy tiles live in UB
         view = box = None
         if slot is not None and slot.lazy is not None and slot.nbytes == src_bytes and \
                 isinstance(slot.lazy[0], np.ufunc) and slot.dtype == g.dtype and tuple(slot.shape) == shape:

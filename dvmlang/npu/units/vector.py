@@ -133,18 +133,24 @@ def vcast(m, d):
     return m.step(d, fn, _cost(m, d, ("dst", "a")))
 
 
-@builds("vdup")
-def vdup(m, d):
+def fill(m, d, space: str = "ub"):
+    """The step function writing scalar register ``rs`` to every element of tile ``dst`` in ``space`` (VDUP;
+    L0C_FILL in the cube unit)."""
     rs = d.vals["rs"]
     _, dd, shape = m.layout(d.vals["dst"])
-    w = m.writer(d.vals["dst"])
+    w = m.writer(d.vals["dst"], space)
     npdt = dd.np
     rank = len(shape)
 
     def fn(b, L):
         s = lift(b.regs[rs], rank, npdt)
         w(b, np.broadcast_to(s, (s.shape[0],) + tuple(shape)))
-    return m.step(d, fn, _cost(m, d, ("dst",)))
+    return fn
+
+
+@builds("vdup")
+def vdup(m, d):
+    return m.step(d, fill(m, d), _cost(m, d, ("dst",)))
 
 
 @builds("viota")
