@@ -28,6 +28,7 @@ def place(fn: Function, profile, live: Liveness) -> Placement:
     planner = _Planner(plan, live, profile.double_buffer)
     planner.block(fn.body)
     planner.fold_inits()
+    planner.l0c_fills(fn)
     return plan
 
 
@@ -131,6 +132,28 @@ class _Planner:
             return False
         y = term.operands[i]
         return y is d.result and self.plan.users.get(y.id) == [term]
+
+    def l0c_fills(self, fn: Function):
+        """A constant tile (``full``) used only as the init of loops' L0C accumulators is not a tile at all: each
+        loop fills its accumulator with the scalar (L0C_FILL), so its UB buffer is dropped."""
+        plan = self.plan
+        for op in fn.walk():
+            if op.kind != "for":
+                continue
+            for v, h in zip(op.operands[3:], plan.homes.get(id(op), [])):
+                if v.op is None or v.op.kind != "full" or not isinstance(h, Buffer) or h.space != "l0c":
+                    continue
+                if all(self.only_l0c_init(u, v) for u in plan.users.get(v.id, [])) and \
+                        not plan.shares(plan.places[v.id].buf, v.id):
+                    plan.places[v.id].buf.nbytes = 0
+                    plan.l0c_fills.add(v.id)
+
+    def only_l0c_init(self, op: Op, v: Value) -> bool:
+        """Whether ``op`` uses ``v`` only as the init of L0C accumulators."""
+        if op.kind != "for" or v in op.operands[:3]:
+            return False
+        homes = self.plan.homes.get(id(op), [])
+        return all(isinstance(h, Buffer) and h.space == "l0c" for x, h in zip(op.operands[3:], homes) if x is v)
 
     def stored_from_l0c(self, res: Value):
         """The values FixPipe can store straight from ``res``'s L0C accumulator (``res`` and the casts of it that

@@ -127,6 +127,7 @@ class Placement:
     alt: dict[int, Buffer]           # id(buffer) -> its alternate in the second copy of an unrolled loop body
     unrolled: set[int]               # ids of loops emitted twice per trip (double-buffered)
     l0c_shadow: dict[int, list]      # loop id -> [(L0C home, UB copy, result)] made at the loop exit
+    l0c_fills: set = field(default_factory=set)  # ids of `full` tiles only used to init L0C homes (L0C_FILL)
 
     def shares(self, buf: Buffer, vid: int) -> bool:
         """Whether a value other than ``vid`` is placed in ``buf``."""

@@ -78,24 +78,9 @@ def _dup(ctx, scalar: Value, dst_ref, dst_rng, loc, dtype):
 
 def _full(ctx, op):
     r = op.result
-    if r.is_tile and _only_l0c_init(ctx, r):
+    if r.id in ctx.plan.l0c_fills:
         return  # the loops fill their L0C accumulators with the scalar (L0C_FILL); no UB tile is needed
     _dup(ctx, op.operands[0], ctx.tile(r), ctx.rng(r), op.loc, r.dtype)
-
-
-def _only_l0c_init(ctx, v) -> bool:
-    """Whether every use of ``v`` is as the init of a loop's L0C accumulator."""
-    users = ctx.plan.users.get(v.id, [])
-    for u in users:
-        if u.kind != "for":
-            return False
-        homes = ctx.plan.homes.get(id(u), [])
-        inits = u.operands[3:]
-        if not any(x is v and getattr(h, "space", "") == "l0c" for x, h in zip(inits, homes)) or \
-                any(x is v and getattr(h, "space", "") != "l0c" for x, h in zip(inits, homes)) or \
-                v in u.operands[:3]:
-            return False
-    return bool(users)
 
 
 def _temp_tile(ctx, scalar: Value, rank: int, loc) -> tuple[int, tuple]:
