@@ -21,3 +21,12 @@ def pytest_configure(config):
 
 # Triton's own tests (verbatim inputs of tests/triton_conformance.py) are not tests of this suite
 collect_ignore_glob = ["triton_upstream/*"]
+
+
+@pytest.fixture(autouse=True)
+def _own_fused_kernels():
+    """Each test's graphs build their own fused kernels: a test counting builds and encodes does not depend on
+    which earlier test made the same kernel text (fuser/codegen.py shares a Kernel while it lives)."""
+    from dvmlang.fuser import codegen
+    codegen._BUILT.clear()
+    yield

@@ -546,3 +546,16 @@ def test_a_matmul_epilogue_may_read_the_matmul_operands(rng):
     g = dvmlang.graph(lambda a, b: (a @ b) * b - a)
     np.testing.assert_allclose(g(sq, sq * 0.5), (sq @ (sq * 0.5)) * (sq * 0.5) - sq, rtol=1e-4, atol=1e-4)
     assert [grp.kind for grp in g.explain(sq, sq).groups] == ["matmul"]
+
+
+def test_two_graphs_with_the_same_group_share_one_kernel_and_its_build(rng):
+    fn = lambda x: ops.exp(x) * 2.0 + 1.0  # noqa: E731
+    x = rng.standard_normal((30, 70)).astype(np.float32)
+    a, b = dvmlang.graph(fn), dvmlang.graph(fn)
+    np.testing.assert_allclose(a(x), np.exp(x) * 2 + 1, rtol=1e-5)
+    np.testing.assert_allclose(b(x[:7]), np.exp(x[:7]) * 2 + 1, rtol=1e-5)
+    (ka,), (kb,) = kernels(a), kernels(b)
+    assert ka is kb and ka.cache_info().builds == 1 and ka.cache_info().encodes == 2
+    c = dvmlang.graph(lambda x: ops.exp(x) * 3.0 + 1.0)  # another constant: another text, another kernel
+    c(x)
+    assert kernels(c)[0] is not ka

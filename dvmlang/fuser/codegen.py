@@ -24,6 +24,10 @@ from .fusion import Group, is_free, memory_operands
 from .graph import Graph, GraphError, Node
 
 _counter = itertools.count()
+# kernel text -> its Kernel, while anything holds that Kernel: graphs whose groups generate the same text (the
+# same graph built again, another graph with a group of the same ops, a lazy program seen before) share one
+# Kernel and its builds, as two call sites of one @dvmlang.kernel do
+_BUILT: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 class Source:
     def __init__(self):
@@ -120,18 +124,24 @@ class KernelText:
         self.kernel = None
 
     def compile(self):
-        """Turn the text into a ``Kernel``. The source is registered with linecache for the frontend, the trace
-        viewer and error messages, for as long as this kernel text lives (its program's cache decides)."""
+        """Turn the text into a ``Kernel`` (the one already made from the same text, while it lives). The source
+        is registered with linecache for the frontend, the trace viewer and error messages, for as long as the
+        ``Kernel`` lives (its programs' caches decide)."""
         if self.kernel is None:
-            filename = f"<dvmlang fused {self.name} #{next(_counter)}>"
-            lines = self.text.splitlines(True)
-            linecache.cache[filename] = (len(self.text), None, lines, filename)
-            weakref.finalize(self, linecache.cache.pop, filename, None)
-            # the source spells the decorator as a user does (@dvmlang.kernel); its namespace binds that name to the
-            # decorator alone, without the package root (which imports the fuser)
-            ns = {"dl": dl, "dvmlang": types.SimpleNamespace(kernel=kernel)}
-            exec(compile(self.text, filename, "exec"), ns)  # noqa: S102 - our own generated code
-            self.kernel = ns[self.name]
+            key = (self.name, self.text)
+            k = _BUILT.get(key)
+            if k is None:
+                filename = f"<dvmlang fused {self.name} #{next(_counter)}>"
+                lines = self.text.splitlines(True)
+                linecache.cache[filename] = (len(self.text), None, lines, filename)
+                # the source spells the decorator as a user does (@dvmlang.kernel); its namespace binds that name
+                # to the decorator alone, without the package root (which imports the fuser)
+                ns = {"dl": dl, "dvmlang": types.SimpleNamespace(kernel=kernel)}
+                exec(compile(self.text, filename, "exec"), ns)  # noqa: S102 - our own generated code
+                k = ns[self.name]
+                weakref.finalize(k, linecache.cache.pop, filename, None)
+                _BUILT[key] = k
+            self.kernel = k
         return self.kernel
 
 
