@@ -220,10 +220,15 @@ def main(argv=None) -> int:
                    print)
     sens = sensitivity(rows, kn)
     common.write_csv(out / "sensitivity.csv", sens)
-    plots.compile_times(rows, out / "compile_time.png")
-    plots.speedups(summary, out / "speedup.png")
-    plots.stream(cums[shown], out / "stream.png", shown)
-    plots.sensitivity([s for s in sens if s["knob"].startswith("launch overhead")], out / "sensitivity.png")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("plots left out: matplotlib is not installed (pip install -e '.[bench]')")
+    else:
+        plots.compile_times(rows, out / "compile_time.png")
+        plots.speedups(summary, out / "speedup.png")
+        plots.stream(cums[shown], out / "stream.png", shown)
+        plots.sensitivity([s for s in sens if s["knob"].startswith("launch overhead")], out / "sensitivity.png")
     _print_table("Per workload (device time: simulated; compile: this host)", summary,
                  ["level", "workload", "lengths", "median_speedup", "best_speedup", "median_speedup_bucketed",
                   "median_padding_cost", "dvmlang_compile_median_s", "dvmlang_compile_max_s",
