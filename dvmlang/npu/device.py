@@ -25,7 +25,7 @@ from .launch import Launch
 from .machine import Machine
 from .profile import Profile, get_profile
 from .state import Batch
-from .timing import _compose, advance, roofline
+from .timing import _compose, advance, advance_one, roofline
 
 N_PIPES = isa.N_PIPES
 DEFAULT_WATCHDOG = 1 << 18  # instructions per kernel launch: a runaway scalar loop ends within a few seconds
@@ -239,12 +239,13 @@ class Device:
                 batch = Batch(pids, kern.grid, kern.reg_types)
                 for b in _execute(steps, batch, L, dispatch, rec):
                     idx = b.pids
-                    end = np.maximum(np.maximum(b.pipe_free.max(axis=0), b.t_issue), b.done)
+                    free, b_first, b_busy, t_issue, done = b.clock()
+                    end = np.maximum(np.maximum(free.max(axis=0), t_issue), done)
                     T[idx] = end
-                    first[:, idx] = b.pipe_first
-                    last[:, idx] = b.pipe_free
-                    busy[:, idx] = b.pipe_busy
-                    issue_end[idx] = b.t_issue
+                    first[:, idx] = b_first
+                    last[:, idx] = free
+                    busy[:, idx] = b_busy
+                    issue_end[idx] = t_issue
                     bytes_r += float(b.bytes_read.sum())
                     bytes_w += float(b.bytes_written.sum())
                     instrs += b.count
@@ -359,7 +360,7 @@ def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):
                 cost = s.cost
             else:
                 cost = s.cost if s.cost is not None else (r if r is not None else 1)
-            start, cost = advance(s, b, cost, dispatch)
+            start, cost = (advance_one if b.scalar else advance)(s, b, cost, dispatch)
             if rec is not None:
                 rec.add(s, b, start, cost)
             if kind == "op" or kind == "set" or kind == "wait" or kind == "barrier":

@@ -17,11 +17,14 @@ from .state import Slot, chunks, eval_rows
 class Desc:
     """A DMA descriptor evaluated for a batch: per-program base, strides and box."""
 
-    __slots__ = ("base", "strides", "lo", "hi", "count", "bursts", "n", "empty")
+    __slots__ = ("base", "strides", "lo", "hi", "count", "bursts", "n", "empty", "checked", "_uniform", "_unaligned")
 
     def __init__(self, b, base, strides, los, his, shape):
         n = b.n
         self.n = n
+        self.checked = -1  # the tensor size this descriptor's box was checked against (see descriptor)
+        self._uniform = False  # _uniform_desc's answer, once asked (False: not yet)
+        self._unaligned = None
         self.base = np.asarray(base(b), dtype=np.int64)
         self.strides = [np.asarray(s(b), dtype=np.int64) for s in strides]
         lo = [np.clip(np.asarray(f(b), dtype=np.int64), 0, s) for f, s in zip(los, shape)]
@@ -58,6 +61,13 @@ class Desc:
         strided): modulo the boundary ``a`` they cover the multiples of ``g = gcd(a, stride_d * itemsize)``
         from the first, so a part ``g / a`` of them is aligned when the first burst's address is a multiple
         of ``g``, none otherwise (tensors start aligned)."""
+        if self._unaligned is not None and self._unaligned[0] == (itemsize, align):
+            return self._unaligned[1]
+        v = self._unaligned_part(itemsize, align)
+        self._unaligned = ((itemsize, align), v)
+        return v
+
+    def _unaligned_part(self, itemsize: int, align: int):
         if not self.strides:
             return 0.0
         contiguous = np.all(self.strides[-1] == 1)
@@ -73,6 +83,42 @@ class Desc:
         g = np.where(g == 0, a, g)
         aligned = np.where((first * itemsize) % g == 0, g / a, 0.0)
         return np.where(self.empty, 0.0, 1.0 - aligned)
+
+
+def descriptor(memo: dict, L, b, t: int, fields, shape, pc: int) -> Desc:
+    """The DMA descriptor of a step for batch ``b``, its box checked against tensor ``t``. ``fields``: the
+    step's (base, strides, lo, hi) functions; ``memo``: the step's own descriptors by field values. When every
+    field is one value for the whole batch (an immediate, a scalar register, a one-program batch), the
+    descriptor is a pure function of those values and the batch size, so a step that sees the same values
+    again (a relaunch, a loop over the same box) reuses it, and the check it passed for a tensor of the same
+    size (outside a pointer-table heap, whose segments are checked every time)."""
+    base, strides, los, his = fields
+    key = [b.n]
+    for f in (base, *strides, *los, *his):
+        v = f(b)
+        if type(v) is int:
+            key.append(v)
+        elif v.size == 1:
+            key.append((v.item(), v.ndim))
+        else:
+            key = None
+            break
+    desc = None
+    if key is not None:
+        key = tuple(key)
+        desc = memo.get(key)
+    if desc is None:
+        desc = Desc(b, base, strides, los, his, shape)
+        if key is not None:
+            if len(memo) >= 64:
+                memo.clear()
+            memo[key] = desc
+    g = L.arrays[t]
+    if desc.checked != g.size:
+        check_dma(L, b, t, desc, pc, g.size)
+        if key is not None and getattr(g, "dvm_segments", None) is None:
+            desc.checked = g.size
+    return desc
 
 
 # ---- bounds checks and faults ----------------------------------------------------------------------------
@@ -240,6 +286,12 @@ class _Uniform:
 
 
 def _uniform_desc(desc: Desc, n: int) -> _Uniform | None:
+    if desc._uniform is False:
+        desc._uniform = _uniform_of(desc, n)
+    return desc._uniform
+
+
+def _uniform_of(desc: Desc, n: int) -> _Uniform | None:
     vals = [_all_same(x) for x in desc.strides + desc.lo + desc.hi]
     if not all(u for u, _ in vals):
         return None

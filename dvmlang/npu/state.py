@@ -145,7 +145,7 @@ class Batch:
     program's pipe clock (issue time, when each pipe frees, events set) and GM traffic."""
 
     __slots__ = ("pids", "coords", "regs", "mem", "n", "count", "t_issue", "pipe_free", "pipe_first", "pipe_busy",
-                 "flags", "print_seq", "bytes_read", "bytes_written", "last_bytes", "done", "port_free")
+                 "flags", "print_seq", "bytes_read", "bytes_written", "last_bytes", "done", "port_free", "scalar")
 
     def __init__(self, pids: np.ndarray, grid, reg_types):
         self.pids = pids
@@ -159,20 +159,38 @@ class Batch:
         self.mem = {sp: {} for sp in SPACES}
         self.count = 0
         n = self.n
-        self.t_issue = np.zeros(n)
-        self.pipe_free = np.zeros((isa.N_PIPES, n))
-        self.pipe_first = np.full((isa.N_PIPES, n), np.inf)
-        self.pipe_busy = np.zeros((isa.N_PIPES, n))
+        # a batch of one program keeps its pipe clock in Python floats (timing.advance_one: the same arithmetic)
+        self.scalar = n == 1
+        if self.scalar:
+            self.t_issue = 0.0
+            self.pipe_free = [0.0] * isa.N_PIPES
+            self.pipe_first = [np.inf] * isa.N_PIPES
+            self.pipe_busy = [0.0] * isa.N_PIPES
+        else:
+            self.t_issue = np.zeros(n)
+            self.pipe_free = np.zeros((isa.N_PIPES, n))
+            self.pipe_first = np.full((isa.N_PIPES, n), np.inf)
+            self.pipe_busy = np.zeros((isa.N_PIPES, n))
         self.flags: dict = {}
         self.print_seq = np.zeros(n, dtype=np.int64)
         self.bytes_read = np.zeros(n)
         self.bytes_written = np.zeros(n)
         self.last_bytes = 0
-        self.done = np.zeros(n)  # completion time of the latest transfer (results land after the pipe frees)
-        self.port_free = np.zeros(n)  # when the core's GM port can take the next transfer
+        self.done = 0.0 if self.scalar else np.zeros(n)  # completion of the latest transfer (results land after the pipe frees)
+        self.port_free = 0.0 if self.scalar else np.zeros(n)  # when the core's GM port can take the next transfer
+
+    def clock(self):
+        """(pipe_free, pipe_first, pipe_busy) as (pipes, n) arrays and (t_issue, done) as (n,) arrays."""
+        if not self.scalar:
+            return self.pipe_free, self.pipe_first, self.pipe_busy, self.t_issue, self.done
+        col = [np.array(x, dtype=np.float64).reshape(isa.N_PIPES, 1) for x in
+               (self.pipe_free, self.pipe_first, self.pipe_busy)]
+        return col[0], col[1], col[2], np.array([self.t_issue]), np.array([self.done])
 
     def subset(self, mask: np.ndarray) -> "Batch":
+        assert not self.scalar, "a one-program batch does not split"
         b = Batch.__new__(Batch)
+        b.scalar = False
         b.pids = self.pids[mask]
         b.n = len(b.pids)
         b.coords = tuple(c[mask] for c in self.coords)

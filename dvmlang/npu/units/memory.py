@@ -11,7 +11,7 @@ import numpy as np
 from ...vm import isa
 from ...vm.decode import sop_parts
 from ..convert import lift
-from ..dma import Desc, atomic, check_dma, check_elements, compute_into, dma_read, dma_write, store_view
+from ..dma import atomic, check_elements, compute_into, descriptor, dma_read, dma_write, store_view
 from ..state import materialise_views, poison_value, prod
 from .registry import builds
 
@@ -67,7 +67,7 @@ def dma_load(m, d):
     _, dd, shape = m.layout(d.vals["dst"])
     w = m.writer(d.vals["dst"], d.ins.spaces["dst"])
     t = d.vals["tensor"]
-    base, strides, los, his = _descriptor(m, d)
+    fields, memo = _descriptor(m, d), {}
     pad_reg, pad_v = sop_parts(d.vals["pad"])
     npdt = dd.np
     shape = tuple(shape)
@@ -81,8 +81,7 @@ def dma_load(m, d):
 
     def fn(b, L):
         g = L.arrays[t]
-        desc = Desc(b, base, strides, los, his, shape)
-        check_dma(L, b, t, desc, pc, g.size)
+        desc = descriptor(memo, L, b, t, fields, shape, pc)
         pad = b.regs[pad_v] if pad_reg else pad_v
         if undef and L.debug:
             pad = poison  # masked-off elements the kernel gave no value for
@@ -122,7 +121,7 @@ def dma_store(m, d):
     src_addr, src_dt, shape = m.layout(d.vals["src"])
     r = m.reader(d.vals["src"], space)
     t = d.vals["tensor"]
-    base, strides, los, his = _descriptor(m, d)
+    fields, memo = _descriptor(m, d), {}
     shape = tuple(shape)
     pc = d.pc
     cost = m.formula(d)
@@ -130,8 +129,7 @@ def dma_store(m, d):
 
     def fn(b, L):
         g = L.arrays[t]
-        desc = Desc(b, base, strides, los, his, shape)
-        check_dma(L, b, t, desc, pc, g.size)
+        desc = descriptor(memo, L, b, t, fields, shape, pc)
         materialise_views(b, L, t)
         slot = b.mem["ub"].get(src_addr) if space == "ub" else None  # lazy tiles live in UB
         view = box = None
