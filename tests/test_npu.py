@@ -8,7 +8,7 @@ import pytest
 import dvmlang
 import dvmlang.language as dl
 from dvmlang.npu import PROFILES, Device, Profile
-from kernels import add
+from kernels import add, loop_sum, matmul, softmax
 
 
 
@@ -307,3 +307,31 @@ def test_a_masked_store_writes_only_its_box():
     _scaled_rows[(300,)](x, out, 77, BLOCK=128)
     np.testing.assert_allclose(out[:, :77], np.exp(x) * 2, rtol=1e-6)
     assert (out[:, 77:] == -7.0).all()
+
+
+def _one_program_launches():
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal(700).astype(np.float32), rng.standard_normal(700).astype(np.float32)
+    yield lambda **kw: add[(1,)](x, y, np.empty_like(x), 700, BLOCK=1024, **kw)
+    a, b = rng.standard_normal((50, 70)).astype(np.float16), rng.standard_normal((70, 40)).astype(np.float16)
+    yield lambda **kw: matmul[(1, 1)](a, b, np.empty((50, 40), np.float32), 50, 40, 70, BM=64, BN=64, BK=32, **kw)
+    s = rng.standard_normal((1, 300)).astype(np.float32)
+    yield lambda **kw: softmax[(1,)](np.empty_like(s), s, 300, 300, BLOCK=512, **kw)
+    z = rng.standard_normal((1, 1000)).astype(np.float32)
+    yield lambda **kw: loop_sum[(1,)](z, np.empty(1, np.float32), 1000, 1000, BLOCK=128, **kw)
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_a_one_program_launch_times_as_the_batched_path_does(i):
+    """An untraced one-program launch keeps its clock in Python floats and skips placing programs on cores
+    (Device._run_one); a traced one takes the general path. Both give the same record."""
+    launch = list(_one_program_launches())[i]
+    for profile in ("910B2", "910B3"):
+        dev = Device(profile=PROFILES[profile])
+        fast = launch(device=dev)
+        dev.l2.flush()  # both start cold
+        slow = launch(device=dev, trace=True)
+        assert fast.trace is None and slow.trace is not None
+        for f in ("cycles", "bytes_read", "bytes_written", "instructions", "hbm_bytes", "l2_hit_bytes", "waves",
+                  "pipe_busy", "hbm_stretch", "unaligned_cycles"):
+            assert getattr(fast, f) == getattr(slow, f), f

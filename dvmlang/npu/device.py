@@ -220,6 +220,63 @@ class Device:
                    race_detection=self.race_detection, resident=resident, share=hbm_share)
         per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
         B = 1 if self.sequential else max(1, min(P, self.batch_bytes // max(per_prog, 1), 16384))
+        rec = trace.begin(bc, m, P) if trace is not None else None
+        if overhead is None:
+            overhead = prof.launch_overhead_cycles
+        if P == 1 and rec is None:
+            body, busy_total, bytes_r, bytes_w, instrs = self._run_one(m, kern, L, cores)
+            offsets = shift = T = None
+        else:
+            body, busy_total, bytes_r, bytes_w, instrs, offsets, shift, T = self._run_batches(
+                m, kern, L, cores, P, B, rec)
+        writeback = self.l2.update(arrays, alias, L.rates) if prof.l2_across_launches else 0.0
+        hbm = L.rates.hbm_bytes() + writeback
+        body, stretch = roofline(body, hbm, prof, hbm_share)
+        if stretch != 1.0 and offsets is not None:
+            offsets = offsets * stretch
+        cycles = int(round(overhead + body))
+        waves = -(-P // cores)
+        pipe_busy = dict(zip(PIPE_LABELS, busy_total))
+        record = LaunchRecord(name=name or kern.name, grid=kern.grid, cycles=cycles, bytes_read=int(bytes_r),
+                              bytes_written=int(bytes_w), time_us=cycles / prof.clock_hz * 1e6, cores=active,
+                              waves=waves, kind="mix" if kern.mix else "vector", double_buffer=kern.double_buffer,
+                              launch_overhead=overhead, pipe_busy=pipe_busy, profile=prof,
+                              prints=L.print_lines(), diagnostics=L.diagnostics, bytecode=bc,
+                              instructions=instrs, hbm_stretch=stretch, group=group, start=start,
+                              hbm_bytes=hbm, l2_hit_bytes=L.rates.l2_hit_bytes(), writeback_bytes=writeback,
+                              dispatched=max(0, P - cores) if prof.program_dispatch_cycles else 0,
+                              unaligned_cycles=L.rates.unaligned_cycles)
+        if rec is not None:
+            record.trace = rec.finish((offsets + shift * stretch) + start, cores, record, T * stretch, stretch)
+            record.trace.notes = L.rates.notes()
+        for line in record.prints:
+            print(line)
+        if L.diagnostics:
+            import warnings
+            from ..errors import DvmWarning
+            for msg in L.diagnostics[:8]:
+                warnings.warn(f"{record.name}: {msg}", DvmWarning, stacklevel=4)
+        return record
+
+    def _run_one(self, m, kern, L, cores):
+        """One program, no trace: the batch's own pipe clock (Python floats) gives what ``_run_batches`` computes
+        for a grid of one: no dispatch, one wave, the core busy until its program ends or its GM port's
+        transfers do. Returns (body, busy per pipe, bytes read, bytes written, instructions)."""
+        batch = Batch(np.zeros(1, dtype=np.int64), kern.grid, kern.reg_types)
+        with np.errstate(all="ignore"):
+            for b in _execute(m.steps, batch, L, self.profile.scalar_dispatch, None):
+                pass
+        if L.races is not None:
+            L.races.check(L)
+        free, busy = b.pipe_free, list(b.pipe_busy)
+        end = max(max(free), b.t_issue, b.done)
+        body = max(end, busy[int(isa.Pipe.MTE2)] + busy[int(isa.Pipe.MTE3)])
+        return body, busy, float(b.bytes_read.sum()), float(b.bytes_written.sum()), b.count
+
+    def _run_batches(self, m, kern, L, cores, P, B, rec):
+        """Every program, in batches of ``B``; their pipe clocks placed on ``cores``. Returns (body, busy per
+        pipe, bytes read, bytes written, instructions, each program's offset, dispatch shift and length)."""
+        prof = self.profile
         T = np.zeros(P)
         first = np.full((N_PIPES, P), np.inf)
         last = np.zeros((N_PIPES, P))
@@ -228,7 +285,6 @@ class Device:
         bytes_r = 0.0
         bytes_w = 0.0
         instrs = 0
-        rec = trace.begin(bc, m, P) if trace is not None else None
         dispatch = prof.scalar_dispatch
         steps = m.steps
         with np.errstate(all="ignore"):
@@ -257,37 +313,8 @@ class Device:
         shift = _dispatch(T, first, last, cores, prof.program_dispatch_cycles)
         port = busy[int(isa.Pipe.MTE2)] + busy[int(isa.Pipe.MTE3)]
         offsets, core_end = _compose(T, first, last, cores, kern.double_buffer and prof.double_buffer, port)
-        if overhead is None:
-            overhead = prof.launch_overhead_cycles
         body = float(core_end.max()) if len(core_end) else 0.0
-        writeback = self.l2.update(arrays, alias, L.rates) if prof.l2_across_launches else 0.0
-        hbm = L.rates.hbm_bytes() + writeback
-        body, stretch = roofline(body, hbm, prof, hbm_share)
-        if stretch != 1.0:
-            offsets = offsets * stretch
-        cycles = int(round(overhead + body))
-        waves = -(-P // cores)
-        pipe_busy = dict(zip(PIPE_LABELS, busy.sum(axis=1).tolist()))
-        record = LaunchRecord(name=name or kern.name, grid=kern.grid, cycles=cycles, bytes_read=int(bytes_r),
-                              bytes_written=int(bytes_w), time_us=cycles / prof.clock_hz * 1e6, cores=active,
-                              waves=waves, kind="mix" if kern.mix else "vector", double_buffer=kern.double_buffer,
-                              launch_overhead=overhead, pipe_busy=pipe_busy, profile=prof,
-                              prints=L.print_lines(), diagnostics=L.diagnostics, bytecode=bc,
-                              instructions=instrs, hbm_stretch=stretch, group=group, start=start,
-                              hbm_bytes=hbm, l2_hit_bytes=L.rates.l2_hit_bytes(), writeback_bytes=writeback,
-                              dispatched=max(0, P - cores) if prof.program_dispatch_cycles else 0,
-                              unaligned_cycles=L.rates.unaligned_cycles)
-        if rec is not None:
-            record.trace = rec.finish((offsets + shift * stretch) + start, cores, record, T * stretch, stretch)
-            record.trace.notes = L.rates.notes()
-        for line in record.prints:
-            print(line)
-        if L.diagnostics:
-            import warnings
-            from ..errors import DvmWarning
-            for msg in L.diagnostics[:8]:
-                warnings.warn(f"{record.name}: {msg}", DvmWarning, stacklevel=4)
-        return record
+        return body, busy.sum(axis=1).tolist(), bytes_r, bytes_w, instrs, offsets, shift, T
 
 
 def _dispatch(T, first, last, cores: int, cycles: int):

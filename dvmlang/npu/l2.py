@@ -20,14 +20,24 @@ class L2Cache:
         self.capacity = capacity
         self.lines: OrderedDict = OrderedDict()  # key -> (weakref to the root array, bytes, dirty bytes)
         self.used = 0
+        self._keys: dict = {}  # id(array) -> (weakref to it, its key, weakref to its root): known arrays of a relaunch
 
-    @staticmethod
-    def _key(a: np.ndarray):
+    def _key(self, a: np.ndarray):
+        """((id of the root array, byte offset, bytes), root) of a tensor's array."""
+        seen = self._keys.get(id(a))
+        if seen is not None and seen[0]() is a:
+            return seen[1], seen[2]()  # a holds its root: the root is alive while a is
         root = a
         while isinstance(root.base, np.ndarray):
             root = root.base
         off = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-        return (id(root), off, a.nbytes), root
+        key = (id(root), off, a.nbytes)
+        if len(self._keys) >= 4096:
+            self._keys = {k: v for k, v in self._keys.items() if v[0]() is not None}
+            if len(self._keys) >= 2048:
+                self._keys.clear()
+        self._keys[id(a)] = (weakref.ref(a), key, weakref.ref(root))
+        return key, root
 
     def _line(self, key):
         line = self.lines.get(key)
