@@ -111,7 +111,6 @@ class Device:
         self.watchdog = watchdog
         self.batch_bytes = batch_bytes
         self.sequential = sequential
-        self._machines: dict = {}
         self.l2 = L2Cache(self.profile.l2_bytes)
         self.simulated_cycles = 0  # every launch's cycles and simulated microseconds, summed (for counters
         self.simulated_us = 0.0  # such as dvmlang.torch.stats(), which take differences)
@@ -129,14 +128,16 @@ class Device:
 
     # ---- running ----------------------------------------------------------------------------------------
     def machine(self, bc, k: int = 0) -> Machine:
-        key = (bc.template_key, k) if bc.template_key is not None else None
-        m = self._machines.get(key) if key is not None else None
-        if m is None or m.decoded is not bc.decoded[k]:  # template ids are id()s: a freed build's id is reused
-            m = Machine(bc, k, self.profile)
-            if key is not None:
-                if len(self._machines) > 512:
-                    self._machines.clear()
-                self._machines[key] = m
+        """Kernel ``k`` of ``bc`` decoded into steps for this device's profile. An in-process build keeps its
+        machines with its decoded code (``DecodedKernels.machines``): every instance of the build shares them,
+        and they go when the build does. A loaded bytecode gets its own."""
+        cache = getattr(bc.decoded, "machines", None) if bc.template_key is not None else None
+        if cache is None:
+            return Machine(bc, k, self.profile)
+        key = (k, id(self.profile))
+        m = cache.get(key)
+        if m is None or m.profile is not self.profile:
+            m = cache[key] = Machine(bc, k, self.profile)
         return m
 
     def run(self, bc, arrays: dict[int, np.ndarray], *, trace=None, name: str | None = None,

@@ -84,7 +84,6 @@ class Machine:
     """Decodes one kernel of a validated bytecode into steps (cached per template)."""
 
     def __init__(self, bc, kernel_index: int, profile):
-        self.bc = bc
         self.kernel = bc.kernels[kernel_index]
         self.decoded: list[Decoded] = bc.decoded[kernel_index]
         self.profile = profile

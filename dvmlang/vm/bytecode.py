@@ -184,7 +184,7 @@ class Bytecode:
         """Run the validator (once); raises ``InvalidBytecodeError`` if the program is unsafe."""
         if self.decoded is None:
             from .validator import validate
-            self.decoded = validate(self)
+            self.decoded = DecodedKernels(validate(self))
         return self
 
     @user_frames
@@ -229,6 +229,18 @@ class Bytecode:
         bc.decoded = self.decoded
         bc.template_key = self.template_key
         return bc
+
+
+class DecodedKernels(list):
+    """Per kernel, its decoded instructions (a validated bytecode's ``decoded``, shared by every instance of a
+    build), and what a device made of them (``machines``: the simulator's steps per kernel and profile), which
+    live as long as the build does."""
+
+    __slots__ = ("machines",)
+
+    def __init__(self, kernels=()):
+        super().__init__(kernels)
+        self.machines: dict = {}
 
 
 _FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
