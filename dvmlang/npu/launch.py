@@ -28,7 +28,7 @@ class Launch:
         self.name = kernel_name or kernel.name
         self.alias = alias_groups or {p: p for p in arrays}
         self.loc_of_pc = loc_of_pc or (lambda pc: None)
-        self.imm = _imm_reader(bc.code)
+        self.imm = _imm_reader(bc)
         self.rates = Rates(profile, arrays, self.alias, active_cores, resident or {}, share)
         self.races = RaceLog() if race_detection else None
         self.prints: list = []  # (pid, sequence, prefix, value, hex, numpy dtype): see add_prints
@@ -76,16 +76,20 @@ def _print_order(entry) -> tuple:
     return entry[0], entry[1]
 
 
-def _imm_reader(code):
-    """word index -> the immediate in that code word as a numpy scalar of ``npdt`` (cached)."""
-    cache: dict = {}
+def _imm_reader(bc):
+    """word index -> the immediate in that code word as a numpy scalar of ``npdt``. Remembered on the bytecode
+    with the word it was read from, so a relaunch reads each immediate once and an edited word is read again."""
+    code = bc.code
+    cache = bc.__dict__.setdefault("_immediates", {})
 
     def imm(w: int, npdt):
         key = (w, npdt)
-        v = cache.get(key)
-        if v is None:
-            raw = np.array([code[w]], dtype=np.uint64).view(np.uint8)
-            v = raw[:np.dtype(npdt).itemsize].view(npdt)[0] if npdt != np.bool_ else np.bool_(raw[0] != 0)
-            cache[key] = v
+        word = code[w]
+        hit = cache.get(key)
+        if hit is not None and hit[0] == word:
+            return hit[1]
+        raw = np.array([word], dtype=np.uint64).view(np.uint8)
+        v = raw[:np.dtype(npdt).itemsize].view(npdt)[0] if npdt != np.bool_ else np.bool_(raw[0] != 0)
+        cache[key] = (word, v)
         return v
     return imm
