@@ -228,3 +228,24 @@ def test_a_transposed_cube_operand_is_read_along_its_stored_rows(rng):
     np.testing.assert_array_equal(out[0], out[1])
     np.testing.assert_allclose(out[0], a.astype(np.float32) @ w.T.astype(np.float32), rtol=2e-3, atol=2e-2)
     assert t.cycles <= 1.1 * c.cycles
+
+
+def test_l2_forgets_a_dead_array_at_once_and_only_its_lines():
+    """A freed array's lines leave L2 when it dies (found by its weak reference, not by scanning every line), and
+    a line updated by a later launch is still dropped with its array."""
+    from dvmlang.npu.l2 import L2Cache
+    from dvmlang.npu.timing import Rates
+
+    l2 = L2Cache(1 << 20)
+    keep, gone = np.ones(1024, np.float32), np.ones(2048, np.float32)
+    arrays = {0: keep, 1: gone, 2: gone[:512]}
+    alias = {0: 0, 1: 1, 2: 2}
+    rates = Rates(dvmlang.npu.get_profile(None), arrays, alias, 1)
+    rates.group_reads.update({0: 4096.0, 1: 8192.0, 2: 2048.0})
+    for _ in range(2):  # the second launch updates the lines it finds
+        l2.update(arrays, alias, rates)
+    assert l2.used == 4096 + 8192 + 2048 and len(l2.lines) == 3
+    del arrays, gone
+    import gc
+    gc.collect()
+    assert len(l2.lines) == 1 and l2.used == 4096 and l2.resident({0: keep}, {0: 0}) == {0: 4096}

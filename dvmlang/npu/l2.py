@@ -20,6 +20,7 @@ class L2Cache:
         self.capacity = capacity
         self.lines: OrderedDict = OrderedDict()  # key -> (weakref to the root array, bytes, dirty bytes)
         self.used = 0
+        self._of_ref: dict = {}  # id(weakref to a root) -> the keys of its lines (what _gone drops)
         self._keys: dict = {}  # id(array) -> (weakref to it, its key, weakref to its root): known arrays of a relaunch
 
     def _key(self, a: np.ndarray):
@@ -47,17 +48,25 @@ class L2Cache:
         return line
 
     def _gone(self, ref) -> None:
-        for key in [k for k, line in list(self.lines.items()) if line[0] is ref]:
-            self._drop(key)
+        for key in self._of_ref.pop(id(ref), ()):
+            line = self.lines.get(key)
+            if line is not None and line[0] is ref:
+                self._drop(key)
 
     def _drop(self, key) -> float:
-        _, nbytes, dirty = self.lines.pop(key)
+        ref, nbytes, dirty = self.lines.pop(key)
+        keys = self._of_ref.get(id(ref))
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._of_ref[id(ref)]
         self.used -= nbytes
         return dirty
 
     def flush(self) -> None:
         """Empty L2 (a benchmark's cache flush: what was dirty is not charged to any launch)."""
         self.lines.clear()
+        self._of_ref.clear()
         self.used = 0
 
     def resident(self, arrays: dict, alias: dict) -> dict:
@@ -89,7 +98,9 @@ class L2Cache:
             if old is not None:
                 self._drop(key)
                 nbytes, dirty = max(nbytes, old[1]), min(nbytes, dirty + old[2])
-            self.lines[key] = (old[0] if old is not None else weakref.ref(root, self._gone), nbytes, dirty)
+            ref = old[0] if old is not None else weakref.ref(root, self._gone)
+            self._of_ref.setdefault(id(ref), set()).add(key)
+            self.lines[key] = (ref, nbytes, dirty)
             self.used += nbytes
         while self.used > self.capacity and self.lines:
             back += self._drop(next(iter(self.lines)))
