@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import special
+
 
 @dataclass(frozen=True)
 class OpDef:
@@ -151,8 +153,12 @@ _ERF = np.frompyfunc(math.erf, 1, 1)
 
 
 def _erf(x):
+    """erf computed in float64 and rounded to x's dtype: vectorised (``special.erf``) for float32 and narrower,
+    where it rounds to exactly ``math.erf``'s values; ``math.erf`` itself for float64."""
     x = np.asarray(x)
-    return np.asarray(_ERF(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
+    if x.dtype == np.float64:
+        return np.asarray(_ERF(x), dtype=np.float64)
+    return special.erf(x.astype(np.float64)).astype(x.dtype)
 
 
 _ERFC = np.frompyfunc(math.erfc, 1, 1)

@@ -1,0 +1,63 @@
+"""Special functions the simulator evaluates elementwise, vectorised in numpy (Python's ``math`` has them one
+value at a time)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# the coefficients of fdlibm's s_erf.c (Sun Microsystems, 1993; freely distributable), evaluated as it does
+_ERX = 8.45062911510467529297e-01
+_PP = (1.28379167095512558561e-01, -3.25042107247001499370e-01, -2.84817495755985104766e-02,
+       -5.77027029648944159157e-03, -2.37630166566501626084e-05)
+_QQ = (3.97917223959155352819e-01, 6.50222499887672944485e-02, 5.08130628187576562776e-03,
+       1.32494738004321644526e-04, -3.96022827877536812320e-06)
+_PA = (-2.36211856075265944077e-03, 4.14856118683748331666e-01, -3.72207876035701323847e-01,
+       3.18346619901161753674e-01, -1.10894694282396677476e-01, 3.54783043256182359371e-02,
+       -2.16637559486879084300e-03)
+_QA = (1.06420880400844228286e-01, 5.40397917702171048937e-01, 7.18286544141962662868e-02,
+       1.26171219808761642112e-01, 1.36370839120290507362e-02, 1.19844998467991074170e-02)
+_RA = (-9.86494403484714822705e-03, -6.93858572707181764372e-01, -1.05586262253232909814e+01,
+       -6.23753324503260060396e+01, -1.62396669462573470355e+02, -1.84605092906711035994e+02,
+       -8.12874355063065934246e+01, -9.81432934416914548592e+00)
+_SA = (1.96512716674392571292e+01, 1.37657754143519042600e+02, 4.34565877475229228821e+02,
+       6.45387271733267880336e+02, 4.29008140027567833386e+02, 1.08635005541779435134e+02,
+       6.57024977031928170135e+00, -6.04244152148580987438e-02)
+_RB = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.77579549177547519889e+01,
+       -1.60636384855821916062e+02, -6.37566443368389627722e+02, -1.02509513161107724954e+03,
+       -4.83519191608651397019e+02)
+_SB = (3.03380607434824582924e+01, 3.25792512996573918826e+02, 1.53672958608443695994e+03,
+       3.19985821950859553908e+03, 2.55305040643316442583e+03, 4.74528541206955367215e+02,
+       -2.24409524465858183362e+01)
+
+
+def _poly(x, cs):
+    """cs[0] + x*(cs[1] + x*(...)), by Horner's rule."""
+    r = np.full_like(x, cs[-1])
+    for c in cs[-2::-1]:
+        r = c + x * r
+    return r
+
+
+def _one_plus(x, cs):
+    """1 + x*(cs[0] + x*(cs[1] + ...))."""
+    return 1.0 + x * _poly(x, cs)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """erf in float64 of float64 ``x``, elementwise, with fdlibm's method: x + x*P/Q below 0.84375, erx + P/Q of
+    |x| - 1 up to 1.25, 1 - exp(-x^2 - 0.5625 + ...)/|x| with R/S of 1/x^2 up to 6, then +-1. Within one float64
+    ulp of ``math.erf``; rounded to float32 or narrower, it gave ``math.erf``'s result on every value tested (all
+    float16 and bfloat16 values, millions of float32 ones: tests/test_opdefs.py)."""
+    x = np.asarray(x, dtype=np.float64)
+    a = np.abs(x)
+    with np.errstate(all="ignore"):
+        z = x * x
+        small = x + x * (_poly(z, _PP) / _one_plus(z, _QQ))
+        s = a - 1.0
+        mid = _ERX + _poly(s, _PA) / _one_plus(s, _QA)
+        s = 1.0 / z
+        rs = np.where(a < 1 / 0.35, _poly(s, _RA) / _one_plus(s, _SA), _poly(s, _RB) / _one_plus(s, _SB))
+        hi = (a.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)  # |x| with its low word cleared
+        tail = 1.0 - np.exp(-hi * hi - 0.5625) * np.exp((hi - a) * (hi + a) + rs) / a
+    out = np.where(a < 0.84375, small, np.copysign(np.where(a < 6.0, np.where(a < 1.25, mid, tail), 1.0), x))
+    return np.where(np.isnan(x), x, out)
