@@ -49,7 +49,7 @@ def instances(d: Path) -> list[dict]:
 
 
 def report(d: Path) -> str:
-    from .run import levels as level_table, summarise
+    from .run import levels as level_table, stream_table, summarise
     rows = instances(d)
     parts = []
     summary = summarise(rows)
@@ -67,10 +67,11 @@ def report(d: Path) -> str:
         ("dvmlang_first_call_s", "dvmlang first call (build) s"),
         ("dvmlang_encode_median_s", "dvmlang new shape s (median)"), ("dvmlang_encode_max_s", "max"), ("inductor_static_compile_median_s", "Inductor static s (median)"),
         ("inductor_static_compile_max_s", "max"), ("inductor_dynamic_compile_max_s", "Inductor dynamic s (max)")]), ""]
-    stream = _rows(d / "stream.csv")
     last = {}
-    for r in stream:
-        last[r["level"]] = r
+    for level in dict.fromkeys(r["level"] for r in rows):  # recomputed, as the summary is
+        lrows = [r for r in rows if r["level"] == level]
+        table_rows, _ = stream_table(lrows, 1 + max(r["request"] for r in lrows))
+        last[level] = {"level": level, **table_rows[-1]}
     systems = ["dvmlang", "per-op eager", "bucketed", "inductor-static", "inductor-dynamic"]
     parts += ["### The request stream end to end (seconds: compile stalls + device time, after the last request)", "",
               table(list(last.values()), [("level", "level")] + [(s, s) for s in systems]), ""]
