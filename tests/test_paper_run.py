@@ -105,3 +105,14 @@ def test_summary_levels_stream_and_sensitivity_agree_with_the_instances(results)
     by = {(r["knob"], r["level"]): _num(r["median_speedup"]) for r in sens}
     # fusion saves launches, so its advantage grows with what a launch costs
     assert by[("launch overhead 0 us", "operator")] < by[("launch overhead 5 us", "operator")]
+
+
+def test_an_unmeasured_inductor_length_costs_what_the_measured_new_lengths_cost():
+    """The stream's estimate for a new length whose compile was not measured: a static compile costs the median of
+    the measured ones; a dynamic one the median of those after the first compile of the symbolic graph."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from paper import run
+
+    assert run._unmeasured("inductor-static", [10.0, 2.0, 3.0]) == 3.0
+    assert run._unmeasured("inductor-dynamic", [10.0, 0.01, 0.03]) == 0.02
+    assert run._unmeasured("inductor-dynamic", [10.0]) == 0.0  # one compile, and no later length recompiled
