@@ -199,7 +199,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     out = Path(args.out)
     t0 = time.perf_counter()
-    n = 6 if args.quick else 200
+    n = 4 if args.quick else 200
     reqs = common.stream(n)
     print(f"request stream: {n} requests, lengths {min(reqs)}..{max(reqs)}, median {int(np.median(reqs))}, "
           f"{len(set(reqs))} distinct (log-normal, median 64, sigma 1.2, clipped to 1..2048, seed {common.SEED})")
@@ -226,7 +226,7 @@ def main(argv=None) -> int:
                                                   "inductor-static", "inductor-dynamic", "inductor_estimated"])
     shown = "model" if "model" in cums else "subgraph"
     kn = knob_rows([256] if args.quick else [16, 256, 2048],
-                   ["softmax", "decoder block"] if args.quick else ["softmax", "layernorm", "swiglu mlp", "decoder block"],
+                   ["softmax", "attention"] if args.quick else ["softmax", "layernorm", "swiglu mlp", "decoder block"],
                    print)
     sens = sensitivity(rows, kn)
     common.write_csv(out / "sensitivity.csv", sens)
