@@ -263,7 +263,7 @@ class Device:
         """One program, no trace: the batch's own pipe clock (Python floats) gives what ``_run_batches`` computes
         for a grid of one: no dispatch, one wave, the core busy until its program ends or its GM port's
         transfers do. Returns (body, busy per pipe, bytes read, bytes written, instructions)."""
-        batch = Batch(np.zeros(1, dtype=np.int64), kern.grid, kern.reg_types)
+        batch = Batch(np.zeros(1, dtype=np.int64), kern.grid, m.zero_regs)
         with np.errstate(all="ignore"):
             for b in _execute(m.steps, batch, L, self.profile.scalar_dispatch, None):
                 pass
@@ -293,7 +293,7 @@ class Device:
                 if self.sequential:
                     L.executed = 0  # one program at a time: each gets the budget; a runaway one ends the launch
                 pids = np.arange(lo, min(P, lo + B), dtype=np.int64)
-                batch = Batch(pids, kern.grid, kern.reg_types)
+                batch = Batch(pids, kern.grid, m.zero_regs)
                 for b in _execute(steps, batch, L, dispatch, rec):
                     idx = b.pids
                     free, b_first, b_busy, t_issue, done = b.clock()

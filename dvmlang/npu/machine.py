@@ -86,6 +86,7 @@ class Machine:
     def __init__(self, bc, kernel_index: int, profile):
         self.kernel = bc.kernels[kernel_index]
         self.decoded: list[Decoded] = bc.decoded[kernel_index]
+        self.zero_regs = tuple(np.zeros((), dtype=t.np) for t in self.kernel.reg_types)  # every batch starts here
         self.profile = profile
         self.layouts = bc.layouts
         self.index_of_pc: dict[int, int] = {d.pc: i for i, d in enumerate(self.decoded)}

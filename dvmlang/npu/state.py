@@ -140,20 +140,6 @@ def evaluate(slot: Slot) -> np.ndarray:
     return out
 
 
-_ZEROS: dict = {}
-
-
-def _zeros(reg_types) -> tuple:
-    """A kernel's registers at the start: a zero of each register's dtype. Steps replace a register's value and
-    never write into it, so every batch may start from the same zeros."""
-    hit = _ZEROS.get(id(reg_types))
-    if hit is None or hit[0] is not reg_types:
-        if len(_ZEROS) > 1024:
-            _ZEROS.clear()
-        hit = _ZEROS[id(reg_types)] = (reg_types, tuple(np.zeros((), dtype=t.np) for t in reg_types))
-    return hit[1]
-
-
 class Batch:
     """The state of a group of programs executing in lockstep: registers, on-chip memory, and each
     program's pipe clock (issue time, when each pipe frees, events set) and GM traffic."""
@@ -161,7 +147,7 @@ class Batch:
     __slots__ = ("pids", "coords", "regs", "mem", "n", "count", "t_issue", "pipe_free", "pipe_first", "pipe_busy",
                  "flags", "print_seq", "bytes_read", "bytes_written", "last_bytes", "done", "port_free", "scalar")
 
-    def __init__(self, pids: np.ndarray, grid, reg_types):
+    def __init__(self, pids: np.ndarray, grid, zero_regs: tuple):
         self.pids = pids
         self.n = len(pids)
         g0, g1 = grid[0], grid[1]
@@ -169,7 +155,7 @@ class Batch:
         y = ((pids // g0) % g1).astype(np.int32)
         z = (pids // (g0 * g1)).astype(np.int32)
         self.coords = (x, y, z)
-        self.regs = list(_zeros(reg_types))
+        self.regs = list(zero_regs)  # steps replace a register's value, never write into it: zeros can be shared
         self.mem = {sp: {} for sp in SPACES}
         self.count = 0
         n = self.n
