@@ -272,7 +272,7 @@ class Device:
         free, busy = b.pipe_free, list(b.pipe_busy)
         end = max(max(free), b.t_issue, b.done)
         body = max(end, busy[int(isa.Pipe.MTE2)] + busy[int(isa.Pipe.MTE3)])
-        return body, busy, float(b.bytes_read.sum()), float(b.bytes_written.sum()), b.count
+        return body, busy, _total_bytes(b.bytes_read), _total_bytes(b.bytes_written), b.count
 
     def _run_batches(self, m, kern, L, cores, P, B, rec):
         """Every program, in batches of ``B``; their pipe clocks placed on ``cores``. Returns (body, busy per
@@ -303,8 +303,8 @@ class Device:
                     last[:, idx] = free
                     busy[:, idx] = b_busy
                     issue_end[idx] = t_issue
-                    bytes_r += float(b.bytes_read.sum())
-                    bytes_w += float(b.bytes_written.sum())
+                    bytes_r += _total_bytes(b.bytes_read)
+                    bytes_w += _total_bytes(b.bytes_written)
                     instrs += b.count
         if L.races is not None:
             L.races.check(L)
@@ -316,6 +316,11 @@ class Device:
         offsets, core_end = _compose(T, first, last, cores, kern.double_buffer and prof.double_buffer, port)
         body = float(core_end.max()) if len(core_end) else 0.0
         return body, busy.sum(axis=1).tolist(), bytes_r, bytes_w, instrs, offsets, shift, T
+
+
+def _total_bytes(x) -> float:
+    """A batch's GM bytes (``Batch.bytes_read``/``bytes_written``: per program, or one number for one program)."""
+    return x if x.__class__ is float else float(np.sum(x))
 
 
 def _dispatch(T, first, last, cores: int, cycles: int):
@@ -369,6 +374,7 @@ def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):
     left = limit - L.executed  # the budget is the launch's: every batch draws on it
     while work:
         i, b = work.pop()
+        adv = advance_one if b.scalar else advance
         while True:
             s = steps[i]
             b.count += 1
@@ -388,7 +394,7 @@ def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):
                 cost = s.cost
             else:
                 cost = s.cost if s.cost is not None else (r if r is not None else 1)
-            start, cost = (advance_one if b.scalar else advance)(s, b, cost, dispatch)
+            start, cost = adv(s, b, cost, dispatch)
             if rec is not None:
                 rec.add(s, b, start, cost)
             if kind == "op" or kind == "set" or kind == "wait" or kind == "barrier":

@@ -17,7 +17,8 @@ from .state import Slot, chunks, eval_rows
 class Desc:
     """A DMA descriptor evaluated for a batch: per-program base, strides and box."""
 
-    __slots__ = ("base", "strides", "lo", "hi", "count", "bursts", "n", "empty", "checked", "_uniform", "_unaligned")
+    __slots__ = ("base", "strides", "lo", "hi", "count", "bursts", "n", "empty", "checked", "_uniform", "_unaligned",
+                 "_figures")
 
     def __init__(self, b, base, strides, los, his, shape):
         n = b.n
@@ -25,6 +26,7 @@ class Desc:
         self.checked = -1  # the tensor size this descriptor's box was checked against (see descriptor)
         self._uniform = False  # _uniform_desc's answer, once asked (False: not yet)
         self._unaligned = None
+        self._figures = None
         self.base = np.asarray(base(b), dtype=np.int64)
         self.strides = [np.asarray(s(b), dtype=np.int64) for s in strides]
         lo = [np.clip(np.asarray(f(b), dtype=np.int64), 0, s) for f, s in zip(los, shape)]
@@ -44,6 +46,23 @@ class Desc:
         else:
             self.bursts = count
 
+
+    def figures(self, itemsize: int, align: int, to_l1: bool):
+        """(bytes, bursts, unaligned part) each program moves (``to_l1``: bursts along the stored rows,
+        ``unit_stride_bursts``), remembered with the descriptor. For a one-program batch they are Python
+        numbers, so the step's cost and the launch's totals stay in Python floats (the same doubles as the
+        one-element arrays)."""
+        key = (itemsize, align, to_l1)
+        f = self._figures
+        if f is not None and f[0] == key:
+            return f[1]
+        nbytes = self.count * itemsize
+        bursts = self.unit_stride_bursts() if to_l1 else self.bursts
+        un = self.unaligned(itemsize, align)
+        if self.n == 1:
+            nbytes, bursts, un = (np.asarray(x).reshape(-1)[0].item() for x in (nbytes, bursts, un))
+        self._figures = (key, (nbytes, bursts, un))
+        return nbytes, bursts, un
 
     def unit_stride_bursts(self):
         """Bursts when the transfer runs along whichever dim has unit stride (the rows as stored): a cube operand

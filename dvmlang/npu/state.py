@@ -151,10 +151,13 @@ class Batch:
         self.pids = pids
         self.n = len(pids)
         g0, g1 = grid[0], grid[1]
-        x = (pids % g0).astype(np.int32)
-        y = ((pids // g0) % g1).astype(np.int32)
-        z = (pids // (g0 * g1)).astype(np.int32)
-        self.coords = (x, y, z)
+        if len(pids) == 1:  # Python ints for one program: the same coordinates, without array arithmetic
+            p = int(pids[0])
+            self.coords = (np.array([p % g0], np.int32), np.array([(p // g0) % g1], np.int32),
+                           np.array([p // (g0 * g1)], np.int32))
+        else:
+            self.coords = ((pids % g0).astype(np.int32), ((pids // g0) % g1).astype(np.int32),
+                           (pids // (g0 * g1)).astype(np.int32))
         self.regs = list(zero_regs)  # steps replace a register's value, never write into it: zeros can be shared
         self.mem = {sp: {} for sp in SPACES}
         self.count = 0
@@ -173,8 +176,9 @@ class Batch:
             self.pipe_busy = np.zeros((isa.N_PIPES, n))
         self.flags: dict = {}
         self.print_seq = np.zeros(n, dtype=np.int64)
-        self.bytes_read = np.zeros(n)
-        self.bytes_written = np.zeros(n)
+        # GM bytes each program moved: one Python number for a batch of one (what its DMA steps count in)
+        self.bytes_read = 0.0 if self.scalar else np.zeros(n)
+        self.bytes_written = 0.0 if self.scalar else np.zeros(n)
         self.last_bytes = 0
         self.done = 0.0 if self.scalar else np.zeros(n)  # completion of the latest transfer (results land after the pipe frees)
         self.port_free = 0.0 if self.scalar else np.zeros(n)  # when the core's GM port can take the next transfer

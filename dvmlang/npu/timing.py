@@ -143,6 +143,9 @@ def uses_port(cost: isa.Cost, profile=None) -> bool:
 
 def _total(per_program, n: int) -> float:
     """A batch's total of a per-program figure (an array, or one value for all ``n`` programs)."""
+    c = per_program.__class__
+    if c is float or c is int:
+        return float(per_program) * n
     return float(np.sum(per_program)) if np.ndim(per_program) else float(per_program) * n
 
 

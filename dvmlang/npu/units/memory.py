@@ -53,12 +53,20 @@ def _moved(b, g, msk):
     return cnt, nbytes
 
 
-def _transfer(L, cost, desc, g, nbytes, rate, n, pc, t, write, to_l1=False):
-    """A DMA's cycles for a batch; the time lost to bursts off their alignment boundary is counted for the
-    summary and the trace (``Rates.note``). ``to_l1``: a cube operand, read along its stored rows."""
-    un = desc.unaligned(g.itemsize, L.profile.gm_align_bytes)
+def _transfer(L, b, cost, desc, g, pc, t, write, to_l1=False):
+    """A DMA's bytes counted and its cycles for a batch; the time lost to bursts off their alignment boundary
+    is counted for the summary and the trace (``Rates.note``). ``to_l1``: a cube operand, read along its
+    stored rows."""
+    nbytes, bursts, un = desc.figures(g.itemsize, L.profile.gm_align_bytes, to_l1)
+    n = b.n
+    if write:
+        b.bytes_written += nbytes
+        rate = L.rates.write(t, nbytes, n)
+    else:
+        b.bytes_read += nbytes
+        rate = L.rates.read(t, nbytes, n)
+    b.last_bytes = nbytes
     L.rates.note(pc, t, write, nbytes * un, rate, n)
-    bursts = desc.unit_stride_bursts() if to_l1 else desc.bursts
     return cost(bursts=bursts, nbytes=nbytes, rate=rate, unaligned=un)
 
 
@@ -95,10 +103,7 @@ def dma_load(m, d):
         else:
             arr, gm_view = dma_read(g, desc, shape, npdt, pad, b.n)
             w(b, arr, L.alias[t] if gm_view else None)
-        nbytes = desc.count * g.itemsize
-        b.bytes_read += nbytes
-        b.last_bytes = nbytes
-        return _transfer(L, cost, desc, g, nbytes, L.rates.read(t, nbytes, b.n), b.n, pc, t, False, to_l1)
+        return _transfer(L, b, cost, desc, g, pc, t, False, to_l1)
     return m.step(d, fn, None)
 
 
@@ -144,10 +149,7 @@ def dma_store(m, d):
             dma_write(g, desc, shape, r(b, L), b.n)
         if L.races is not None:
             L.races.record_dma(b, t, desc)
-        nbytes = desc.count * g.itemsize
-        b.bytes_written += nbytes
-        b.last_bytes = nbytes
-        return _transfer(L, cost, desc, g, nbytes, L.rates.write(t, nbytes, b.n), b.n, pc, t, True)
+        return _transfer(L, b, cost, desc, g, pc, t, True)
     return m.step(d, fn, None)
 
 
