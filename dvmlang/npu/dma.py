@@ -106,14 +106,14 @@ class Desc:
 
 def descriptor(memo: dict, L, b, t: int, fields, shape, pc: int) -> Desc:
     """The DMA descriptor of a step for batch ``b``, its box checked against tensor ``t``. ``fields``: the
-    step's (base, strides, lo, hi) functions; ``memo``: the step's own descriptors by field values. When every
-    field is one value for the whole batch (an immediate, a scalar register, a one-program batch), the
-    descriptor is a pure function of those values and the batch size, so a step that sees the same values
-    again (a relaunch, a loop over the same box) reuses it, and the check it passed for a tensor of the same
-    size (outside a pointer-table heap, whose segments are checked every time)."""
-    base, strides, los, his = fields
+    step's (base, strides, lo, hi, all of them) functions; ``memo``: the step's own descriptors by field
+    values. When every field is one value for the whole batch (an immediate, a scalar register, a one-program
+    batch), the descriptor is a pure function of those values and the batch size, so a step that sees the
+    same values again (a relaunch, a loop over the same box) reuses it, and the check it passed for a tensor
+    of the same size (outside a pointer-table heap, whose segments are checked every time)."""
+    base, strides, los, his, every = fields
     key = [b.n]
-    for f in (base, *strides, *los, *his):
+    for f in every:
         v = f(b)
         if type(v) is int:
             key.append(v)
@@ -285,23 +285,25 @@ def _all_same(x):
 
 
 class _Uniform:
-    """A descriptor whose strides and box are the same for every program of the batch."""
+    """A descriptor whose strides and box are the same for every program of the batch: strides ``st``, box
+    ``lo``/``hi`` and extents ``ext``, ``prog`` the bases' (first, step) when they step uniformly, and what
+    the readers and writers ask of it, worked out once: ``empty``, ``box`` (the slices), ``offset`` (the
+    box's first element from the base) and ``full`` (whether the box is the whole tile of shape ``ext``
+    starting at 0)."""
 
-    __slots__ = ("st", "lo", "hi", "ext", "prog")
+    __slots__ = ("st", "lo", "hi", "ext", "prog", "empty", "box", "offset", "origin")
 
     def __init__(self, st, lo, hi, prog):
-        self.st, self.lo, self.hi, self.prog = st, lo, hi, prog
+        self.st, self.lo, self.hi, self.prog = tuple(st), lo, hi, prog
         self.ext = tuple(h - l for l, h in zip(lo, hi))
+        self.empty = any(e == 0 for e in self.ext)
+        self.box = tuple(slice(l, h) for l, h in zip(lo, hi))
+        self.offset = sum(s_ * l for s_, l in zip(st, lo))
+        self.origin = all(l == 0 for l in lo)
 
-    @property
-    def empty(self) -> bool:
-        return any(e == 0 for e in self.ext)
-
-    def box(self):
-        return tuple(slice(l, h) for l, h in zip(self.lo, self.hi))
-
-    def offset(self) -> int:
-        return sum(s_ * l for s_, l in zip(self.st, self.lo))
+    def full(self, shape) -> bool:
+        """Whether the box is the whole tile: from 0, with the tile's extents."""
+        return self.origin and self.ext == shape
 
 
 def _uniform_desc(desc: Desc, n: int) -> _Uniform | None:
@@ -342,17 +344,17 @@ def _per_program(desc: Desc, n: int):
 def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n):
     """Read a box per program. Returns (array (rows, *shape), is_view_of_gm)."""
     u = _uniform_desc(desc, n)
-    full = u is not None and all(l == 0 for l in u.lo) and u.ext == tuple(shape)
+    full = u is not None and u.full(tuple(shape))
     if u is not None and u.prog is not None:
         first, step = u.prog
         rows = n if (step != 0 or np.ndim(desc.base)) else 1
         if u.empty:
             return _pad_array(rows, shape, npdt, pad), False
-        view = _strided(g, first + u.offset(), (rows,) + u.ext, (step,) + tuple(u.st))
+        view = _strided(g, first + u.offset, (rows,) + u.ext, (step,) + u.st)
         if full:
             return view, True
         out = _pad_array(rows, shape, npdt, pad).copy()
-        out[(slice(None),) + u.box()] = view
+        out[(slice(None),) + u.box] = view
         return out, False
     if u is not None and n > 1:
         # programs that read the same window (e.g. the tiles of a matmul shared by a row of programs): read
@@ -361,11 +363,11 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n):
         if len(bases) <= n // 2:
             if u.empty:
                 return _pad_array(n, shape, npdt, pad), False
-            windows = np.stack([_strided(g, int(b_) + u.offset(), u.ext, tuple(u.st)) for b_ in bases])
+            windows = np.stack([_strided(g, int(b_) + u.offset, u.ext, u.st) for b_ in bases])
             if full:
                 return windows[inverse], False
             out = _pad_array(n, shape, npdt, pad).copy()
-            out[(slice(None),) + u.box()] = windows[inverse]
+            out[(slice(None),) + u.box] = windows[inverse]
             return out, False
     out = _pad_array(n, shape, npdt, pad).copy()
     for i, start, ext, st, box in _per_program(desc, n):
@@ -380,8 +382,8 @@ def dma_write(g: np.ndarray, desc: Desc, shape, src: np.ndarray, n):
         if u.empty:
             return
         first, step = u.prog
-        view = _strided(g, first + u.offset(), (n,) + u.ext, (step,) + tuple(u.st), writeable=True)
-        part = src[(slice(None),) + u.box()]
+        view = _strided(g, first + u.offset, (n,) + u.ext, (step,) + u.st, writeable=True)
+        part = src[(slice(None),) + u.box]
         if _overlapping(step, u.st, u.ext, n):
             for i in range(n):
                 view[i] = part[i if rows_src > 1 else 0]
@@ -399,14 +401,14 @@ def store_view(g: np.ndarray, desc: Desc, shape, n, whole: bool):
     u = _uniform_desc(desc, n)
     if u is None or u.prog is None or u.empty:
         return None, None
-    full = all(l == 0 for l in u.lo) and u.ext == tuple(shape)
+    full = u.full(tuple(shape))
     if (not full and whole) or (n > 1 and np.ndim(desc.base) == 0):
         return None, None
     first, step = u.prog
     if _overlapping(step, u.st, u.ext, n):
         return None, None
-    view = _strided(g, first + u.offset(), (n,) + u.ext, (step,) + tuple(u.st), writeable=True)
-    return view, None if full else u.box()
+    view = _strided(g, first + u.offset, (n,) + u.ext, (step,) + u.st, writeable=True)
+    return view, None if full else u.box
 
 
 def compute_into(slot: Slot, view: np.ndarray, box) -> bool:

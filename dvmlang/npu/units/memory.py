@@ -17,14 +17,16 @@ from .registry import builds
 
 
 def _descriptor(m, d):
-    """(base, strides, lo, hi): the descriptor fields of a DMA row as functions batch -> value."""
+    """(base, strides, lo, hi, all of them in that order): the descriptor fields of a DMA row as functions
+    batch -> value."""
     rank = d.ins.extra["rank"]
     kinds = d.ins.kinds
 
     def f(name):
         return m.sop(d.vals[name], kinds[name])
-    return (f("base"), [f(f"stride{i}") for i in range(rank)], [f(f"lo{i}") for i in range(rank)],
-            [f(f"hi{i}") for i in range(rank)])
+    base, strides = f("base"), [f(f"stride{i}") for i in range(rank)]
+    lo, hi = [f(f"lo{i}") for i in range(rank)], [f(f"hi{i}") for i in range(rank)]
+    return base, strides, lo, hi, (base, *strides, *lo, *hi)
 
 
 def _elements(m, d, shape):
