@@ -501,18 +501,32 @@ class _Pending:
         return self.encoder.container(self.parts, self.grid, self.code_bytes)
 
 
+_LEB: tuple[dict, dict] = ({}, {})  # value -> its unsigned / signed LEB128 bytes: dimensions and strides recur
+
+
+def _leb(memo: dict, n: int, write) -> bytes:
+    b = memo.get(n)
+    if b is None:
+        if len(memo) >= 1 << 16:
+            memo.clear()
+        b = memo[n] = write(n)
+    return b
+
+
 def _tensor_entry(shape, byte_strides, itemsize: int) -> tuple[bytes, tuple[int, ...], int]:
     """A tensor's parameter-table entry after its kind/name/dtype/rank prefix: (LEB128 dimensions then
     strides in elements, the strides in elements, the global memory it spans rounded up to GM_ALIGN)."""
-    small, uleb, sleb = C._SMALL, C.uleb, C.sleb
+    us, ss = _LEB
     strides = tuple([x // itemsize for x in byte_strides])
     out = []
     n = 1
     for d in shape:
-        out.append(small[d] if d < 128 else uleb(d))
+        b = us.get(d)
+        out.append(b if b is not None else _leb(us, d, C.uleb))
         n *= d
     for d in strides:
-        out.append(small[d] if 0 <= d < 64 else sleb(d))
+        b = ss.get(d)
+        out.append(b if b is not None else _leb(ss, d, C.sleb))
     return b"".join(out), strides, (max(1, n) * itemsize + GM_ALIGN - 1) // GM_ALIGN * GM_ALIGN
 
 
