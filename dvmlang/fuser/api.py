@@ -244,9 +244,12 @@ class GraphFunction:
         return f"<dvmlang.graph {self.name} fuse={self.fuse}>"
 
     # ---- capture ---------------------------------------------------------------------------------------
-    def _arguments(self, args, kwargs) -> tuple:
-        """The arguments in parameter order, keywords and defaults applied; numpy scalars as 0-d arrays."""
-        if foreign.first_torch((args, kwargs)) is not None:  # torch tensors: as zero-copy numpy views
+    def _arguments(self, args, kwargs, torch_in=None) -> tuple:
+        """The arguments in parameter order, keywords and defaults applied; numpy scalars as 0-d arrays.
+        ``torch_in``: whether any is a torch tensor, when the caller has looked (None: look)."""
+        if torch_in is None:
+            torch_in = foreign.first_torch((args, kwargs)) is not None
+        if torch_in:  # torch tensors: as zero-copy numpy views
             args = foreign.numpy_in(args, f"an argument of `{self.name}`")
             kwargs = foreign.numpy_in(kwargs, f"an argument of `{self.name}`")
         if any(isinstance(a, np.generic) for a in args) or any(isinstance(a, np.generic) for a in kwargs.values()):
@@ -262,7 +265,10 @@ class GraphFunction:
         return tuple(bound.arguments[n] for n in self.names)
 
     def capture(self, *args, **kwargs) -> Program:
-        args = self._arguments(args, kwargs)
+        return self._program(self._arguments(args, kwargs))
+
+    def _program(self, args) -> Program:
+        """The captured Program for arguments in parameter order (``_arguments``), captured on first use."""
         key = _signature(args, self.static, self.names, self.fn)
         cap = self._captured.get(key)
         if cap is None:
@@ -323,8 +329,8 @@ class GraphFunction:
     def __call__(self, *args, device=None, **kwargs):
         device = device or self.device or default_device()
         like = foreign.first_torch((args, kwargs))  # torch in, torch out
-        args = self._arguments(args, kwargs)
-        prog = self.capture(*args)
+        args = self._arguments(args, kwargs, like is not None)
+        prog = self._program(args)
         inputs = self._inputs(prog, args)
         before = prog.fallbacks
         values, record, launches = prog.run(inputs, device, active_session())
@@ -345,7 +351,7 @@ class GraphFunction:
         from .explain import Report
         device = device or self.device or default_device()
         args = self._arguments(args, kwargs)
-        prog = self.capture(*args)
+        prog = self._program(args)
         env = prog.bind(self._inputs(prog, args))
         chosen = prog.choose(env, device.profile)
         return Report(self, prog, chosen, env, device.profile)

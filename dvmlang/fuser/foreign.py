@@ -63,6 +63,8 @@ def from_numpy(arr: np.ndarray, like):
 
 def first_torch(obj, depth: int = 0):
     """The first torch tensor in ``obj`` (an argument, or lists/tuples/dicts of them), else None."""
+    if obj.__class__ is np.ndarray:
+        return None
     if is_torch(obj):
         return obj
     if depth < 4 and isinstance(obj, dict):
