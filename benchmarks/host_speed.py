@@ -2,9 +2,10 @@
 in the same run, medians over repeated samples.
 
 * relaunch      ``add[(1,)](x, y, out, 16, BLOCK=16)`` with a cached instance, alternating two sets of arrays:
-                the whole call, and dvmlang's own part of it (bind + lookup in ``Kernel.run``, plus
-                ``Device.run`` minus executing the programs and placing them on cores; encode_latency.py's
-                split). Reference: numpy adding the same 16 elements.
+                the whole call on a plain device, and, on an instrumented one in the sample after,
+                dvmlang's own part of it (bind + lookup in ``Kernel.run``, plus ``Device.run`` minus
+                executing the programs and placing them on cores; encode_latency.py's split). Reference:
+                numpy adding the same 16 elements.
 * encode        ``kernel.encode(grid, *args)`` for a shape never seen before (no rebuild; the container bytes
                 are written when first asked for, so ``+ to_bytes`` is shown too), for the gallery layernorm
                 (10 arguments; what an encode costs depends on the parameters and relocations, not on the
@@ -22,6 +23,8 @@ in the same run, medians over repeated samples.
                 read before (the build's shared sections and code verdict are reused; the instance's own
                 sections are read and checked). Also shown: the first read of a build (nothing cached).
                 Reference: ``zlib.crc32`` of the same bytes (the checksum alone, a floor for any safe reader).
+* machine       a pure-Python loop, timed before each host figure: a shared or virtual machine's speed drifts by
+                1.5-2x within minutes, and every host figure moves with it.
 
     python benchmarks/host_speed.py [--quick] [--no-inductor]
 """
@@ -66,25 +69,33 @@ def relaunch(n: int) -> dict:
     rng = np.random.default_rng(1)
     sets = [(rng.random(16, dtype=np.float32), rng.random(16, dtype=np.float32), np.empty(16, np.float32))
             for _ in range(2)]
-    dev = EL.TimedDevice()
+    plain, dev = dvmlang.npu.Device(), EL.TimedDevice()
     for x, y, o in sets:
-        vector_add.add[(1,)](x, y, o, 16, BLOCK=16, device=dev)
-        np.testing.assert_array_equal(o, x + y)
+        for d in (plain, dev):
+            o[:] = 0
+            vector_add.add[(1,)](x, y, o, 16, BLOCK=16, device=d)
+            np.testing.assert_array_equal(o, x + y)
     whole, host, overhead = EL.Samples(), EL.Samples(), EL.Samples()
     hits = vector_add.add.cache_info().hits
     gc.collect()
-    with EL.SimulationClock() as clock:
-        for i in range(n):
-            x, y, o = sets[i % 2]
+    clock = EL.SimulationClock()
+    for i in range(n):
+        # the whole call on a plain device; the split on an instrumented one (the wrappers cost a few us),
+        # sample by sample so that both see the same machine
+        x, y, o = sets[i % 2]
+        n0 = EL.GCWatch.runs
+        t0 = time.perf_counter()
+        vector_add.add[(1,)](x, y, o, 16, BLOCK=16, device=plain)
+        whole.add(time.perf_counter() - t0, n0)
+        with clock:
             clock.spent = 0.0
             n0 = EL.GCWatch.runs
             t0 = time.perf_counter()
             vector_add.add[(1,)](x, y, o, 16, BLOCK=16, device=dev)
             total = time.perf_counter() - t0
-            whole.add(total, n0)
-            host.add(total - dev.last_run, n0)
-            overhead.add(total - clock.spent, n0)
-    assert vector_add.add.cache_info().hits - hits == n, "a relaunch missed the instance cache"
+        host.add(total - dev.last_run, n0)
+        overhead.add(total - clock.spent, n0)
+    assert vector_add.add.cache_info().hits - hits == 2 * n, "a relaunch missed the instance cache"
     x, y, o = sets[0]
     ref = EL.Samples()
     for _ in range(n):
@@ -216,6 +227,20 @@ def inductor_recompile() -> float | None:
     return time.perf_counter() - t0
 
 
+def machine_speed() -> float:
+    """Seconds a pure-Python loop of 20,000 additions takes (best of 5): how fast this machine runs Python
+    right now. Shared and virtual machines drift by a factor of 1.5-2 within minutes; the host figures above
+    move with it, so the table prints this, measured before each of them."""
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        acc = 0
+        for i in range(20_000):
+            acc += i
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 # ---- the table ------------------------------------------------------------------------------------------------
 
 
@@ -239,6 +264,7 @@ def main(argv=None) -> int:
     rows = []  # (figure, measured, target, reference)
 
     sim = simulator(opts.quick)  # measured first, in a fresh process (printed in the issue's order below)
+    speed = [machine_speed()]
     r = relaunch(n)
     rows.append(("cached relaunch, 1-program tiny kernel, whole call", us(statistics.median(r["whole"])),
                  "<= 100 us", f"numpy add of 16: {us(statistics.median(r['numpy']))}"))
@@ -248,6 +274,7 @@ def main(argv=None) -> int:
 
     pending = []  # (row, encode median): the Inductor reference is measured last (it imports torch)
     for name in ENCODED:
+        speed.append(machine_speed())
         for part, s in encode(name, n).items():
             med, _, mx = EL._stats(s)
             if part == "encode":
@@ -256,6 +283,7 @@ def main(argv=None) -> int:
                          f"{us(med)} median, {us(mx)} worst ({us(quiet_max(s))} w/o gc)",
                          "median <= 15 us, worst <= 100 us (>= 100,000x Inductor)" if part == "encode" else "", ""))
 
+    speed.append(machine_speed())
     gr = graph_call(10 if opts.quick else 30)
     rows.append(("@graph call, new small shape (n x 256), host", us(gr["host"]), "<= 300 us",
                  f"numpy: {us(gr['numpy'])} ({gr['measured']} shapes, {gr['builds']} built)"))
@@ -266,6 +294,7 @@ def main(argv=None) -> int:
                      f"numpy: {theirs * 1e3:.1f} ms"))
 
     for name in ("layernorm", "softmax"):
+        speed.append(machine_speed())
         fb = from_bytes(name, n // 4)
         rows.append((f"from_bytes, gallery {name} ({fb['size']} bytes)", us(statistics.median(fb["from_bytes"])),
                      "<= 200 us", f"zlib.crc32 of the bytes: {us(statistics.median(fb['crc']))}"))
@@ -275,6 +304,8 @@ def main(argv=None) -> int:
     for i, med in pending:
         rows[i] = rows[i][:3] + (f"Inductor static recompile: {t:.2f} s = {t / med:,.0f}x" if t else
                                  "Inductor: not measured",)
+    rows.append(("machine: a Python loop of 20,000 additions", f"{us(statistics.median(speed))} median "
+                 f"({us(min(speed))}-{us(max(speed))})", "", "before each host figure; they scale with it"))
     width = [max(len(row[i]) for row in rows) for i in range(4)]
     heads = ("figure", "measured", "target", "reference (same run)")
     width = [max(w, len(h)) for w, h in zip(width, heads)]
