@@ -335,3 +335,57 @@ def test_a_one_program_launch_times_as_the_batched_path_does(i):
         for f in ("cycles", "bytes_read", "bytes_written", "instructions", "hbm_bytes", "l2_hit_bytes", "waves",
                   "pipe_busy", "hbm_stretch", "unaligned_cycles"):
             assert getattr(fast, f) == getattr(slow, f), f
+
+
+def _matmul_run(a, b, device=None):
+    M, K = a.shape
+    N = b.shape[1]
+    c = np.empty((M, N), np.float32)
+    rec = matmul[(dl.cdiv(M, 32), dl.cdiv(N, 32))](a, b, c, M, N, K, BM=32, BN=32, BK=32, device=device)
+    return c, rec
+
+
+@pytest.mark.parametrize("dtype", [np.float16, dl.bfloat16.np])
+def test_cube_operands_shared_by_rows_and_columns_of_programs_give_the_stacked_product(dtype, monkeypatch):
+    """The A tiles of a row of programs and the B tiles of a column are read once per window (dma_read); the
+    cube widens each window once and multiplies the windows' grid (units/cube.py: _grid_product, _widened).
+    Bit for bit what converting and multiplying every program's own tiles gives, with the same cycles."""
+    from dvmlang.npu import dma
+    from dvmlang.npu.units import cube
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal(s).astype(np.float32).astype(dtype) for s in ((96, 64), (64, 128)))
+    taken = []
+    real = cube._grid_product
+    monkeypatch.setattr(cube, "_grid_product", lambda *x: taken.append(real(*x)) or taken[-1])
+    fast, rec_fast = _matmul_run(a, b, device=Device())
+    assert any(t is not None for t in taken), "the grid path was not taken"
+    monkeypatch.setattr(cube, "_grid_product", lambda *x: None)
+    widened, rec_w = _matmul_run(a, b, device=Device())
+    monkeypatch.setattr(dma, "shared_windows", lambda tile: None)
+    monkeypatch.setattr(cube, "shared_windows", lambda tile: None)
+    plain, rec_p = _matmul_run(a, b, device=Device())
+    assert fast.view(np.uint32).tolist() == plain.view(np.uint32).tolist()
+    assert widened.view(np.uint32).tolist() == plain.view(np.uint32).tolist()
+    assert rec_fast.cycles == rec_w.cycles == rec_p.cycles
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(plain, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_the_window_grid_product_is_the_stacked_product_in_both_program_orders():
+    from dvmlang.npu.dma import _remember_windows
+    from dvmlang.npu.units.cube import _grid_product
+    rng = np.random.default_rng(6)
+    wa = rng.standard_normal((4, 16, 8)).astype(np.float16)
+    wb = rng.standard_normal((3, 8, 24)).astype(np.float16)
+    p = np.arange(12)
+    for ia, ib in ((p % 4, p // 4), (p // 3, p % 3)):
+        ta, tb = wa[ia], wb[ib]
+        _remember_windows(ta, wa, ia)
+        _remember_windows(tb, wb, ib)
+        got = _grid_product(ta, tb, np.float32)
+        want = np.matmul(ta.astype(np.float32), tb.astype(np.float32))
+        assert got is not None and got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
+    ta, tb = wa[p % 4], wb[p % 3]  # not a grid of windows: the caller multiplies the tiles
+    _remember_windows(ta, wa, p % 4)
+    _remember_windows(tb, wb, p % 3)
+    assert _grid_product(ta, tb, np.float32) is None

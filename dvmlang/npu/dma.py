@@ -7,6 +7,8 @@ Every access is checked against its tensor before anything is read or written.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from .. import dtypes as dt
@@ -365,7 +367,9 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n):
                 return _pad_array(n, shape, npdt, pad), False
             windows = np.stack([_strided(g, int(b_) + u.offset, u.ext, u.st) for b_ in bases])
             if full:
-                return windows[inverse], False
+                tile = windows[inverse]
+                _remember_windows(tile, windows, inverse)
+                return tile, False
             out = _pad_array(n, shape, npdt, pad).copy()
             out[(slice(None),) + u.box] = windows[inverse]
             return out, False
@@ -373,6 +377,29 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n):
     for i, start, ext, st, box in _per_program(desc, n):
         out[(i,) + box] = _strided(g, start, ext, st)
     return out, False
+
+
+# Tiles a DMA read gathered from a few distinct windows (``windows[inverse]``, one row per program): id ->
+# (weak reference to the tile, windows, inverse). A consumer that transforms every row the same way (a cube
+# operand widened to its accumulator) can transform the windows and gather the results: the same values.
+# Tiles are never written in place, so the windows stay what the tile holds while the tile lives.
+_WINDOWS: dict = {}
+
+
+def _remember_windows(tile: np.ndarray, windows: np.ndarray, inverse: np.ndarray) -> None:
+    key = id(tile)
+
+    def gone(_ref, key=key):
+        _WINDOWS.pop(key, None)
+    _WINDOWS[key] = (weakref.ref(tile, gone), windows, inverse)
+
+
+def shared_windows(tile: np.ndarray):
+    """(windows, inverse) when ``tile`` is ``windows[inverse]`` as a DMA read gathered it, else None."""
+    e = _WINDOWS.get(id(tile))
+    if e is not None and e[0]() is tile:
+        return e[1], e[2]
+    return None
 
 
 def dma_write(g: np.ndarray, desc: Desc, shape, src: np.ndarray, n):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes as dt
+from ..dma import shared_windows
 from .registry import builds
 from .vector import fill
 
@@ -33,7 +34,10 @@ def mmad(m, d):
     cost = m.formula(d)(M=M, N=N, K=K, wide=ad in (dt.float32, dt.float64), B=B)
 
     def fn(b, L):
-        prod = np.matmul(ra(b, L).astype(acc, copy=False), rb(b, L).astype(acc, copy=False))
+        a, bt = ra(b, L), rb(b, L)
+        prod = _grid_product(a, bt, acc)
+        if prod is None:
+            prod = np.matmul(_widened(a, acc), _widened(bt, acc))
         if not init:
             c = rd(b, L)
             if c.shape == prod.shape:
@@ -42,3 +46,41 @@ def mmad(m, d):
                 prod = c + prod
         w(b, prod.astype(acc, copy=False))
     return m.step(d, fn, cost, macs=B * M * K * N)
+
+
+def _widened(x: np.ndarray, acc) -> np.ndarray:
+    """An operand in the accumulator's dtype. A tile the programs' DMA gathered from a few shared windows
+    (the A tiles of a row of programs, the B tiles of a column) is converted window by window and gathered
+    again: the same array, without converting each window once per program."""
+    if x.dtype == acc:
+        return x
+    s = shared_windows(x)
+    if s is not None:
+        windows, inverse = s
+        return windows.astype(acc)[inverse]
+    return x.astype(acc)
+
+
+def _grid_product(a: np.ndarray, bt: np.ndarray, acc):
+    """The programs' products when the A tiles come from ``na`` windows and the B tiles from ``nb``, one
+    program per (A window, B window) pair in grid order (program ``p`` takes A ``p % na`` and B ``p // na``,
+    or A ``p // nb`` and B ``p % nb``): numpy's matmul broadcast over the two window axes, which multiplies
+    each pair of matrices exactly as the stacked product does, without gathering and widening one copy of
+    each window per program. None for any other layout."""
+    if a.dtype == acc and bt.dtype == acc or a.ndim != 3 or bt.ndim != 3:
+        return None
+    sa, sb = shared_windows(a), shared_windows(bt)
+    if sa is None or sb is None:
+        return None
+    (wa, ia), (wb, ib) = sa, sb
+    na, nb, n = len(wa), len(wb), len(ia)
+    if na * nb != n or len(ib) != n:
+        return None
+    p = np.arange(n)
+    if np.array_equal(ia, p % na) and np.array_equal(ib, p // na):
+        out = np.matmul(wa.astype(acc, copy=False)[None], wb.astype(acc, copy=False)[:, None])  # (nb, na, M, N)
+    elif np.array_equal(ia, p // nb) and np.array_equal(ib, p % nb):
+        out = np.matmul(wa.astype(acc, copy=False)[:, None], wb.astype(acc, copy=False)[None])  # (na, nb, M, N)
+    else:
+        return None
+    return out.reshape((n,) + out.shape[2:])
