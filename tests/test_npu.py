@@ -345,11 +345,11 @@ def _matmul_run(a, b, device=None):
     return c, rec
 
 
-@pytest.mark.parametrize("dtype", [np.float16, dl.bfloat16.np])
+@pytest.mark.parametrize("dtype", [np.float16, dl.bfloat16.np, np.float32])
 def test_cube_operands_shared_by_rows_and_columns_of_programs_give_the_stacked_product(dtype, monkeypatch):
-    """The A tiles of a row of programs and the B tiles of a column are read once per window (dma_read); the
-    cube widens each window once and multiplies the windows' grid (units/cube.py: _grid_product, _widened).
-    Bit for bit what converting and multiplying every program's own tiles gives, with the same cycles."""
+    """The programs' A tiles (a row of programs) and B tiles (a column) are read once per window, pending
+    (dma.Windows); the cube multiplies the windows' grid, or widens each window once (units/cube.py). Bit for
+    bit what gathering, converting and multiplying every program's own tiles gives, with the same cycles."""
     from dvmlang.npu import dma
     from dvmlang.npu.units import cube
     rng = np.random.default_rng(5)
@@ -361,8 +361,10 @@ def test_cube_operands_shared_by_rows_and_columns_of_programs_give_the_stacked_p
     assert any(t is not None for t in taken), "the grid path was not taken"
     monkeypatch.setattr(cube, "_grid_product", lambda *x: None)
     widened, rec_w = _matmul_run(a, b, device=Device())
-    monkeypatch.setattr(dma, "shared_windows", lambda tile: None)
-    monkeypatch.setattr(cube, "shared_windows", lambda tile: None)
+    real_read = dma.dma_read
+    monkeypatch.setattr(dma, "dma_read", lambda *x, pending=False: real_read(*x))
+    from dvmlang.npu.units import memory
+    monkeypatch.setattr(memory, "dma_read", dma.dma_read)
     plain, rec_p = _matmul_run(a, b, device=Device())
     assert fast.view(np.uint32).tolist() == plain.view(np.uint32).tolist()
     assert widened.view(np.uint32).tolist() == plain.view(np.uint32).tolist()
@@ -372,20 +374,15 @@ def test_cube_operands_shared_by_rows_and_columns_of_programs_give_the_stacked_p
 
 
 def test_the_window_grid_product_is_the_stacked_product_in_both_program_orders():
-    from dvmlang.npu.dma import _remember_windows
+    from dvmlang.npu.dma import Windows
     from dvmlang.npu.units.cube import _grid_product
     rng = np.random.default_rng(6)
     wa = rng.standard_normal((4, 16, 8)).astype(np.float16)
     wb = rng.standard_normal((3, 8, 24)).astype(np.float16)
     p = np.arange(12)
     for ia, ib in ((p % 4, p // 4), (p // 3, p % 3)):
-        ta, tb = wa[ia], wb[ib]
-        _remember_windows(ta, wa, ia)
-        _remember_windows(tb, wb, ib)
-        got = _grid_product(ta, tb, np.float32)
-        want = np.matmul(ta.astype(np.float32), tb.astype(np.float32))
+        got = _grid_product(Windows(wa, ia), Windows(wb, ib), np.float32)
+        want = np.matmul(wa[ia].astype(np.float32), wb[ib].astype(np.float32))
         assert got is not None and got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
-    ta, tb = wa[p % 4], wb[p % 3]  # not a grid of windows: the caller multiplies the tiles
-    _remember_windows(ta, wa, p % 4)
-    _remember_windows(tb, wb, p % 3)
-    assert _grid_product(ta, tb, np.float32) is None
+    # not a grid of windows: the caller multiplies the programs' tiles
+    assert _grid_product(Windows(wa, p % 4), Windows(wb, p % 3), np.float32) is None

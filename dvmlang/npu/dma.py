@@ -7,8 +7,6 @@ Every access is checked against its tensor before anything is read or written.
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 
 from .. import dtypes as dt
@@ -343,8 +341,9 @@ def _per_program(desc: Desc, n: int):
 # ---- box reads and writes --------------------------------------------------------------------------------
 
 
-def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n):
-    """Read a box per program. Returns (array (rows, *shape), is_view_of_gm)."""
+def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n, pending=False):
+    """Read a box per program. Returns (array (rows, *shape), is_view_of_gm); with ``pending``, a whole tile
+    the programs read from a few shared windows comes back as ``Windows`` (a pending gather) instead."""
     u = _uniform_desc(desc, n)
     full = u is not None and u.full(tuple(shape))
     if u is not None and u.prog is not None:
@@ -367,9 +366,7 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n):
                 return _pad_array(n, shape, npdt, pad), False
             windows = np.stack([_strided(g, int(b_) + u.offset, u.ext, u.st) for b_ in bases])
             if full:
-                tile = windows[inverse]
-                _remember_windows(tile, windows, inverse)
-                return tile, False
+                return (Windows(windows, inverse) if pending else windows[inverse]), False
             out = _pad_array(n, shape, npdt, pad).copy()
             out[(slice(None),) + u.box] = windows[inverse]
             return out, False
@@ -379,27 +376,19 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n):
     return out, False
 
 
-# Tiles a DMA read gathered from a few distinct windows (``windows[inverse]``, one row per program): id ->
-# (weak reference to the tile, windows, inverse). A consumer that transforms every row the same way (a cube
-# operand widened to its accumulator) can transform the windows and gather the results: the same values.
-# Tiles are never written in place, so the windows stay what the tile holds while the tile lives.
-_WINDOWS: dict = {}
+class Windows:
+    """A tile the programs of a batch read from a few distinct windows of a tensor: program ``p`` holds
+    ``windows[inverse[p]]``. Recorded as the tile's pending value (``fn(inverse)``, gathered when first read)
+    so that a consumer transforming every program's tile the same way (the cube widening its operands) can
+    transform the windows instead: the same values, without one copy of each window per program."""
 
+    __slots__ = ("windows", "inverse")
 
-def _remember_windows(tile: np.ndarray, windows: np.ndarray, inverse: np.ndarray) -> None:
-    key = id(tile)
+    def __init__(self, windows: np.ndarray, inverse: np.ndarray):
+        self.windows, self.inverse = windows, inverse
 
-    def gone(_ref, key=key):
-        _WINDOWS.pop(key, None)
-    _WINDOWS[key] = (weakref.ref(tile, gone), windows, inverse)
-
-
-def shared_windows(tile: np.ndarray):
-    """(windows, inverse) when ``tile`` is ``windows[inverse]`` as a DMA read gathered it, else None."""
-    e = _WINDOWS.get(id(tile))
-    if e is not None and e[0]() is tile:
-        return e[1], e[2]
-    return None
+    def __call__(self, inverse: np.ndarray) -> np.ndarray:
+        return self.windows[inverse]
 
 
 def dma_write(g: np.ndarray, desc: Desc, shape, src: np.ndarray, n):

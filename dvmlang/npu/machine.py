@@ -237,7 +237,12 @@ class Machine:
                 slot.arr  # evaluate now: long chains would otherwise recurse deeply when finally read
             place(b.mem[space], addr, nbytes, slot)
 
+        def write_slot(b, slot):
+            """Put another space's tile here as it is (pending or not): one value, evaluated at most once."""
+            place(b.mem[space], addr, nbytes, slot)
+
         write.lazy = write_lazy
+        write.slot = write_slot
         return write
 
     @staticmethod

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes as dt
-from ..dma import shared_windows
+from ..dma import Windows
 from .registry import builds
 from .vector import fill
 
@@ -34,10 +34,10 @@ def mmad(m, d):
     cost = m.formula(d)(M=M, N=N, K=K, wide=ad in (dt.float32, dt.float64), B=B)
 
     def fn(b, L):
-        a, bt = ra(b, L), rb(b, L)
+        a, bt = _operand(ra, b, L), _operand(rb, b, L)
         prod = _grid_product(a, bt, acc)
         if prod is None:
-            prod = np.matmul(_widened(a, acc), _widened(bt, acc))
+            prod = np.matmul(_widened(a, acc, ra, b, L), _widened(bt, acc, rb, b, L))
         if not init:
             c = rd(b, L)
             if c.shape == prod.shape:
@@ -48,33 +48,39 @@ def mmad(m, d):
     return m.step(d, fn, cost, macs=B * M * K * N)
 
 
-def _widened(x: np.ndarray, acc) -> np.ndarray:
-    """An operand in the accumulator's dtype. A tile the programs' DMA gathered from a few shared windows
-    (the A tiles of a row of programs, the B tiles of a column) is converted window by window and gathered
-    again: the same array, without converting each window once per program."""
-    if x.dtype == acc:
-        return x
-    s = shared_windows(x)
-    if s is not None:
-        windows, inverse = s
-        return windows.astype(acc)[inverse]
-    return x.astype(acc)
+def _operand(read, b, L):
+    """An operand tile: the ``Windows`` it is a pending gather of (a DMA read the programs' tiles from a few
+    shared windows, in the tile's dtype and shape), else its array."""
+    src, _ = read.source(b, L)
+    if src.__class__ is tuple:
+        slot, shape = src
+        win = slot.lazy[0]
+        if win.__class__ is Windows and win.windows.dtype == slot.dtype and tuple(slot.shape) == shape:
+            return win
+        return read(b, L)
+    return src
 
 
-def _grid_product(a: np.ndarray, bt: np.ndarray, acc):
+def _widened(x, acc, read, b, L) -> np.ndarray:
+    """An operand in the accumulator's dtype. Shared windows (the A tiles of a row of programs, the B tiles
+    of a column) are converted window by window and then gathered: the same array as converting each
+    program's tile."""
+    if x.__class__ is Windows:
+        return x.windows.astype(acc, copy=False)[x.inverse] if x.windows.dtype != acc else read(b, L)
+    return x.astype(acc, copy=False)
+
+
+def _grid_product(a, bt, acc):
     """The programs' products when the A tiles come from ``na`` windows and the B tiles from ``nb``, one
     program per (A window, B window) pair in grid order (program ``p`` takes A ``p % na`` and B ``p // na``,
     or A ``p // nb`` and B ``p % nb``): numpy's matmul broadcast over the two window axes, which multiplies
-    each pair of matrices exactly as the stacked product does, without gathering and widening one copy of
-    each window per program. None for any other layout."""
-    if a.dtype == acc and bt.dtype == acc or a.ndim != 3 or bt.ndim != 3:
+    each pair of matrices exactly as the stacked product does, without gathering one copy of each window
+    per program. None for any other operands."""
+    if a.__class__ is not Windows or bt.__class__ is not Windows:
         return None
-    sa, sb = shared_windows(a), shared_windows(bt)
-    if sa is None or sb is None:
-        return None
-    (wa, ia), (wb, ib) = sa, sb
+    wa, ia, wb, ib = a.windows, a.inverse, bt.windows, bt.inverse
     na, nb, n = len(wa), len(wb), len(ia)
-    if na * nb != n or len(ib) != n:
+    if wa.ndim != 3 or wb.ndim != 3 or na * nb != n or len(ib) != n:
         return None
     p = np.arange(n)
     if np.array_equal(ia, p % na) and np.array_equal(ib, p // na):

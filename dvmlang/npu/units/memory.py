@@ -11,7 +11,7 @@ import numpy as np
 from ...vm import isa
 from ...vm.decode import sop_parts
 from ..convert import lift
-from ..dma import atomic, check_elements, compute_into, descriptor, dma_read, dma_write, store_view
+from ..dma import Windows, atomic, check_elements, compute_into, descriptor, dma_read, dma_write, store_view
 from ..state import materialise_views, poison_value, prod
 from .registry import builds
 
@@ -103,8 +103,11 @@ def dma_load(m, d):
                 arr, _ = dma_read(g, desc, shape, npdt, 0, b.n)
                 w(b, np.where(_box_mask(desc, shape, b.n), arr, old))
         else:
-            arr, gm_view = dma_read(g, desc, shape, npdt, pad, b.n)
-            w(b, arr, L.alias[t] if gm_view else None)
+            arr, gm_view = dma_read(g, desc, shape, npdt, pad, b.n, pending=True)
+            if arr.__class__ is Windows:
+                w.lazy(b, arr, [(arr.inverse, None)])  # gathered when read (units/cube.py reads the windows)
+            else:
+                w(b, arr, L.alias[t] if gm_view else None)
         return _transfer(L, b, cost, desc, g, pc, t, False, to_l1)
     return m.step(d, fn, None)
 
@@ -234,8 +237,15 @@ def copy_space(m, d):
     w = m.writer(d.vals["dst"], d.ins.spaces["dst"])
     _, dd, shape = m.layout(d.vals["dst"])
     npdt = dd.np
+    shape = tuple(shape)
     nb = prod(shape) * dd.itemsize
     cost = m.formula(d)
+
     def fn(b, L):
-        w(b, r(b, L).astype(npdt, copy=False))
+        src, _ = r.source(b, L)
+        if src.__class__ is tuple and src[0].lazy[0].__class__ is Windows and src[0].dtype == npdt and \
+                src[0].nbytes == nb and tuple(src[0].shape) == shape:
+            w.slot(b, src[0])  # a pending gather of shared windows moves on pending (units/cube.py)
+        else:
+            w(b, (src if src.__class__ is not tuple else r(b, L)).astype(npdt, copy=False))
     return m.step(d, fn, cost(nbytes=nb))
