@@ -386,3 +386,16 @@ def test_the_window_grid_product_is_the_stacked_product_in_both_program_orders()
         assert got is not None and got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
     # not a grid of windows: the caller multiplies the programs' tiles
     assert _grid_product(Windows(wa, p % 4), Windows(wb, p % 3), np.float32) is None
+
+
+def test_a_launch_record_made_by_of_is_the_one_the_constructor_makes():
+    from dvmlang.npu.device import LaunchRecord
+    kw = dict(name="k", grid=(1, 1, 1), cycles=5, bytes_read=1, bytes_written=2, waves=3, pipe_busy={"MTE2": 1.0})
+    a, b = LaunchRecord.of(**kw), LaunchRecord(**kw)
+    assert a == b and vars(a).keys() == vars(b).keys()
+    c = LaunchRecord.of(**kw)
+    assert c.members is not a.members and c.prints is not a.prints and c.stages is not a.stages
+    import dataclasses
+    x = np.ones(16, np.float32)
+    rec = add[(1,)](x, x, np.empty(16, np.float32), 16, BLOCK=16, device=Device())
+    assert set(vars(rec)) == {f.name for f in dataclasses.fields(LaunchRecord)}  # no field misspelt by a launch

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 
 import numpy as np
 
@@ -90,6 +90,22 @@ class LaunchRecord:
     def __repr__(self) -> str:
         return (f"<Launch {self.name} grid={self.grid} cycles={self.cycles} ({self.time_us:.2f} us) "
                 f"read={self.bytes_read} written={self.bytes_written}>")
+
+    @classmethod
+    def of(cls, **values) -> "LaunchRecord":
+        """``LaunchRecord(**values)`` (every other field at its default), without the generated ``__init__``'s
+        work per field: a launch makes one record per kernel, and a 31-field ``__init__`` is a few us."""
+        rec = cls.__new__(cls)
+        d = rec.__dict__
+        d.update(_RECORD_DEFAULTS)
+        for name, factory in _RECORD_FACTORIES:
+            d[name] = factory()
+        d.update(values)
+        return rec
+
+
+_RECORD_DEFAULTS = {f.name: f.default for f in fields(LaunchRecord) if f.default is not MISSING}
+_RECORD_FACTORIES = [(f.name, f.default_factory) for f in fields(LaunchRecord) if f.default_factory is not MISSING]
 
 
 class Device:
@@ -238,15 +254,15 @@ class Device:
         cycles = int(round(overhead + body))
         waves = -(-P // cores)
         pipe_busy = dict(zip(PIPE_LABELS, busy_total))
-        record = LaunchRecord(name=name or kern.name, grid=kern.grid, cycles=cycles, bytes_read=int(bytes_r),
-                              bytes_written=int(bytes_w), time_us=cycles / prof.clock_hz * 1e6, cores=active,
-                              waves=waves, kind="mix" if kern.mix else "vector", double_buffer=kern.double_buffer,
-                              launch_overhead=overhead, pipe_busy=pipe_busy, profile=prof,
-                              prints=L.print_lines(), diagnostics=L.diagnostics, bytecode=bc,
-                              instructions=instrs, hbm_stretch=stretch, group=group, start=start,
-                              hbm_bytes=hbm, l2_hit_bytes=L.rates.l2_hit_bytes(), writeback_bytes=writeback,
-                              dispatched=max(0, P - cores) if prof.program_dispatch_cycles else 0,
-                              unaligned_cycles=L.rates.unaligned_cycles)
+        record = LaunchRecord.of(name=name or kern.name, grid=kern.grid, cycles=cycles, bytes_read=int(bytes_r),
+                                 bytes_written=int(bytes_w), time_us=cycles / prof.clock_hz * 1e6, cores=active,
+                                 waves=waves, kind="mix" if kern.mix else "vector", double_buffer=kern.double_buffer,
+                                 launch_overhead=overhead, pipe_busy=pipe_busy, profile=prof,
+                                 prints=L.print_lines(), diagnostics=L.diagnostics, bytecode=bc,
+                                 instructions=instrs, hbm_stretch=stretch, group=group, start=start,
+                                 hbm_bytes=hbm, l2_hit_bytes=L.rates.l2_hit_bytes(), writeback_bytes=writeback,
+                                 dispatched=max(0, P - cores) if prof.program_dispatch_cycles else 0,
+                                 unaligned_cycles=L.rates.unaligned_cycles)
         if rec is not None:
             record.trace = rec.finish((offsets + shift * stretch) + start, cores, record, T * stretch, stretch)
             record.trace.notes = L.rates.notes()
