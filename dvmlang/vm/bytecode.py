@@ -14,6 +14,7 @@ import struct
 import sys
 import zlib
 from array import array
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -364,7 +365,7 @@ class Encoder:
         self._names = [(p.name, p.dtype) for p in params]
         self._param_tail = fixed
         self._params_fixed = [None if p.kind == "tensor" else ParamInfo("scalar", p.name, p.dtype) for p in params]
-        self._entries: dict = {}  # (dtype, shape, byte strides, ...) -> _tensor_entry(...)
+        self._entries: OrderedDict = OrderedDict()  # (dtype, shape, byte strides, ...) -> _tensor_entry(...)
         self._mid = C.section("layouts", C.encode_layouts(template.layouts)) + bytes([C.SECTION_IDS["kernels"]])
         self._kernel_head = b"\x01" + C.uleb(sid[template.name])
         self._kernel_tail = (C.uleb(0) + C.uleb(len(template.words)) + C.uleb(len(template.reg_types)) +
@@ -434,7 +435,7 @@ class Encoder:
             if e is None:
                 e = _tensor_entry(key[1], key[2], itemsize)
                 if len(entries) >= 4096:
-                    entries.clear()
+                    entries.popitem(last=False)  # the oldest, one at a time: never a pause to clear them all
                 entries[key] = e
             append(pre)
             append(e[0])
@@ -501,14 +502,15 @@ class _Pending:
         return self.encoder.container(self.parts, self.grid, self.code_bytes)
 
 
-_LEB: tuple[dict, dict] = ({}, {})  # value -> its unsigned / signed LEB128 bytes: dimensions and strides recur
+# value -> its unsigned / signed LEB128 bytes: dimensions and strides recur
+_LEB: tuple[OrderedDict, OrderedDict] = (OrderedDict(), OrderedDict())
 
 
 def _leb(memo: dict, n: int, write) -> bytes:
     b = memo.get(n)
     if b is None:
         if len(memo) >= 1 << 16:
-            memo.clear()
+            memo.popitem(last=False)
         b = memo[n] = write(n)
     return b
 
