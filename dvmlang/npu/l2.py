@@ -95,10 +95,13 @@ class L2Cache:
                 continue
             nbytes, dirty = min(a.nbytes, reads + writes), min(a.nbytes, writes)
             old = self._line(key)
-            if old is not None:
-                self._drop(key)
+            if old is not None:  # known: most recently used now, with what this launch added
                 nbytes, dirty = max(nbytes, old[1]), min(nbytes, dirty + old[2])
-            ref = old[0] if old is not None else weakref.ref(root, self._gone)
+                self.lines[key] = (old[0], nbytes, dirty)
+                self.lines.move_to_end(key)
+                self.used += nbytes - old[1]
+                continue
+            ref = weakref.ref(root, self._gone)
             self._of_ref.setdefault(id(ref), set()).add(key)
             self.lines[key] = (ref, nbytes, dirty)
             self.used += nbytes
