@@ -62,7 +62,8 @@ class Step:
     transfer's cycles); ``cost`` its cycles (None: what ``fn`` returns); ``kind`` how the interpreter moves on
     (op, end, jmp, br_z, br_nz, set, wait, barrier); ``set``/``wait`` its events; ``target`` the step index a
     branch goes to; ``drain`` the pipes a barrier drains; ``latency`` cycles after the pipe is free until the
-    result is visible; ``port`` whether it uses the core's GM port."""
+    result is visible; ``port`` whether it uses the core's GM port. ``set_key``/``wait_key``: the keys of its
+    events in a batch's flags, (from pipe, to pipe, event), worked out once."""
 
     fn: object
     ins: isa.Instr
@@ -78,6 +79,12 @@ class Step:
     latency: int
     port: bool
     facts: Facts
+    set_key: tuple | None = None
+    wait_key: tuple | None = None
+
+    def __post_init__(self):
+        self.set_key = (self.pipe, self.set[0], self.set[1]) if self.set is not None else None
+        self.wait_key = (self.wait[0], self.pipe, self.wait[1]) if self.wait is not None else None
 
 
 class Machine:

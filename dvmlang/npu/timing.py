@@ -259,8 +259,8 @@ def advance(s, b, cost, dispatch: int):
     start = np.maximum(issue, b.pipe_free[p])
     if s.port:
         start = np.maximum(start, b.port_free)
-    if s.wait is not None:
-        f = b.flags.get((s.wait[0], p, s.wait[1]))
+    if s.wait_key is not None:
+        f = b.flags.get(s.wait_key)
         if f is not None:
             start = np.maximum(start, f)
     end = start + cost
@@ -272,8 +272,8 @@ def advance(s, b, cost, dispatch: int):
     if s.latency:
         end = end + s.latency
         b.done = np.maximum(b.done, end)
-    if s.set is not None:
-        b.flags[(p, s.set[0], s.set[1])] = end
+    if s.set_key is not None:
+        b.flags[s.set_key] = end
     b.t_issue = end if p == 0 else issue
     return start, cost
 
@@ -281,7 +281,7 @@ def advance(s, b, cost, dispatch: int):
 def advance_one(s, b, cost, dispatch: int):
     """``advance`` for a batch of one program (``Batch.scalar``): the same arithmetic on Python floats, which
     give the same doubles as numpy's one-element arrays at a fraction of the host time."""
-    if type(cost) is not float and type(cost) is not int:
+    if cost.__class__ is not float and cost.__class__ is not int:
         cost = cost.item()
     p = s.pipe
     issue = b.t_issue + dispatch
@@ -295,15 +295,16 @@ def advance_one(s, b, cost, dispatch: int):
     start = free[p]
     if issue > start:
         start = issue
-    if s.port and b.port_free > start:
+    port = s.port
+    if port and b.port_free > start:
         start = b.port_free
-    if s.wait is not None:
-        f = b.flags.get((s.wait[0], p, s.wait[1]))
+    if s.wait_key is not None:
+        f = b.flags.get(s.wait_key)
         if f is not None and f > start:
             start = f
     end = start + cost
     free[p] = end
-    if s.port:
+    if port:
         b.port_free = end
     b.pipe_busy[p] += cost
     if start < b.pipe_first[p]:
@@ -312,8 +313,8 @@ def advance_one(s, b, cost, dispatch: int):
         end = end + s.latency
         if end > b.done:
             b.done = end
-    if s.set is not None:
-        b.flags[(p, s.set[0], s.set[1])] = end
+    if s.set_key is not None:
+        b.flags[s.set_key] = end
     b.t_issue = end if p == 0 else issue
     return start, cost
 

@@ -252,15 +252,15 @@ class Recorder:
         elif step.kind == "barrier":
             start = start.copy()  # the device keeps using this array as its issue time
         rows = np.arange(self.events, self.events + m, dtype=np.int64)
-        if step.wait is not None:
-            last = self.last_set.get((step.wait[0], step.pipe, step.wait[1]))
+        if step.wait_key is not None:
+            last = self.last_set.get(step.wait_key)
             if last is not None:
                 src = last[pids]
                 ok = src >= 0
                 if ok.any():
                     self.flows.append((src[ok], rows[ok]))
-        if step.set is not None:
-            key = (step.pipe, step.set[0], step.set[1])
+        if step.set_key is not None:
+            key = step.set_key
             last = self.last_set.get(key)
             if last is None:
                 last = self.last_set[key] = np.full(self.programs, -1, dtype=np.int64)
