@@ -24,7 +24,7 @@ from .l2 import L2Cache
 from .launch import Launch
 from .machine import Machine
 from .profile import Profile, get_profile
-from .state import Batch
+from .state import FIRST_PID, Batch
 from .timing import _compose, advance, advance_one, roofline
 
 N_PIPES = isa.N_PIPES
@@ -279,7 +279,7 @@ class Device:
         """One program, no trace: the batch's own pipe clock (Python floats) gives what ``_run_batches`` computes
         for a grid of one: no dispatch, one wave, the core busy until its program ends or its GM port's
         transfers do. Returns (body, busy per pipe, bytes read, bytes written, instructions)."""
-        batch = Batch(np.zeros(1, dtype=np.int64), kern.grid, m.zero_regs)
+        batch = Batch(FIRST_PID, kern.grid, m.zero_regs)
         with np.errstate(all="ignore"):
             for b in _execute(m.steps, batch, L, self.profile.scalar_dispatch, None):
                 pass

@@ -140,6 +140,15 @@ def evaluate(slot: Slot) -> np.ndarray:
     return out
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+FIRST_PID = _read_only(np.zeros(1, np.int64))  # the batch of program 0 alone (a grid of one), shared
+_FIRST_COORDS = tuple(_read_only(np.zeros(1, np.int32)) for _ in range(3))
+
+
 class Batch:
     """The state of a group of programs executing in lockstep: registers, on-chip memory, and each
     program's pipe clock (issue time, when each pipe frees, events set) and GM traffic."""
@@ -153,8 +162,9 @@ class Batch:
         g0, g1 = grid[0], grid[1]
         if len(pids) == 1:  # Python ints for one program: the same coordinates, without array arithmetic
             p = int(pids[0])
-            self.coords = (np.array([p % g0], np.int32), np.array([(p // g0) % g1], np.int32),
-                           np.array([p // (g0 * g1)], np.int32))
+            self.coords = _FIRST_COORDS if p == 0 else (
+                np.array([p % g0], np.int32), np.array([(p // g0) % g1], np.int32),
+                np.array([p // (g0 * g1)], np.int32))
         else:
             self.coords = ((pids % g0).astype(np.int32), ((pids // g0) % g1).astype(np.int32),
                            (pids // (g0 * g1)).astype(np.int32))
