@@ -107,10 +107,11 @@ class Desc:
 def descriptor(memo: dict, L, b, t: int, fields, shape, pc: int) -> Desc:
     """The DMA descriptor of a step for batch ``b``, its box checked against tensor ``t``. ``fields``: the
     step's (base, strides, lo, hi, all of them) functions; ``memo``: the step's own descriptors by field
-    values. When every field is one value for the whole batch (an immediate, a scalar register, a one-program
-    batch), the descriptor is a pure function of those values and the batch size, so a step that sees the
-    same values again (a relaunch, a loop over the same box) reuses it, and the check it passed for a tensor
-    of the same size (outside a pointer-table heap, whose segments are checked every time)."""
+    values. The descriptor is a pure function of those values (one per batch: an immediate, a scalar register,
+    a one-program batch; or one per program) and the batch size, so a step that sees the same values again (a
+    relaunch, the same batch of a relaunch, a loop over the same box) reuses it, and the check it passed for a
+    tensor of the same size (outside a pointer-table heap, whose segments are checked every time). Values
+    per program are keyed by their exact bytes, dtype and shape."""
     base, strides, los, his, every = fields
     key = [b.n]
     for f in every:
@@ -120,22 +121,18 @@ def descriptor(memo: dict, L, b, t: int, fields, shape, pc: int) -> Desc:
         elif v.size == 1:
             key.append((v.item(), v.ndim))
         else:
-            key = None
-            break
-    desc = None
-    if key is not None:
-        key = tuple(key)
-        desc = memo.get(key)
+            key.append((v.dtype.char, v.shape, v.tobytes()))
+    key = tuple(key)
+    desc = memo.get(key)
     if desc is None:
         desc = Desc(b, base, strides, los, his, shape)
-        if key is not None:
-            if len(memo) >= 64:
-                memo.clear()
-            memo[key] = desc
+        if len(memo) >= (64 if b.n <= 1024 else 8):  # a large batch's descriptors (and keys) hold arrays
+            memo.clear()
+        memo[key] = desc
     g = L.arrays[t]
     if desc.checked != g.size:
         check_dma(L, b, t, desc, pc, g.size)
-        if key is not None and getattr(g, "dvm_segments", None) is None:
+        if getattr(g, "dvm_segments", None) is None:
             desc.checked = g.size
     return desc
 
