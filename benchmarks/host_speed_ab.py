@@ -41,9 +41,13 @@ def measure() -> dict:
         out[name] = v * 1e6 * QUIET_LOOP / loop
         return v
 
-    r = {}
-    whole = scaled("relaunch, whole call", lambda: statistics.median(r.setdefault("r", H.relaunch(600))["whole"]))
-    out["  dvmlang overhead"] = statistics.median(r["r"]["overhead"]) / whole * out["relaunch, whole call"]
+    rel = {}
+
+    def relaunch():
+        rel.update(H.relaunch(600))
+        return statistics.median(rel["whole"])
+    whole = scaled("relaunch, whole call", relaunch)
+    out["  dvmlang overhead"] = statistics.median(rel["overhead"]) / whole * out["relaunch, whole call"]
     for name in ("layernorm", "softmax"):
         scaled(f"encode, new shape: {name}", lambda: statistics.median(H.encode(name, 600)["encode"]))
     scaled("@graph call, new small shape, host", lambda: H.graph_call(15)["host"])

@@ -1,5 +1,7 @@
 """The simulated NPU: profiles, the shape of the cycle model, numerics, faults and debug aids."""
 
+import contextlib
+import dataclasses
 import warnings
 
 import numpy as np
@@ -339,6 +341,19 @@ def test_a_one_program_launch_times_as_the_batched_path_does(i):
             assert getattr(fast, f) == getattr(slow, f), f
 
 
+@contextlib.contextmanager
+def _without_pending_windows():
+    """DMA reads gather every program's tile at once (no ``dma.Windows``) inside this block."""
+    from dvmlang.npu import dma
+    from dvmlang.npu.units import memory
+    real = memory.dma_read
+    memory.dma_read = lambda *a, pending=False: dma.dma_read(*a)
+    try:
+        yield
+    finally:
+        memory.dma_read = real
+
+
 def _matmul_run(a, b, device=None):
     M, K = a.shape
     N = b.shape[1]
@@ -352,7 +367,6 @@ def test_cube_operands_shared_by_rows_and_columns_of_programs_give_the_stacked_p
     """The programs' A tiles (a row of programs) and B tiles (a column) are read once per window, pending
     (dma.Windows); the cube multiplies the windows' grid, or widens each window once (units/cube.py). Bit for
     bit what gathering, converting and multiplying every program's own tiles gives, with the same cycles."""
-    from dvmlang.npu import dma
     from dvmlang.npu.units import cube
     rng = np.random.default_rng(5)
     a, b = (rng.standard_normal(s).astype(np.float32).astype(dtype) for s in ((96, 64), (64, 128)))
@@ -363,11 +377,8 @@ def test_cube_operands_shared_by_rows_and_columns_of_programs_give_the_stacked_p
     assert any(t is not None for t in taken), "the grid path was not taken"
     monkeypatch.setattr(cube, "_grid_product", lambda *x: None)
     widened, rec_w = _matmul_run(a, b, device=Device())
-    real_read = dma.dma_read
-    monkeypatch.setattr(dma, "dma_read", lambda *x, pending=False: real_read(*x))
-    from dvmlang.npu.units import memory
-    monkeypatch.setattr(memory, "dma_read", dma.dma_read)
-    plain, rec_p = _matmul_run(a, b, device=Device())
+    with _without_pending_windows():
+        plain, rec_p = _matmul_run(a, b, device=Device())
     assert fast.view(np.uint32).tolist() == plain.view(np.uint32).tolist()
     assert widened.view(np.uint32).tolist() == plain.view(np.uint32).tolist()
     assert rec_fast.cycles == rec_w.cycles == rec_p.cycles
@@ -397,29 +408,9 @@ def test_a_launch_record_made_by_of_is_the_one_the_constructor_makes():
     assert a == b and vars(a).keys() == vars(b).keys()
     c = LaunchRecord.of(**kw)
     assert c.members is not a.members and c.prints is not a.prints and c.stages is not a.stages
-    import dataclasses
     x = np.ones(16, np.float32)
     rec = add[(1,)](x, x, np.empty(16, np.float32), 16, BLOCK=16, device=Device())
     assert set(vars(rec)) == {f.name for f in dataclasses.fields(LaunchRecord)}  # no field misspelt by a launch
-
-
-def _without_pending_windows():
-    """A context in which DMA reads gather every program's tile at once (no ``dma.Windows``)."""
-    import contextlib
-
-    from dvmlang.npu import dma
-    from dvmlang.npu.units import memory
-
-    @contextlib.contextmanager
-    def ctx():
-        real = memory.dma_read
-        memory.dma_read = lambda *a, pending=False: dma.dma_read(*a)
-        try:
-            yield
-        finally:
-            memory.dma_read = real
-    return ctx()
-
 
 
 _SIZE = st.integers(1, 5).map(lambda k: 16 * k) | st.integers(1, 80)  # whole tiles half of the time

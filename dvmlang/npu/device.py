@@ -25,7 +25,7 @@ from .launch import Launch
 from .machine import Machine
 from .profile import Profile, get_profile
 from .state import FIRST_PID, Batch
-from .timing import _compose, advance, advance_one, roofline
+from .timing import _compose, _total, advance, advance_one, roofline
 
 N_PIPES = isa.N_PIPES
 DEFAULT_WATCHDOG = 1 << 18  # instructions per kernel launch: a runaway scalar loop ends within a few seconds
@@ -288,7 +288,7 @@ class Device:
         free, busy = b.pipe_free, list(b.pipe_busy)
         end = max(max(free), b.t_issue, b.done)
         body = max(end, busy[int(isa.Pipe.MTE2)] + busy[int(isa.Pipe.MTE3)])
-        return body, busy, _total_bytes(b.bytes_read), _total_bytes(b.bytes_written), b.count
+        return body, busy, _total(b.bytes_read, 1), _total(b.bytes_written, 1), b.count
 
     def _run_batches(self, m, kern, L, cores, P, B, rec):
         """Every program, in batches of ``B``; their pipe clocks placed on ``cores``. Returns (body, busy per
@@ -319,8 +319,8 @@ class Device:
                     last[:, idx] = free
                     busy[:, idx] = b_busy
                     issue_end[idx] = t_issue
-                    bytes_r += _total_bytes(b.bytes_read)
-                    bytes_w += _total_bytes(b.bytes_written)
+                    bytes_r += _total(b.bytes_read, 1)
+                    bytes_w += _total(b.bytes_written, 1)
                     instrs += b.count
         if L.races is not None:
             L.races.check(L)
@@ -332,11 +332,6 @@ class Device:
         offsets, core_end = _compose(T, first, last, cores, kern.double_buffer and prof.double_buffer, port)
         body = float(core_end.max()) if len(core_end) else 0.0
         return body, busy.sum(axis=1).tolist(), bytes_r, bytes_w, instrs, offsets, shift, T
-
-
-def _total_bytes(x) -> float:
-    """A batch's GM bytes (``Batch.bytes_read``/``bytes_written``: per program, or one number for one program)."""
-    return x if x.__class__ is float else float(np.sum(x))
 
 
 def _dispatch(T, first, last, cores: int, cycles: int):

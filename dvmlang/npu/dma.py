@@ -388,6 +388,18 @@ class Windows:
         return self.windows[inverse]
 
 
+def pending_windows(src):
+    """The slot of a reader's ``source`` value when it is a pending ``Windows`` gather of a whole tile, read
+    at the tile's shape and in the tile's dtype; else None."""
+    if src.__class__ is not tuple:
+        return None
+    slot, shape = src
+    win = slot.lazy[0]
+    if win.__class__ is Windows and win.windows.dtype == slot.dtype and tuple(slot.shape) == shape:
+        return slot
+    return None
+
+
 def dma_write(g: np.ndarray, desc: Desc, shape, src: np.ndarray, n):
     rows_src = src.shape[0]
     u = _uniform_desc(desc, n)

@@ -160,7 +160,7 @@ class Batch:
         self.pids = pids
         self.n = len(pids)
         g0, g1 = grid[0], grid[1]
-        if len(pids) == 1:  # Python ints for one program: the same coordinates, without array arithmetic
+        if self.n == 1:  # Python ints for one program: the same coordinates, without array arithmetic
             p = int(pids[0])
             self.coords = _FIRST_COORDS if p == 0 else (
                 np.array([p % g0], np.int32), np.array([(p // g0) % g1], np.int32),

@@ -506,12 +506,11 @@ class _Pending:
 _LEB: tuple[OrderedDict, OrderedDict] = (OrderedDict(), OrderedDict())
 
 
-def _leb(memo: dict, n: int, write) -> bytes:
-    b = memo.get(n)
-    if b is None:
-        if len(memo) >= 1 << 16:
-            memo.popitem(last=False)
-        b = memo[n] = write(n)
+def _leb(memo: OrderedDict, n: int, write) -> bytes:
+    """``write(n)``, remembered in ``memo`` (the oldest dropped when full); callers look ``n`` up first."""
+    if len(memo) >= 1 << 16:
+        memo.popitem(last=False)
+    b = memo[n] = write(n)
     return b
 
 
@@ -523,12 +522,10 @@ def _tensor_entry(shape, byte_strides, itemsize: int) -> tuple[bytes, tuple[int,
     out = []
     n = 1
     for d in shape:
-        b = us.get(d)
-        out.append(b if b is not None else _leb(us, d, C.uleb))
+        out.append(us.get(d) or _leb(us, d, C.uleb))  # LEB128 bytes are never empty
         n *= d
     for d in strides:
-        b = ss.get(d)
-        out.append(b if b is not None else _leb(ss, d, C.sleb))
+        out.append(ss.get(d) or _leb(ss, d, C.sleb))
     return b"".join(out), strides, (max(1, n) * itemsize + GM_ALIGN - 1) // GM_ALIGN * GM_ALIGN
 
 

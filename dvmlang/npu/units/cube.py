@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes as dt
-from ..dma import Windows
+from ..dma import Windows, pending_windows
 from .registry import builds
 from .vector import fill
 
@@ -52,13 +52,10 @@ def _operand(read, b, L):
     """An operand tile: the ``Windows`` it is a pending gather of (a DMA read the programs' tiles from a few
     shared windows, in the tile's dtype and shape), else its array."""
     src, _ = read.source(b, L)
-    if src.__class__ is tuple:
-        slot, shape = src
-        win = slot.lazy[0]
-        if win.__class__ is Windows and win.windows.dtype == slot.dtype and tuple(slot.shape) == shape:
-            return win
-        return read(b, L)
-    return src
+    if src.__class__ is not tuple:
+        return src
+    slot = pending_windows(src)
+    return slot.lazy[0] if slot is not None else read(b, L)
 
 
 def _widened(x, acc, read, b, L) -> np.ndarray:

@@ -11,7 +11,8 @@ import numpy as np
 from ...vm import isa
 from ...vm.decode import sop_parts
 from ..convert import lift
-from ..dma import Windows, atomic, check_elements, compute_into, descriptor, dma_read, dma_write, store_view
+from ..dma import (Windows, atomic, check_elements, compute_into, descriptor, dma_read, dma_write,
+                   pending_windows, store_view)
 from ..state import materialise_views, poison_value, prod
 from .registry import builds
 
@@ -243,9 +244,9 @@ def copy_space(m, d):
 
     def fn(b, L):
         src, _ = r.source(b, L)
-        if src.__class__ is tuple and src[0].lazy[0].__class__ is Windows and src[0].dtype == npdt and \
-                src[0].nbytes == nb and tuple(src[0].shape) == shape:
-            w.slot(b, src[0])  # a pending gather of shared windows moves on pending (units/cube.py)
+        slot = pending_windows(src)
+        if slot is not None and slot.dtype == npdt and tuple(slot.shape) == shape:
+            w.slot(b, slot)  # a pending gather of shared windows moves on pending (units/cube.py)
         else:
             w(b, (src if src.__class__ is not tuple else r(b, L)).astype(npdt, copy=False))
     return m.step(d, fn, cost(nbytes=nb))
