@@ -408,6 +408,13 @@ def test_a_launch_record_made_by_of_is_the_one_the_constructor_makes():
     assert a == b and vars(a).keys() == vars(b).keys()
     c = LaunchRecord.of(**kw)
     assert c.members is not a.members and c.prints is not a.prints and c.stages is not a.stages
+    base = LaunchRecord.base(name="k", grid=(1, 1, 1), waves=3)  # the same record from a shared base
+    d, e = LaunchRecord.of(base, cycles=5, bytes_read=1, bytes_written=2, pipe_busy={"MTE2": 1.0}), \
+        LaunchRecord.of(base, cycles=6, bytes_read=1, bytes_written=2)
+    assert d == b and vars(d).keys() == vars(b).keys() and e.cycles == 6 and d.cycles == 5
+    assert e.members is not d.members and e.prints is not d.prints and e.pipe_busy == {}
+    with pytest.raises(AssertionError):
+        LaunchRecord.base(prints=[])  # a list in a shared base would be every record's
     x = np.ones(16, np.float32)
     rec = add[(1,)](x, x, np.empty(16, np.float32), 16, BLOCK=16, device=Device())
     assert set(vars(rec)) == {f.name for f in dataclasses.fields(LaunchRecord)}  # no field misspelt by a launch

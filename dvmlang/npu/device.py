@@ -30,6 +30,7 @@ from .timing import _compose, _total, advance, advance_one, roofline
 N_PIPES = isa.N_PIPES
 DEFAULT_WATCHDOG = 1 << 18  # instructions per kernel launch: a runaway scalar loop ends within a few seconds
 PIPE_LABELS = [isa.PIPE_NAMES[isa.Pipe(q)] for q in range(N_PIPES)]
+_MTE2, _MTE3 = int(isa.Pipe.MTE2), int(isa.Pipe.MTE3)
 
 
 @dataclass
@@ -92,16 +93,27 @@ class LaunchRecord:
                 f"read={self.bytes_read} written={self.bytes_written}>")
 
     @classmethod
-    def of(cls, **values) -> "LaunchRecord":
-        """``LaunchRecord(**values)`` (every other field at its default), without the generated ``__init__``'s
-        work per field: a launch makes one record per kernel, and a 31-field ``__init__`` is a few us."""
+    def of(cls, base=None, /, **values) -> "LaunchRecord":
+        """``LaunchRecord(**values)`` (every other field at its default, or as in ``base``, a dict from
+        ``LaunchRecord.base``), without the generated ``__init__``'s work per field: a launch makes one record
+        per kernel, and a 31-field ``__init__`` is a few us."""
         rec = cls.__new__(cls)
         d = rec.__dict__
-        d.update(_RECORD_DEFAULTS)
+        d.update(_RECORD_DEFAULTS if base is None else base)
         for name, factory in _RECORD_FACTORIES:
-            d[name] = factory()
+            if name not in values:
+                d[name] = factory()
         d.update(values)
         return rec
+
+    @staticmethod
+    def base(**values) -> dict:
+        """The defaults with ``values`` (fields that do not default to a new object), for ``LaunchRecord.of``:
+        what every launch of one kernel with the same options records alike."""
+        assert not any(name in values for name, _ in _RECORD_FACTORIES), "a shared base cannot hold a new object"
+        d = dict(_RECORD_DEFAULTS)
+        d.update(values)
+        return d
 
 
 _RECORD_DEFAULTS = {f.name: f.default for f in fields(LaunchRecord) if f.default is not MISSING}
@@ -128,6 +140,7 @@ class Device:
         self.batch_bytes = batch_bytes
         self.sequential = sequential
         self.l2 = L2Cache(self.profile.l2_bytes)
+        self._record_bases: dict = {}  # (id(kernel), name, cores, overhead, group, start) -> (kernel, record base)
         self.simulated_cycles = 0  # every launch's cycles and simulated microseconds, summed (for counters
         self.simulated_us = 0.0  # such as dvmlang.torch.stats(), which take differences)
 
@@ -208,7 +221,7 @@ class Device:
 
     def _check_fits(self, bc):
         p = self.profile
-        caps = {"ub": p.ub_bytes, "l1": p.l1_bytes, "l0a": p.l0a_bytes, "l0b": p.l0b_bytes, "l0c": p.l0c_bytes}
+        caps = p.capacities
         for k in bc.kernels:
             for space, need in k.footprint.items():
                 bank = need * (2 if k.double_buffer and space == "ub" else 1)
@@ -231,12 +244,10 @@ class Device:
         P = kern.grid[0] * kern.grid[1] * kern.grid[2]
         active = min(P, cores)
         alias = alias_groups or {q: q for q in arrays}
-        resident = self.l2.resident(arrays, alias) if prof.l2_across_launches else {}
+        resident, keyed = self.l2.resident(arrays, alias) if prof.l2_across_launches else ({}, None)
         L = Launch(bc, kern, arrays, prof, debug=self.debug, watchdog=self.watchdog, kernel_name=name or kern.name,
                    active_cores=active, alias_groups=alias, loc_of_pc=m.loc_of_pc,
                    race_detection=self.race_detection, resident=resident, share=hbm_share)
-        per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
-        B = 1 if self.sequential else max(1, min(P, self.batch_bytes // max(per_prog, 1), 16384))
         rec = trace.begin(bc, m, P) if trace is not None else None
         if overhead is None:
             overhead = prof.launch_overhead_cycles
@@ -244,25 +255,32 @@ class Device:
             body, busy_total, bytes_r, bytes_w, instrs = self._run_one(m, kern, L, cores)
             offsets = shift = T = None
         else:
+            per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
+            B = 1 if self.sequential else max(1, min(P, self.batch_bytes // max(per_prog, 1), 16384))
             body, busy_total, bytes_r, bytes_w, instrs, offsets, shift, T = self._run_batches(
                 m, kern, L, cores, P, B, rec)
-        writeback = self.l2.update(arrays, alias, L.rates) if prof.l2_across_launches else 0.0
-        hbm = L.rates.hbm_bytes() + writeback
+        writeback = self.l2.update(keyed, alias, L.rates) if keyed is not None else 0.0
+        hbm, hits = L.rates.traffic()
+        hbm += writeback
         body, stretch = roofline(body, hbm, prof, hbm_share)
         if stretch != 1.0 and offsets is not None:
             offsets = offsets * stretch
         cycles = int(round(overhead + body))
-        waves = -(-P // cores)
-        pipe_busy = dict(zip(PIPE_LABELS, busy_total))
-        record = LaunchRecord.of(name=name or kern.name, grid=kern.grid, cycles=cycles, bytes_read=int(bytes_r),
-                                 bytes_written=int(bytes_w), time_us=cycles / prof.clock_hz * 1e6, cores=active,
-                                 waves=waves, kind="mix" if kern.mix else "vector", double_buffer=kern.double_buffer,
-                                 launch_overhead=overhead, pipe_busy=pipe_busy, profile=prof,
+        bkey = (id(kern), name, cores, overhead, group, start)
+        known = self._record_bases.get(bkey)
+        if known is None or known[0] is not kern or known[1]["profile"] is not prof:
+            if len(self._record_bases) >= 256:
+                self._record_bases.clear()
+            known = self._record_bases[bkey] = (kern, LaunchRecord.base(
+                name=name or kern.name, grid=kern.grid, cores=active, waves=-(-P // cores),
+                kind="mix" if kern.mix else "vector", double_buffer=kern.double_buffer, launch_overhead=overhead,
+                profile=prof, group=group, start=start,
+                dispatched=max(0, P - cores) if prof.program_dispatch_cycles else 0))
+        record = LaunchRecord.of(known[1], cycles=cycles, bytes_read=int(bytes_r), bytes_written=int(bytes_w),
+                                 time_us=cycles / prof.clock_hz * 1e6, pipe_busy=dict(zip(PIPE_LABELS, busy_total)),
                                  prints=L.print_lines(), diagnostics=L.diagnostics, bytecode=bc,
-                                 instructions=instrs, hbm_stretch=stretch, group=group, start=start,
-                                 hbm_bytes=hbm, l2_hit_bytes=L.rates.l2_hit_bytes(), writeback_bytes=writeback,
-                                 dispatched=max(0, P - cores) if prof.program_dispatch_cycles else 0,
-                                 unaligned_cycles=L.rates.unaligned_cycles)
+                                 instructions=instrs, hbm_stretch=stretch, hbm_bytes=hbm, l2_hit_bytes=hits,
+                                 writeback_bytes=writeback, unaligned_cycles=L.rates.unaligned_cycles)
         if rec is not None:
             record.trace = rec.finish((offsets + shift * stretch) + start, cores, record, T * stretch, stretch)
             record.trace.notes = L.rates.notes()
@@ -287,7 +305,7 @@ class Device:
             L.races.check(L)
         free, busy = b.pipe_free, list(b.pipe_busy)
         end = max(max(free), b.t_issue, b.done)
-        body = max(end, busy[int(isa.Pipe.MTE2)] + busy[int(isa.Pipe.MTE3)])
+        body = max(end, busy[_MTE2] + busy[_MTE3])
         return body, busy, _total(b.bytes_read, 1), _total(b.bytes_written, 1), b.count
 
     def _run_batches(self, m, kern, L, cores, P, B, rec):

@@ -69,42 +69,52 @@ class L2Cache:
         self._of_ref.clear()
         self.used = 0
 
-    def resident(self, arrays: dict, alias: dict) -> dict:
-        """Alias group -> bytes of it in L2 now, for the groups of ``arrays`` that have any."""
+    def resident(self, arrays: dict, alias: dict) -> tuple[dict, list]:
+        """(alias group -> bytes of it in L2 now, for the groups of ``arrays`` that have any; each array's
+        (param, array, key, root), which ``update`` takes after the launch)."""
         out = {}
+        keyed = []
         for q, a in arrays.items():
-            line = self._line(self._key(a)[0])
+            key, root = self._key(a)
+            keyed.append((q, a, key, root))
+            line = self._line(key)
             if line is not None:
-                out[alias[q]] = max(out.get(alias[q], 0), line[1])
-        return out
+                g = alias[q]
+                if out.get(g, 0) < line[1]:
+                    out[g] = line[1]
+        return out, keyed
 
-    def update(self, arrays: dict, alias: dict, rates) -> float:
-        """After a launch: what it read and wrote is most recently used (writes dirty); returns the dirty bytes
-        evicted to make room, which this launch writes back to HBM."""
+    def update(self, keyed: list, alias: dict, rates) -> float:
+        """After a launch (``keyed`` as ``resident`` gave it): what it read and wrote is most recently used
+        (writes dirty); returns the dirty bytes evicted to make room, which this launch writes back to HBM."""
         back = 0.0
         done = set()
-        for q, a in arrays.items():
+        lines = self.lines
+        group_reads, group_writes = rates.group_reads, rates.group_writes
+        for q, a, key, root in keyed:
             g = alias[q]
-            reads, writes = rates.group_reads.get(g, 0.0), rates.group_writes.get(g, 0.0)
+            reads, writes = group_reads.get(g, 0.0), group_writes.get(g, 0.0)
             if g in done or not (reads or writes):
                 continue
             done.add(g)
-            key, root = self._key(a)
-            if a.nbytes > self.capacity:
-                back += sum(self._drop(k) for k in list(self.lines))
+            size = a.nbytes
+            if size > self.capacity:
+                back += sum(self._drop(k) for k in list(lines))
                 continue
-            nbytes, dirty = min(a.nbytes, reads + writes), min(a.nbytes, writes)
+            nbytes, dirty = min(size, reads + writes), min(size, writes)
             old = self._line(key)
             if old is not None:  # known: most recently used now, with what this launch added
-                nbytes, dirty = max(nbytes, old[1]), min(nbytes, dirty + old[2])
-                self.lines[key] = (old[0], nbytes, dirty)
-                self.lines.move_to_end(key)
+                if nbytes < old[1]:
+                    nbytes = old[1]
+                dirty = min(nbytes, dirty + old[2])
+                lines[key] = (old[0], nbytes, dirty)
+                lines.move_to_end(key)
                 self.used += nbytes - old[1]
                 continue
             ref = weakref.ref(root, self._gone)
             self._of_ref.setdefault(id(ref), set()).add(key)
-            self.lines[key] = (ref, nbytes, dirty)
+            lines[key] = (ref, nbytes, dirty)
             self.used += nbytes
-        while self.used > self.capacity and self.lines:
-            back += self._drop(next(iter(self.lines)))
+        while self.used > self.capacity and lines:
+            back += self._drop(next(iter(lines)))
         return back

@@ -80,6 +80,9 @@ def _imm_reader(bc):
     """word index -> the immediate in that code word as a numpy scalar of ``npdt``. Remembered on the bytecode
     with the word it was read from, so a relaunch reads each immediate once and an edited word is read again."""
     code = bc.code
+    made = bc.__dict__.get("_imm_reader")
+    if made is not None and made[0] is code:
+        return made[1]
     cache = bc.__dict__.setdefault("_immediates", {})
 
     def imm(w: int, npdt):
@@ -92,4 +95,5 @@ def _imm_reader(bc):
         v = raw[:np.dtype(npdt).itemsize].view(npdt)[0] if npdt != np.bool_ else np.bool_(raw[0] != 0)
         cache[key] = (word, v)
         return v
+    bc.__dict__["_imm_reader"] = (code, imm)  # one reader per code array: it reads the words as they are at each call
     return imm

@@ -7,6 +7,7 @@ model assumption of dvmlang (``docs/device.md`` is generated from it).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 
 KiB = 1024
 MiB = 1024 * 1024
@@ -61,16 +62,22 @@ class Profile:
     events_per_pipe_pair: int = 8
     double_buffer: bool = True
 
-    @property
+    @cached_property  # a frozen profile: worked out once (every launch reads it)
     def hbm_bytes_per_cycle(self) -> float:
         """What HBM sustains, all cores together (the nominal rate times ``hbm_efficiency``)."""
         return self.hbm_bytes_per_s * self.hbm_efficiency / self.clock_hz
 
-    @property
+    @cached_property  # a frozen profile: worked out once (every launch reads it)
     def l2_bytes_per_cycle(self) -> float:
         return self.l2_bytes_per_s / self.clock_hz
 
-    @property
+    @cached_property
+    def capacities(self) -> dict:
+        """On-chip space -> bytes (what a kernel's footprint must fit)."""
+        return {"ub": self.ub_bytes, "l1": self.l1_bytes, "l0a": self.l0a_bytes, "l0b": self.l0b_bytes,
+                "l0c": self.l0c_bytes}
+
+    @cached_property  # a frozen profile: worked out once (every launch reads it)
     def launch_overhead_cycles(self) -> int:
         return int(round(self.launch_overhead_us * 1e-6 * self.clock_hz))
 

@@ -149,6 +149,9 @@ def _total(per_program, n: int) -> float:
     return float(np.sum(per_program)) if np.ndim(per_program) else float(per_program) * n
 
 
+_RATES: dict = {}  # (id(profile), active cores, share) -> (profile, dma, l2 read, l2 write, unaligned slowdown)
+
+
 class Rates:
     """A launch's GM transfer rates and the L2 model. A tensor that fits L2 streams in at the per-core L2 read
     rate, and writes to it stay in L2; a larger one moves at the per-core HBM rate. The launch as a whole then
@@ -156,10 +159,17 @@ class Rates:
     -> bytes of it that earlier launches left in L2 (the device's L2 model); reads up to those bytes hit."""
 
     def __init__(self, profile, arrays: dict, alias: dict, active_cores: int, resident=None, share: float = 1.0):
-        cores = max(1, active_cores) / share  # side by side in a stage, a kernel has `share` of HBM and L2
-        self.dma = min(profile.mte_bytes_per_cycle, profile.hbm_bytes_per_cycle / cores)
-        self.l2 = min(profile.l2_read_bytes_per_cycle, profile.l2_bytes_per_cycle / cores)
-        self.l2_write = min(profile.l2_write_bytes_per_cycle, profile.l2_bytes_per_cycle / cores)
+        key = (id(profile), active_cores, share)
+        known = _RATES.get(key)
+        if known is None or known[0] is not profile:
+            cores = max(1, active_cores) / share  # side by side in a stage, a kernel has `share` of HBM and L2
+            known = _RATES[key] = (profile, min(profile.mte_bytes_per_cycle, profile.hbm_bytes_per_cycle / cores),
+                                   min(profile.l2_read_bytes_per_cycle, profile.l2_bytes_per_cycle / cores),
+                                   min(profile.l2_write_bytes_per_cycle, profile.l2_bytes_per_cycle / cores),
+                                   1.0 / profile.unaligned_efficiency - 1.0)
+            if len(_RATES) > 256:
+                _RATES.clear()
+        _, self.dma, self.l2, self.l2_write, self.slow = known
         self.keep_writes = profile.l2_across_launches
         self.alias = alias
         self.l2_bytes = profile.l2_bytes
@@ -167,12 +177,14 @@ class Rates:
         self.group_bytes: dict = {}
         self.group_reads: dict = {}
         self.group_writes: dict = {}
-        self.slow = 1.0 / profile.unaligned_efficiency - 1.0
         self.unaligned_cycles = 0.0  # DMA time lost to unaligned bursts, every program together
         self.transfers: dict = {}  # pc -> (tensor, write, unaligned cycles): see note
+        gb = self.group_bytes
         for p, a in arrays.items():
             g = alias[p]
-            self.group_bytes[g] = max(self.group_bytes.get(g, 0), a.size * a.itemsize)
+            n = a.nbytes
+            if gb.get(g, 0) < n:
+                gb[g] = n
 
     def _fits(self, g) -> bool:
         return self.group_bytes.get(g, 0) <= self.l2_bytes
@@ -215,28 +227,24 @@ class Rates:
             out[pc] = self.where(t, write) + (f"; unaligned bursts +{extra:,.0f} cycles" if extra else "")
         return out
 
-    def hbm_bytes(self) -> float:
-        """Bytes that must cross HBM: every tensor not already in L2 read once (all re-reads when it does not
-        fit L2), and the writes L2 does not keep (all of them, without ``l2_across_launches``)."""
-        total = 0.0
+    def traffic(self) -> tuple[float, float]:
+        """(bytes that must cross HBM, bytes read that came from L2). Crossing HBM: every tensor not already in
+        L2 read once (all re-reads when it does not fit L2), and the writes L2 does not keep (all of them,
+        without ``l2_across_launches``)."""
+        hbm = hits = 0.0
+        resident, sizes, limit = self.resident, self.group_bytes, self.l2_bytes
         for g, reads in self.group_reads.items():
-            if self._fits(g):
-                total += max(0.0, min(self.group_bytes.get(g, 0), reads) - self.resident.get(g, 0))
+            if sizes.get(g, 0) <= limit:
+                cold = max(0.0, min(sizes.get(g, 0), reads) - resident.get(g, 0))
+                hbm += cold
+                hits += reads - cold
             else:
-                total += reads
+                hbm += reads
+        keep = self.keep_writes
         for g, written in self.group_writes.items():
-            if not (self.keep_writes and self._fits(g)):
-                total += written
-        return total
-
-    def l2_hit_bytes(self) -> float:
-        """Bytes read that came from L2 rather than HBM."""
-        total = 0.0
-        for g, reads in self.group_reads.items():
-            if self._fits(g):
-                cold = max(0.0, min(self.group_bytes.get(g, 0), reads) - self.resident.get(g, 0))
-                total += reads - cold
-        return total
+            if not (keep and sizes.get(g, 0) <= limit):
+                hbm += written
+        return hbm, hits
 
 
 # ---- the pipe clock ------------------------------------------------------------------------------------

@@ -21,8 +21,7 @@ ADDR_LIMIT = (1 << 16) * isa.TILE_ADDR_UNIT
 
 def allocate_memory(plan: Placement, profile, kernel: str) -> dict[str, int]:
     """Give every buffer its address; returns the high-water mark of each space."""
-    spaces = {"ub": profile.ub_bytes, "l1": profile.l1_bytes, "l0a": profile.l0a_bytes,
-              "l0b": profile.l0b_bytes, "l0c": profile.l0c_bytes}
+    spaces = dict(profile.capacities)
     try:
         footprint = _scan_all(plan.buffers, spaces, kernel, profile)
     except ResourceError:
