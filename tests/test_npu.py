@@ -442,3 +442,25 @@ def test_matmuls_of_any_shape_give_the_same_bits_with_and_without_pending_window
         plain, plain_cycles = run()
     assert fast.view(np.uint32).tolist() == plain.view(np.uint32).tolist() and cycles == plain_cycles
     np.testing.assert_allclose(fast, a.astype(np.float64) @ b.astype(np.float64), rtol=2e-5, atol=2e-5 * K)
+
+
+@dvmlang.kernel
+def _centred_norm(x_ptr, y_ptr, n_cols, BLOCK: dl.constexpr):
+    row = dl.program_id(0)
+    cols = dl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = dl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
+    d = dl.where(mask, x - dl.sum(x, axis=0) / n_cols, 0.0)  # a select inside a pending chain, read twice
+    dl.store(y_ptr + row * n_cols + cols, d * (1.0 / dl.sqrt(dl.sum(d * d, axis=0) / n_cols + 1e-5)), mask=mask)
+
+
+def test_a_select_in_a_pending_chain_gives_the_bits_of_one_program_at_a_time():
+    # 300 rows of 4 KiB: the pending chain through the select is evaluated in several row chunks
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((300, 1000)).astype(np.float32)
+    y1, y2 = np.zeros_like(x), np.zeros_like(x)
+    r1 = _centred_norm[(300,)](x, y1, 1000, BLOCK=1024, device=Device())
+    r2 = _centred_norm[(300,)](x, y2, 1000, BLOCK=1024, device=Device(sequential=True))
+    assert np.array_equal(y1, y2) and r1.cycles == r2.cycles
+    d = x - x.mean(axis=1, keepdims=True)
+    np.testing.assert_allclose(y1, d / np.sqrt((d * d).mean(axis=1, keepdims=True) + 1e-5), rtol=1e-4, atol=1e-5)

@@ -98,11 +98,12 @@ def vun(m, d):
 @builds("vsel")
 def vsel(m, d):
     rank = len(m.layout(d.vals["dst"])[2])
-    rc, ra, rb = (m.reader(d.vals[k], rank=rank) for k in ("c", "a", "b"))
-    w = m.writer(d.vals["dst"])
+    sc, sa, sb = (m.reader(d.vals[k], rank=rank).source for k in ("c", "a", "b"))
+    lazy = m.writer(d.vals["dst"]).lazy
+    keep = d.pc in m.read_again
 
-    def fn(b, L):
-        w(b, np.where(rc(b, L), ra(b, L), rb(b, L)))
+    def fn(b, L):  # pending like the elementwise ops: a chain through a select is evaluated in row chunks
+        lazy(b, np.where, (sc(b, L), sa(b, L), sb(b, L)), keep)
     return m.step(d, fn, _cost(m, d, ("dst",)))
 
 
