@@ -11,23 +11,42 @@ median and minimum over the pairs.
 
     git worktree add /tmp/before <commit>
     python benchmarks/host_speed_ab.py /tmp/before [--pairs 6] [--only relaunch,encode]
+
+``--in-process`` instead imports both checkouts' dvmlang into one process (as two packages, with the
+gallery's vector add, softmax and layernorm kernels defined once for each) and times them in alternating
+blocks, so both see every phase of the machine alike; it prints each side's median and the median of the
+rounds' after/before ratios with its 10th and 90th percentiles, which resolves changes of a few per cent.
+It checks first that both sides give the same results and cycles. Workloads (``--only``): relaunch,
+encode (the gallery layernorm on new shapes), softmax and layernorm 8192x1024, vadd (16M); the simulator
+ones also time numpy's version.
+
+    python benchmarks/host_speed_ab.py /tmp/before --in-process --only relaunch,vadd [--rounds 40]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import importlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 QUIET_LOOP = 600e-6  # seconds the machine_speed loop takes on the quiet development machine
 
 
 FIGURES = ("relaunch", "encode", "graph", "from_bytes")
+IN_PROCESS = ("relaunch", "encode", "softmax", "layernorm", "vadd")
+GALLERY = ("vector_add", "softmax", "layernorm")  # examples/ modules whose kernels each side defines
 
 
 def measure(which=FIGURES) -> dict:
@@ -72,23 +91,134 @@ def run_side(dvmlang_root: Path | None, which) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+# ---- both checkouts in one process -------------------------------------------------------------------------
+
+
+def _load_sides(before: Path) -> dict:
+    """side -> {module name: that side's copy of the gallery module}: each checkout's dvmlang copied into a
+    temporary directory as its own package, and the gallery modules with their imports pointed at it."""
+    tmp = Path(tempfile.mkdtemp(prefix="dvmlang-ab-"))
+    sys.path.insert(0, str(tmp))
+    sides = {}
+    for side, root in (("before", before), ("after", HERE.parent)):
+        pkg = f"dvmlang_{side}"
+        shutil.copytree(root / "dvmlang", tmp / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+        mods = {}
+        for name in GALLERY:
+            text = (HERE.parent / "examples" / f"{name}.py").read_text()
+            text = text.replace("import dvmlang.language as dl", f"import {pkg}.language as dl")
+            text = text.replace("import dvmlang\n", f"import {pkg} as dvmlang\n")
+            (tmp / f"{name}_{side}.py").write_text(text)
+            mods[name] = importlib.import_module(f"{name}_{side}")
+        mods["dvmlang"] = importlib.import_module(pkg)
+        sides[side] = mods
+    return sides
+
+
+def _workload(name: str, rng):
+    """(call(modules, device) -> record or None, block: calls per timed sample, numpy's version or None, the
+    output array both sides' results are compared by)."""
+    if name == "relaunch":
+        x, y, o = (rng.random(16, dtype=np.float32) for _ in range(3))
+        return lambda m, d: m["vector_add"].add[(1,)](x, y, o, 16, BLOCK=16, device=d), 200, None, o
+    if name == "vadd":
+        n = 16 << 20
+        x, y, o = (rng.random(n, dtype=np.float32) for _ in range(3))
+        return (lambda m, d: m["vector_add"].add[(n // 8192,)](x, y, o, n, BLOCK=8192, device=d), 2,
+                lambda: np.add(x, y, out=o), o)
+    if name == "encode":
+        buf = np.empty(4096 * 1024, np.float32)
+        w, b, mean, rstd = (np.empty(4096, np.float32) for _ in range(4))
+        shapes = iter([(int(r), int(c)) for r, c in zip(rng.integers(1, 4097, 1 << 16), rng.integers(513, 1025, 1 << 16))])
+
+        def enc(m, d):
+            k = m["layernorm"].layernorm
+            if len(k._instances) >= 200:
+                k._instances.clear()
+            r, c = next(shapes)
+            x = buf[:r * c].reshape(r, c)
+            k.encode((r,), x, x, w[:c], b[:c], mean[:r], rstd[:r], c, c, 1e-5, BLOCK=1024, device=d)
+        return enc, 50, None, None
+    x = rng.standard_normal((8192, 1024), dtype=np.float32)
+    o = np.empty_like(x)
+    if name == "softmax":
+        def sm():
+            e = np.exp(x - x.max(axis=1, keepdims=True))
+            e /= e.sum(axis=1, keepdims=True)
+        return (lambda m, d: m["softmax"].softmax[(8192,)](o, x, 1024, 1024, 1024, BLOCK=1024, device=d), 2, sm, o)
+    w, b = rng.standard_normal(1024, dtype=np.float32), rng.standard_normal(1024, dtype=np.float32)
+    mean, rstd = np.empty(8192, np.float32), np.empty(8192, np.float32)
+
+    def ln():
+        mu = x.mean(axis=1, keepdims=True)
+        return (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=1, keepdims=True) + 1e-5) * w + b
+    return (lambda m, d: m["layernorm"].layernorm[(8192,)](x, o, w, b, mean, rstd, 1024, 1024, 1e-5, BLOCK=1024,
+                                                            device=d), 2, ln, o)
+
+
+def in_process(before: Path, which, rounds: int) -> int:
+    sides = _load_sides(before)
+    for name in which:
+        call, block, ref, out = _workload(name, np.random.default_rng(1))
+        devices = {side: m["dvmlang"].npu.Device() for side, m in sides.items()}
+        seen = {}
+        for side, m in sides.items():
+            for _ in range(3):
+                rec = call(m, devices[side])
+            seen[side] = (None if out is None else out.copy(), getattr(rec, "cycles", None))
+        (ob, cb), (oa, ca) = seen["before"], seen["after"]
+        if cb != ca or (ob is not None and not np.array_equal(ob, oa)):
+            print(f"{name}: the two checkouts disagree (cycles {cb} / {ca}); not timed")
+            continue
+        times = {"before": [], "after": [], "numpy": []}
+        gc.collect()
+        for r in range(rounds):
+            order = ["before", "after", "numpy"] if r % 2 == 0 else ["numpy", "after", "before"]
+            for side in order:
+                if side == "numpy" and ref is None:
+                    continue
+                f = ref if side == "numpy" else (lambda m=sides[side], d=devices[side]: call(m, d))
+                t0 = time.perf_counter()
+                for _ in range(block):
+                    f()
+                times[side].append((time.perf_counter() - t0) / block)
+        ratios = sorted(a / b for a, b in zip(times["after"], times["before"]))
+        line = (f"{name:10s} before {_fmt(statistics.median(times['before']))}  after "
+                f"{_fmt(statistics.median(times['after']))}  after/before {statistics.median(ratios):.3f} "
+                f"(10%: {ratios[len(ratios) // 10]:.3f}, 90%: {ratios[9 * len(ratios) // 10]:.3f})")
+        if times["numpy"]:
+            vs = [statistics.median(s / n for s, n in zip(times[side], times["numpy"])) for side in ("before", "after")]
+            line += f"  x numpy: {vs[0]:.2f} -> {vs[1]:.2f}"
+        print(line, flush=True)
+    return 0
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds * 1e6:9.1f} us" if seconds < 1e-2 else f"{seconds * 1e3:9.2f} ms"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("before", nargs="?", help="the other checkout's directory (its dvmlang/ is imported)")
     ap.add_argument("--pairs", type=int, default=6)
-    ap.add_argument("--only", default=",".join(FIGURES),
-                    help=f"comma-separated figure groups to compare (default: all of {', '.join(FIGURES)})")
+    ap.add_argument("--only", help=f"comma-separated figure groups to compare (default: all of {', '.join(FIGURES)}; "
+                                   f"in process: {', '.join(IN_PROCESS)})")
+    ap.add_argument("--in-process", action="store_true", help="both checkouts in one process, alternating blocks")
+    ap.add_argument("--rounds", type=int, default=30, help="alternating blocks per workload (--in-process)")
     ap.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
-    which = tuple(w.strip() for w in opts.only.split(",") if w.strip())
-    unknown = [w for w in which if w not in FIGURES]
+    groups = IN_PROCESS if opts.in_process else FIGURES
+    which = tuple(w.strip() for w in (opts.only or ",".join(groups)).split(",") if w.strip())
+    unknown = [w for w in which if w not in groups]
     if unknown or not which:
-        ap.error(f"--only takes some of {', '.join(FIGURES)}, got {opts.only!r}")
+        ap.error(f"--only takes some of {', '.join(groups)}, got {opts.only!r}")
     if opts.measure:
         print(json.dumps(measure(which)))
         return 0
     if not opts.before or not (Path(opts.before) / "dvmlang" / "__init__.py").exists():
         ap.error("give the directory of another checkout (one that holds dvmlang/)")
+    if opts.in_process:
+        return in_process(Path(opts.before).resolve(), which, opts.rounds)
     sides = {"before": [], "after": []}
     for i in range(opts.pairs):
         sides["before"].append(run_side(Path(opts.before).resolve(), which))
