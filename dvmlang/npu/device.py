@@ -140,7 +140,6 @@ class Device:
         self.batch_bytes = batch_bytes
         self.sequential = sequential
         self.l2 = L2Cache(self.profile.l2_bytes)
-        self._record_bases: dict = {}  # (id(kernel), name, cores, overhead, group, start) -> (kernel, record base)
         self.simulated_cycles = 0  # every launch's cycles and simulated microseconds, summed (for counters
         self.simulated_us = 0.0  # such as dvmlang.torch.stats(), which take differences)
 
@@ -242,15 +241,13 @@ class Device:
         if cores is None:
             cores = prof.cube_cores if kern.mix else prof.vector_cores
         P = kern.grid[0] * kern.grid[1] * kern.grid[2]
-        active = min(P, cores)
         alias = alias_groups or {q: q for q in arrays}
-        resident, keyed = self.l2.resident(arrays, alias) if prof.l2_across_launches else ({}, None)
-        L = Launch(bc, kern, arrays, prof, debug=self.debug, watchdog=self.watchdog, kernel_name=name or kern.name,
-                   active_cores=active, alias_groups=alias, loc_of_pc=m.loc_of_pc,
-                   race_detection=self.race_detection, resident=resident, share=hbm_share)
-        rec = trace.begin(bc, m, P) if trace is not None else None
         if overhead is None:
             overhead = prof.launch_overhead_cycles
+        launch_base, record_base = self._bases(kern, m, name, P, cores, overhead, group, start, hbm_share)
+        resident, keyed = self.l2.resident(arrays, alias) if prof.l2_across_launches else ({}, None)
+        L = Launch.of(launch_base, bc, arrays, alias, resident)
+        rec = trace.begin(bc, m, P) if trace is not None else None
         if P == 1 and rec is None:
             body, busy_total, bytes_r, bytes_w, instrs = self._run_one(m, kern, L, cores)
             offsets = shift = T = None
@@ -266,17 +263,7 @@ class Device:
         if stretch != 1.0 and offsets is not None:
             offsets = offsets * stretch
         cycles = int(round(overhead + body))
-        bkey = (id(kern), name, cores, overhead, group, start)
-        known = self._record_bases.get(bkey)
-        if known is None or known[0] is not kern or known[1]["profile"] is not prof:
-            if len(self._record_bases) >= 256:
-                self._record_bases.clear()
-            known = self._record_bases[bkey] = (kern, LaunchRecord.base(
-                name=name or kern.name, grid=kern.grid, cores=active, waves=-(-P // cores),
-                kind="mix" if kern.mix else "vector", double_buffer=kern.double_buffer, launch_overhead=overhead,
-                profile=prof, group=group, start=start,
-                dispatched=max(0, P - cores) if prof.program_dispatch_cycles else 0))
-        record = LaunchRecord.of(known[1], cycles=cycles, bytes_read=int(bytes_r), bytes_written=int(bytes_w),
+        record = LaunchRecord.of(record_base, cycles=cycles, bytes_read=int(bytes_r), bytes_written=int(bytes_w),
                                  time_us=cycles / prof.clock_hz * 1e6, pipe_busy=dict(zip(PIPE_LABELS, busy_total)),
                                  prints=L.print_lines(), diagnostics=L.diagnostics, bytecode=bc,
                                  instructions=instrs, hbm_stretch=stretch, hbm_bytes=hbm, l2_hit_bytes=hits,
@@ -292,6 +279,30 @@ class Device:
             for msg in L.diagnostics[:8]:
                 warnings.warn(f"{record.name}: {msg}", DvmWarning, stacklevel=4)
         return record
+
+    def _bases(self, kern, m, name, P, cores, overhead, group, start, share) -> tuple[dict, dict]:
+        """(``Launch.base``, ``LaunchRecord.base``) of kernel ``kern`` (a ``KernelInfo``) launched with these
+        options: what every such launch has alike, made once (kept with the machine, which the build holds,
+        per kernel instance, options and device settings)."""
+        key = (id(kern), name, cores, overhead, group, start, share)
+        statics = m.launch_statics
+        known = statics.get(key)
+        prof = self.profile
+        options = (self.debug, self.watchdog, self.race_detection)
+        if known is None or known[0] is not kern or known[1] is not prof or known[2] != options:
+            if len(statics) >= 256:
+                statics.clear()
+            active = min(P, cores)
+            launch = Launch.base(kern, prof, debug=self.debug, watchdog=self.watchdog,
+                                 kernel_name=name or kern.name, active_cores=active, loc_of_pc=m.loc_of_pc,
+                                 race_detection=self.race_detection, share=share)
+            record = LaunchRecord.base(
+                name=name or kern.name, grid=kern.grid, cores=active, waves=-(-P // cores),
+                kind="mix" if kern.mix else "vector", double_buffer=kern.double_buffer, launch_overhead=overhead,
+                profile=prof, group=group, start=start,
+                dispatched=max(0, P - cores) if prof.program_dispatch_cycles else 0)
+            known = statics[key] = (kern, prof, options, launch, record)
+        return known[3], known[4]
 
     def _run_one(self, m, kern, L, cores):
         """One program, no trace: the batch's own pipe clock (Python floats) gives what ``_run_batches`` computes

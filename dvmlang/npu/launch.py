@@ -13,24 +13,42 @@ PRINT_LIMIT = 10_000  # the most device-print lines one launch keeps
 
 class Launch:
     """What one run of a bytecode needs: GM tensors, scalar values, profile, options; complete when
-    constructed."""
+    constructed. ``Launch.base`` is what every launch of one kernel instance with the same options shares;
+    ``Launch.of`` makes a launch from it (what ``Device`` does; the constructor is the same in one call)."""
 
     def __init__(self, bc, kernel, arrays: dict[int, np.ndarray], profile, *, watchdog: int, debug=False,
                  kernel_name="", active_cores=1, alias_groups=None, loc_of_pc=None, race_detection=False,
                  resident=None, share: float = 1.0):
+        self.__dict__.update(Launch.base(kernel, profile, watchdog=watchdog, debug=debug, kernel_name=kernel_name,
+                                         active_cores=active_cores, loc_of_pc=loc_of_pc,
+                                         race_detection=race_detection, share=share))
+        self._start(bc, arrays, alias_groups or {p: p for p in arrays}, resident)
+
+    @staticmethod
+    def base(kernel, profile, *, watchdog: int, debug, kernel_name, active_cores, loc_of_pc, race_detection,
+             share) -> dict:
+        """The fields every launch of ``kernel`` (a bytecode's ``KernelInfo``) with these options has alike."""
+        return {"kernel": kernel, "profile": profile, "debug": debug,
+                "watchdog": watchdog,  # the launch-wide instruction budget (Device(watchdog=N))
+                "name": kernel_name or kernel.name, "loc_of_pc": loc_of_pc or _no_location,
+                "race_detection": race_detection, "rate_constants": Rates.constants(profile, active_cores, share)}
+
+    @classmethod
+    def of(cls, base: dict, bc, arrays: dict, alias: dict, resident=None) -> "Launch":
+        """A launch of ``bc`` with ``base``'s fields (``Launch.base``) on ``arrays``."""
+        L = cls.__new__(cls)
+        L.__dict__.update(base)
+        L._start(bc, arrays, alias, resident)
+        return L
+
+    def _start(self, bc, arrays: dict, alias: dict, resident) -> None:
         self.bc = bc
-        self.kernel = kernel
         self.arrays = arrays
-        self.profile = profile
-        self.debug = debug
-        self.watchdog = watchdog  # the launch-wide instruction budget (Device(watchdog=N))
+        self.alias = alias
         self.executed = 0  # instructions run so far, every batch together: what the watchdog counts
-        self.name = kernel_name or kernel.name
-        self.alias = alias_groups or {p: p for p in arrays}
-        self.loc_of_pc = loc_of_pc or (lambda pc: None)
         self.imm = _imm_reader(bc)
-        self.rates = Rates(profile, arrays, self.alias, active_cores, resident or {}, share)
-        self.races = RaceLog() if race_detection else None
+        self.rates = Rates(self.profile, arrays, alias, 0, resident or {}, constants=self.rate_constants)
+        self.races = RaceLog() if self.race_detection else None
         self.prints: list = []  # (pid, sequence, prefix, value, hex, numpy dtype): see add_prints
         self.prints_seen = 0
         self.diagnostics: list[str] = []
@@ -70,6 +88,10 @@ class Launch:
         if dropped:
             out.append(f"... {dropped} more print lines dropped (a launch keeps the first {PRINT_LIMIT})")
         return out
+
+
+def _no_location(pc):
+    return None
 
 
 def _print_order(entry) -> tuple:

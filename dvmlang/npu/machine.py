@@ -99,6 +99,7 @@ class Machine:
         self.index_of_pc: dict[int, int] = {d.pc: i for i, d in enumerate(self.decoded)}
         self.read_again = self._read_again()
         self.loc_of_pc = loc_lookup(bc)
+        self.launch_statics: dict = {}  # what Device._bases made for this machine's launches
         self.steps: list[Step] = [BUILDERS[d.ins.family](self, d) for d in self.decoded]
 
     def _read_again(self) -> set[int]:

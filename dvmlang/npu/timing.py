@@ -149,7 +149,7 @@ def _total(per_program, n: int) -> float:
     return float(np.sum(per_program)) if np.ndim(per_program) else float(per_program) * n
 
 
-_RATES: dict = {}  # (id(profile), active cores, share) -> (profile, dma, l2 read, l2 write, unaligned slowdown)
+_RATES: dict = {}  # (id(profile), active cores, share) -> (profile, Rates.constants)
 
 
 class Rates:
@@ -158,18 +158,9 @@ class Rates:
     cannot beat HBM for the bytes that must cross it (``hbm_bytes``, see ``roofline``). ``resident``: alias group
     -> bytes of it that earlier launches left in L2 (the device's L2 model); reads up to those bytes hit."""
 
-    def __init__(self, profile, arrays: dict, alias: dict, active_cores: int, resident=None, share: float = 1.0):
-        key = (id(profile), active_cores, share)
-        known = _RATES.get(key)
-        if known is None or known[0] is not profile:
-            cores = max(1, active_cores) / share  # side by side in a stage, a kernel has `share` of HBM and L2
-            known = _RATES[key] = (profile, min(profile.mte_bytes_per_cycle, profile.hbm_bytes_per_cycle / cores),
-                                   min(profile.l2_read_bytes_per_cycle, profile.l2_bytes_per_cycle / cores),
-                                   min(profile.l2_write_bytes_per_cycle, profile.l2_bytes_per_cycle / cores),
-                                   1.0 / profile.unaligned_efficiency - 1.0)
-            if len(_RATES) > 256:
-                _RATES.clear()
-        _, self.dma, self.l2, self.l2_write, self.slow = known
+    def __init__(self, profile, arrays: dict, alias: dict, active_cores: int, resident=None, share: float = 1.0,
+                 constants=None):
+        self.dma, self.l2, self.l2_write, self.slow = constants or Rates.constants(profile, active_cores, share)
         self.keep_writes = profile.l2_across_launches
         self.alias = alias
         self.l2_bytes = profile.l2_bytes
@@ -185,6 +176,22 @@ class Rates:
             n = a.nbytes
             if gb.get(g, 0) < n:
                 gb[g] = n
+
+    @staticmethod
+    def constants(profile, active_cores: int, share: float = 1.0) -> tuple[float, float, float, float]:
+        """(HBM, L2 read, L2 write bytes per cycle of one core's GM port, unaligned slowdown) for a launch on
+        ``active_cores`` cores with ``share`` of HBM and L2."""
+        key = (id(profile), active_cores, share)
+        known = _RATES.get(key)
+        if known is None or known[0] is not profile:
+            cores = max(1, active_cores) / share  # side by side in a stage, a kernel has `share` of HBM and L2
+            known = _RATES[key] = (profile, (min(profile.mte_bytes_per_cycle, profile.hbm_bytes_per_cycle / cores),
+                                             min(profile.l2_read_bytes_per_cycle, profile.l2_bytes_per_cycle / cores),
+                                             min(profile.l2_write_bytes_per_cycle, profile.l2_bytes_per_cycle / cores),
+                                             1.0 / profile.unaligned_efficiency - 1.0))
+            if len(_RATES) > 256:
+                _RATES.clear()
+        return known[1]
 
     def _fits(self, g) -> bool:
         return self.group_bytes.get(g, 0) <= self.l2_bytes
