@@ -401,6 +401,27 @@ def test_the_window_grid_product_is_the_stacked_product_in_both_program_orders()
     assert _grid_product(Windows(wa, p % 4), Windows(wb, p % 3), np.float32) is None
 
 
+def test_a_launch_made_from_a_shared_base_is_the_one_the_constructor_makes():
+    from dvmlang.npu.launch import Launch
+    from dvmlang.npu.timing import Rates
+    x = np.ones(16, np.float32)
+    bc = add.encode((1,), x, x, np.empty(16, np.float32), 16, BLOCK=16)
+    dev = Device()
+    arrays, alias = {0: x, 1: x, 2: np.empty(16, np.float32)}, {0: 0, 1: 0, 2: 2}
+    opts = dict(watchdog=99, debug=True, kernel_name="k", active_cores=3, loc_of_pc=None, race_detection=True,
+                share=0.5)
+    a = Launch(bc, bc.kernels[0], arrays, dev.profile, alias_groups=alias, resident={0: 64}, **opts)
+    base = Launch.base(bc.kernels[0], dev.profile, **opts)
+    b, c = Launch.of(base, bc, arrays, alias, {0: 64}), Launch.of(base, bc, arrays, alias, {0: 64})
+    assert vars(a).keys() == vars(b).keys()
+    for k in vars(a):
+        if k not in ("rates", "races", "loc_of_pc"):
+            assert getattr(a, k) == getattr(b, k), k
+    assert vars(a.rates) == vars(b.rates) and a.races is not None and b.races is not c.races
+    assert b.prints is not c.prints and b.rates is not c.rates and b.rates.group_reads is not c.rates.group_reads
+    assert (b.rates.dma, b.rates.l2, b.rates.l2_write, b.rates.slow) == Rates.constants(dev.profile, 3, 0.5)
+
+
 def test_a_launch_record_made_by_of_is_the_one_the_constructor_makes():
     from dvmlang.npu.device import LaunchRecord
     kw = dict(name="k", grid=(1, 1, 1), cycles=5, bytes_read=1, bytes_written=2, waves=3, pipe_busy={"MTE2": 1.0})
