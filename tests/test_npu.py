@@ -485,3 +485,28 @@ def test_a_select_in_a_pending_chain_gives_the_bits_of_one_program_at_a_time():
     assert np.array_equal(y1, y2) and r1.cycles == r2.cycles
     d = x - x.mean(axis=1, keepdims=True)
     np.testing.assert_allclose(y1, d / np.sqrt((d * d).mean(axis=1, keepdims=True) + 1e-5), rtol=1e-4, atol=1e-5)
+
+
+def test_batches_sized_by_a_probe_give_the_bits_and_cycles_of_fixed_ones(monkeypatch):
+    from dvmlang.npu import device as device_mod
+    sizes = []
+    real = device_mod.Batch.__init__
+
+    def counted(self, pids, grid, zero_regs):
+        sizes.append(len(pids))
+        real(self, pids, grid, zero_regs)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((300, 1000)).astype(np.float32)
+    outs = {}
+    for name, dev in (("probe", Device(batch_bytes=2 << 20)), ("fixed", Device(batch_bytes=2 << 20, race_detection=True)),
+                      ("one batch", Device()), ("sequential", Device(sequential=True))):
+        y = np.zeros_like(x)
+        sizes.clear()
+        monkeypatch.setattr(device_mod.Batch, "__init__", counted)
+        rec = _centred_norm[(300,)](x, y, 1000, BLOCK=1024, device=dev)
+        monkeypatch.setattr(device_mod.Batch, "__init__", real)
+        outs[name] = (y, rec.cycles, list(sizes))
+    # 2 MiB counts a program at its footprint (156 per batch); the probe finds it holds less and sizes the rest so
+    assert outs["probe"][2] == [64, 236] and outs["fixed"][2] == [156, 144] and outs["one batch"][2] == [300]
+    for name in ("fixed", "one batch", "sequential"):
+        assert np.array_equal(outs[name][0], outs["probe"][0]) and outs[name][1] == outs["probe"][1], name

@@ -24,10 +24,11 @@ from .l2 import L2Cache
 from .launch import Launch
 from .machine import Machine
 from .profile import Profile, get_profile
-from .state import FIRST_PID, Batch
+from .state import FIRST_PID, Batch, held_bytes
 from .timing import _compose, _total, advance, advance_one, roofline
 
 N_PIPES = isa.N_PIPES
+PROBE = 64  # programs in the first batch of a large untraced launch, which measures what one holds on the host
 DEFAULT_WATCHDOG = 1 << 18  # instructions per kernel launch: a runaway scalar loop ends within a few seconds
 PIPE_LABELS = [isa.PIPE_NAMES[isa.Pipe(q)] for q in range(N_PIPES)]
 _MTE2, _MTE3 = int(isa.Pipe.MTE2), int(isa.Pipe.MTE3)
@@ -252,10 +253,8 @@ class Device:
             body, busy_total, bytes_r, bytes_w, instrs = self._run_one(m, kern, L, cores)
             offsets = shift = T = None
         else:
-            per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
-            B = 1 if self.sequential else max(1, min(P, self.batch_bytes // max(per_prog, 1), 16384))
             body, busy_total, bytes_r, bytes_w, instrs, offsets, shift, T = self._run_batches(
-                m, kern, L, cores, P, B, rec)
+                m, kern, L, cores, P, rec)
         writeback = self.l2.update(keyed, alias, L.rates) if keyed is not None else 0.0
         hbm, hits = L.rates.traffic()
         hbm += writeback
@@ -319,9 +318,10 @@ class Device:
         body = max(end, busy[_MTE2] + busy[_MTE3])
         return body, busy, _total(b.bytes_read, 1), _total(b.bytes_written, 1), b.count
 
-    def _run_batches(self, m, kern, L, cores, P, B, rec):
-        """Every program, in batches of ``B``; their pipe clocks placed on ``cores``. Returns (body, busy per
-        pipe, bytes read, bytes written, instructions, each program's offset, dispatch shift and length)."""
+    def _run_batches(self, m, kern, L, cores, P, rec):
+        """Every program, in batches (``_batch_sizes``); their pipe clocks placed on ``cores``. Returns (body,
+        busy per pipe, bytes read, bytes written, instructions, each program's offset, dispatch shift and
+        length)."""
         prof = self.profile
         T = np.zeros(P)
         first = np.full((N_PIPES, P), np.inf)
@@ -333,12 +333,18 @@ class Device:
         instrs = 0
         dispatch = prof.scalar_dispatch
         steps = m.steps
+        per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
+        size = 1 if self.sequential else max(1, min(P, self.batch_bytes // per_prog, 16384))
+        # untraced, a first batch of PROBE programs measures what a program holds on the host (_resized)
+        probe = rec is None and L.races is None and not m.atomics and size > PROBE and P > size
+        lo = 0
         with np.errstate(all="ignore"):
-            for lo in range(0, P, B):
+            while lo < P:
                 if self.sequential:
                     L.executed = 0  # one program at a time: each gets the budget; a runaway one ends the launch
-                pids = np.arange(lo, min(P, lo + B), dtype=np.int64)
+                pids = np.arange(lo, min(P, lo + (PROBE if probe and lo == 0 else size)), dtype=np.int64)
                 batch = Batch(pids, kern.grid, m.zero_regs)
+                held = 0
                 for b in _execute(steps, batch, L, dispatch, rec):
                     idx = b.pids
                     free, b_first, b_busy, t_issue, done = b.clock()
@@ -351,6 +357,11 @@ class Device:
                     bytes_r += _total(b.bytes_read, 1)
                     bytes_w += _total(b.bytes_written, 1)
                     instrs += b.count
+                    if probe:
+                        held += held_bytes(b)
+                if probe and lo == 0:
+                    size = self._resized(P, size, per_prog, held, len(pids))
+                lo += len(pids)
         if L.races is not None:
             L.races.check(L)
         # the scalar unit issues for the whole program: it is busy from 0 to the issue end
@@ -361,6 +372,18 @@ class Device:
         offsets, core_end = _compose(T, first, last, cores, kern.double_buffer and prof.double_buffer, port)
         body = float(core_end.max()) if len(core_end) else 0.0
         return body, busy.sum(axis=1).tolist(), bytes_r, bytes_w, instrs, offsets, shift, T
+
+    def _resized(self, P: int, size: int, per_prog: int, held: int, n: int) -> int:
+        """The batch size after a first batch of ``n`` programs held ``held`` bytes of host memory at its end. A
+        batch holds at most ``batch_bytes``, counting each program at its on-chip footprint (``per_prog``);
+        what a program really holds is often far less (tiles that view GM, or that were computed straight
+        into it, hold nothing), so the later batches count it at what the first one held, but at no less
+        than a quarter of its footprint. The size changes the host's work, never a result or a cycle: a batch
+        is programs in lockstep, each with its own state and clock (programs that wait on each other's atomics
+        are the exception, they spin as often as the programs run together make them: those keep the fixed
+        size)."""
+        per_prog = max(per_prog // 4, -(-held // n), 1)
+        return max(size, min(P, self.batch_bytes // per_prog, 16384))
 
 
 def _dispatch(T, first, last, cores: int, cycles: int):

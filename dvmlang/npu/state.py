@@ -314,6 +314,18 @@ def _same(x):
     return x
 
 
+def held_bytes(b: Batch) -> int:
+    """Host bytes a batch's on-chip memory holds: the arrays of its tiles that own their memory (not views of
+    GM or of another tile, not pending)."""
+    total = 0
+    for d in b.mem.values():
+        for s in d.values():
+            a = s._arr
+            if a is not None and s.lazy is None and a.base is None:
+                total += a.nbytes
+    return total
+
+
 def owns(v: np.ndarray) -> bool:
     """Whether an array owns its memory (a fresh result, not a view of something else)."""
     return v.base is None and v.flags.writeable
