@@ -28,7 +28,7 @@ from .state import FIRST_PID, Batch, held_bytes
 from .timing import _compose, _total, advance, advance_one, roofline
 
 N_PIPES = isa.N_PIPES
-PROBE = 64  # programs in the first batch of a large untraced launch, which measures what one holds on the host
+PROBE = 64  # programs in the first batch of a large launch, which measures what one holds on the host
 DEFAULT_WATCHDOG = 1 << 18  # instructions per kernel launch: a runaway scalar loop ends within a few seconds
 PIPE_LABELS = [isa.PIPE_NAMES[isa.Pipe(q)] for q in range(N_PIPES)]
 _MTE2, _MTE3 = int(isa.Pipe.MTE2), int(isa.Pipe.MTE3)
@@ -335,8 +335,8 @@ class Device:
         steps = m.steps
         per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
         size = 1 if self.sequential else max(1, min(P, self.batch_bytes // per_prog, 16384))
-        # untraced, a first batch of PROBE programs measures what a program holds on the host (_resized)
-        probe = rec is None and L.races is None and not m.atomics and size > PROBE and P > size
+        # a first batch of PROBE programs measures what a program holds on the host (_resized)
+        probe = L.races is None and not m.atomics and size > PROBE and P > size
         lo = 0
         with np.errstate(all="ignore"):
             while lo < P:
