@@ -319,7 +319,7 @@ class Device:
         return body, busy, _total(b.bytes_read, 1), _total(b.bytes_written, 1), b.count
 
     def _run_batches(self, m, kern, L, cores, P, rec):
-        """Every program, in batches (``_batch_sizes``); their pipe clocks placed on ``cores``. Returns (body,
+        """Every program, in batches (the first a probe, see ``_resized``); their pipe clocks placed on ``cores``. Returns (body,
         busy per pipe, bytes read, bytes written, instructions, each program's offset, dispatch shift and
         length)."""
         prof = self.profile

@@ -155,7 +155,7 @@ _RATES: dict = {}  # (id(profile), active cores, share) -> (profile, Rates.const
 class Rates:
     """A launch's GM transfer rates and the L2 model. A tensor that fits L2 streams in at the per-core L2 read
     rate, and writes to it stay in L2; a larger one moves at the per-core HBM rate. The launch as a whole then
-    cannot beat HBM for the bytes that must cross it (``hbm_bytes``, see ``roofline``). ``resident``: alias group
+    cannot beat HBM for the bytes that must cross it (``traffic``, see ``roofline``). ``resident``: alias group
     -> bytes of it that earlier launches left in L2 (the device's L2 model); reads up to those bytes hit."""
 
     def __init__(self, profile, arrays: dict, alias: dict, active_cores: int, resident=None, share: float = 1.0,
