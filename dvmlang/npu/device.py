@@ -319,9 +319,9 @@ class Device:
         return body, busy, _total(b.bytes_read, 1), _total(b.bytes_written, 1), b.count
 
     def _run_batches(self, m, kern, L, cores, P, rec):
-        """Every program, in batches (the first a probe, see ``_resized``); their pipe clocks placed on ``cores``. Returns (body,
-        busy per pipe, bytes read, bytes written, instructions, each program's offset, dispatch shift and
-        length)."""
+        """Every program, in batches (the first a probe, see ``_resized``); their pipe clocks placed on
+        ``cores``. Returns (body, busy per pipe, bytes read, bytes written, instructions, each program's offset,
+        dispatch shift and length)."""
         prof = self.profile
         T = np.zeros(P)
         first = np.full((N_PIPES, P), np.inf)
