@@ -475,16 +475,41 @@ def _centred_norm(x_ptr, y_ptr, n_cols, BLOCK: dl.constexpr):
     dl.store(y_ptr + row * n_cols + cols, d * (1.0 / dl.sqrt(dl.sum(d * d, axis=0) / n_cols + 1e-5)), mask=mask)
 
 
-def test_a_select_in_a_pending_chain_gives_the_bits_of_one_program_at_a_time():
-    # 300 rows of 4 KiB: the pending chain through the select is evaluated in several row chunks
+@dvmlang.kernel
+def _select_none(x_ptr, y_ptr, BLOCK: dl.constexpr):
+    row = dl.program_id(0)
+    cols = dl.arange(0, BLOCK)
+    x = dl.load(x_ptr + row * BLOCK + cols)
+    dl.store(y_ptr + row * BLOCK + cols, dl.where(cols < 0, x * 2.0, x + 1.0))  # false everywhere
+
+
+@pytest.mark.parametrize("n_cols", [1000, 1024])
+def test_a_select_in_a_pending_chain_gives_the_bits_of_one_program_at_a_time(n_cols, monkeypatch):
+    # 300 rows of 4 KiB: the pending chain through the select is evaluated in several row chunks; with 1024
+    # columns the select's condition is true everywhere, and its result is its first operand as it is
+    from dvmlang.npu.units import vector
     rng = np.random.default_rng(5)
-    x = rng.standard_normal((300, 1000)).astype(np.float32)
-    y1, y2 = np.zeros_like(x), np.zeros_like(x)
-    r1 = _centred_norm[(300,)](x, y1, 1000, BLOCK=1024, device=Device())
-    r2 = _centred_norm[(300,)](x, y2, 1000, BLOCK=1024, device=Device(sequential=True))
-    assert np.array_equal(y1, y2) and r1.cycles == r2.cycles
+    x = rng.standard_normal((300, n_cols)).astype(np.float32)
+    ys = []
+    for dev, as_is in ((Device(), vector._as_is), (Device(sequential=True), vector._as_is),
+                       (Device(), lambda *a: False)):
+        monkeypatch.setattr(vector, "_as_is", as_is)
+        y = np.zeros_like(x)
+        ys.append((y, _centred_norm[(300,)](x, y, n_cols, BLOCK=1024, device=dev).cycles))
+    assert all(np.array_equal(y, ys[0][0]) and c == ys[0][1] for y, c in ys)
     d = x - x.mean(axis=1, keepdims=True)
-    np.testing.assert_allclose(y1, d / np.sqrt((d * d).mean(axis=1, keepdims=True) + 1e-5), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ys[0][0], d / np.sqrt((d * d).mean(axis=1, keepdims=True) + 1e-5), rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_a_select_false_everywhere_is_its_second_operand(monkeypatch):
+    from dvmlang.npu.units import vector
+    x = np.random.default_rng(7).standard_normal((40, 256)).astype(np.float32)
+    y1, y2 = np.zeros_like(x), np.zeros_like(x)
+    r1 = _select_none[(40,)](x, y1, BLOCK=256, device=Device())
+    monkeypatch.setattr(vector, "_as_is", lambda *a: False)
+    r2 = _select_none[(40,)](x, y2, BLOCK=256, device=Device())
+    assert np.array_equal(y1, x + np.float32(1.0)) and np.array_equal(y1, y2) and r1.cycles == r2.cycles
 
 
 def test_batches_sized_by_a_probe_give_the_bits_and_cycles_of_fixed_ones(monkeypatch):

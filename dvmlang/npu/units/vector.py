@@ -11,7 +11,7 @@ from ...errors import DeviceError
 from ...vm import isa
 from ...vm.decode import sop_parts
 from ..convert import cast, cast_rtz, lift
-from ..state import arg_value, chunks, eval_rows
+from ..state import Slot, arg_value, chunks, eval_rows
 from .registry import builds
 
 
@@ -97,14 +97,42 @@ def vun(m, d):
 
 @builds("vsel")
 def vsel(m, d):
-    rank = len(m.layout(d.vals["dst"])[2])
+    _, ddt, dshape = m.layout(d.vals["dst"])
+    rank, npdt, nbytes, dshape = len(dshape), ddt.np, m.tile_bytes(d.vals["dst"]), tuple(dshape)
     sc, sa, sb = (m.reader(d.vals[k], rank=rank).source for k in ("c", "a", "b"))
-    lazy = m.writer(d.vals["dst"]).lazy
+    w = m.writer(d.vals["dst"])
+    lazy = w.lazy
     keep = d.pc in m.read_again
 
     def fn(b, L):  # pending like the elementwise ops: a chain through a select is evaluated in row chunks
-        lazy(b, np.where, (sc(b, L), sa(b, L), sb(b, L)), keep)
+        c, x, y = sc(b, L), sa(b, L), sb(b, L)
+        cv = c[0]
+        if cv.__class__ is np.ndarray and cv.shape[0] == 1:  # one condition for every program
+            pick = x if cv.all() else y if not cv.any() else None
+            if pick is not None and _as_is(b, w, pick, npdt, dshape, nbytes, keep):
+                return
+        lazy(b, np.where, (c, x, y), keep)
     return m.step(d, fn, _cost(m, d, ("dst",)))
+
+
+def _as_is(b, w, source, npdt, shape, nbytes, keep) -> bool:
+    """Put the operand ``source`` (a reader's ``source`` pair) into the destination tile as it is when it has
+    the tile's dtype and shape, so it is what the select gives (a condition true, or false, everywhere):
+    ``np.where`` would return the same elements at the cost of a pass over them. False when it does not.
+    A pending operand stays pending, one value in both tiles (kept once computed if the select's result is
+    read again)."""
+    v, gm = source
+    if v.__class__ is tuple:
+        slot, full = v
+        if slot.dtype != npdt or tuple(slot.shape) != shape or tuple(full) != shape:
+            return False
+        slot.keep = slot.keep or keep
+    elif v.dtype != npdt or v.shape[1:] != shape:
+        return False
+    else:
+        slot = Slot(v, nbytes, gm)
+    w.slot(b, slot)
+    return True
 
 
 @builds("vfma")
