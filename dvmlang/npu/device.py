@@ -173,8 +173,7 @@ class Device:
             alias_groups=None) -> LaunchRecord:
         """Execute every kernel of ``bc`` (validated) on ``arrays`` (param index -> flat array)."""
         t0 = time.perf_counter()
-        bc.validate()
-        self._check_fits(bc)
+        self._ready(bc)
         total = None
         for k in range(len(bc.kernels)):
             rec = self._run_kernel(bc, k, arrays, trace, name, alias_groups)
@@ -200,8 +199,7 @@ class Device:
         members = []
         for stage in stages:
             for bc, _, _, _ in stage:
-                bc.validate()
-                self._check_fits(bc)
+                self._ready(bc)
             shares = _split_cores(stage, prof)
             longest = 0.0
             for (bc, arrays, kname, alias), cores in zip(stage, shares):
@@ -218,6 +216,15 @@ class Device:
         self.simulated_cycles += total.cycles
         self.simulated_us += total.cycles / self.profile.clock_hz * 1e6
         return total
+
+    def _ready(self, bc):
+        """Validate ``bc`` and check that it fits this device: once per instance and profile (a relaunch of a
+        cached instance has been through both)."""
+        fields = bc.__dict__
+        if fields.get("_fits") is not self.profile or bc.decoded is None:
+            bc.validate()
+            self._check_fits(bc)
+            fields["_fits"] = self.profile
 
     def _check_fits(self, bc):
         p = self.profile

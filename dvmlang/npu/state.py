@@ -185,7 +185,7 @@ class Batch:
             self.pipe_first = np.full((isa.N_PIPES, n), np.inf)
             self.pipe_busy = np.zeros((isa.N_PIPES, n))
         self.flags: dict = {}
-        self.print_seq = np.zeros(n, dtype=np.int64)
+        self.print_seq = 0  # each program's device prints so far: one number while they all printed alike
         # GM bytes each program moved: one Python number for a batch of one (what its DMA steps count in)
         self.bytes_read = 0.0 if self.scalar else np.zeros(n)
         self.bytes_written = 0.0 if self.scalar else np.zeros(n)
@@ -222,7 +222,7 @@ class Batch:
         b.pipe_first = self.pipe_first[:, mask]
         b.pipe_busy = self.pipe_busy[:, mask]
         b.flags = {k: (v[mask] if np.ndim(v) else v) for k, v in self.flags.items()}
-        b.print_seq = self.print_seq[mask]
+        b.print_seq = self.print_seq[mask] if np.ndim(self.print_seq) else self.print_seq
         b.bytes_read = self.bytes_read[mask]
         b.bytes_written = self.bytes_written[mask]
         b.last_bytes = 0

@@ -15,6 +15,7 @@ import sys
 import zlib
 from array import array
 from collections import OrderedDict
+from math import prod
 from pathlib import Path
 
 import numpy as np
@@ -415,21 +416,31 @@ class Encoder:
 
     def encode_values(self, values: list, grid: tuple[int, int, int], keys=None) -> Bytecode:
         """One launch instance from the runtime parameters' values in order (C-contiguous numpy arrays for
-        tensors, numbers for scalars): the launch path's encoder. Only the tensors are visited; the scalar
-        parameters' table entries and ``ParamInfo`` records never change and are reused, and a tensor's
-        table entry is remembered by shape (tensors of one shape recur within and across launches).
-        ``keys``, when given, holds each tensor's ``(dtype, shape, strides in bytes, ...)`` already read
-        from the array by the launch path."""
+        tensors, numbers for scalars): the launch path's encoder. Only the tensors are visited, for the
+        global memory each spans (which places the next); the scalar parameters' table entries and
+        ``ParamInfo`` records never change and are reused. The parameter table itself is written with the
+        container bytes, when they are first asked for (``table``; a launch never asks). ``keys``, when
+        given, holds each tensor's ``(dtype, shape, strides in bytes, ...)`` already read from the array by
+        the launch path."""
         code = self._words[:]
         for w, p, bits in self._scalar_slots:
             code[w] = bits(values[p])
         if keys is None:
-            keys = [(v.dtype, v.shape, v.strides) if isinstance(v, np.ndarray) else None for v in values]
+            keys = tuple([(v.dtype, v.shape, v.strides) if isinstance(v, np.ndarray) else None for v in values])
+        cur = GM_BASE
+        for i, _, itemsize, words in self._tensor_patches:
+            for w in words:  # the words that hold this tensor's address
+                code[w] = cur
+            cur += (max(1, prod(keys[i][1])) * itemsize + GM_ALIGN - 1) // GM_ALIGN * GM_ALIGN  # _tensor_entry's
+        return self._instance(code, keys, (self, keys), grid)  # ParamInfo records: made on first use too
+
+    def table(self, keys) -> list[bytes]:
+        """The parameter table of an ``encode_values`` instance from its tensors' keys, as parts to join: each
+        tensor's entry is remembered by key (tensors of one shape recur within and across launches)."""
         parts = [self._param_head]
         append = parts.append
         entries = self._entries
-        cur = GM_BASE
-        for i, pre, itemsize, words in self._tensor_patches:
+        for i, pre, itemsize, _ in self._tensor_patches:
             key = keys[i]
             e = entries.get(key)
             if e is None:
@@ -439,11 +450,8 @@ class Encoder:
                 entries[key] = e
             append(pre)
             append(e[0])
-            for w in words:  # the words that hold this tensor's address
-                code[w] = cur
-            cur += e[2]
         append(self._param_tail)
-        return self._instance(code, parts, (self, keys), grid)  # ParamInfo records: made on first use
+        return parts
 
     def param_infos(self, keys) -> list[ParamInfo]:
         """The parameter table of an instance from its tensors' (dtype, shape, byte strides, ...) keys."""
@@ -460,9 +468,10 @@ class Encoder:
         return self._instance(code, parts, params, grid)
 
     def _instance(self, code, parts, params, grid) -> Bytecode:
-        """The ``Bytecode`` of patched ``code``, the parameter table ``parts`` and ``grid``. Its container bytes
-        are written when first asked for (``to_bytes``; a launch never asks), from what this instance was
-        encoded with: the code as it is now, the table and the grid."""
+        """The ``Bytecode`` of patched ``code``, the parameter table ``parts`` (a list of bytes to join, or the
+        tensors' keys it is written from, a tuple: see ``encode_values``) and ``grid``. Its container bytes are
+        written when first asked for (``to_bytes``; a launch never asks), from what this instance was encoded
+        with: the code as it is now, the table and the grid."""
         k = self._kernel
         # every instance shares the build's fields: one dict update instead of Bytecode.__init__
         bc = Bytecode.__new__(Bytecode)
@@ -499,7 +508,10 @@ class _Pending:
         self.encoder, self.parts, self.grid, self.code_bytes = encoder, parts, grid, code_bytes
 
     def write(self) -> bytes:
-        return self.encoder.container(self.parts, self.grid, self.code_bytes)
+        parts = self.parts
+        if parts.__class__ is not list:  # the tensors' keys (``Encoder.encode_values``): the table is written now
+            parts = self.encoder.table(parts)
+        return self.encoder.container(parts, self.grid, self.code_bytes)
 
 
 # value -> its unsigned / signed LEB128 bytes: dimensions and strides recur

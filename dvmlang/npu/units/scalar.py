@@ -224,9 +224,9 @@ def print_(m, d):
             arr = read(b, L)
             arr = np.broadcast_to(arr, (b.n,) + arr.shape[1:])
             vals = [arr[i] for i in range(b.n)]
-        L.add_prints([(int(b.pids[i]), int(b.print_seq[i]), prefix, vals[i], bool(hexa), npdt)
-                      for i in range(b.n)])
-        b.print_seq += 1
+        seq = np.broadcast_to(b.print_seq, (b.n,))
+        L.add_prints([(int(b.pids[i]), int(seq[i]), prefix, vals[i], bool(hexa), npdt) for i in range(b.n)])
+        b.print_seq = b.print_seq + 1
     return _op(m, d, fn)
 
 
