@@ -314,10 +314,7 @@ class Device:
         """One program, no trace: the batch's own pipe clock (Python floats) gives what ``_run_batches`` computes
         for a grid of one: no dispatch, one wave, the core busy until its program ends or its GM port's
         transfers do. Returns (body, busy per pipe, bytes read, bytes written, instructions)."""
-        batch = Batch(FIRST_PID, kern.grid, m.zero_regs)
-        with np.errstate(all="ignore"):
-            for b in _execute(m.steps, batch, L, self.profile.scalar_dispatch, None):
-                pass
+        b = _run_alone(m.steps, Batch(FIRST_PID, kern.grid, m.zero_regs), L, self.profile.scalar_dispatch)
         if L.races is not None:
             L.races.check(L)
         free, busy = b.pipe_free, list(b.pipe_busy)
@@ -435,6 +432,14 @@ def _watchdog_timeout(L: Launch, s, b: Batch) -> WatchdogTimeout:
         f"kernel `{L.name}`: the launch executed more than {L.watchdog} instructions (a runaway loop?) — program(s) "
         f"{b.pids[:4].tolist()} stopped at pc {s.pc} ({s.ins.name})" + where +
         "\nhint: check the loop condition, or raise the limit with dvmlang.npu.Device(watchdog=N)")
+
+
+@np.errstate(all="ignore")  # as a decorator: a little less host time per launch than a with statement
+def _run_alone(steps, batch: Batch, L: Launch, dispatch: int) -> Batch:
+    """Run a batch of one program (which never splits) to its end, untraced; returns it."""
+    for b in _execute(steps, batch, L, dispatch, None):
+        pass
+    return b
 
 
 def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):

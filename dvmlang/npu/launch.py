@@ -70,6 +70,8 @@ class Launch:
 
     def print_lines(self) -> list[str]:
         """The print lines to show, in output order, as text, and a last line saying how many were dropped."""
+        if not self.prints_seen:
+            return []
         self.prints.sort(key=_print_order)
         del self.prints[PRINT_LIMIT:]
         dropped = self.prints_seen - len(self.prints)

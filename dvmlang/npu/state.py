@@ -9,6 +9,8 @@ wrote yield poison (NaN for floats, all-ones for integers).
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import numpy as np
 
 from ..errors import UninitializedRead
@@ -169,7 +171,7 @@ class Batch:
             self.coords = ((pids % g0).astype(np.int32), ((pids // g0) % g1).astype(np.int32),
                            (pids // (g0 * g1)).astype(np.int32))
         self.regs = list(zero_regs)  # steps replace a register's value, never write into it: zeros can be shared
-        self.mem = {sp: {} for sp in SPACES}
+        self.mem = defaultdict(dict)  # space -> addr -> Slot; a space's dict is made when first used
         self.count = 0
         n = self.n
         # a batch of one program keeps its pipe clock in Python floats (timing.advance_one: the same arithmetic)
@@ -209,7 +211,7 @@ class Batch:
         b.n = len(b.pids)
         b.coords = tuple(c[mask] for c in self.coords)
         b.regs = [r[mask] if np.ndim(r) else r for r in self.regs]
-        b.mem = {}
+        b.mem = defaultdict(dict)
         for sp, d in self.mem.items():
             nd = {}
             for a, s in d.items():
