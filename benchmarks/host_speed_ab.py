@@ -17,8 +17,8 @@ gallery's vector add, softmax and layernorm kernels defined once for each) and t
 blocks, so both see every phase of the machine alike; it prints each side's median and the median of the
 rounds' after/before ratios with its 10th and 90th percentiles, which resolves changes of a few per cent.
 It checks first that both sides give the same results and cycles. Workloads (``--only``): relaunch,
-encode (the gallery layernorm on new shapes), softmax and layernorm 8192x1024, vadd (16M); the simulator
-ones also time numpy's version.
+encode (the gallery layernorm on new shapes), softmax and layernorm 8192x1024 (the gallery's), layernorm_row
+(sim_throughput.py's, host_speed.py's simulator row), vadd (16M); the simulator ones also time numpy's version.
 
     python benchmarks/host_speed_ab.py /tmp/before --in-process --only relaunch,vadd [--rounds 40]
 """
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import inspect
 import json
 import os
 import shutil
@@ -45,8 +46,9 @@ QUIET_LOOP = 600e-6  # seconds the machine_speed loop takes on the quiet develop
 
 
 FIGURES = ("relaunch", "encode", "graph", "from_bytes")
-IN_PROCESS = ("relaunch", "encode", "softmax", "layernorm", "vadd")
+IN_PROCESS = ("relaunch", "encode", "softmax", "layernorm", "layernorm_row", "vadd")
 GALLERY = ("vector_add", "softmax", "layernorm")  # examples/ modules whose kernels each side defines
+BENCH_KERNELS = ("layernorm_row",)  # sim_throughput.py's kernels each side defines (host_speed.py's simulator rows)
 
 
 def measure(which=FIGURES) -> dict:
@@ -110,6 +112,11 @@ def _load_sides(before: Path) -> dict:
             text = text.replace("import dvmlang\n", f"import {pkg} as dvmlang\n")
             (tmp / f"{name}_{side}.py").write_text(text)
             mods[name] = importlib.import_module(f"{name}_{side}")
+        import sim_throughput
+        (tmp / f"bench_kernels_{side}.py").write_text(
+            f"import {pkg} as dvmlang\nimport {pkg}.language as dl\n\n\n" +
+            "\n\n".join(inspect.getsource(getattr(sim_throughput, k).fn) for k in BENCH_KERNELS))
+        mods["bench"] = importlib.import_module(f"bench_kernels_{side}")
         mods["dvmlang"] = importlib.import_module(pkg)
         sides[side] = mods
     return sides
@@ -152,6 +159,9 @@ def _workload(name: str, rng):
     def ln():
         mu = x.mean(axis=1, keepdims=True)
         return (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=1, keepdims=True) + 1e-5) * w + b
+    if name == "layernorm_row":  # host_speed.py's simulator row: one row per program, one tile
+        return (lambda m, d: m["bench"].layernorm_row[(8192,)](x, o, w, b, 1024, 1024, 1e-5, BLOCK=1024, device=d),
+                2, ln, o)
     return (lambda m, d: m["layernorm"].layernorm[(8192,)](x, o, w, b, mean, rstd, 1024, 1024, 1e-5, BLOCK=1024,
                                                             device=d), 2, ln, o)
 
