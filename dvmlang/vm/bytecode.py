@@ -28,6 +28,8 @@ from .disasm import disassemble
 
 GM_BASE = 1 << 36
 GM_ALIGN = 4096
+_GM_MASK = -GM_ALIGN  # rounds down to GM_ALIGN (a power of two)
+assert GM_ALIGN & (GM_ALIGN - 1) == 0
 _TEMPLATE_KEYS = itertools.count(1)  # identities of encoders (builds), never reused within a process
 
 
@@ -383,6 +385,7 @@ class Encoder:
                                   {s: template.footprint.get(s, 0) for s in C.SPACES}, template.double_buffer,
                                   template.kind == "mix")
         self._little = sys.byteorder == "little"
+        self._infos: dict = {}  # grid -> KernelInfo (_instance)
         proto = Bytecode(major=C.VERSION_MAJOR, minor=C.VERSION_MINOR, flags=self.flags, target=target,
                          strings=strings, params=[], layouts=self.layouts, kernels=[], code=array("Q"),
                          relocs=self.relocs, debug=self.debug)
@@ -431,7 +434,7 @@ class Encoder:
         for i, _, itemsize, words in self._tensor_patches:
             for w in words:  # the words that hold this tensor's address
                 code[w] = cur
-            cur += (max(1, prod(keys[i][1])) * itemsize + GM_ALIGN - 1) // GM_ALIGN * GM_ALIGN  # _tensor_entry's
+            cur += ((prod(keys[i][1]) or 1) * itemsize + GM_ALIGN - 1) & _GM_MASK  # the span, as _tensor_entry's
         return self._instance(code, keys, (self, keys), grid)  # ParamInfo records: made on first use too
 
     def table(self, keys) -> list[bytes]:
@@ -482,8 +485,13 @@ class Encoder:
         else:
             fields["_params"] = None
             fields["_param_rows"] = params
-        fields["kernels"] = [KernelInfo(k.name, grid, 0, k.code_words, k.reg_types, k.footprint, k.double_buffer,
-                                        k.mix)]
+        info = self._infos.get(grid)
+        if info is None:  # the kernel record of a grid, shared by the instances launched with it (never changed)
+            if len(self._infos) >= 1024:
+                self._infos.clear()
+            info = self._infos[grid] = KernelInfo(k.name, grid, 0, k.code_words, k.reg_types, k.footprint,
+                                                  k.double_buffer, k.mix)
+        fields["kernels"] = [info]
         fields["code"] = code
         fields["_bytes"] = _Pending(self, parts, grid, code.tobytes() if self._little else _swapped(code))
         fields["decoded"] = self.decoded
