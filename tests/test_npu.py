@@ -483,6 +483,18 @@ def _select_none(x_ptr, y_ptr, BLOCK: dl.constexpr):
     dl.store(y_ptr + row * BLOCK + cols, dl.where(cols < 0, x * 2.0, x + 1.0))  # false everywhere
 
 
+def _counting_as_is(monkeypatch):
+    """Patch the select shortcut (``units/vector._as_is``) to count the times it is taken."""
+    from dvmlang.npu.units import vector
+    real, taken = vector._as_is, []
+
+    def counted(*a):
+        taken.append(real(*a))
+        return taken[-1]
+    monkeypatch.setattr(vector, "_as_is", counted)
+    return taken
+
+
 @pytest.mark.parametrize("n_cols", [1000, 1024])
 def test_a_select_in_a_pending_chain_gives_the_bits_of_one_program_at_a_time(n_cols, monkeypatch):
     # 300 rows of 4 KiB: the pending chain through the select is evaluated in several row chunks; with 1024
@@ -491,11 +503,13 @@ def test_a_select_in_a_pending_chain_gives_the_bits_of_one_program_at_a_time(n_c
     rng = np.random.default_rng(5)
     x = rng.standard_normal((300, n_cols)).astype(np.float32)
     ys = []
-    for dev, as_is in ((Device(), vector._as_is), (Device(sequential=True), vector._as_is),
-                       (Device(), lambda *a: False)):
-        monkeypatch.setattr(vector, "_as_is", as_is)
+    for dev, shortcut in ((Device(), True), (Device(sequential=True), True), (Device(), False)):
+        taken = _counting_as_is(monkeypatch)
+        if not shortcut:
+            monkeypatch.setattr(vector, "_as_is", lambda *a: False)
         y = np.zeros_like(x)
         ys.append((y, _centred_norm[(300,)](x, y, n_cols, BLOCK=1024, device=dev).cycles))
+        assert any(taken) == (shortcut and n_cols == 1024)
     assert all(np.array_equal(y, ys[0][0]) and c == ys[0][1] for y, c in ys)
     d = x - x.mean(axis=1, keepdims=True)
     np.testing.assert_allclose(ys[0][0], d / np.sqrt((d * d).mean(axis=1, keepdims=True) + 1e-5), rtol=1e-4,
@@ -506,7 +520,9 @@ def test_a_select_false_everywhere_is_its_second_operand(monkeypatch):
     from dvmlang.npu.units import vector
     x = np.random.default_rng(7).standard_normal((40, 256)).astype(np.float32)
     y1, y2 = np.zeros_like(x), np.zeros_like(x)
+    taken = _counting_as_is(monkeypatch)
     r1 = _select_none[(40,)](x, y1, BLOCK=256, device=Device())
+    assert taken == [True]
     monkeypatch.setattr(vector, "_as_is", lambda *a: False)
     r2 = _select_none[(40,)](x, y2, BLOCK=256, device=Device())
     assert np.array_equal(y1, x + np.float32(1.0)) and np.array_equal(y1, y2) and r1.cycles == r2.cycles

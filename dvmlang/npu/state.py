@@ -18,7 +18,6 @@ from ..vm import isa
 
 MAX_PENDING_DEPTH = 64  # longer chains of pending elementwise computations are evaluated eagerly
 CHUNK_BYTES = 512 << 10  # pending computations are evaluated in row chunks of about this size (cache-sized)
-SPACES = ("ub", "l1", "l0a", "l0b", "l0c")
 
 
 class Slot:

@@ -27,10 +27,13 @@ from .container import DebugInfo, KernelInfo, ParamInfo, TargetInfo
 from .disasm import disassemble
 
 GM_BASE = 1 << 36
-GM_ALIGN = 4096
-_GM_MASK = -GM_ALIGN  # rounds down to GM_ALIGN (a power of two)
-assert GM_ALIGN & (GM_ALIGN - 1) == 0
+GM_ALIGN = 4096  # a power of two (gm_span rounds with a mask)
 _TEMPLATE_KEYS = itertools.count(1)  # identities of encoders (builds), never reused within a process
+
+
+def gm_span(count: int, itemsize: int) -> int:
+    """The global memory a tensor of ``count`` elements spans: at least one element, rounded up to GM_ALIGN."""
+    return ((count or 1) * itemsize + GM_ALIGN - 1) & -GM_ALIGN
 
 
 def gm_addresses(params: list[ParamInfo]) -> list[int | None]:
@@ -42,10 +45,7 @@ def gm_addresses(params: list[ParamInfo]) -> list[int | None]:
             out.append(None)
             continue
         out.append(cur)
-        n = 1
-        for s in p.shape:
-            n *= s
-        cur += (max(1, n) * p.dtype.itemsize + GM_ALIGN - 1) // GM_ALIGN * GM_ALIGN
+        cur += gm_span(prod(p.shape), p.dtype.itemsize)
     return out
 
 
@@ -434,7 +434,7 @@ class Encoder:
         for i, _, itemsize, words in self._tensor_patches:
             for w in words:  # the words that hold this tensor's address
                 code[w] = cur
-            cur += ((prod(keys[i][1]) or 1) * itemsize + GM_ALIGN - 1) & _GM_MASK  # the span, as _tensor_entry's
+            cur += gm_span(prod(keys[i][1]), itemsize)
         return self._instance(code, keys, (self, keys), grid)  # ParamInfo records: made on first use too
 
     def table(self, keys) -> list[bytes]:
@@ -536,7 +536,7 @@ def _leb(memo: OrderedDict, n: int, write) -> bytes:
 
 def _tensor_entry(shape, byte_strides, itemsize: int) -> tuple[bytes, tuple[int, ...], int]:
     """A tensor's parameter-table entry after its kind/name/dtype/rank prefix: (LEB128 dimensions then
-    strides in elements, the strides in elements, the global memory it spans rounded up to GM_ALIGN)."""
+    strides in elements, the strides in elements, the global memory it spans: ``gm_span``)."""
     us, ss = _LEB
     strides = tuple([x // itemsize for x in byte_strides])
     out = []
@@ -546,7 +546,7 @@ def _tensor_entry(shape, byte_strides, itemsize: int) -> tuple[bytes, tuple[int,
         n *= d
     for d in strides:
         out.append(ss.get(d) or _leb(ss, d, C.sleb))
-    return b"".join(out), strides, (max(1, n) * itemsize + GM_ALIGN - 1) // GM_ALIGN * GM_ALIGN
+    return b"".join(out), strides, gm_span(n, itemsize)
 
 
 def _swapped(code: array) -> bytes:

@@ -127,9 +127,9 @@ def _as_is(b, w, source, npdt, shape, nbytes, keep) -> bool:
         if slot.dtype != npdt or tuple(slot.shape) != shape or tuple(full) != shape:
             return False
         slot.keep = slot.keep or keep
-    elif v.dtype != npdt or v.shape[1:] != shape:
-        return False
     else:
+        if v.dtype != npdt or v.shape[1:] != shape:
+            return False
         slot = Slot(v, nbytes, gm)
     w.slot(b, slot)
     return True
