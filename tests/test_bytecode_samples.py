@@ -17,9 +17,9 @@ import pytest
 import dvmlang
 import dvmlang.language as dl
 from dvmlang.npu import Device
-from kernels import add as vector_add
-from kernels import loop_sum as loop_if
-from kernels import matmul, softmax
+from sample_kernels import add as vector_add
+from sample_kernels import loop_sum as loop_if
+from sample_kernels import matmul, softmax
 
 
 

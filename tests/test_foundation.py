@@ -5,7 +5,7 @@ import pytest
 
 import dvmlang
 import dvmlang.language as dl
-from kernels import add, loop_sum, softmax
+from sample_kernels import add, loop_sum, softmax
 
 
 

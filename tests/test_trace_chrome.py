@@ -10,7 +10,7 @@ import pytest
 import dvmlang
 import dvmlang.language as dl
 from dvmlang.trace.chrome import _lanes, chrome_trace, save_chrome
-from kernels import matmul
+from sample_kernels import matmul
 
 
 @dvmlang.kernel

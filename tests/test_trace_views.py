@@ -8,7 +8,7 @@ from rich.console import Console
 
 import dvmlang
 import dvmlang.language as dl
-from kernels import matmul
+from sample_kernels import matmul
 from dvmlang.trace.stats import analyse, busy_per_bin, line_stats, nice_step
 from dvmlang.trace.timeline import glyphs
 from dvmlang.trace.views import compare, render

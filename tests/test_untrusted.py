@@ -19,7 +19,7 @@ from dvmlang.npu import Device
 from dvmlang.vm import container as C
 from dvmlang.vm import decode, isa
 from dvmlang.vm.lower import encode_into
-from kernels import add
+from sample_kernels import add
 
 SECRET = "SECRET-HOST-LINE-DO-NOT-SHOW"
 
