@@ -117,10 +117,11 @@ class SimulationClock:
     """Accumulates the wall time spent executing programs (``_execute``) and placing them on cores
     (``_compose``) inside ``Device.run``, by wrapping those two module functions."""
 
-    def __init__(self):
+    def __init__(self, module=device_mod):
         self.spent = 0.0
-        self._execute = device_mod._execute
-        self._compose = device_mod._compose
+        self.module = module  # the device module whose functions are wrapped (another checkout's, for A/B)
+        self._execute = module._execute
+        self._compose = module._compose
 
     def __enter__(self):
         clock = self
@@ -145,13 +146,13 @@ class SimulationClock:
             finally:
                 clock.spent += time.perf_counter() - t0
 
-        device_mod._execute = timed_execute
-        device_mod._compose = timed_compose
+        self.module._execute = timed_execute
+        self.module._compose = timed_compose
         return self
 
     def __exit__(self, *exc):
-        device_mod._execute = self._execute
-        device_mod._compose = self._compose
+        self.module._execute = self._execute
+        self.module._compose = self._compose
         return False
 
 

@@ -17,7 +17,8 @@ gallery's vector add, softmax and layernorm kernels defined once for each) and t
 blocks, so both see every phase of the machine alike; it prints each side's median and the median of the
 rounds' after/before ratios with its 10th and 90th percentiles, which resolves changes of a few per cent.
 It checks first that both sides give the same results and cycles. Workloads (``--only``): relaunch,
-encode (the gallery layernorm on new shapes), softmax and layernorm 8192x1024 (the gallery's), layernorm_row
+overhead (the relaunch's time outside executing its programs: host_speed.py's "dvmlang overhead"), encode (the
+gallery layernorm on new shapes), softmax and layernorm 8192x1024 (the gallery's), layernorm_row
 (sim_throughput.py's, host_speed.py's simulator row), vadd (16M); the simulator ones also time numpy's version.
 
     python benchmarks/host_speed_ab.py /tmp/before --in-process --only relaunch,vadd [--rounds 40]
@@ -46,7 +47,7 @@ QUIET_LOOP = 600e-6  # seconds the machine_speed loop takes on the quiet develop
 
 
 FIGURES = ("relaunch", "encode", "graph", "from_bytes")
-IN_PROCESS = ("relaunch", "encode", "softmax", "layernorm", "layernorm_row", "vadd")
+IN_PROCESS = ("relaunch", "overhead", "encode", "softmax", "layernorm", "layernorm_row", "vadd")
 GALLERY = ("vector_add", "softmax", "layernorm")  # examples/ modules whose kernels each side defines
 BENCH_KERNELS = ("layernorm_row",)  # sim_throughput.py's kernels each side defines (host_speed.py's simulator rows)
 
@@ -125,7 +126,7 @@ def _load_sides(before: Path) -> dict:
 def _workload(name: str, rng):
     """(call(modules, device) -> record or None, block: calls per timed sample, numpy's version or None, the
     output array both sides' results are compared by)."""
-    if name == "relaunch":
+    if name in ("relaunch", "overhead"):
         x, y, o = (rng.random(16, dtype=np.float32) for _ in range(3))
         return lambda m, d: m["vector_add"].add[(1,)](x, y, o, 16, BLOCK=16, device=d), 200, None, o
     if name == "vadd":
@@ -167,6 +168,8 @@ def _workload(name: str, rng):
 
 
 def in_process(before: Path, which, rounds: int) -> int:
+    sys.path.insert(0, str(HERE))
+    from encode_latency import SimulationClock
     sides = _load_sides(before)
     for name in which:
         call, block, ref, out = _workload(name, np.random.default_rng(1))
@@ -181,6 +184,9 @@ def in_process(before: Path, which, rounds: int) -> int:
             print(f"{name}: the two checkouts disagree (cycles {cb} / {ca}); not timed")
             continue
         times = {"before": [], "after": [], "numpy": []}
+        # "overhead": the relaunch's time outside executing programs and placing them (host_speed.py's figure)
+        clocks = {side: SimulationClock(m["dvmlang"].npu.device) for side, m in sides.items()} \
+            if name == "overhead" else {}
         gc.collect()
         for r in range(rounds):
             order = ["before", "after", "numpy"] if r % 2 == 0 else ["numpy", "after", "before"]
@@ -188,6 +194,15 @@ def in_process(before: Path, which, rounds: int) -> int:
                 if side == "numpy" and ref is None:
                     continue
                 f = ref if side == "numpy" else (lambda m=sides[side], d=devices[side]: call(m, d))
+                clock = clocks.get(side)
+                if clock is not None:
+                    with clock:
+                        clock.spent = 0.0
+                        t0 = time.perf_counter()
+                        for _ in range(block):
+                            f()
+                        times[side].append((time.perf_counter() - t0 - clock.spent) / block)
+                    continue
                 t0 = time.perf_counter()
                 for _ in range(block):
                     f()

@@ -23,6 +23,8 @@ import numpy as np
 
 from . import dtypes as dt
 from .errors import ArgumentError, LaunchError
+from .frontend.specs import ScalarSpec, TensorSpec
+from .frontend.values import constexpr
 
 # Triton's launch options: accepted by ``kernel[grid](...)``, ``run``, ``encode``, ``prepare`` and ``warmup``
 # (unless the kernel has a parameter of the same name, which then takes the value). None has an effect
@@ -169,11 +171,11 @@ _KEYED_TYPES = frozenset({int, bool, str, type(None), dt.DType})
 
 
 def _launch_key(v):
-    """What of one raw launch argument selects the build and the instance: for arrays dtype, shape, strides
-    and contiguity (never their data), for numbers their type and exact value."""
+    """What of one raw launch argument selects the build and the instance: for arrays dtype, shape and strides
+    (never their data; contiguity follows from them), for numbers their type and exact value."""
     t = v.__class__
     if t is np.ndarray:
-        return (v.dtype, v.shape, v.strides, v.flags.c_contiguous)
+        return (v.dtype, v.shape, v.strides)
     if t in _KEYED_TYPES:
         return (t, v)
     if t is float:
@@ -185,6 +187,20 @@ def _launch_key(v):
     raise _NoLaunchKey
 
 
+def c_contiguous(itemsize: int, shape: tuple, strides: tuple) -> bool:
+    """numpy's C_CONTIGUOUS flag of an array with this item size, shape and byte strides: every dim longer
+    than 1 steps by the bytes of the dims after it (an empty array is contiguous)."""
+    if 0 in shape:
+        return True
+    step = itemsize
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1:
+            if s != step:
+                return False
+            step *= n
+    return True
+
+
 def _class_of(k):
     """The class of a runtime argument from its launch key: arrays by dtype, rank and contiguity; Python ints
     by the integer type they bind as; other numbers by type."""
@@ -192,8 +208,8 @@ def _class_of(k):
     if t is int:
         v = k[1]
         return (int, 32 if -2147483648 <= v <= 2147483647 else 64 if -(1 << 63) <= v < 1 << 63 else None)
-    if t.__class__ is not type:  # an array: (dtype, shape, strides, contiguous)
-        return (t, len(k[1]), k[3])
+    if t.__class__ is not type:  # an array: (dtype, shape, strides)
+        return (t, len(k[1]), c_contiguous(t.itemsize, k[1], k[2]))
     if t in _KEYED_TYPES and t is not bool:
         return k  # strings, None, dtypes: not runtime values; keep them whole
     return (t,)
@@ -339,3 +355,94 @@ def bind_pointer_heaps(kname, build, runtime: list, arrays: dict) -> None:
             heap.dvm_sources = None  # read only: nothing to copy back
         arrays[i] = heap
         runtime.append(heap)
+
+
+# ---- argument classification -------------------------------------------------------------------------------
+
+_CONSTEXPR_TYPES = (bool, int, float, str, type(None), dt.DType, tuple)
+
+
+def constexpr_value(kname, name, v):
+    if isinstance(v, constexpr):
+        v = v.value
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
+        d = dt.from_numpy(v)
+        if d is not None:
+            return d
+    if not isinstance(v, _CONSTEXPR_TYPES) and not callable(v):
+        raise ArgumentError(f"constexpr `{name}` of `{kname}` must be a compile-time value (int, float, bool, str, "
+                            f"dtype, tuple), got {type(v).__name__}")
+    return v
+
+
+def plain_array(kname, name, v: np.ndarray) -> np.ndarray:
+    """An argument of a numpy array subclass as a plain array. A memmap is ordinary memory: a base-class view
+    shares it, so stores land in the file's mapping. A matrix or a masked array is refused with what to pass
+    (their values are not just their memory, or they are not the shape a kernel indexes)."""
+    where = f"argument `{name}` of `{kname}`"
+    if isinstance(v, np.memmap):
+        return v.view(np.ndarray)
+    if isinstance(v, np.ma.MaskedArray):
+        raise ArgumentError(f"{where} is a MaskedArray; a kernel sees memory, not masks. Pass m.filled(fill_value) "
+                            "for the values with the masked elements replaced, or m.data for the raw memory "
+                            "(stores land in it), and pass the mask separately if the kernel needs it")
+    if isinstance(v, np.matrix):
+        raise ArgumentError(f"{where} is an np.matrix; pass np.asarray(m), a plain array sharing its memory")
+    raise ArgumentError(f"{where} is a {type(v).__name__}, a numpy array subclass dvmlang does not bind; pass "
+                        "np.asarray(x), a plain array sharing its memory")
+
+
+def classify(kname, name, v) -> TensorSpec | ScalarSpec:
+    """The spec a runtime argument gives its parameter (or ``ArgumentError`` for what no kernel can take)."""
+    if isinstance(v, np.ndarray):
+        d = dt.from_numpy(v.dtype)
+        if d is None:
+            raise ArgumentError(f"argument `{name}` of `{kname}` has dtype {v.dtype}, which dvmlang does not support; "
+                                f"use one of {', '.join(x.name for x in dt.ARRAY_DTYPES)}")
+        if not v.flags.c_contiguous:
+            raise ArgumentError(f"argument `{name}` of `{kname}` is not C-contiguous (strides {v.strides}); kernels "
+                                "address arrays as flat memory. Pass np.ascontiguousarray(x) and copy results back")
+        return TensorSpec(d, v.ndim)
+    if isinstance(v, bool):
+        return ScalarSpec(dt.bool_)
+    if isinstance(v, int):
+        if dt.int_fits(v, dt.int32):
+            return ScalarSpec(dt.int32)
+        if dt.int_fits(v, dt.int64):
+            return ScalarSpec(dt.int64)
+        raise ArgumentError(f"argument `{name}` of `{kname}` = {v} does not fit a 64-bit integer")
+    if isinstance(v, float):
+        return ScalarSpec(dt.float32)
+    if isinstance(v, np.generic):
+        d = dt.from_numpy(v.dtype)
+        if d is None:
+            raise ArgumentError(f"argument `{name}` of `{kname}` has dtype {v.dtype}, which dvmlang does not support")
+        return ScalarSpec(d)
+    if hasattr(v, "__dvm_array__"):
+        return classify(kname, name, v.__dvm_array__())
+    kind = type(v).__name__
+    hint = "pass np.asarray(x)" if isinstance(v, (list, tuple)) else "pass a numpy array or a number"
+    raise ArgumentError(f"argument `{name}` of `{kname}` must be a numpy array or a number, got {kind}; {hint}")
+
+
+def convert_foreign(kname, src, args, kwargs):
+    """``(args, kwargs)`` with every foreign array (``args.is_foreign_array``) bound to a runtime parameter
+    replaced by its numpy view, or None when there is none."""
+    names, cn = src.params, src.constexpr_params
+
+    def numpy_of(name, v):
+        return to_numpy(kname, name, v) if name in names and name not in cn and is_foreign_array(v) else v
+
+    new_args = [numpy_of(n, v) for n, v in zip(names, args)] + list(args[len(names):])
+    new_kw = {k: numpy_of(k, v) for k, v in kwargs.items()}
+    if all(a is b for a, b in zip(new_args, args)) and all(new_kw[k] is v for k, v in kwargs.items()):
+        return None
+    return tuple(new_args), new_kw
+
+
+def describe(v) -> str:
+    if isinstance(v, np.ndarray):
+        return f"a {v.ndim}-d {v.dtype} array"
+    return f"{type(v).__name__} {v!r}"

@@ -22,12 +22,11 @@ from typing import NamedTuple
 import numpy as np
 
 from . import dtypes as dt
-from .args import (_class_of, _launch_key, _NoLaunchKey, bind_pointer_heaps, is_foreign_array, split_launch_options,
-                   to_numpy)
+from .args import (_class_of, _launch_key, _NoLaunchKey, bind_pointer_heaps, classify, constexpr_value, convert_foreign,
+                   describe, is_foreign_array, plain_array, split_launch_options, to_numpy)
 from .errors import ArgumentError, DvmError, LaunchError, user_frames
 from .frontend.source import KernelFunction
 from .frontend.specs import ConstexprSpec, DescriptorSpec, ParamSpec, ScalarSpec, TensorSpec
-from .frontend.values import constexpr
 from .vm.container import ParamInfo, TargetInfo
 
 MAX_INSTANCES = 256
@@ -62,12 +61,22 @@ class InstanceKey(NamedTuple):
 
 class LastLaunch(NamedTuple):
     """The latest launch that went through a binding plan: a relaunch with the same ``key`` (grid, profile,
-    per-argument launch keys) reuses its build and bytecode outright."""
+    per-argument launch keys) reuses its build and bytecode outright, and what its launch checks of each
+    tensor argument (``tensors``: runtime parameter index, argument position or keyword, whether the kernel
+    stores to it, whether it is 1-d and so its own flat view) is decided by the key too."""
 
     key: tuple
     build: "Build"
     bytecode: object
     tensor_sources: list  # (runtime parameter index, argument position or keyword) per tensor parameter
+    tensors: tuple  # (runtime index, position or keyword, written, 1-d) per tensor parameter
+    identity: dict  # the alias groups of distinct arrays that own their memory: each its own group
+
+    @classmethod
+    def of(cls, key, build, bc, positions, args, kwargs) -> "LastLaunch":
+        tensors = tuple((i, at, i in build.written, (args[at] if at.__class__ is int else kwargs[at]).ndim == 1)
+                        for i, at in positions)
+        return cls(key, build, bc, positions, tensors, {i: i for i, _ in positions})
 
 
 class Build:
@@ -180,9 +189,9 @@ class Kernel(KernelFunction):
                                          if name in src.constexpr_params else ""))
             v = values[name]
             if isinstance(v, np.ndarray) and v.__class__ is not np.ndarray:
-                v = values[name] = _plain_array(self.__name__, name, v)
+                v = values[name] = plain_array(self.__name__, name, v)
             if name in src.constexpr_params:
-                specs.append(ConstexprSpec(_constexpr_value(self.__name__, name, v)))
+                specs.append(ConstexprSpec(constexpr_value(self.__name__, name, v)))
             elif v is None:  # Triton: a None pointer is a compile-time None (`if p is not None:` folds)
                 specs.append(ConstexprSpec(None))
             elif hasattr(v.__class__, "__dvm_descriptor__"):  # a host TensorDescriptor: checked, as DescriptorArgs
@@ -191,7 +200,7 @@ class Kernel(KernelFunction):
             else:
                 if v.__class__ is not np.ndarray and is_foreign_array(v):
                     v = values[name] = to_numpy(self.__name__, name, v)  # torch, __dlpack__, __array_interface__
-                specs.append(_classify(self.__name__, name, v))
+                specs.append(classify(self.__name__, name, v))
         return values, tuple(specs)
 
     def _build(self, specs: tuple[ParamSpec, ...], profile) -> Build:
@@ -247,14 +256,59 @@ class Kernel(KernelFunction):
                 self._instances.popitem(last=False)
         return bc
 
+    def _keys(self, grid, args, kwargs, profile):
+        """(launch key, per-argument keys, per-keyword keys) of the raw arguments: the grid, the device profile
+        and per argument its dtype, shape and strides (an array; its contiguity follows from them) or its type
+        and exact value. Raises ``TypeError`` or ``_NoLaunchKey`` for an argument that has none."""
+        akeys = []
+        for v in args:  # arrays inline: the common case
+            akeys.append((v.dtype, v.shape, v.strides) if v.__class__ is np.ndarray else _launch_key(v))
+        akeys = tuple(akeys)
+        kkeys = ()
+        if kwargs:
+            kkeys = tuple([(k, _launch_key(v)) for k, v in kwargs.items()])
+        return (grid, id(profile), akeys, kkeys), akeys, kkeys
+
+    def _relaunch(self, grid, args, kwargs, device):
+        """A relaunch with the key of the previous launch: ``(bytecode, flat arrays, alias groups)``, its arguments
+        checked as ``_prepared`` checks them, or None (the general path takes it)."""
+        last = self._last
+        if last is None or (grid.__class__ is not tuple and grid.__class__ is not int) or \
+                len(args) > len(self.source.constexpr_mask):
+            return None
+        build = last.build
+        try:
+            if last.key != self._keys(grid, args, kwargs, device.profile)[0]:
+                return None
+        except (TypeError, _NoLaunchKey):
+            return None
+        if build.profile is not device.profile or (build.global_reads and not build.still_valid()):
+            return None
+        flat = {}
+        own = True
+        for i, at, written, one_d in last.tensors:
+            a = args[at] if at.__class__ is int else kwargs[at]
+            f = a.flags
+            if written and not f.writeable:
+                raise _read_only(self.__name__, build.params[i].name)
+            if own and not f.owndata:
+                own = False
+            flat[i] = a if one_d else a.ravel()
+        if own and len(set(map(id, flat.values()))) == len(flat):
+            alias = last.identity  # distinct arrays that own their memory cannot overlap
+        else:
+            alias = _alias_groups({i: args[at] if at.__class__ is int else kwargs[at] for i, at, _, _ in last.tensors})
+        self.stats.hits += 1
+        return last.bytecode, flat, alias
+
     def _prepare(self, grid, args, kwargs, device):
         if device is None:
             device = _default_device()
         profile = device.profile
         # Fast paths, keyed on the raw arguments (a grid function is never keyed: it may read anything).
-        #  * The launch key — grid, device profile, and per argument dtype, shape, strides and contiguity, or
-        #    type and exact value — names one build and instance. A relaunch with the key of the previous
-        #    launch reuses its result outright.
+        #  * The launch key — grid, device profile, and per argument dtype, shape and strides, or type and exact
+        #    value — names one build and instance. A relaunch with the key of the previous launch reuses its
+        #    result outright (``_relaunch`` for a launch).
         #  * Otherwise the argument classes (dtypes, ranks, contiguity, scalar types, constexpr values) name
         #    the build and the binding plan the ordinary path made for arguments of that class; the plan
         #    names the runtime values, whose launch keys and the grid name the instance (cached or encoded).
@@ -263,11 +317,7 @@ class Kernel(KernelFunction):
         cp = src.constexpr_mask
         if (grid.__class__ is tuple or grid.__class__ is int) and len(args) <= len(cp):
             try:
-                nd = np.ndarray
-                akeys = tuple([(v.dtype, v.shape, v.strides, v.flags.c_contiguous) if v.__class__ is nd
-                               else _launch_key(v) for v in args])  # arrays inline: the common case
-                kkeys = tuple([(k, _launch_key(v)) for k, v in kwargs.items()]) if kwargs else ()
-                lkey = (grid, id(profile), akeys, kkeys)
+                lkey, akeys, kkeys = self._keys(grid, args, kwargs, profile)
                 last = self._last
                 if last is not None and last.key == lkey:
                     build = last.build
@@ -276,12 +326,13 @@ class Kernel(KernelFunction):
                         return device, build, last.bytecode, {i: (args[at] if at.__class__ is int else kwargs[at])
                                                               for i, at in last.tensor_sources}
                 cn = src.constexpr_params
-                ckey = (id(profile), tuple([k if c else (k[0], len(k[1]), k[3]) if len(k) == 4 else _class_of(k)
-                                            for k, c in zip(akeys, cp)]),
+                nd = np.ndarray
+                ckey = (id(profile), tuple([k if c else (k[0], len(k[1]), a.flags.c_contiguous) if a.__class__ is nd
+                                            else _class_of(k) for a, k, c in zip(args, akeys, cp)]),
                         tuple([(n, k if n in cn else _class_of(k)) for n, k in kkeys]))
                 plan = self._plans.get(ckey)
             except (TypeError, _NoLaunchKey):
-                conv = _convert_foreign(self.__name__, src, args, kwargs)
+                conv = convert_foreign(self.__name__, src, args, kwargs)
                 if conv is not None:  # torch tensors and the like: as numpy views, they take the fast paths
                     return self._prepare(grid, conv[0], conv[1], device)
                 ckey = plan = None
@@ -303,7 +354,7 @@ class Kernel(KernelFunction):
                     else:
                         self._instances.move_to_end(ikey)
                         self.stats.hits += 1
-                    self._last = LastLaunch(lkey, build, bc, plan.positions)
+                    self._last = LastLaunch.of(lkey, build, bc, plan.positions, args, kwargs)
                     return device, build, bc, {i: runtime[i] for i in plan.tensors}
         values, specs = self._bind(args, kwargs)
         grid_t = _grid(self.__name__, grid, values)
@@ -315,7 +366,7 @@ class Kernel(KernelFunction):
                 if len(self._plans) >= MAX_INSTANCES:
                     del self._plans[next(iter(self._plans))]
                 self._plans[ckey] = plan
-                self._last = LastLaunch(lkey, build, bc, plan.positions)
+                self._last = LastLaunch.of(lkey, build, bc, plan.positions, args, kwargs)
         return device, build, bc, arrays
 
     # ---- public entry points ----------------------------------------------------------------------------
@@ -341,26 +392,32 @@ class Kernel(KernelFunction):
         for i in build.written:
             a = arrays.get(i)
             if a is not None and not a.flags.writeable:
-                raise ArgumentError(f"`{build.params[i].name}` is read-only but `{self.__name__}` stores to it; "
-                                    "pass a writeable array")
+                raise _read_only(self.__name__, build.params[i].name)
         # C-contiguous (checked when bound): flat views, not copies; a 1-d array is its own flat view
         flat = {i: a if a.ndim == 1 else a.ravel() for i, a in arrays.items()}
         return device, bc, flat, _alias_groups(arrays)
 
     def _run(self, grid, args, kwargs, trace, device, name):
-        try:
-            device, bc, flat, alias = self._prepared(grid, args, kwargs, device, launching=True)
-        except _EmptyGrid:
-            return None  # a grid with no programs: nothing runs (as in Triton)
-        record = _trace_record()
-        session = record.active_session()
+        if device is None:
+            device = _default_device()
+        fast = self._relaunch(grid, args, kwargs, device)
+        if fast is not None:
+            bc, flat, alias = fast
+        else:
+            try:
+                device, bc, flat, alias = self._prepared(grid, args, kwargs, device, launching=True)
+            except _EmptyGrid:
+                return None  # a grid with no programs: nothing runs (as in Triton)
+        session = (_ACTIVE_SESSION or _trace_record().active_session)()
         if trace:
+            record = _trace_record()
             session = record.Session() if not isinstance(trace, record.Session) else trace
         self.stats.launches += 1
         rec = device.run(bc, flat, trace=session, name=name or self.__name__, alias_groups=alias)
-        for a in flat.values():
-            if a.__class__ is not np.ndarray and hasattr(a, "copy_back"):
-                a.copy_back()  # a pointer-table heap: the tensors it holds get what the launch stored
+        if fast is None:  # a relaunch binds no pointer-table heap (build.heaps: no plan, no relaunch)
+            for a in flat.values():
+                if a.__class__ is not np.ndarray and hasattr(a, "copy_back"):
+                    a.copy_back()  # a pointer-table heap: the tensors it holds get what the launch stored
         rec.encode_s = bc.encode_s
         return rec
 
@@ -429,91 +486,6 @@ def kernel(fn=None, **options):
     return Kernel(fn)
 
 
-# ---- argument classification -------------------------------------------------------------------------------
-
-_CONSTEXPR_TYPES = (bool, int, float, str, type(None), dt.DType, tuple)
-
-
-def _constexpr_value(kname, name, v):
-    if isinstance(v, constexpr):
-        v = v.value
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
-        d = dt.from_numpy(v)
-        if d is not None:
-            return d
-    if not isinstance(v, _CONSTEXPR_TYPES) and not callable(v):
-        raise ArgumentError(f"constexpr `{name}` of `{kname}` must be a compile-time value (int, float, bool, str, "
-                            f"dtype, tuple), got {type(v).__name__}")
-    return v
-
-
-def _plain_array(kname, name, v: np.ndarray) -> np.ndarray:
-    """An argument of a numpy array subclass as a plain array. A memmap is ordinary memory: a base-class view
-    shares it, so stores land in the file's mapping. A matrix or a masked array is refused with what to pass
-    (their values are not just their memory, or they are not the shape a kernel indexes)."""
-    where = f"argument `{name}` of `{kname}`"
-    if isinstance(v, np.memmap):
-        return v.view(np.ndarray)
-    if isinstance(v, np.ma.MaskedArray):
-        raise ArgumentError(f"{where} is a MaskedArray; a kernel sees memory, not masks. Pass m.filled(fill_value) "
-                            "for the values with the masked elements replaced, or m.data for the raw memory "
-                            "(stores land in it), and pass the mask separately if the kernel needs it")
-    if isinstance(v, np.matrix):
-        raise ArgumentError(f"{where} is an np.matrix; pass np.asarray(m), a plain array sharing its memory")
-    raise ArgumentError(f"{where} is a {type(v).__name__}, a numpy array subclass dvmlang does not bind; pass "
-                        "np.asarray(x), a plain array sharing its memory")
-
-
-def _classify(kname, name, v) -> TensorSpec | ScalarSpec:
-    """The spec a runtime argument gives its parameter (or ``ArgumentError`` for what no kernel can take)."""
-    if isinstance(v, np.ndarray):
-        d = dt.from_numpy(v.dtype)
-        if d is None:
-            raise ArgumentError(f"argument `{name}` of `{kname}` has dtype {v.dtype}, which dvmlang does not support; "
-                                f"use one of {', '.join(x.name for x in dt.ARRAY_DTYPES)}")
-        if not v.flags.c_contiguous:
-            raise ArgumentError(f"argument `{name}` of `{kname}` is not C-contiguous (strides {v.strides}); kernels "
-                                "address arrays as flat memory. Pass np.ascontiguousarray(x) and copy results back")
-        return TensorSpec(d, v.ndim)
-    if isinstance(v, bool):
-        return ScalarSpec(dt.bool_)
-    if isinstance(v, int):
-        if dt.int_fits(v, dt.int32):
-            return ScalarSpec(dt.int32)
-        if dt.int_fits(v, dt.int64):
-            return ScalarSpec(dt.int64)
-        raise ArgumentError(f"argument `{name}` of `{kname}` = {v} does not fit a 64-bit integer")
-    if isinstance(v, float):
-        return ScalarSpec(dt.float32)
-    if isinstance(v, np.generic):
-        d = dt.from_numpy(v.dtype)
-        if d is None:
-            raise ArgumentError(f"argument `{name}` of `{kname}` has dtype {v.dtype}, which dvmlang does not support")
-        return ScalarSpec(d)
-    if hasattr(v, "__dvm_array__"):
-        return _classify(kname, name, v.__dvm_array__())
-    kind = type(v).__name__
-    hint = "pass np.asarray(x)" if isinstance(v, (list, tuple)) else "pass a numpy array or a number"
-    raise ArgumentError(f"argument `{name}` of `{kname}` must be a numpy array or a number, got {kind}; {hint}")
-
-
-def _convert_foreign(kname, src, args, kwargs):
-    """``(args, kwargs)`` with every foreign array (``args.is_foreign_array``) bound to a runtime parameter
-    replaced by its numpy view, or None when there is none."""
-    names, cn = src.params, src.constexpr_params
-
-    def numpy_of(name, v):
-        return to_numpy(kname, name, v) if name in names and name not in cn and is_foreign_array(v) else v
-
-    new_args = [numpy_of(n, v) for n, v in zip(names, args)] + list(args[len(names):])
-    new_kw = {k: numpy_of(k, v) for k, v in kwargs.items()}
-    if all(a is b for a, b in zip(new_args, args)) and all(new_kw[k] is v for k, v in kwargs.items()):
-        return None
-    return tuple(new_args), new_kw
-
-
 class _Plan:
     """How the raw arguments of one argument class bind to a build: which argument (position or keyword)
     feeds each runtime parameter. Made by the ordinary binding path; replaying it for arguments of the
@@ -569,11 +541,15 @@ def _default_device():
     return _DEFAULT_DEVICE()
 
 
+_ACTIVE_SESSION = None
+
+
 def _trace_record():
-    global _TRACE_RECORD
+    global _TRACE_RECORD, _ACTIVE_SESSION
     if _TRACE_RECORD is None:
         from .trace import record
         _TRACE_RECORD = record
+        _ACTIVE_SESSION = record.active_session
     return _TRACE_RECORD
 
 
@@ -608,6 +584,10 @@ class _EmptyGrid(LaunchError):
     """A grid with a dimension of 0: a launch returns None without running; encoding it is this error."""
 
 
+def _read_only(kname: str, name: str) -> ArgumentError:
+    return ArgumentError(f"`{name}` is read-only but `{kname}` stores to it; pass a writeable array")
+
+
 def _alias_groups(arrays: dict[int, np.ndarray]) -> dict[int, int]:
     vals = arrays.values()
     if all([a.flags.owndata for a in vals]) and len(set(map(id, vals))) == len(arrays):
@@ -638,20 +618,20 @@ def run(bytecode, *args, device=None, trace=False):
     infos, scalars, arrays = [], {}, {}
     for i, (p, v) in enumerate(zip(params, args)):
         if isinstance(v, np.ndarray) and v.__class__ is not np.ndarray:
-            v = _plain_array(bytecode.name, p.name, v)
+            v = plain_array(bytecode.name, p.name, v)
         elif v.__class__ is not np.ndarray and is_foreign_array(v):
             v = to_numpy(bytecode.name, p.name, v)
-        spec = _classify(bytecode.name, p.name, v)
+        spec = classify(bytecode.name, p.name, v)
         if p.kind == "tensor":
             if not isinstance(spec, TensorSpec) or spec.dtype is not p.dtype or spec.rank != p.rank:
                 raise ArgumentError(f"argument `{p.name}` must be a {p.rank}-d {p.dtype.name} array, got "
-                                    f"{_describe(v)}")
+                                    f"{describe(v)}")
             infos.append(ParamInfo("tensor", p.name, p.dtype, v.ndim, v.shape,
                                    tuple(s // v.itemsize for s in v.strides)))
             arrays[i] = v
         else:
             if not isinstance(spec, ScalarSpec):
-                raise ArgumentError(f"argument `{p.name}` must be a {p.dtype.name} scalar, got {_describe(v)}")
+                raise ArgumentError(f"argument `{p.name}` must be a {p.dtype.name} scalar, got {describe(v)}")
             if p.dtype.is_int and not isinstance(v, (int, np.integer)):
                 raise ArgumentError(f"argument `{p.name}` must be an integer, got {type(v).__name__}")
             if p.dtype.is_int and not dt.int_fits(int(v), p.dtype):
@@ -663,9 +643,3 @@ def run(bytecode, *args, device=None, trace=False):
     session = Session() if trace else active_session()
     return device.run(bc, {i: a.reshape(-1) for i, a in arrays.items()}, trace=session, name=bc.name,
                       alias_groups=_alias_groups(arrays))
-
-
-def _describe(v) -> str:
-    if isinstance(v, np.ndarray):
-        return f"a {v.ndim}-d {v.dtype} array"
-    return f"{type(v).__name__} {v!r}"

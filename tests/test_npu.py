@@ -402,7 +402,7 @@ def test_the_window_grid_product_is_the_stacked_product_in_both_program_orders()
 
 
 def test_a_launch_made_from_a_shared_base_is_the_one_the_constructor_makes():
-    from dvmlang.npu.launch import Launch
+    from dvmlang.npu.launch import Launch, LaunchBase
     from dvmlang.npu.timing import Rates
     x = np.ones(16, np.float32)
     bc = add.encode((1,), x, x, np.empty(16, np.float32), 16, BLOCK=16)
@@ -410,9 +410,9 @@ def test_a_launch_made_from_a_shared_base_is_the_one_the_constructor_makes():
     arrays, alias = {0: x, 1: x, 2: np.empty(16, np.float32)}, {0: 0, 1: 0, 2: 2}
     opts = dict(watchdog=99, debug=True, kernel_name="k", active_cores=3, loc_of_pc=None, race_detection=True,
                 share=0.5)
-    a = Launch(bc, bc.kernels[0], arrays, dev.profile, alias_groups=alias, resident={0: 64}, **opts)
+    a = Launch(bc, bc.kernels[0], arrays, dev.profile, alias_groups=alias, **opts)
     base = Launch.base(bc.kernels[0], dev.profile, **opts)
-    b, c = Launch.of(base, bc, arrays, alias, {0: 64}), Launch.of(base, bc, arrays, alias, {0: 64})
+    b, c = Launch.of(base, bc, arrays, alias), Launch.of(base, bc, arrays, alias)
     assert vars(a).keys() == vars(b).keys()
     for k in vars(a):
         if k not in ("rates", "races", "loc_of_pc"):
@@ -420,6 +420,19 @@ def test_a_launch_made_from_a_shared_base_is_the_one_the_constructor_makes():
     assert vars(a.rates) == vars(b.rates) and a.races is not None and b.races is not c.races
     assert b.prints is not c.prints and b.rates is not c.rates and b.rates.group_reads is not c.rates.group_reads
     assert (b.rates.dma, b.rates.l2, b.rates.l2_write, b.rates.slow) == Rates.constants(dev.profile, 3, 0.5)
+    # a finished launch kept by its LaunchBase holds none of its arrays, and reset is a new launch again
+    lb = LaunchBase(bc.kernels[0], None, dev.profile, (), base, {}, 1, 1, 0, 0.5)
+    d = lb.launch(bc, arrays, alias)
+    d.rates.read(0, 64.0, 1)
+    d.add_prints([(0, 0, "x", None, False, None)])
+    lb.release(d)
+    assert d.arrays is None and d.rates.alias is None and d.bc is None
+    e = lb.launch(bc, arrays, alias)
+    assert e is d and lb.launch(bc, arrays, alias) is not d  # the spare, then a new one while it is in use
+    for k in vars(a):
+        if k not in ("rates", "races", "loc_of_pc"):
+            assert getattr(a, k) == getattr(e, k), k
+    assert vars(a.rates) == vars(e.rates) and e.races is not None and e.prints == [] and e.prints_seen == 0
 
 
 def test_a_launch_record_made_by_of_is_the_one_the_constructor_makes():

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import DvmError, InvalidBytecodeError, LaunchError, ResourceError, WatchdogTimeout, render_span
 from ..vm import isa
 from .l2 import L2Cache
-from .launch import Launch
+from .launch import Launch, LaunchBase
 from .machine import Machine
 from .profile import Profile, get_profile
 from .state import FIRST_PID, Batch, held_bytes
@@ -98,13 +98,12 @@ class LaunchRecord:
         """``LaunchRecord(**values)`` (every other field at its default, or as in ``base``, a dict from
         ``LaunchRecord.base``), without the generated ``__init__``'s work per field: a launch makes one record
         per kernel, and a 31-field ``__init__`` is a few us."""
-        rec = cls.__new__(cls)
-        d = rec.__dict__
-        d.update(_RECORD_DEFAULTS if base is None else base)
+        d = (_RECORD_DEFAULTS if base is None else base).copy()
         for name, factory in _RECORD_FACTORIES:
-            if name not in values:
-                d[name] = factory()
+            d[name] = factory()
         d.update(values)
+        rec = cls.__new__(cls)
+        rec.__dict__ = d
         return rec
 
     @staticmethod
@@ -174,18 +173,15 @@ class Device:
         """Execute every kernel of ``bc`` (validated) on ``arrays`` (param index -> flat array)."""
         t0 = time.perf_counter()
         self._ready(bc)
-        total = None
-        for k in range(len(bc.kernels)):
+        total = self._run_kernel(bc, 0, arrays, trace, name, alias_groups)
+        for k in range(1, len(bc.kernels)):
             rec = self._run_kernel(bc, k, arrays, trace, name, alias_groups)
-            if total is None:
-                total = rec
-            else:
-                total.cycles += rec.cycles
-                total.bytes_read += rec.bytes_read
-                total.bytes_written += rec.bytes_written
+            total.cycles += rec.cycles
+            total.bytes_read += rec.bytes_read
+            total.bytes_written += rec.bytes_written
         total.wall_s = time.perf_counter() - t0
         self.simulated_cycles += total.cycles
-        self.simulated_us += total.cycles / self.profile.clock_hz * 1e6
+        self.simulated_us += total.time_us if len(bc.kernels) == 1 else total.cycles / self.profile.clock_hz * 1e6
         return total
 
     def run_stack(self, stages, *, name: str, trace=None) -> LaunchRecord:
@@ -243,84 +239,98 @@ class Device:
 
     def _run_kernel(self, bc, k, arrays, trace, name, alias_groups, cores=None, overhead=None, start=0.0,
                     group=None, hbm_share=1.0) -> LaunchRecord:
-        kern = bc.kernels[k]
-        prof = self.profile
-        m = self.machine(bc, k)
-        if cores is None:
-            cores = prof.cube_cores if kern.mix else prof.vector_cores
-        P = kern.grid[0] * kern.grid[1] * kern.grid[2]
+        base = self._bases(bc, k, name, cores, overhead, group, start, hbm_share)
         alias = alias_groups or {q: q for q in arrays}
-        if overhead is None:
-            overhead = prof.launch_overhead_cycles
-        launch_base, record_base = self._bases(kern, m, name, P, cores, overhead, group, start, hbm_share)
-        resident, keyed = self.l2.resident(arrays, alias) if prof.l2_across_launches else ({}, None)
-        L = Launch.of(launch_base, bc, arrays, alias, resident)
+        L = base.launch(bc, arrays, alias)
+        m = base.machine
+        if base.programs == 1 and trace is None:
+            # one program, no trace: the batch's own pipe clock (Python floats) gives what _run_batches computes
+            # for a grid of one: no dispatch, one wave, the core busy until its program ends or its GM port's
+            # transfers do
+            b = _run_alone(m.steps, Batch(FIRST_PID, base.kern.grid, m.zero_regs), L, self.profile.scalar_dispatch)
+            if L.races is not None:
+                L.races.check(L)
+            busy = b.pipe_busy
+            end = max(max(b.pipe_free), b.t_issue, b.done)
+            port = busy[_MTE2] + busy[_MTE3]
+            record = self._finish(base, L, end if end >= port else port, busy, _total(b.bytes_read, 1),
+                                  _total(b.bytes_written, 1), b.count)[0]
+            base.release(L)
+            return record
+        P, cores = base.programs, base.cores
         rec = trace.begin(bc, m, P) if trace is not None else None
-        if P == 1 and rec is None:
-            body, busy_total, bytes_r, bytes_w, instrs = self._run_one(m, kern, L, cores)
-            offsets = shift = T = None
-        else:
-            body, busy_total, bytes_r, bytes_w, instrs, offsets, shift, T = self._run_batches(
-                m, kern, L, cores, P, rec)
-        writeback = self.l2.update(keyed, alias, L.rates) if keyed is not None else 0.0
-        hbm, hits = L.rates.traffic()
-        hbm += writeback
-        body, stretch = roofline(body, hbm, prof, hbm_share)
-        if stretch != 1.0 and offsets is not None:
-            offsets = offsets * stretch
-        cycles = int(round(overhead + body))
-        record = LaunchRecord.of(record_base, cycles=cycles, bytes_read=int(bytes_r), bytes_written=int(bytes_w),
-                                 time_us=cycles / prof.clock_hz * 1e6, pipe_busy=dict(zip(PIPE_LABELS, busy_total)),
-                                 prints=L.print_lines(), diagnostics=L.diagnostics, bytecode=bc,
-                                 instructions=instrs, hbm_stretch=stretch, hbm_bytes=hbm, l2_hit_bytes=hits,
-                                 writeback_bytes=writeback, unaligned_cycles=L.rates.unaligned_cycles)
+        body, busy, bytes_r, bytes_w, instrs, offsets, shift, T = self._run_batches(m, base.kern, L, cores, P, rec)
+        record, stretch = self._finish(base, L, body, busy, bytes_r, bytes_w, instrs)
         if rec is not None:
+            if stretch != 1.0:
+                offsets = offsets * stretch
             record.trace = rec.finish((offsets + shift * stretch) + start, cores, record, T * stretch, stretch)
             record.trace.notes = L.rates.notes()
-        for line in record.prints:
-            print(line)
-        if L.diagnostics:
-            import warnings
-            from ..errors import DvmWarning
-            for msg in L.diagnostics[:8]:
-                warnings.warn(f"{record.name}: {msg}", DvmWarning, stacklevel=4)
+        base.release(L)
         return record
 
-    def _bases(self, kern, m, name, P, cores, overhead, group, start, share) -> tuple[dict, dict]:
-        """(``Launch.base``, ``LaunchRecord.base``) of kernel ``kern`` (a ``KernelInfo``) launched with these
-        options: what every such launch has alike, made once (kept with the machine, which the build holds,
-        per kernel instance, options and device settings)."""
-        key = (id(kern), name, cores, overhead, group, start, share)
-        statics = m.launch_statics
-        known = statics.get(key)
+    def _finish(self, base, L, body, busy, bytes_r, bytes_w, instrs) -> tuple[LaunchRecord, float]:
+        """The record of launch ``L`` (the kernel's programs took ``body`` cycles on their cores), and the factor
+        the HBM roofline stretched them by: what its transfers left in L2 (``L2Cache.settle``), its device
+        prints shown and its diagnostics warned."""
+        prof = self.profile
+        rates = L.rates
+        if prof.l2_across_launches:
+            hbm, hits, writeback = self.l2.settle(L.arrays, L.alias, rates)
+        else:
+            hbm, hits = rates.traffic()
+            writeback = 0.0
+        body, stretch = roofline(body, hbm, prof, base.share)
+        cycles = int(round(base.overhead + body))
+        record = LaunchRecord.of(base.record, cycles=cycles, bytes_read=int(bytes_r), bytes_written=int(bytes_w),
+                                 time_us=cycles / prof.clock_hz * 1e6, pipe_busy=dict(zip(PIPE_LABELS, busy)),
+                                 prints=L.print_lines(), diagnostics=L.diagnostics, bytecode=L.bc,
+                                 instructions=instrs, hbm_stretch=stretch, hbm_bytes=hbm, l2_hit_bytes=hits,
+                                 writeback_bytes=writeback, unaligned_cycles=rates.unaligned_cycles)
+        if record.prints:
+            for line in record.prints:
+                print(line)
+        if record.diagnostics:
+            import warnings
+            from ..errors import DvmWarning
+            for msg in record.diagnostics[:8]:
+                warnings.warn(f"{record.name}: {msg}", DvmWarning, stacklevel=5)
+        return record, stretch
+
+    def _bases(self, bc, k, name, cores, overhead, group, start, share) -> LaunchBase:
+        """What every launch of kernel ``k`` of ``bc`` with these options has alike (``LaunchBase``, with the
+        kernel's machine), made once per instance, options and device settings and kept with the instance
+        (``cores`` and ``overhead`` None: the device's)."""
+        key = (k, name, cores, overhead, group, start, share)
+        fields = bc.__dict__
+        known = fields.get("_bases")
+        if known is None:
+            known = fields["_bases"] = {}
+        base = known.get(key)
         prof = self.profile
         options = (self.debug, self.watchdog, self.race_detection)
-        if known is None or known[0] is not kern or known[1] is not prof or known[2] != options:
-            if len(statics) >= 256:
-                statics.clear()
+        if base is None or base.profile is not prof or base.options != options:
+            if len(known) >= 64:
+                known.clear()
+            kern = bc.kernels[k]
+            m = self.machine(bc, k)
+            if cores is None:
+                cores = prof.cube_cores if kern.mix else prof.vector_cores
+            if overhead is None:
+                overhead = prof.launch_overhead_cycles
+            grid = kern.grid
+            P = grid[0] * grid[1] * grid[2]
             active = min(P, cores)
             launch = Launch.base(kern, prof, debug=self.debug, watchdog=self.watchdog,
                                  kernel_name=name or kern.name, active_cores=active, loc_of_pc=m.loc_of_pc,
                                  race_detection=self.race_detection, share=share)
             record = LaunchRecord.base(
-                name=name or kern.name, grid=kern.grid, cores=active, waves=-(-P // cores),
+                name=name or kern.name, grid=grid, cores=active, waves=-(-P // cores),
                 kind="mix" if kern.mix else "vector", double_buffer=kern.double_buffer, launch_overhead=overhead,
                 profile=prof, group=group, start=start,
                 dispatched=max(0, P - cores) if prof.program_dispatch_cycles else 0)
-            known = statics[key] = (kern, prof, options, launch, record)
-        return known[3], known[4]
-
-    def _run_one(self, m, kern, L, cores):
-        """One program, no trace: the batch's own pipe clock (Python floats) gives what ``_run_batches`` computes
-        for a grid of one: no dispatch, one wave, the core busy until its program ends or its GM port's
-        transfers do. Returns (body, busy per pipe, bytes read, bytes written, instructions)."""
-        b = _run_alone(m.steps, Batch(FIRST_PID, kern.grid, m.zero_regs), L, self.profile.scalar_dispatch)
-        if L.races is not None:
-            L.races.check(L)
-        free, busy = b.pipe_free, list(b.pipe_busy)
-        end = max(max(free), b.t_issue, b.done)
-        body = max(end, busy[_MTE2] + busy[_MTE3])
-        return body, busy, _total(b.bytes_read, 1), _total(b.bytes_written, 1), b.count
+            base = known[key] = LaunchBase(kern, m, prof, options, launch, record, P, cores, overhead, share)
+        return base
 
     def _run_batches(self, m, kern, L, cores, P, rec):
         """Every program, in batches (the first a probe, see ``_resized``); their pipe clocks placed on

@@ -18,7 +18,7 @@ class L2Cache:
 
     def __init__(self, capacity: int):
         self.capacity = capacity
-        self.lines: OrderedDict = OrderedDict()  # key -> (weakref to the root array, bytes, dirty bytes)
+        self.lines: OrderedDict = OrderedDict()  # key -> [weakref to the root array, bytes, dirty bytes]
         self.used = 0
         self._of_ref: dict = {}  # id(weakref to a root) -> the keys of its lines (what _gone drops)
         self._keys: dict = {}  # id(array) -> (weakref to it, its key, weakref to its root): known arrays of a relaunch
@@ -69,16 +69,35 @@ class L2Cache:
         self._of_ref.clear()
         self.used = 0
 
+    def settle(self, arrays: dict, alias: dict, rates) -> tuple[float, float, float]:
+        """After a launch on ``arrays`` (param -> array; ``alias``: param -> alias group) whose transfers ``rates``
+        counted: (bytes that crossed HBM, bytes read that hit L2, dirty bytes of earlier launches evicted to make
+        room, which this launch wrote back to HBM and which the first figure includes). The launch's hits are
+        what its groups had in L2 before it (``rates.resident``, for the trace's notes too); then what it read
+        and wrote is most recently used (writes dirty)."""
+        rates.resident, keyed = self.resident(arrays, alias)
+        hbm, hits = rates.traffic()
+        back = self.update(keyed, alias, rates)
+        return hbm + back, hits, back
+
     def resident(self, arrays: dict, alias: dict) -> tuple[dict, list]:
         """(alias group -> bytes of it in L2 now, for the groups of ``arrays`` that have any; each array's
         (param, array, key, root), which ``update`` takes after the launch)."""
         out = {}
         keyed = []
+        known, lines = self._keys, self.lines
         for q, a in arrays.items():
-            key, root = self._key(a)
+            seen = known.get(id(a))
+            if seen is not None and seen[0]() is a:
+                key, root = seen[1], seen[2]()  # a holds its root: the root is alive while a is
+            else:
+                key, root = self._key(a)
             keyed.append((q, a, key, root))
-            line = self._line(key)
+            line = lines.get(key)
             if line is not None:
+                if line[0]() is None:  # the array is gone; its id may be reused by a new one
+                    self._drop(key)
+                    continue
                 g = alias[q]
                 if out.get(g, 0) < line[1]:
                     out[g] = line[1]
@@ -94,26 +113,30 @@ class L2Cache:
         for q, a, key, root in keyed:
             g = alias[q]
             reads, writes = group_reads.get(g, 0.0), group_writes.get(g, 0.0)
-            if g in done or not (reads or writes):
+            if not (reads or writes) or g in done:
                 continue
             done.add(g)
             size = a.nbytes
             if size > self.capacity:
                 back += sum(self._drop(k) for k in list(lines))
                 continue
-            nbytes, dirty = min(size, reads + writes), min(size, writes)
+            nbytes = reads + writes
+            if nbytes > size:
+                nbytes = size
+            if writes > size:
+                writes = size
             old = self._line(key)
             if old is not None:  # known: most recently used now, with what this launch added
                 if nbytes < old[1]:
                     nbytes = old[1]
-                dirty = min(nbytes, dirty + old[2])
-                lines[key] = (old[0], nbytes, dirty)
-                lines.move_to_end(key)
+                dirty = writes + old[2]
                 self.used += nbytes - old[1]
+                old[1], old[2] = nbytes, (nbytes if dirty > nbytes else dirty)
+                lines.move_to_end(key)
                 continue
             ref = weakref.ref(root, self._gone)
             self._of_ref.setdefault(id(ref), set()).add(key)
-            lines[key] = (ref, nbytes, dirty)
+            lines[key] = [ref, nbytes, writes]
             self.used += nbytes
         while self.used > self.capacity and lines:
             back += self._drop(next(iter(lines)))

@@ -18,11 +18,11 @@ class Launch:
 
     def __init__(self, bc, kernel, arrays: dict[int, np.ndarray], profile, *, watchdog: int, debug=False,
                  kernel_name="", active_cores=1, alias_groups=None, loc_of_pc=None, race_detection=False,
-                 resident=None, share: float = 1.0):
+                 share: float = 1.0):
         self.__dict__.update(Launch.base(kernel, profile, watchdog=watchdog, debug=debug, kernel_name=kernel_name,
                                          active_cores=active_cores, loc_of_pc=loc_of_pc,
                                          race_detection=race_detection, share=share))
-        self._start(bc, arrays, alias_groups or {p: p for p in arrays}, resident)
+        self._start(bc, arrays, alias_groups or {p: p for p in arrays})
 
     @staticmethod
     def base(kernel, profile, *, watchdog: int, debug, kernel_name, active_cores, loc_of_pc, race_detection,
@@ -34,20 +34,24 @@ class Launch:
                 "race_detection": race_detection, "rate_constants": Rates.constants(profile, active_cores, share)}
 
     @classmethod
-    def of(cls, base: dict, bc, arrays: dict, alias: dict, resident=None) -> "Launch":
+    def of(cls, base: dict, bc, arrays: dict, alias: dict) -> "Launch":
         """A launch of ``bc`` with ``base``'s fields (``Launch.base``) on ``arrays``."""
         L = cls.__new__(cls)
         L.__dict__.update(base)
-        L._start(bc, arrays, alias, resident)
+        L._start(bc, arrays, alias)
         return L
 
-    def _start(self, bc, arrays: dict, alias: dict, resident) -> None:
+    def _start(self, bc, arrays: dict, alias: dict, rates=None) -> None:
+        """Everything one run of ``bc`` on ``arrays`` has of its own (``rates``: a finished launch's, reset)."""
         self.bc = bc
         self.arrays = arrays
         self.alias = alias
         self.executed = 0  # instructions run so far, every batch together: what the watchdog counts
         self.imm = _imm_reader(bc)
-        self.rates = Rates(self.profile, arrays, alias, 0, resident or {}, constants=self.rate_constants)
+        if rates is None:
+            self.rates = Rates(self.profile, arrays, alias, 0, constants=self.rate_constants)
+        else:
+            rates.reset(arrays, alias)
         self.races = RaceLog() if self.race_detection else None
         self.prints: list = []  # (pid, sequence, prefix, value, hex, numpy dtype): see add_prints
         self.prints_seen = 0
@@ -90,6 +94,40 @@ class Launch:
         if dropped:
             out.append(f"... {dropped} more print lines dropped (a launch keeps the first {PRINT_LIMIT})")
         return out
+
+
+class LaunchBase:
+    """What every launch of one kernel instance with the same options has alike, made once (``Device._bases``):
+    the kernel (``KernelInfo``) and its machine, its programs, cores, fixed cycles and share of HBM, the launch's
+    fixed fields (``Launch.base``), the record's (``LaunchRecord.base``) and a finished launch kept to be reset
+    for the next one instead of making a new one (``launch``, ``release``)."""
+
+    __slots__ = ("kern", "machine", "profile", "options", "fields", "record", "programs", "cores", "overhead",
+                 "share", "spare")
+
+    def __init__(self, kern, machine, profile, options: tuple, fields: dict, record: dict, programs: int,
+                 cores: int, overhead: int, share: float):
+        self.kern, self.machine, self.profile, self.options = kern, machine, profile, options
+        self.fields, self.record = fields, record
+        self.programs, self.cores, self.overhead, self.share = programs, cores, overhead, share
+        self.spare: list = []
+
+    def launch(self, bc, arrays: dict, alias: dict) -> Launch:
+        """A launch of ``bc`` on ``arrays``: the spare one reset, or a new one (when another run holds it)."""
+        try:
+            L = self.spare.pop()
+        except IndexError:
+            return Launch.of(self.fields, bc, arrays, alias)
+        L._start(bc, arrays, alias, L.rates)
+        return L
+
+    def release(self, L: Launch) -> None:
+        """Keep the finished launch ``L`` for the next one, holding none of its arrays (nor anything a record
+        of it holds)."""
+        if not self.spare:
+            L.arrays = L.alias = L.bc = L.imm = L.diagnostics = L.prints = L.races = None
+            L.rates.alias = None
+            self.spare.append(L)
 
 
 def _no_location(pc):

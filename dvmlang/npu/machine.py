@@ -99,7 +99,6 @@ class Machine:
         self.index_of_pc: dict[int, int] = {d.pc: i for i, d in enumerate(self.decoded)}
         self.read_again = self._read_again()
         self.loc_of_pc = loc_lookup(bc)
-        self.launch_statics: dict = {}  # what Device._bases made for this machine's launches
         # programs may wait on each other's atomics (a lock): how many times they spin depends on which run together
         self.atomics = any(d.ins.family == "atomic" for d in self.decoded)
         self.steps: list[Step] = [BUILDERS[d.ins.family](self, d) for d in self.decoded]

@@ -159,40 +159,41 @@ class Batch:
 
     def __init__(self, pids: np.ndarray, grid, zero_regs: tuple):
         self.pids = pids
-        self.n = len(pids)
-        g0, g1 = grid[0], grid[1]
-        if self.n == 1:  # Python ints for one program: the same coordinates, without array arithmetic
-            p = int(pids[0])
-            self.coords = _FIRST_COORDS if p == 0 else (
-                np.array([p % g0], np.int32), np.array([(p // g0) % g1], np.int32),
-                np.array([p // (g0 * g1)], np.int32))
-        else:
-            self.coords = ((pids % g0).astype(np.int32), ((pids // g0) % g1).astype(np.int32),
-                           (pids // (g0 * g1)).astype(np.int32))
+        self.n = n = len(pids)
         self.regs = list(zero_regs)  # steps replace a register's value, never write into it: zeros can be shared
         self.mem = defaultdict(dict)  # space -> addr -> Slot; a space's dict is made when first used
         self.count = 0
-        n = self.n
-        # a batch of one program keeps its pipe clock in Python floats (timing.advance_one: the same arithmetic)
+        self.flags: dict = {}
+        self.print_seq = 0  # each program's device prints so far: one number while they all printed alike
+        self.last_bytes = 0
+        g0, g1 = grid[0], grid[1]
+        # a batch of one program keeps its pipe clock, GM byte counts (what its DMA steps count in), latest
+        # transfer's completion and GM port's availability in Python numbers (timing.advance_one: the same
+        # arithmetic); a larger batch in arrays, one entry per program
         self.scalar = n == 1
-        if self.scalar:
+        if n == 1:
+            if pids is FIRST_PID:
+                self.coords = _FIRST_COORDS  # program 0's, shared (read-only)
+            else:
+                p = int(pids[0])
+                self.coords = (np.array([p % g0], np.int32), np.array([(p // g0) % g1], np.int32),
+                               np.array([p // (g0 * g1)], np.int32))
             self.t_issue = 0.0
             self.pipe_free = [0.0] * isa.N_PIPES
             self.pipe_first = [np.inf] * isa.N_PIPES
             self.pipe_busy = [0.0] * isa.N_PIPES
+            self.bytes_read = self.bytes_written = self.done = self.port_free = 0.0
         else:
+            self.coords = ((pids % g0).astype(np.int32), ((pids // g0) % g1).astype(np.int32),
+                           (pids // (g0 * g1)).astype(np.int32))
             self.t_issue = np.zeros(n)
             self.pipe_free = np.zeros((isa.N_PIPES, n))
             self.pipe_first = np.full((isa.N_PIPES, n), np.inf)
             self.pipe_busy = np.zeros((isa.N_PIPES, n))
-        self.flags: dict = {}
-        self.print_seq = 0  # each program's device prints so far: one number while they all printed alike
-        # GM bytes each program moved: one Python number for a batch of one (what its DMA steps count in)
-        self.bytes_read = 0.0 if self.scalar else np.zeros(n)
-        self.bytes_written = 0.0 if self.scalar else np.zeros(n)
-        self.last_bytes = 0
-        self.done = 0.0 if self.scalar else np.zeros(n)  # completion of the latest transfer (results land after the pipe frees)
-        self.port_free = 0.0 if self.scalar else np.zeros(n)  # when the core's GM port can take the next transfer
+            self.bytes_read = np.zeros(n)
+            self.bytes_written = np.zeros(n)
+            self.done = np.zeros(n)  # completion of the latest transfer (results land after the pipe frees)
+            self.port_free = np.zeros(n)  # when the core's GM port can take the next transfer
 
     def clock(self):
         """(pipe_free, pipe_first, pipe_busy) as (pipes, n) arrays and (t_issue, done) as (n,) arrays."""

@@ -162,15 +162,19 @@ class Rates:
                  constants=None):
         self.dma, self.l2, self.l2_write, self.slow = constants or Rates.constants(profile, active_cores, share)
         self.keep_writes = profile.l2_across_launches
-        self.alias = alias
         self.l2_bytes = profile.l2_bytes
+        self.reset(arrays, alias, resident)
+
+    def reset(self, arrays: dict, alias: dict, resident=None) -> None:
+        """The rates of a new launch on ``arrays`` (``resident``: as the constructor's; ``L2Cache.settle`` sets
+        it after the launch)."""
+        self.alias = alias
         self.resident = resident or {}
-        self.group_bytes: dict = {}
+        self.group_bytes = gb = {}
         self.group_reads: dict = {}
         self.group_writes: dict = {}
         self.unaligned_cycles = 0.0  # DMA time lost to unaligned bursts, every program together
         self.transfers: dict = {}  # pc -> (tensor, write, unaligned cycles): see note
-        gb = self.group_bytes
         for p, a in arrays.items():
             g = alias[p]
             n = a.nbytes
