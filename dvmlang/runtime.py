@@ -61,22 +61,13 @@ class InstanceKey(NamedTuple):
 
 class LastLaunch(NamedTuple):
     """The latest launch that went through a binding plan: a relaunch with the same ``key`` (grid, profile,
-    per-argument launch keys) reuses its build and bytecode outright, and what its launch checks of each
-    tensor argument (``tensors``: runtime parameter index, argument position or keyword, whether the kernel
-    stores to it, whether it is 1-d and so its own flat view) is decided by the key too."""
+    per-argument launch keys) reuses its build and bytecode outright, and binds its arguments as ``plan``
+    says (``_Plan.checks``)."""
 
     key: tuple
     build: "Build"
     bytecode: object
-    tensor_sources: list  # (runtime parameter index, argument position or keyword) per tensor parameter
-    tensors: tuple  # (runtime index, position or keyword, written, 1-d) per tensor parameter
-    identity: dict  # the alias groups of distinct arrays that own their memory: each its own group
-
-    @classmethod
-    def of(cls, key, build, bc, positions, args, kwargs) -> "LastLaunch":
-        tensors = tuple((i, at, i in build.written, (args[at] if at.__class__ is int else kwargs[at]).ndim == 1)
-                        for i, at in positions)
-        return cls(key, build, bc, positions, tensors, {i: i for i, _ in positions})
+    plan: "_Plan"
 
 
 class Build:
@@ -286,7 +277,8 @@ class Kernel(KernelFunction):
             return None
         flat = {}
         own = True
-        for i, at, written, one_d in last.tensors:
+        plan = last.plan
+        for i, at, written, one_d in plan.checks:
             a = args[at] if at.__class__ is int else kwargs[at]
             f = a.flags
             if written and not f.writeable:
@@ -295,9 +287,9 @@ class Kernel(KernelFunction):
                 own = False
             flat[i] = a if one_d else a.ravel()
         if own and len(set(map(id, flat.values()))) == len(flat):
-            alias = last.identity  # distinct arrays that own their memory cannot overlap
+            alias = plan.identity  # distinct arrays that own their memory cannot overlap
         else:
-            alias = _alias_groups({i: args[at] if at.__class__ is int else kwargs[at] for i, at, _, _ in last.tensors})
+            alias = _alias_groups({i: args[at] if at.__class__ is int else kwargs[at] for i, at in plan.positions})
         self.stats.hits += 1
         return last.bytecode, flat, alias
 
@@ -324,7 +316,7 @@ class Kernel(KernelFunction):
                     if build.profile is profile and (not build.global_reads or build.still_valid()):
                         self.stats.hits += 1
                         return device, build, last.bytecode, {i: (args[at] if at.__class__ is int else kwargs[at])
-                                                              for i, at in last.tensor_sources}
+                                                              for i, at in last.plan.positions}
                 cn = src.constexpr_params
                 nd = np.ndarray
                 ckey = (id(profile), tuple([k if c else (k[0], len(k[1]), a.flags.c_contiguous) if a.__class__ is nd
@@ -354,7 +346,7 @@ class Kernel(KernelFunction):
                     else:
                         self._instances.move_to_end(ikey)
                         self.stats.hits += 1
-                    self._last = LastLaunch.of(lkey, build, bc, plan.positions, args, kwargs)
+                    self._last = LastLaunch(lkey, build, bc, plan)
                     return device, build, bc, {i: runtime[i] for i in plan.tensors}
         values, specs = self._bind(args, kwargs)
         grid_t = _grid(self.__name__, grid, values)
@@ -366,7 +358,7 @@ class Kernel(KernelFunction):
                 if len(self._plans) >= MAX_INSTANCES:
                     del self._plans[next(iter(self._plans))]
                 self._plans[ckey] = plan
-                self._last = LastLaunch.of(lkey, build, bc, plan.positions, args, kwargs)
+                self._last = LastLaunch(lkey, build, bc, plan)
         return device, build, bc, arrays
 
     # ---- public entry points ----------------------------------------------------------------------------
@@ -489,9 +481,12 @@ def kernel(fn=None, **options):
 class _Plan:
     """How the raw arguments of one argument class bind to a build: which argument (position or keyword)
     feeds each runtime parameter. Made by the ordinary binding path; replaying it for arguments of the
-    same class gives the same parameter values, in the same order, that binding would."""
+    same class gives the same parameter values, in the same order, that binding would. ``checks``: per tensor
+    parameter (runtime index, argument position or keyword, whether the kernel stores to it, whether it is 1-d
+    and so its own flat view), what a relaunch checks and binds (``Kernel._relaunch``); ``identity``: the
+    alias groups of distinct arrays that own their memory, each its own group."""
 
-    __slots__ = ("build", "sources", "tensors", "positions", "all_args")
+    __slots__ = ("build", "sources", "tensors", "positions", "all_args", "checks", "identity")
 
     @classmethod
     def make(cls, src, build, specs, nargs, kwargs):
@@ -499,6 +494,7 @@ class _Plan:
             return None  # hidden heaps are bound from the tables' contents at every launch; a descriptor expands
         sources = []
         tensors = []
+        checks = []
         for i, (name, spec) in enumerate(zip(src.params, specs)):
             if isinstance(spec, ConstexprSpec):
                 continue
@@ -510,11 +506,14 @@ class _Plan:
                 return None  # a runtime parameter from a default value: not worth a plan
             if isinstance(spec, TensorSpec):
                 tensors.append(len(sources))
+                checks.append((len(sources), at, len(sources) in build.written, spec.rank == 1))
             sources.append(at)
         plan = cls()
         plan.build, plan.sources, plan.tensors = build, sources, tensors
         plan.positions = [(i, sources[i]) for i in tensors]  # (runtime index, argument position or keyword)
         plan.all_args = sources == list(range(nargs))
+        plan.checks = tuple(checks)
+        plan.identity = {i: i for i in tensors}
         return plan
 
 

@@ -242,10 +242,14 @@ def test_l2_forgets_a_dead_array_at_once_and_only_its_lines():
     alias = {0: 0, 1: 1, 2: 2}
     rates = Rates(dvmlang.npu.get_profile(None), arrays, alias, 1)
     rates.group_reads.update({0: 4096.0, 1: 8192.0, 2: 2048.0})
-    for _ in range(2):  # the second launch updates the lines it finds
-        l2.update(l2.resident(arrays, alias)[1], alias, rates)
+    for i in range(2):  # the second launch updates the lines it finds
+        hbm, hits, back = l2.settle(arrays, alias, rates)
+        assert back == 0 and hits == (0 if i == 0 else 4096 + 8192 + 2048)
     assert l2.used == 4096 + 8192 + 2048 and len(l2.lines) == 3
     del arrays, gone
     import gc
     gc.collect()
-    assert len(l2.lines) == 1 and l2.used == 4096 and l2.resident({0: keep}, {0: 0})[0] == {0: 4096}
+    assert len(l2.lines) == 1 and l2.used == 4096
+    rates = Rates(dvmlang.npu.get_profile(None), {0: keep}, {0: 0}, 1)
+    rates.group_reads[0] = 4096.0
+    assert l2.settle({0: keep}, {0: 0}, rates)[1] == 4096 and rates.resident == {0: 4096}

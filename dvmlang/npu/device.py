@@ -275,11 +275,7 @@ class Device:
         prints shown and its diagnostics warned."""
         prof = self.profile
         rates = L.rates
-        if prof.l2_across_launches:
-            hbm, hits, writeback = self.l2.settle(L.arrays, L.alias, rates)
-        else:
-            hbm, hits = rates.traffic()
-            writeback = 0.0
+        hbm, hits, writeback = self.l2.settle(L.arrays, L.alias, rates)
         body, stretch = roofline(body, hbm, prof, base.share)
         cycles = int(round(base.overhead + body))
         record = LaunchRecord.of(base.record, cycles=cycles, bytes_read=int(bytes_r), bytes_written=int(bytes_w),
@@ -444,11 +440,43 @@ def _watchdog_timeout(L: Launch, s, b: Batch) -> WatchdogTimeout:
         "\nhint: check the loop condition, or raise the limit with dvmlang.npu.Device(watchdog=N)")
 
 
-@np.errstate(all="ignore")  # as a decorator: a little less host time per launch than a with statement
+def _quiet_state():
+    """(numpy's floating-point error state, its value while every error is ignored): since numpy 2 the state is a
+    context variable, so a launch ignores errors by setting it to a value made once (``np.errstate`` makes a new
+    one at each entry). None when that does not hold (numpy 1.x, or a numpy that changed it): then launches
+    use ``np.errstate``."""
+    try:
+        from numpy._core._ufunc_config import _extobj_contextvar as state
+    except ImportError:
+        return None
+    with np.errstate(all="ignore"):
+        quiet = state.get()
+    token = state.set(quiet)
+    try:
+        ok = all(v == "ignore" for v in np.geterr().values())
+    finally:
+        state.reset(token)
+    return (state, quiet) if ok else None
+
+
+_QUIET = _quiet_state()
+
+
 def _run_alone(steps, batch: Batch, L: Launch, dispatch: int) -> Batch:
-    """Run a batch of one program (which never splits) to its end, untraced; returns it."""
-    for b in _execute(steps, batch, L, dispatch, None):
-        pass
+    """Run a batch of one program (which never splits) to its end, untraced, floating-point errors ignored (as
+    every launch runs); returns it."""
+    if _QUIET is None:
+        with np.errstate(all="ignore"):
+            for b in _execute(steps, batch, L, dispatch, None):
+                pass
+        return b
+    state, quiet = _QUIET
+    token = state.set(quiet)
+    try:
+        for b in _execute(steps, batch, L, dispatch, None):
+            pass
+    finally:
+        state.reset(token)
     return b
 
 

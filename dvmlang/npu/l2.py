@@ -4,9 +4,19 @@ they give a later launch (hits) and what evicting them costs (dirty bytes writte
 from __future__ import annotations
 
 import weakref
-from collections import OrderedDict
 
 import numpy as np
+
+
+class _Line:
+    """What L2 holds of one tensor: ``bytes`` (at most the tensor), of which ``dirty`` (written, not yet back in
+    HBM), when it was last used (``stamp``: a launch's order), under ``key`` (see ``L2Cache._entry``).
+    ``ref``, a weak reference to the tensor's root array, is None once the line has left L2."""
+
+    __slots__ = ("ref", "key", "bytes", "dirty", "stamp")
+
+    def __init__(self, ref, key, nbytes, dirty, stamp):
+        self.ref, self.key, self.bytes, self.dirty, self.stamp = ref, key, nbytes, dirty, stamp
 
 
 class L2Cache:
@@ -14,57 +24,64 @@ class L2Cache:
     bytes (what launches read or wrote of them, at most the tensor) and how many of those are dirty (written,
     not yet back in HBM). A tensor is known by its host array (the root of its views), held weakly: a new array
     is a new GM buffer and starts cold. A tensor larger than L2 streams through it and evicts everything. A
-    later launch's reads of a tensor hit up to the bytes it has in L2 (the model does not track which bytes)."""
+    later launch's reads of a tensor hit up to the bytes it has in L2 (the model does not track which bytes).
+
+    A relaunch on arrays it has seen finds each one's line through one lookup by the array's identity (the
+    line itself is remembered with the array), and a line used again takes a new stamp instead of moving in an
+    ordered dict: eviction takes the lines in stamp order, which is the order they were last used in."""
 
     def __init__(self, capacity: int):
         self.capacity = capacity
-        self.lines: OrderedDict = OrderedDict()  # key -> [weakref to the root array, bytes, dirty bytes]
+        self.lines: dict = {}  # key -> _Line, in L2 now
         self.used = 0
+        self._clock = 0  # the next stamp
         self._of_ref: dict = {}  # id(weakref to a root) -> the keys of its lines (what _gone drops)
-        self._keys: dict = {}  # id(array) -> (weakref to it, its key, weakref to its root): known arrays of a relaunch
+        self._known: dict = {}  # id(array) -> [weakref to it, its key, weakref to its root, its line when last seen]
 
-    def _key(self, a: np.ndarray):
-        """((id of the root array, byte offset, bytes), root) of a tensor's array."""
-        seen = self._keys.get(id(a))
-        if seen is not None and seen[0]() is a:
-            return seen[1], seen[2]()  # a holds its root: the root is alive while a is
+    def _entry(self, a: np.ndarray) -> list:
+        """The known-array entry of a tensor's array: [weakref to it, (id of its root array, byte offset, bytes),
+        weakref to the root, its line or None]."""
         root = a
         while isinstance(root.base, np.ndarray):
             root = root.base
         off = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
         key = (id(root), off, a.nbytes)
-        if len(self._keys) >= 4096:
-            self._keys = {k: v for k, v in self._keys.items() if v[0]() is not None}
-            if len(self._keys) >= 2048:
-                self._keys.clear()
-        self._keys[id(a)] = (weakref.ref(a), key, weakref.ref(root))
-        return key, root
+        known = self._known
+        if len(known) >= 4096:
+            known = self._known = {k: v for k, v in known.items() if v[0]() is not None}
+            if len(known) >= 2048:
+                known.clear()
+        e = known[id(a)] = [weakref.ref(a), key, weakref.ref(root), self._line(key)]
+        return e
 
-    def _line(self, key):
+    def _line(self, key) -> _Line | None:
         line = self.lines.get(key)
-        if line is not None and line[0]() is None:  # the array is gone; its id may be reused by a new one
-            self._drop(key)
+        if line is not None and line.ref() is None:  # the array is gone; its id may be reused by a new one
+            self._drop(line)
             return None
         return line
 
     def _gone(self, ref) -> None:
         for key in self._of_ref.pop(id(ref), ()):
             line = self.lines.get(key)
-            if line is not None and line[0] is ref:
-                self._drop(key)
+            if line is not None and line.ref is ref:
+                self._drop(line)
 
-    def _drop(self, key) -> float:
-        ref, nbytes, dirty = self.lines.pop(key)
-        keys = self._of_ref.get(id(ref))
+    def _drop(self, line: _Line) -> float:
+        del self.lines[line.key]
+        keys = self._of_ref.get(id(line.ref))
         if keys is not None:
-            keys.discard(key)
+            keys.discard(line.key)
             if not keys:
-                del self._of_ref[id(ref)]
-        self.used -= nbytes
-        return dirty
+                del self._of_ref[id(line.ref)]
+        line.ref = None
+        self.used -= line.bytes
+        return line.dirty
 
     def flush(self) -> None:
         """Empty L2 (a benchmark's cache flush: what was dirty is not charged to any launch)."""
+        for line in self.lines.values():
+            line.ref = None
         self.lines.clear()
         self._of_ref.clear()
         self.used = 0
@@ -72,72 +89,94 @@ class L2Cache:
     def settle(self, arrays: dict, alias: dict, rates) -> tuple[float, float, float]:
         """After a launch on ``arrays`` (param -> array; ``alias``: param -> alias group) whose transfers ``rates``
         counted: (bytes that crossed HBM, bytes read that hit L2, dirty bytes of earlier launches evicted to make
-        room, which this launch wrote back to HBM and which the first figure includes). The launch's hits are
-        what its groups had in L2 before it (``rates.resident``, for the trace's notes too); then what it read
-        and wrote is most recently used (writes dirty)."""
-        rates.resident, keyed = self.resident(arrays, alias)
-        hbm, hits = rates.traffic()
-        back = self.update(keyed, alias, rates)
-        return hbm + back, hits, back
+        room, which this launch wrote back to HBM and which the first figure includes).
 
-    def resident(self, arrays: dict, alias: dict) -> tuple[dict, list]:
-        """(alias group -> bytes of it in L2 now, for the groups of ``arrays`` that have any; each array's
-        (param, array, key, root), which ``update`` takes after the launch)."""
-        out = {}
-        keyed = []
-        known, lines = self._keys, self.lines
-        for q, a in arrays.items():
-            seen = known.get(id(a))
-            if seen is not None and seen[0]() is a:
-                key, root = seen[1], seen[2]()  # a holds its root: the root is alive while a is
-            else:
-                key, root = self._key(a)
-            keyed.append((q, a, key, root))
-            line = lines.get(key)
+        Crossing HBM: a group (its largest array) that fits L2 is read from HBM once, less what it had in L2
+        before the launch (``rates.resident``, for the trace's notes too), the rest of its reads hit; one that
+        does not fit is read from HBM every time. Writes stay in L2 when the profile keeps L2 across launches
+        (``rates.keep_writes``) and the group fits, else they cross HBM. When it keeps L2, what the launch read
+        and wrote is then the most recently used (writes dirty), in the order of ``arrays``, a group once."""
+        limit, sizes = rates.l2_bytes, rates.group_bytes
+        group_reads, group_writes = rates.group_reads, rates.group_writes
+        hbm = hits = back = 0.0
+        if not rates.keep_writes:
+            rates.resident = {}
+            for g, reads in group_reads.items():
+                hbm += reads if sizes[g] > limit or reads < sizes[g] else sizes[g]
+                if sizes[g] <= limit and reads > sizes[g]:
+                    hits += reads - sizes[g]
+            for written in group_writes.values():
+                hbm += written
+            return hbm, hits, 0.0
+        known = self._known
+        resident = rates.resident = {}
+        entries = []
+        for q, a in arrays.items():  # what each group had in L2 before the launch (two groups may share a line)
+            e = known.get(id(a))
+            if e is None or e[0]() is not a:
+                e = self._entry(a)
+            line = e[3]
+            if line is None or line.ref is None:
+                line = e[3] = self._line(e[1])
+            entries.append(e)
             if line is not None:
-                if line[0]() is None:  # the array is gone; its id may be reused by a new one
-                    self._drop(key)
-                    continue
                 g = alias[q]
-                if out.get(g, 0) < line[1]:
-                    out[g] = line[1]
-        return out, keyed
-
-    def update(self, keyed: list, alias: dict, rates) -> float:
-        """After a launch (``keyed`` as ``resident`` gave it): what it read and wrote is most recently used
-        (writes dirty); returns the dirty bytes evicted to make room, which this launch writes back to HBM."""
-        back = 0.0
+                if resident.get(g, 0) < line.bytes:
+                    resident[g] = line.bytes
         done = set()
         lines = self.lines
-        group_reads, group_writes = rates.group_reads, rates.group_writes
-        for q, a, key, root in keyed:
+        capacity = self.capacity
+        for (q, a), e in zip(arrays.items(), entries):
             g = alias[q]
-            reads, writes = group_reads.get(g, 0.0), group_writes.get(g, 0.0)
-            if not (reads or writes) or g in done:
+            if g in done:
                 continue
             done.add(g)
+            reads, writes = group_reads.get(g, 0.0), group_writes.get(g, 0.0)
+            if not (reads or writes):
+                continue
+            gsize = sizes[g]
+            if gsize > limit:
+                hbm += reads + writes
+            elif reads:
+                cold = (reads if reads < gsize else gsize) - resident.get(g, 0)
+                if cold > 0:
+                    hbm += cold
+                    hits += reads - cold
+                else:
+                    hits += reads
             size = a.nbytes
-            if size > self.capacity:
-                back += sum(self._drop(k) for k in list(lines))
+            if size > capacity:
+                for old in list(lines.values()):
+                    back += self._drop(old)
                 continue
             nbytes = reads + writes
             if nbytes > size:
                 nbytes = size
             if writes > size:
                 writes = size
-            old = self._line(key)
-            if old is not None:  # known: most recently used now, with what this launch added
-                if nbytes < old[1]:
-                    nbytes = old[1]
-                dirty = writes + old[2]
-                self.used += nbytes - old[1]
-                old[1], old[2] = nbytes, (nbytes if dirty > nbytes else dirty)
-                lines.move_to_end(key)
+            line = e[3]
+            if line is None or line.ref is None:  # new, or another array's update made or dropped it
+                line = e[3] = self._line(e[1])
+            stamp = self._clock
+            self._clock = stamp + 1
+            if line is not None:  # known: most recently used now, with what this launch added
+                if nbytes < line.bytes:
+                    nbytes = line.bytes
+                dirty = writes + line.dirty
+                self.used += nbytes - line.bytes
+                line.bytes, line.dirty, line.stamp = nbytes, (nbytes if dirty > nbytes else dirty), stamp
                 continue
-            ref = weakref.ref(root, self._gone)
-            self._of_ref.setdefault(id(ref), set()).add(key)
-            lines[key] = [ref, nbytes, writes]
+            ref = weakref.ref(e[2](), self._gone)
+            self._of_ref.setdefault(id(ref), set()).add(e[1])
+            e[3] = lines[e[1]] = _Line(ref, e[1], nbytes, writes, stamp)
             self.used += nbytes
-        while self.used > self.capacity and lines:
-            back += self._drop(next(iter(lines)))
-        return back
+        if self.used > capacity and lines:
+            for line in sorted(lines.values(), key=_stamp):  # least recently used first
+                back += self._drop(line)
+                if self.used <= capacity:
+                    break
+        return hbm + back, hits, back
+
+
+def _stamp(line: _Line) -> int:
+    return line.stamp

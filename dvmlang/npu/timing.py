@@ -238,25 +238,6 @@ class Rates:
             out[pc] = self.where(t, write) + (f"; unaligned bursts +{extra:,.0f} cycles" if extra else "")
         return out
 
-    def traffic(self) -> tuple[float, float]:
-        """(bytes that must cross HBM, bytes read that came from L2). Crossing HBM: every tensor not already in
-        L2 read once (all re-reads when it does not fit L2), and the writes L2 does not keep (all of them,
-        without ``l2_across_launches``)."""
-        hbm = hits = 0.0
-        resident, sizes, limit = self.resident, self.group_bytes, self.l2_bytes
-        for g, reads in self.group_reads.items():
-            if sizes.get(g, 0) <= limit:
-                cold = max(0.0, min(sizes.get(g, 0), reads) - resident.get(g, 0))
-                hbm += cold
-                hits += reads - cold
-            else:
-                hbm += reads
-        keep = self.keep_writes
-        for g, written in self.group_writes.items():
-            if not (keep and sizes.get(g, 0) <= limit):
-                hbm += written
-        return hbm, hits
-
 
 # ---- the pipe clock ------------------------------------------------------------------------------------
 

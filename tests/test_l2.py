@@ -1,0 +1,129 @@
+"""The L2 model across launches (npu/l2.py) against a plain LRU model written from its documented rules: random
+sequences of launches over arrays, views of them and aliases, with flushes, freed arrays and evictions, give the
+same HBM, hit and write-back bytes launch by launch."""
+
+import gc
+from collections import OrderedDict
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dvmlang
+from dvmlang.npu.l2 import L2Cache
+from dvmlang.npu.timing import Rates
+
+
+class _Oracle:
+    """An LRU of lines keyed by (root buffer, byte offset, bytes), least recently used first."""
+
+    def __init__(self, capacity):
+        self.capacity, self.lines = capacity, OrderedDict()  # key -> [bytes, dirty]
+
+    @staticmethod
+    def key(a):
+        root = a
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        return (id(root), a.__array_interface__["data"][0] - root.__array_interface__["data"][0], a.nbytes)
+
+    def forget(self, dead_roots):
+        for k in [k for k in self.lines if k[0] in dead_roots]:
+            del self.lines[k]
+
+    def settle(self, arrays, alias, reads, writes, sizes, limit):
+        resident = {}
+        for q, a in arrays.items():
+            line = self.lines.get(self.key(a))
+            if line is not None:
+                resident[alias[q]] = max(resident.get(alias[q], 0), line[0])
+        hbm = hits = 0.0
+        for g, r in reads.items():
+            if sizes[g] <= limit:
+                cold = max(0.0, min(sizes[g], r) - resident.get(g, 0))
+                hbm, hits = hbm + cold, hits + r - cold
+            else:
+                hbm += r
+        hbm += sum(w for g, w in writes.items() if sizes[g] > limit)
+        back, done = 0.0, set()
+        for q, a in arrays.items():
+            g = alias[q]
+            r, w = reads.get(g, 0.0), writes.get(g, 0.0)
+            if g in done or not (r or w):
+                continue
+            done.add(g)
+            if a.nbytes > self.capacity:
+                back += sum(d for _, d in self.lines.values())
+                self.lines.clear()
+                continue
+            k = self.key(a)
+            n, d = min(a.nbytes, r + w), min(a.nbytes, w)
+            if k in self.lines:
+                old = self.lines.pop(k)
+                n = max(n, old[0])
+                d = min(n, d + old[1])
+            self.lines[k] = [n, d]
+        while sum(v[0] for v in self.lines.values()) > self.capacity:  # room made once the launch is done
+            back += self.lines.pop(next(iter(self.lines)))[1]
+        return hbm + back, hits, back
+
+
+_OPS = st.lists(st.one_of(
+    st.tuples(st.just("launch"), st.lists(st.tuples(st.integers(0, 7), st.integers(0, 3), st.integers(0, 3)),
+                                          min_size=1, max_size=4), st.booleans()),
+    st.tuples(st.just("free"), st.integers(0, 3)),
+    st.tuples(st.just("flush"))), min_size=1, max_size=25)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_OPS)
+def test_the_l2_model_is_an_lru_of_tensor_lines(ops):
+    prof = dvmlang.npu.get_profile(None)
+    capacity = 6000
+    l2, oracle = L2Cache(capacity), _Oracle(capacity)
+    roots = [np.zeros(n, np.uint8) for n in (1000, 2500, 4000, 7000)]
+
+    def views(i):  # a root, a window of it, or the root's first half (a different line of the same buffer)
+        r = roots[i % 4]
+        return r if i < 4 else r[:len(r) // 2] if i % 2 == 0 else r[8:]
+
+    for op in ops:
+        if op[0] == "free":
+            gone = roots[op[1]]
+            roots[op[1]] = np.zeros(len(gone), np.uint8)  # a new buffer, cold
+            oracle.forget({id(gone)})
+            del gone
+            gc.collect()
+        elif op[0] == "flush":
+            l2.flush()
+            oracle.lines.clear()
+        else:
+            _, uses, merged = op
+            arrays = {q: views(i) for q, (i, _, _) in enumerate(uses)}
+            # alias groups: each array alone, or (merged) arrays of one buffer in one group
+            alias = {q: (min(p for p in arrays if oracle.key(arrays[p])[0] == oracle.key(a)[0]) if merged else q)
+                     for q, a in arrays.items()}
+            rates = Rates(prof, arrays, alias, 1)
+            for q, (i, r, w) in enumerate(uses):
+                g, n = alias[q], arrays[q].nbytes
+                if r:
+                    rates.group_reads[g] = rates.group_reads.get(g, 0.0) + float(r * n // 2)
+                if w:
+                    rates.group_writes[g] = rates.group_writes.get(g, 0.0) + float(w * n // 2)
+            want = oracle.settle(arrays, alias, dict(rates.group_reads), dict(rates.group_writes), rates.group_bytes,
+                                 prof.l2_bytes)
+            assert l2.settle(arrays, alias, rates) == want
+            assert l2.used == sum(v[0] for v in oracle.lines.values()) and len(l2.lines) == len(oracle.lines)
+
+
+def test_without_l2_across_launches_every_launch_starts_cold_and_writes_cross_hbm():
+    prof = dvmlang.npu.get_profile(None).with_(l2_across_launches=False)
+    l2 = L2Cache(1 << 20)
+    small, big = np.zeros(1000, np.uint8), np.zeros(prof.l2_bytes + 8, np.uint8)
+    arrays, alias = {0: small, 1: big, 2: small}, {0: 0, 1: 1, 2: 2}
+    for _ in range(2):  # the second launch finds nothing either
+        rates = Rates(prof, arrays, alias, 1)
+        rates.group_reads.update({0: 3000.0, 1: 50.0})  # small read three times: once from HBM, twice hits
+        rates.group_writes.update({2: 700.0})
+        assert l2.settle(arrays, alias, rates) == (1000.0 + 50.0 + 700.0, 2000.0, 0.0)
+        assert rates.resident == {} and not l2.lines and l2.used == 0
