@@ -12,6 +12,7 @@ the sequential device and the oracle must agree exactly (int32), and within tole
 accumulator.
 """
 
+import contextlib
 import itertools
 import linecache
 
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 
 import dvmlang
 import dvmlang.language as dl
-from fuzzing import budget
+from fuzzing import budget, side_by_side
 
 BATCHED = dvmlang.npu.Device()
 SEQUENTIAL = dvmlang.npu.Device(sequential=True)
@@ -333,8 +334,14 @@ def run_device(kernel, device, grid, n, vals):
 def check(stmts, grid, n, vals):
     kernel, text = kernel_of(stmts)
     want = oracle(stmts, grid, n, vals)
-    for device in (BATCHED, SEQUENTIAL):
-        got = run_device(kernel, device, grid, n, vals)
+    runs = []
+    for device, threads in ((BATCHED, False), (SEQUENTIAL, False), (BATCHED, True)):
+        with side_by_side() if threads else contextlib.nullcontext():
+            got = run_device(kernel, device, grid, n, vals)
+        if threads:
+            assert all(np.array_equal(g, r) for g, r in zip(got, runs[0])), \
+                f"the batched device with worker threads differs:\nkernel:\n{text}grid={grid} n={n}"
+        runs.append(got)
         for name, g, w in zip(("out", "fout", "cnt"), got, want):
             if name == "fout":
                 ok = np.allclose(g, w, rtol=1e-5, atol=1e-5)

@@ -10,13 +10,14 @@ promotion. Integer division by zero is documented (0), so it is generated; shift
 ``[0, bits)`` (outside is undefined in Triton).
 """
 
+import contextlib
 import itertools
 import linecache
 import math
 
 import ml_dtypes
 import numpy as np
-from fuzzing import budget
+from fuzzing import budget, side_by_side
 from hypothesis import example, given, strategies as st
 
 import dvmlang
@@ -363,11 +364,14 @@ def check_program(seed: int):
     expr = node.src if out_t == node.t else f"{node.src}.to(dl.int64)"
     kernel, text = _kernel(expr)
     results = []
-    for device in (dvmlang.npu.Device(), dvmlang.npu.Device(sequential=True)):
+    for device, threads in ((dvmlang.npu.Device(), False), (dvmlang.npu.Device(sequential=True), False),
+                            (dvmlang.npu.Device(), True)):
         out = np.full(P * R * C, 7).astype(NP[out_t])
-        kernel[(P,)](*arrays, out, s_int, s_flt, nr, nc, R=R, C=C, device=device)
+        with side_by_side() if threads else contextlib.nullcontext():
+            kernel[(P,)](*arrays, out, s_int, s_flt, nr, nc, R=R, C=C, device=device)
         results.append(out)
     assert _same(results[0], results[1]), f"batched and sequential devices differ\n{text}"
+    assert _same(results[2], results[1]), f"the batched device with worker threads differs\n{text}"
     got = results[0].reshape(P, R, C)
     ref = np.broadcast_to(cast(node.value, node.t, out_t), (P, R, C))
     keep = np.broadcast_to(mask, (P, R, C))

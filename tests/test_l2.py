@@ -2,7 +2,6 @@
 sequences of launches over arrays, views of them and aliases, with flushes, freed arrays and evictions, give the
 same HBM, hit and write-back bytes launch by launch."""
 
-import gc
 from collections import OrderedDict
 
 import numpy as np
@@ -92,8 +91,8 @@ def test_the_l2_model_is_an_lru_of_tensor_lines(ops):
             gone = roots[op[1]]
             roots[op[1]] = np.zeros(len(gone), np.uint8)  # a new buffer, cold
             oracle.forget({id(gone)})
-            del gone
-            gc.collect()
+            del gone  # freed now (nothing else holds it): its weak references' callbacks run at once
+            assert l2.used == sum(v[0] for v in oracle.lines.values()) and len(l2.lines) == len(oracle.lines)
         elif op[0] == "flush":
             l2.flush()
             oracle.lines.clear()
@@ -114,6 +113,7 @@ def test_the_l2_model_is_an_lru_of_tensor_lines(ops):
                                  prof.l2_bytes)
             assert l2.settle(arrays, alias, rates) == want
             assert l2.used == sum(v[0] for v in oracle.lines.values()) and len(l2.lines) == len(oracle.lines)
+            arrays = rates = None  # only L2's weak references to the views remain
 
 
 def test_without_l2_across_launches_every_launch_starts_cold_and_writes_cross_hbm():

@@ -564,3 +564,27 @@ def test_batches_sized_by_a_probe_give_the_bits_and_cycles_of_fixed_ones(monkeyp
     assert outs["probe"][2] == [64, 236] and outs["fixed"][2] == [156, 144] and outs["one batch"][2] == [300]
     for name in ("fixed", "one batch", "sequential"):
         assert np.array_equal(outs[name][0], outs["probe"][0]) and outs[name][1] == outs["probe"][1], name
+
+
+@dvmlang.kernel
+def _grid_store(out_ptr, S0, S1, BLOCK: dl.constexpr):
+    i, j = dl.program_id(0), dl.program_id(1)
+    v = dl.zeros((BLOCK,), dl.float32) + (i * 10 + j).to(dl.float32)
+    dl.store(out_ptr + i * S0 + j * S1 + dl.arange(0, BLOCK), v)
+
+
+@pytest.mark.parametrize("s0,s1", [(8, 40), (40, 8), (4, 2), (2, 16), (0, 8)])
+def test_a_grid_of_programs_stores_as_one_program_at_a_time_does(s0, s1):
+    """Programs on a 2-d grid storing boxes at i * S0 + j * S1 (dma._grid_of): one strided write when no two
+    boxes share an element, otherwise in program order (the last program to store an element wins)."""
+    outs = []
+    for dev in (Device(), Device(sequential=True)):
+        out = np.full(4 * 40 + 3 * 40 + 8, -1.0, np.float32)
+        _grid_store[(4, 3)](out, s0, s1, BLOCK=8, device=dev)
+        outs.append(out)
+    assert outs[0].tolist() == outs[1].tolist()
+    want = np.full_like(outs[0], -1.0)
+    for j in range(3):
+        for i in range(4):
+            want[i * s0 + j * s1:i * s0 + j * s1 + 8] = i * 10 + j
+    assert outs[0].tolist() == want.tolist()

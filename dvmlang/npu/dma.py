@@ -11,14 +11,14 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import MemoryFault
-from .state import Slot, chunks, eval_rows
+from .state import Slot, chunks, each_rows, eval_rows
 
 
 class Desc:
     """A DMA descriptor evaluated for a batch: per-program base, strides and box."""
 
     __slots__ = ("base", "strides", "lo", "hi", "count", "bursts", "n", "empty", "checked", "_uniform", "_unaligned",
-                 "_figures")
+                 "_figures", "_windows", "_grid")
 
     def __init__(self, b, base, strides, los, his, shape):
         n = b.n
@@ -27,6 +27,8 @@ class Desc:
         self._uniform = False  # _uniform_desc's answer, once asked (False: not yet)
         self._unaligned = None
         self._figures = None
+        self._windows = None  # _windows_of's answer, once asked
+        self._grid = False  # _grid_of's answer, once asked (False: not yet)
         self.base = np.asarray(base(b), dtype=np.int64)
         self.strides = [np.asarray(s(b), dtype=np.int64) for s in strides]
         lo = [np.clip(np.asarray(f(b), dtype=np.int64), 0, s) for f, s in zip(los, shape)]
@@ -318,6 +320,16 @@ def _uniform_of(desc: Desc, n: int) -> _Uniform | None:
     return _Uniform(v[:r], v[r:2 * r], v[2 * r:], _progression(desc.base, n))
 
 
+def _windows_of(desc: Desc, n: int):
+    """(the distinct bases of a batch's programs, each program's index into them, (first, step) when the distinct
+    bases step uniformly, else None), worked out once per descriptor."""
+    w = desc._windows
+    if w is None:
+        bases, inverse = np.unique(np.broadcast_to(desc.base, (n,)), return_inverse=True)
+        w = desc._windows = (bases, inverse, _progression(bases, len(bases)) if len(bases) > 1 else None)
+    return w
+
+
 def _per_program(desc: Desc, n: int):
     """(program, start element, box extents, strides, box slices) of every program with a non-empty box."""
     base = np.broadcast_to(desc.base, (n,))
@@ -357,11 +369,14 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n, pending=False):
     if u is not None and n > 1:
         # programs that read the same window (e.g. the tiles of a matmul shared by a row of programs): read
         # each distinct window once
-        bases, inverse = np.unique(np.broadcast_to(desc.base, (n,)), return_inverse=True)
+        bases, inverse, prog = _windows_of(desc, n)
         if len(bases) <= n // 2:
             if u.empty:
                 return _pad_array(n, shape, npdt, pad), False
-            windows = np.stack([_strided(g, int(b_) + u.offset, u.ext, u.st) for b_ in bases])
+            if prog is not None:  # the windows step uniformly: one strided read of them all
+                windows = _strided(g, prog[0] + u.offset, (len(bases),) + u.ext, (prog[1],) + u.st).copy()
+            else:
+                windows = np.stack([_strided(g, int(b_) + u.offset, u.ext, u.st) for b_ in bases])
             if full:
                 return (Windows(windows, inverse) if pending else windows[inverse]), False
             out = _pad_array(n, shape, npdt, pad).copy()
@@ -415,8 +430,46 @@ def dma_write(g: np.ndarray, desc: Desc, shape, src: np.ndarray, n):
         else:
             view[...] = part
         return
+    grid = _grid_of(desc, n) if u is not None and rows_src == n else None
+    if grid is not None and not u.empty:
+        # a grid of programs (a matmul's row and column of tiles): one strided write, when no two programs'
+        # boxes share an element (the order they are written in does not matter then)
+        first, s1, k, s2 = grid
+        dims = [(s1, k), (s2, n // k)] + list(zip(u.st, u.ext))
+        if _injective(dims):
+            view = _strided(g, first + u.offset, (n // k, k) + u.ext, (s2, s1) + u.st, writeable=True)
+            view[...] = src[(slice(None),) + u.box].reshape((n // k, k) + u.ext)
+            return
     for i, start, ext, st, box in _per_program(desc, n):
         _strided(g, start, ext, st, writeable=True)[...] = src[(i if rows_src > 1 else 0,) + box]
+
+
+def _grid_of(desc: Desc, n: int):
+    """(first, inner step, programs per row k, outer step) when program p's base is ``first + (p % k) * inner +
+    (p // k) * outer`` with 1 < k < n (a 2-d grid of programs), else None; worked out once per descriptor."""
+    if desc._grid is False:
+        desc._grid = None
+        base = np.broadcast_to(desc.base, (n,))
+        if n > 2 and np.ndim(desc.base):
+            d = np.diff(base)
+            k = int(np.argmax(d != d[0])) + 1
+            if 1 < k < n and n % k == 0:
+                g = base.reshape(n // k, k)
+                col = np.diff(g[:, 0])
+                if (col == col[0]).all() and (g == g[:, :1] + np.arange(k) * d[0]).all():
+                    desc._grid = (int(base[0]), int(d[0]), k, int(col[0]))
+    return desc._grid
+
+
+def _injective(dims) -> bool:
+    """Whether an affine map with these (stride, extent) dims sends no two index tuples to the same element: each
+    stride, smallest first, steps past everything the smaller ones reach (a sufficient condition)."""
+    reach = 0
+    for s, e in sorted((abs(s), e) for s, e in dims if e > 1):
+        if s <= reach:
+            return False
+        reach += s * (e - 1)
+    return True
 
 
 def store_view(g: np.ndarray, desc: Desc, shape, n, whole: bool):
@@ -442,20 +495,27 @@ def compute_into(slot: Slot, view: np.ndarray, box) -> bool:
     cannot be cut to the box (then the caller stores the whole tile)."""
     f, args, _ = slot.lazy
     shape = tuple(slot.shape)
-    for i, (r0, r1) in enumerate(chunks(slot)):
+    cuts = None
+    if box is not None:  # each operand's box: the tile's, along the dims it is not broadcast in
+        dims = [a[1] if a.__class__ is tuple else a.shape[1:] for a in args]  # what eval_rows gives, per row
+        if not all(_tile_shaped(d, shape) for d in dims):
+            return False
+        cuts = [(slice(None),) + tuple(bx if d == s else slice(None) for bx, d, s in zip(box, dd, shape))
+                for dd in dims]
+
+    def part(r0, r1):
         vals = [eval_rows(a, r0, r1, {}) for a in args]
-        if box is not None:
-            if i == 0 and not all(_tile_shaped(v, shape) for v in vals):
-                return False
-            vals = [v[(slice(None),) + tuple(bx if d == s else slice(None)
-                                             for bx, d, s in zip(box, v.shape[1:], shape))] for v in vals]
+        if cuts is not None:
+            vals = [v[c] for v, c in zip(vals, cuts)]
         f(*vals, out=view[r0:r1] if slot.rows > 1 else view)
+    each_rows(slot, part, chunks(slot), slot.rows * slot.nbytes if slot.rows > 1 else 0)
     return True
 
 
-def _tile_shaped(v: np.ndarray, shape) -> bool:
-    """Whether ``v`` is (rows, *shape) with some dims of ``shape`` broadcast as 1 (so a box can be cut from it)."""
-    return np.ndim(v) == len(shape) + 1 and all(d in (1, s) for d, s in zip(v.shape[1:], shape))
+def _tile_shaped(dims: tuple, shape) -> bool:
+    """Whether a value (rows, *dims) is (rows, *shape) with some dims of ``shape`` broadcast as 1 (so a box can be
+    cut from it)."""
+    return len(dims) == len(shape) and all(d in (1, s) for d, s in zip(dims, shape))
 
 
 def _overlapping(step, st, ext, n) -> bool:

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import UninitializedRead
 from ..vm import isa
+from . import host
 
 MAX_PENDING_DEPTH = 64  # longer chains of pending elementwise computations are evaluated eagerly
 CHUNK_BYTES = 512 << 10  # pending computations are evaluated in row chunks of about this size (cache-sized)
@@ -133,11 +134,41 @@ def evaluate(slot: Slot) -> np.ndarray:
     """Evaluate a pending computation, chunk by chunk when it has pending inputs to keep in cache."""
     fn, args, finish = slot.lazy
     parts = chunks(slot)
-    if len(parts) == 1:
+    nbytes = slot.rows * slot.nbytes
+    if len(parts) == 1 and not host.worth(slot.rows, nbytes):
         return finish(fn(*[eval_rows(a, 0, slot.rows, {}) for a in args]))
     out = np.empty((slot.rows,) + tuple(slot.shape), dtype=slot.dtype)
-    for r0, r1 in parts:
+
+    def part(r0, r1):
         out[r0:r1] = finish(fn(*[eval_rows(a, r0, r1, {}) for a in args]))
+    each_rows(slot, part, parts, nbytes)
+    return out
+
+
+def each_rows(slot: Slot, fn, parts: list, nbytes: int) -> None:
+    """``host.each_range(fn, parts, nbytes)`` for ranges of rows of the pending computation ``slot``: the
+    results it keeps (``Slot.keep``) get their full arrays first, so ranges running side by side write into one
+    array, and once every row is written they are no longer pending."""
+    kept = _kept(slot, []) if host.worth(slot.rows, nbytes) else ()
+    for k in kept:
+        if k._arr is None:
+            k._arr = np.empty((k.rows,) + tuple(k.shape), dtype=k.dtype)
+            k.filled = 0
+    host.each_range(fn, parts, nbytes)
+    for k in kept:
+        k.filled = k.rows
+        k.lazy = None
+
+
+def _kept(slot: Slot, out: list) -> list:
+    """The pending results below ``slot`` kept once computed (``keep``, one row per program), each once."""
+    for a in slot.lazy[1]:
+        if a.__class__ is tuple:
+            s = a[0]
+            if s.lazy is not None and all(s is not k for k in out):
+                if s.keep and s.rows > 1:
+                    out.append(s)
+                _kept(s, out)
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes as dt
+from .. import host
 from ..dma import Windows, pending_windows
 from .registry import builds
 from .vector import fill
@@ -35,15 +36,15 @@ def mmad(m, d):
 
     def fn(b, L):
         a, bt = _operand(ra, b, L), _operand(rb, b, L)
-        prod = _grid_product(a, bt, acc)
+        c = None if init else rd(b, L)
+        prod = _grid_product(a, bt, acc, c)
         if prod is None:
             prod = np.matmul(_widened(a, acc, ra, b, L), _widened(bt, acc, rb, b, L))
-        if not init:
-            c = rd(b, L)
-            if c.shape == prod.shape:
-                np.add(prod, c, out=prod)
-            else:
-                prod = c + prod
+            if c is not None:
+                if c.shape == prod.shape:
+                    np.add(prod, c, out=prod)
+                else:
+                    prod = c + prod
         w(b, prod.astype(acc, copy=False))
     return m.step(d, fn, cost, macs=B * M * K * N)
 
@@ -67,12 +68,21 @@ def _widened(x, acc, read, b, L) -> np.ndarray:
     return x.astype(acc, copy=False)
 
 
-def _grid_product(a, bt, acc):
-    """The programs' products when the A tiles come from ``na`` windows and the B tiles from ``nb``, one
-    program per (A window, B window) pair in grid order (program ``p`` takes A ``p % na`` and B ``p // na``,
-    or A ``p // nb`` and B ``p % nb``): numpy's matmul broadcast over the two window axes, which multiplies
-    each pair of matrices exactly as the stacked product does, without gathering one copy of each window
-    per program. None for any other operands."""
+MERGED_K = 256  # up to this depth, a column of programs' products is one matrix product (see _grid_product)
+
+
+def _grid_product(a, bt, acc, c=None):
+    """The programs' products (plus the accumulator ``c``, when given) when the A tiles come from ``na`` windows
+    and the B tiles from ``nb``, one program per (A window, B window) pair in grid order (program ``p`` takes A
+    ``p % na`` and B ``p // na``, or A ``p // nb`` and B ``p % nb``), without gathering one copy of each window per
+    program: numpy's matmul broadcast over the window axes, which multiplies each pair as the stacked product
+    does. None for any other operands.
+
+    In the first order the programs of one B window are consecutive, and their products are one product, the A
+    windows stacked (na * M, K) by that B window: each element is the same dot product of length K, which BLAS
+    computes alike in the taller product (nb calls instead of na * nb; tests/test_npu.py checks the bits
+    against the stacked product), for tiles of at least 16 by 16 and K up to ``MERGED_K`` (past it a library
+    may split K differently in different shapes)."""
     if a.__class__ is not Windows or bt.__class__ is not Windows:
         return None
     wa, ia, wb, ib = a.windows, a.inverse, bt.windows, bt.inverse
@@ -80,10 +90,22 @@ def _grid_product(a, bt, acc):
     if wa.ndim != 3 or wb.ndim != 3 or na * nb != n or len(ib) != n:
         return None
     p = np.arange(n)
+    wa, wb = wa.astype(acc, copy=False), wb.astype(acc, copy=False)
+    M, K = wa.shape[1:]
+    N = wb.shape[2]
     if np.array_equal(ia, p % na) and np.array_equal(ib, p // na):
-        out = np.matmul(wa.astype(acc, copy=False)[None], wb.astype(acc, copy=False)[:, None])  # (nb, na, M, N)
+        if M >= 16 and N >= 16 and K <= MERGED_K:
+            out = np.matmul(wa.reshape(1, na * M, K), wb)  # (nb, na * M, N): program p // na, rows of p % na
+        else:
+            out = np.matmul(wa[None], wb[:, None])  # (nb, na, M, N)
     elif np.array_equal(ia, p // nb) and np.array_equal(ib, p % nb):
-        out = np.matmul(wa.astype(acc, copy=False)[:, None], wb.astype(acc, copy=False)[None])  # (na, nb, M, N)
+        out = np.matmul(wa[:, None], wb[None])  # (na, nb, M, N)
     else:
         return None
-    return out.reshape((n,) + out.shape[2:])
+    out = out.reshape((n, M, N))
+    if c is not None:
+        if c.shape == out.shape:  # the accumulator's rows side by side when large (host.py)
+            host.each_range(lambda r0, r1: np.add(out[r0:r1], c[r0:r1], out=out[r0:r1]), [(0, n)], out.nbytes)
+        else:
+            out = c + out
+    return out

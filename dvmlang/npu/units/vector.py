@@ -10,8 +10,9 @@ from ... import dtypes as dt
 from ...errors import DeviceError
 from ...vm import isa
 from ...vm.decode import sop_parts
+from .. import host
 from ..convert import cast, cast_rtz, lift
-from ..state import Slot, arg_value, chunks, eval_rows
+from ..state import Slot, arg_value, chunks, each_rows, eval_rows
 from .registry import builds
 
 
@@ -242,12 +243,20 @@ def vreduce(m, d):
 
     def fn(b, L):
         a, _ = source(b, L)
-        if isinstance(a, tuple) and a[0].rows > 1 and len(chunks(a[0])) > 1:
-            # reduce a pending computation chunk by chunk, without materialising it
-            s0 = a[0]
-            out = np.empty((s0.rows,) + dshape, dtype=npdt)
-            for r0, r1 in chunks(s0):
+        pending = a.__class__ is tuple
+        rows = a[0].rows if pending else a.shape[0]
+        parts = chunks(a[0]) if pending else [(0, rows)]
+        nbytes = rows * a[0].nbytes  # a row's bytes: the slot's, or the array's first row's
+        if rows > 1 and (len(parts) > 1 or host.worth(rows, nbytes)):
+            # reduce chunk by chunk (a pending computation without materialising it), side by side when large
+            out = np.empty((rows,) + dshape, dtype=npdt)
+
+            def part(r0, r1):
                 out[r0:r1] = reduce(eval_rows(a, r0, r1, {}))
+            if pending:
+                each_rows(a[0], part, parts, nbytes)
+            else:
+                host.each_range(part, parts, nbytes)
             w(b, out)
             return
         w(b, reduce(arg_value(a)))

@@ -1,0 +1,103 @@
+"""The host's worker threads: row ranges of one large tile computation run side by side.
+
+A batch's pending elementwise chain, its reduction and the store of its result are computed range of rows by
+range of rows (``state.chunks``). numpy releases the GIL inside its loops, so on a machine with several cores the
+ranges can run at the same time; every element is still computed by the same numpy operation on the same
+values as in one call (each range is whole rows: whole programs' tiles), so the results are bit for bit those
+of the calling thread alone. ``DVMLANG_HOST_THREADS`` sets how many threads take part (the calling thread
+counts; default: the machine's cores, at most 8; 1 runs every range on the calling thread).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..errors import DvmError
+
+MIN_BYTES = 4 << 20  # a computation smaller than this runs on the calling thread (a hand-off costs tens of us)
+
+
+def _threads() -> int:
+    raw = os.environ.get("DVMLANG_HOST_THREADS")
+    if raw is None:
+        return max(1, min(8, os.cpu_count() or 1))
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise DvmError(f"DVMLANG_HOST_THREADS must be a positive number of threads, got {raw!r}")
+    return n
+
+
+THREADS = _threads()
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
+_pool_lock = threading.Lock()
+_local = threading.local()  # .worker: this thread is running ranges (its own ranges then run in order)
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The worker threads (made when first needed, and again in a forked child, which has none of them)."""
+    global _pool, _pool_pid
+    pid = os.getpid()
+    if _pool is None or _pool_pid != pid:
+        with _pool_lock:
+            if _pool is None or _pool_pid != pid:
+                _pool = ThreadPoolExecutor(max_workers=THREADS - 1, thread_name_prefix="dvmlang-host")
+                _pool_pid = pid
+    return _pool
+
+
+def worth(rows: int, nbytes: int) -> bool:
+    """Whether ``each_range`` runs a computation of ``rows`` rows and ``nbytes`` bytes side by side."""
+    return THREADS > 1 and rows > 1 and nbytes >= MIN_BYTES and not getattr(_local, "worker", False)
+
+
+def each_range(fn, ranges: list, nbytes: int) -> None:
+    """Call ``fn(r0, r1)`` for every row range of ``ranges`` (disjoint; ``fn`` writes only its own rows).
+    When the computation is large (``nbytes`` of results, at least ``MIN_BYTES``) and several threads may take
+    part, the ranges run side by side (one range of a large computation is cut into whole-row ranges first);
+    otherwise in order on the calling thread. Returns when every range is done; the first error raised is
+    raised here."""
+    if not worth(ranges[-1][1] - ranges[0][0], nbytes):
+        for r0, r1 in ranges:
+            fn(r0, r1)
+        return
+    if len(ranges) == 1:  # one range: cut into a few per thread, for an even share
+        r0, r1 = ranges[0]
+        step = max(1, -(-(r1 - r0) // (4 * THREADS)))
+        ranges = [(r, min(r1, r + step)) for r in range(r0, r1, step)]
+        if len(ranges) == 1:
+            fn(r0, r1)
+            return
+    claim = itertools.count()  # next() is atomic: each range is taken by one thread
+    errors: list = []
+    n = len(ranges)
+
+    def drain():
+        _local.worker = True
+        try:
+            with np.errstate(all="ignore"):  # as every launch runs (the error state is per thread)
+                while not errors:
+                    i = next(claim)
+                    if i >= n:
+                        return
+                    fn(*ranges[i])
+        except BaseException as e:  # noqa: BLE001 - handed to the calling thread
+            errors.append(e)
+        finally:
+            _local.worker = False
+
+    pool = _executor()
+    helpers = [pool.submit(drain) for _ in range(min(THREADS - 1, n - 1))]
+    drain()
+    for h in helpers:
+        h.result()
+    if errors:
+        raise errors[0]
