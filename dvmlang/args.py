@@ -446,3 +446,77 @@ def describe(v) -> str:
     if isinstance(v, np.ndarray):
         return f"a {v.ndim}-d {v.dtype} array"
     return f"{type(v).__name__} {v!r}"
+
+
+# ---- binders: the class check and launch keys of one argument class, as straight-line code ----------------------
+
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def make_binder(classes: tuple, constexpr_mask, kw_classes: tuple, constexpr_names):
+    """A function ``bind(args, kwargs)`` for launches whose arguments have the argument class ``classes`` (per
+    positional argument: its launch key when it is a constexpr (``constexpr_mask``), else ``_class_of`` of it;
+    ``kw_classes``: (name, the same) per keyword, in order, constexpr when the name is in ``constexpr_names``),
+    as ``Kernel._prepare`` writes the class key: the arguments' launch keys ``(per-argument keys, per-keyword
+    (name, key))``, exactly as ``_launch_key`` gives them, when every argument has that class, else None.
+    Generated code, one test per argument: what a launch with arguments of a class seen before costs to key
+    (the generic path builds the class key and looks it up)."""
+    env = {"nd": np.ndarray, "_launch_key": _launch_key, "_class_of": _class_of, "copysign": math.copysign}
+    lines = ["def bind(args, kwargs):", f"    if len(args) != {len(classes)} or len(kwargs) != {len(kw_classes)}:",
+             "        return None"]
+    if classes:
+        lines.append(f"    {', '.join(f'a{i}' for i in range(len(classes)))}, = args")
+    keys = []
+    for i, (cls, const) in enumerate(zip(classes, constexpr_mask)):
+        keys.append(_bind_one(lines, env, f"a{i}", f"k{i}", cls, bool(const), i))
+    kw = []
+    if kw_classes:
+        names = tuple(n for n, _ in kw_classes)
+        env["names"] = names
+        # the keywords in the class's order (one keyword: the length is checked above)
+        lines += [f"    if {names[0]!r} not in kwargs:" if len(names) == 1 else "    if tuple(kwargs) != names:",
+                  "        return None"]
+        for j, (name, cls) in enumerate(kw_classes):
+            lines.append(f"    w{j} = kwargs[{name!r}]")
+            k = _bind_one(lines, env, f"w{j}", f"m{j}", cls, name in constexpr_names, len(classes) + j)
+            kw.append(f"({name!r}, {k})")
+    lines.append(f"    return ({''.join(k + ', ' for k in keys)}), ({''.join(k + ', ' for k in kw)})")
+    exec(compile("\n".join(lines), "<dvmlang binder>", "exec"), env)  # noqa: S102 - generated from class keys
+    return env["bind"]
+
+
+def _bind_one(lines: list, env: dict, v: str, k: str, cls, const: bool, i: int) -> str:
+    """Append the test of one argument ``v`` against its class ``cls`` (its whole launch key when ``const``) and
+    the computation of its launch key; returns the key's expression."""
+    t = cls[0] if cls.__class__ is tuple and cls else None
+    if not const and t is not None and t.__class__ is not type:  # an array: (dtype, rank, contiguous)
+        env[f"d{i}"] = t
+        lines += [f"    if {v}.__class__ is not nd or {v}.ndim != {cls[1]} or {v}.flags.c_contiguous is not {cls[2]}:",
+                  "        return None",
+                  f"    {k} = ({v}.dtype, {v}.shape, {v}.strides)",
+                  f"    if {k}[0] is not d{i} and {k}[0] != d{i}:",
+                  "        return None"]
+        return k
+    if const and t is int and len(cls) == 2:  # a constexpr int: its value
+        lines += [f"    if {v}.__class__ is not int or {v} != {cls[1]!r}:", "        return None"]
+        return f"(int, {v})"
+    if not const and t is int and len(cls) == 2:
+        lo, hi = {32: _INT32, 64: _INT64}.get(cls[1], (None, None))
+        lines += [f"    if {v}.__class__ is not int:", "        return None"]
+        if cls[1] == 32:
+            lines += [f"    if not {lo} <= {v} <= {hi}:", "        return None"]
+        elif cls[1] == 64:
+            lines += [f"    if not {lo} <= {v} <= {hi} or {_INT32[0]} <= {v} <= {_INT32[1]}:", "        return None"]
+        else:
+            lines += [f"    if {_INT64[0]} <= {v} <= {_INT64[1]}:", "        return None"]
+        return f"(int, {v})"
+    if not const and cls == (float,):
+        lines += [f"    if {v}.__class__ is not float:", "        return None",
+                  f"    {k} = (float, {v}, copysign(1.0, {v})) if {v} == {v} else (float, 'nan')"]
+        return k
+    # anything else: the generic key, and its class (or, for a constexpr, the key itself) compared
+    env[f"c{i}"] = cls
+    lines += ["    try:", f"        {k} = _launch_key({v})", "    except Exception:", "        return None",
+              f"    if {k if const else f'_class_of({k})'} != c{i}:", "        return None"]
+    return k

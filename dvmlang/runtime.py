@@ -23,7 +23,7 @@ import numpy as np
 
 from . import dtypes as dt
 from .args import (_class_of, _launch_key, _NoLaunchKey, bind_pointer_heaps, classify, constexpr_value, convert_foreign,
-                   describe, is_foreign_array, plain_array, split_launch_options, to_numpy)
+                   describe, is_foreign_array, make_binder, plain_array, split_launch_options, to_numpy)
 from .errors import ArgumentError, DvmError, LaunchError, user_frames
 from .frontend.source import KernelFunction
 from .frontend.specs import ConstexprSpec, DescriptorSpec, ParamSpec, ScalarSpec, TensorSpec
@@ -268,16 +268,14 @@ class Kernel(KernelFunction):
                 len(args) > len(self.source.constexpr_mask):
             return None
         build = last.build
-        try:
-            if last.key != self._keys(grid, args, kwargs, device.profile)[0]:
-                return None
-        except (TypeError, _NoLaunchKey):
+        plan = last.plan
+        keys = plan.bind(args, kwargs)
+        if keys is None or last.key != (grid, id(device.profile)) + keys:
             return None
         if build.profile is not device.profile or (build.global_reads and not build.still_valid()):
             return None
         flat = {}
         own = True
-        plan = last.plan
         for i, at, written, one_d in plan.checks:
             a = args[at] if at.__class__ is int else kwargs[at]
             f = a.flags
@@ -308,26 +306,30 @@ class Kernel(KernelFunction):
         src = self.source
         cp = src.constexpr_mask
         if (grid.__class__ is tuple or grid.__class__ is int) and len(args) <= len(cp):
-            try:
-                lkey, akeys, kkeys = self._keys(grid, args, kwargs, profile)
-                last = self._last
-                if last is not None and last.key == lkey:
-                    build = last.build
-                    if build.profile is profile and (not build.global_reads or build.still_valid()):
-                        self.stats.hits += 1
-                        return device, build, last.bytecode, {i: (args[at] if at.__class__ is int else kwargs[at])
-                                                              for i, at in last.plan.positions}
-                cn = src.constexpr_params
-                nd = np.ndarray
-                ckey = (id(profile), tuple([k if c else (k[0], len(k[1]), a.flags.c_contiguous) if a.__class__ is nd
-                                            else _class_of(k) for a, k, c in zip(args, akeys, cp)]),
-                        tuple([(n, k if n in cn else _class_of(k)) for n, k in kkeys]))
-                plan = self._plans.get(ckey)
-            except (TypeError, _NoLaunchKey):
-                conv = convert_foreign(self.__name__, src, args, kwargs)
-                if conv is not None:  # torch tensors and the like: as numpy views, they take the fast paths
-                    return self._prepare(grid, conv[0], conv[1], device)
-                ckey = plan = None
+            last = self._last
+            keys = None
+            if last is not None:
+                build = last.build
+                if build.profile is profile and (not build.global_reads or build.still_valid()):
+                    keys = last.plan.bind(args, kwargs)
+            if keys is not None:  # the previous launch's argument class: its plan
+                akeys, kkeys = keys
+                lkey = (grid, id(profile), akeys, kkeys)
+                plan = last.plan
+                if last.key == lkey:
+                    self.stats.hits += 1
+                    return device, build, last.bytecode, {i: (args[at] if at.__class__ is int else kwargs[at])
+                                                          for i, at in plan.positions}
+            else:
+                try:
+                    lkey, akeys, kkeys = self._keys(grid, args, kwargs, profile)
+                    ckey = (id(profile),) + class_key(args, akeys, kkeys, cp, src.constexpr_params)
+                    plan = self._plans.get(ckey)
+                except (TypeError, _NoLaunchKey):
+                    conv = convert_foreign(self.__name__, src, args, kwargs)
+                    if conv is not None:  # torch tensors and the like: as numpy views, they take the fast paths
+                        return self._prepare(grid, conv[0], conv[1], device)
+                    ckey = plan = None
             if plan is not None:
                 build = plan.build
                 if build.profile is profile and (not build.global_reads or build.still_valid()):
@@ -353,7 +355,7 @@ class Kernel(KernelFunction):
         build = self._build(specs, profile)
         bc, arrays = self._instance(build, specs, values, grid_t)
         if ckey is not None:
-            plan = _Plan.make(src, build, specs, len(args), kwargs)
+            plan = _Plan.make(src, build, specs, len(args), kwargs, ckey)
             if plan is not None:
                 if len(self._plans) >= MAX_INSTANCES:
                     del self._plans[next(iter(self._plans))]
@@ -486,10 +488,10 @@ class _Plan:
     and so its own flat view), what a relaunch checks and binds (``Kernel._relaunch``); ``identity``: the
     alias groups of distinct arrays that own their memory, each its own group."""
 
-    __slots__ = ("build", "sources", "tensors", "positions", "all_args", "checks", "identity")
+    __slots__ = ("build", "sources", "tensors", "positions", "all_args", "checks", "identity", "bind")
 
     @classmethod
-    def make(cls, src, build, specs, nargs, kwargs):
+    def make(cls, src, build, specs, nargs, kwargs, ckey):
         if build.heaps or any(s.__class__ is DescriptorSpec for s in specs):
             return None  # hidden heaps are bound from the tables' contents at every launch; a descriptor expands
         sources = []
@@ -514,6 +516,8 @@ class _Plan:
         plan.all_args = sources == list(range(nargs))
         plan.checks = tuple(checks)
         plan.identity = {i: i for i in tensors}
+        # the launch keys of arguments of this class (None for others): args.make_binder
+        plan.bind = make_binder(ckey[1], src.constexpr_mask, ckey[2], src.constexpr_params)
         return plan
 
 
@@ -581,6 +585,17 @@ def _grid(kname, grid, values):
 
 class _EmptyGrid(LaunchError):
     """A grid with a dimension of 0: a launch returns None without running; encoding it is this error."""
+
+
+def class_key(args, akeys, kkeys, constexpr_mask, constexpr_names) -> tuple:
+    """The argument class of a launch from its arguments and their launch keys (``Kernel._keys``): per positional
+    argument its launch key when it is a constexpr, else its class (arrays by dtype, rank and contiguity,
+    ``args._class_of`` for the rest); per keyword (name, the same). It names the binding plan and, with the
+    device profile, the build (``args.make_binder`` tests arguments against one)."""
+    nd = np.ndarray
+    return (tuple([k if c else (k[0], len(k[1]), a.flags.c_contiguous) if a.__class__ is nd else _class_of(k)
+                   for a, k, c in zip(args, akeys, constexpr_mask)]),
+            tuple([(n, k if n in constexpr_names else _class_of(k)) for n, k in kkeys]))
 
 
 def _read_only(kname: str, name: str) -> ArgumentError:
