@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import statistics
 import sys
 import time
@@ -54,19 +55,48 @@ from dvmlang.vm.validator import validate  # noqa: E402
 BLOCK = 1024
 
 
-def softmax_args(rows, cols, rng, fill=True):
-    x = rng.standard_normal((rows, cols), dtype=np.float32) if fill else np.empty((rows, cols), np.float32)
-    out = np.empty_like(x)
+class Pool:
+    """Arrays for encode samples handed out as views of one buffer per dtype, as a caching allocator (PyTorch's)
+    hands out tensors: a fresh multi-megabyte numpy array per sample is a new memory mapping, and mapping and
+    unmapping one per sample (system calls, TLB flushes) slowed the encode timed right after it by about 1.5x
+    on the development machine, which is the harness's cost, not dvmlang's. Encoding reads shapes, never data.
+    Handing out a view is a slice and a reshape (heavier numpy calls here slow the timed encode too)."""
+
+    def __init__(self, elements: int = 3 * 4096 * 1024):
+        self.elements = elements
+        self.bufs: dict = {}  # dtype -> (buffer, next free element)
+
+    def empty(self, shape, dtype) -> np.ndarray:
+        shape = (shape,) if isinstance(shape, int) else shape
+        n = math.prod(shape)
+        buf, off = self.bufs.get(dtype) or (np.empty(self.elements, dtype), 0)
+        if off + n > len(buf):
+            off = 0
+        self.bufs[dtype] = (buf, off + n + 16)
+        return buf[off:off + n].reshape(shape)
+
+
+def _empty(shape, dtype, pool):
+    return np.empty(shape, dtype) if pool is None else pool.empty(shape, dtype)
+
+
+def softmax_args(rows, cols, rng, fill=True, pool=None):
+    """``pool``: take the arrays from it (``fill`` must be False: their values are whatever the buffer holds)."""
+    x = rng.standard_normal((rows, cols), dtype=np.float32) if fill else _empty((rows, cols), np.float32, pool)
+    out = _empty(x.shape, np.float32, pool)
     return (rows,), (out, x, x.shape[1], out.shape[1], cols), {"BLOCK": BLOCK}
 
 
-def layernorm_args(rows, cols, rng, fill=True):
-    x = rng.standard_normal((rows, cols), dtype=np.float32) if fill else np.empty((rows, cols), np.float32)
-    w = rng.standard_normal(cols, dtype=np.float32)
-    b = rng.standard_normal(cols, dtype=np.float32)
-    y = np.empty_like(x)
-    mean = np.empty(rows, np.float32)
-    rstd = np.empty(rows, np.float32)
+def layernorm_args(rows, cols, rng, fill=True, pool=None):
+    if fill:
+        x = rng.standard_normal((rows, cols), dtype=np.float32)
+        w = rng.standard_normal(cols, dtype=np.float32)
+        b = rng.standard_normal(cols, dtype=np.float32)
+    else:
+        x, w, b = (_empty(s, np.float32, pool) for s in ((rows, cols), (cols,), (cols,)))
+    y = _empty(x.shape, np.float32, pool)
+    mean = _empty(rows, np.float32, pool)
+    rstd = _empty(rows, np.float32, pool)
     return (rows,), (x, y, w, b, mean, rstd, x.shape[1], cols, 1e-5), {"BLOCK": BLOCK}
 
 

@@ -454,42 +454,67 @@ _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def make_binder(classes: tuple, constexpr_mask, kw_classes: tuple, constexpr_names):
+def make_binder(classes: tuple, constexpr_mask, kw_classes: tuple, constexpr_names, tensors=None):
     """A function ``bind(args, kwargs)`` for launches whose arguments have the argument class ``classes`` (per
     positional argument: its launch key when it is a constexpr (``constexpr_mask``), else ``_class_of`` of it;
     ``kw_classes``: (name, the same) per keyword, in order, constexpr when the name is in ``constexpr_names``),
     as ``Kernel._prepare`` writes the class key: the arguments' launch keys ``(per-argument keys, per-keyword
     (name, key))``, exactly as ``_launch_key`` gives them, when every argument has that class, else None.
     Generated code, one test per argument: what a launch with arguments of a class seen before costs to key
-    (the generic path builds the class key and looks it up)."""
+    (the generic path builds the class key and looks it up).
+
+    With ``tensors`` (``_Plan.checks``: per tensor parameter its runtime index, argument position or keyword,
+    whether the kernel stores to it, whether it is 1-d), a relaunch's check instead: ``relaunch(args, kwargs,
+    keys)`` gives ``(flat arrays by runtime index, whether they are distinct arrays that own their memory)``
+    when the arguments' launch keys are ``keys``, None when they are not, and False when an array the kernel
+    stores to is read-only (the general path then raises the error)."""
     env = {"nd": np.ndarray, "_launch_key": _launch_key, "_class_of": _class_of, "copysign": math.copysign}
-    lines = ["def bind(args, kwargs):", f"    if len(args) != {len(classes)} or len(kwargs) != {len(kw_classes)}:",
-             "        return None"]
+    head = "def relaunch(args, kwargs, keys):" if tensors is not None else "def bind(args, kwargs):"
+    lines = [head, f"    if len(args) != {len(classes)} or len(kwargs) != {len(kw_classes)}:", "        return None"]
     if classes:
         lines.append(f"    {', '.join(f'a{i}' for i in range(len(classes)))}, = args")
     keys = []
+    exact = tensors is not None  # the keys are compared whole after: an array's class follows from its key
     for i, (cls, const) in enumerate(zip(classes, constexpr_mask)):
-        keys.append(_bind_one(lines, env, f"a{i}", f"k{i}", cls, bool(const), i))
+        keys.append(_bind_one(lines, env, f"a{i}", f"k{i}", cls, bool(const), i, exact))
     kw = []
+    names = tuple(n for n, _ in kw_classes)
     if kw_classes:
-        names = tuple(n for n, _ in kw_classes)
         env["names"] = names
         # the keywords in the class's order (one keyword: the length is checked above)
         lines += [f"    if {names[0]!r} not in kwargs:" if len(names) == 1 else "    if tuple(kwargs) != names:",
                   "        return None"]
         for j, (name, cls) in enumerate(kw_classes):
             lines.append(f"    w{j} = kwargs[{name!r}]")
-            k = _bind_one(lines, env, f"w{j}", f"m{j}", cls, name in constexpr_names, len(classes) + j)
+            k = _bind_one(lines, env, f"w{j}", f"m{j}", cls, name in constexpr_names, len(classes) + j, exact)
             kw.append(f"({name!r}, {k})")
-    lines.append(f"    return ({''.join(k + ', ' for k in keys)}), ({''.join(k + ', ' for k in kw)})")
+    akeys, kkeys = f"({''.join(k + ', ' for k in keys)})", f"({''.join(k + ', ' for k in kw)})"
+    if tensors is None:
+        lines.append(f"    return {akeys}, {kkeys}")
+    else:
+        lines += [f"    if {akeys} != keys[0] or {kkeys} != keys[1]:", "        return None"]
+        arrays = [f"a{at}" if at.__class__ is int else f"w{names.index(at)}" for _, at, _, _ in tensors]
+        for n, ((i, _, written, _), v) in enumerate(zip(tensors, arrays)):
+            lines.append(f"    f{n} = {v}.flags")
+            if written:
+                lines += [f"    if not f{n}.writeable:", "        return False"]
+        own = [f"f{n}.owndata" for n in range(len(tensors))]
+        own += [f"{x} is not {y}" for n, x in enumerate(arrays) for y in arrays[n + 1:]]
+        flat = ", ".join(f"{i}: {v if one_d else v + '.ravel()'}" for (i, _, _, one_d), v in zip(tensors, arrays))
+        lines.append(f"    return {{{flat}}}, {' and '.join(own) or 'True'}")
     exec(compile("\n".join(lines), "<dvmlang binder>", "exec"), env)  # noqa: S102 - generated from class keys
-    return env["bind"]
+    return env["relaunch" if tensors is not None else "bind"]
 
 
-def _bind_one(lines: list, env: dict, v: str, k: str, cls, const: bool, i: int) -> str:
+def _bind_one(lines: list, env: dict, v: str, k: str, cls, const: bool, i: int, exact: bool = False) -> str:
     """Append the test of one argument ``v`` against its class ``cls`` (its whole launch key when ``const``) and
-    the computation of its launch key; returns the key's expression."""
+    the computation of its launch key; returns the key's expression. ``exact``: the key is compared with
+    another of this class after, which settles an array's dtype, rank and contiguity (not yet that it is an
+    array, nor a number's type: True's key is not 1's)."""
     t = cls[0] if cls.__class__ is tuple and cls else None
+    if exact and not const and t is not None and t.__class__ is not type:
+        lines += [f"    if {v}.__class__ is not nd:", "        return None"]
+        return f"({v}.dtype, {v}.shape, {v}.strides)"
     if not const and t is not None and t.__class__ is not type:  # an array: (dtype, rank, contiguous)
         env[f"d{i}"] = t
         lines += [f"    if {v}.__class__ is not nd or {v}.ndim != {cls[1]} or {v}.flags.c_contiguous is not {cls[2]}:",

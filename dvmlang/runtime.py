@@ -262,36 +262,29 @@ class Kernel(KernelFunction):
 
     def _relaunch(self, grid, args, kwargs, device):
         """A relaunch with the key of the previous launch: ``(bytecode, flat arrays, alias groups)``, its arguments
-        checked as ``_prepared`` checks them, or None (the general path takes it)."""
+        checked as ``_prepared`` checks them (``_Plan.relaunch``), or None (the general path takes it)."""
         last = self._last
-        if last is None or (grid.__class__ is not tuple and grid.__class__ is not int) or \
-                len(args) > len(self.source.constexpr_mask):
+        if last is None:
             return None
+        key = last.key
         build = last.build
+        if key[0] != grid or key[1] != id(device.profile) or build.profile is not device.profile or \
+                (build.global_reads and not build.still_valid()):
+            return None
         plan = last.plan
-        keys = plan.bind(args, kwargs)
-        if keys is None or last.key != (grid, id(device.profile)) + keys:
+        bound = plan.relaunch(args, kwargs, key[2:])
+        if not bound:  # another key, or a read-only array the kernel stores to (the general path says so)
             return None
-        if build.profile is not device.profile or (build.global_reads and not build.still_valid()):
-            return None
-        flat = {}
-        own = True
-        for i, at, written, one_d in plan.checks:
-            a = args[at] if at.__class__ is int else kwargs[at]
-            f = a.flags
-            if written and not f.writeable:
-                raise _read_only(self.__name__, build.params[i].name)
-            if own and not f.owndata:
-                own = False
-            flat[i] = a if one_d else a.ravel()
-        if own and len(set(map(id, flat.values()))) == len(flat):
-            alias = plan.identity  # distinct arrays that own their memory cannot overlap
-        else:
-            alias = _alias_groups({i: args[at] if at.__class__ is int else kwargs[at] for i, at in plan.positions})
+        flat, own = bound
+        # distinct arrays that own their memory cannot overlap; otherwise what overlaps is one alias group
+        alias = plan.identity if own else _alias_groups(
+            {i: args[at] if at.__class__ is int else kwargs[at] for i, at in plan.positions})
         self.stats.hits += 1
         return last.bytecode, flat, alias
 
-    def _prepare(self, grid, args, kwargs, device):
+    def _prepare(self, grid, args, kwargs, device, want_arrays=True):
+        """(device, build, bytecode, param index -> array; None for the last when ``want_arrays`` is False and a
+        fast path found the instance: an encode has no use for them)."""
         if device is None:
             device = _default_device()
         profile = device.profile
@@ -319,7 +312,7 @@ class Kernel(KernelFunction):
                 if last.key == lkey:
                     self.stats.hits += 1
                     return device, build, last.bytecode, {i: (args[at] if at.__class__ is int else kwargs[at])
-                                                          for i, at in plan.positions}
+                                                          for i, at in plan.positions} if want_arrays else None
             else:
                 try:
                     lkey, akeys, kkeys = self._keys(grid, args, kwargs, profile)
@@ -328,7 +321,7 @@ class Kernel(KernelFunction):
                 except (TypeError, _NoLaunchKey):
                     conv = convert_foreign(self.__name__, src, args, kwargs)
                     if conv is not None:  # torch tensors and the like: as numpy views, they take the fast paths
-                        return self._prepare(grid, conv[0], conv[1], device)
+                        return self._prepare(grid, conv[0], conv[1], device, want_arrays)
                     ckey = plan = None
             if plan is not None:
                 build = plan.build
@@ -349,7 +342,7 @@ class Kernel(KernelFunction):
                         self._instances.move_to_end(ikey)
                         self.stats.hits += 1
                     self._last = LastLaunch(lkey, build, bc, plan)
-                    return device, build, bc, {i: runtime[i] for i in plan.tensors}
+                    return device, build, bc, {i: runtime[i] for i in plan.tensors} if want_arrays else None
         values, specs = self._bind(args, kwargs)
         grid_t = _grid(self.__name__, grid, values)
         build = self._build(specs, profile)
@@ -419,7 +412,7 @@ class Kernel(KernelFunction):
     def encode(self, grid, *args, device=None, **kwargs):
         """The ``Bytecode`` of one launch instance, without running it."""
         _, _, bc, _ = self._prepare(grid, args, split_launch_options(self.__name__, self.source.params, kwargs),
-                                    device)
+                                    device, want_arrays=False)
         return bc
 
     @user_frames
@@ -427,7 +420,7 @@ class Kernel(KernelFunction):
         """Triton's ``warmup``: bind, build and encode one launch without running it; returns its ``Bytecode``
         (a relaunch with arguments of the same class reuses the build, and with the same shapes the instance)."""
         _, _, bc, _ = self._prepare(grid, args, split_launch_options(self.__name__, self.source.params, kwargs),
-                                    device)
+                                    device, want_arrays=False)
         return bc
 
     @user_frames
@@ -488,7 +481,7 @@ class _Plan:
     and so its own flat view), what a relaunch checks and binds (``Kernel._relaunch``); ``identity``: the
     alias groups of distinct arrays that own their memory, each its own group."""
 
-    __slots__ = ("build", "sources", "tensors", "positions", "all_args", "checks", "identity", "bind")
+    __slots__ = ("build", "sources", "tensors", "positions", "all_args", "checks", "identity", "bind", "relaunch")
 
     @classmethod
     def make(cls, src, build, specs, nargs, kwargs, ckey):
@@ -516,19 +509,22 @@ class _Plan:
         plan.all_args = sources == list(range(nargs))
         plan.checks = tuple(checks)
         plan.identity = {i: i for i in tensors}
-        # the launch keys of arguments of this class (None for others): args.make_binder
+        # the launch keys of arguments of this class (None for others), and a relaunch's checks: args.make_binder
         plan.bind = make_binder(ckey[1], src.constexpr_mask, ckey[2], src.constexpr_params)
+        plan.relaunch = make_binder(ckey[1], src.constexpr_mask, ckey[2], src.constexpr_params, plan.checks)
         return plan
 
 
 def _grid3(kname, grid):
     """``_grid`` without its general machinery for the common case, a tuple of 1-3 plain positive ints."""
-    if grid.__class__ is tuple and 1 <= len(grid) <= 3:
-        for g in grid:
-            if g.__class__ is not int or g < 1:
-                break
-        else:
-            return grid + (1,) * (3 - len(grid))
+    if grid.__class__ is tuple:
+        n = len(grid)
+        if n == 1:
+            g = grid[0]
+            if g.__class__ is int and g >= 1:
+                return (g, 1, 1)
+        elif 2 <= n <= 3 and all([g.__class__ is int and g >= 1 for g in grid]):
+            return grid + (1,) * (3 - n)
     return _grid(kname, grid, None)
 
 

@@ -41,10 +41,14 @@ def _keys(args, kwargs):
         return None
 
 
+class _Sub(np.ndarray):
+    """An array subclass: the same dtype, shape and strides as a plain array, but not a plain array."""
+
+
 def _near(v):
     """Values of the same class as ``v`` or of a class next to it: what a binder must tell apart."""
     if isinstance(v, np.ndarray):
-        out = [v.copy(), np.zeros(v.shape + (2,), v.dtype), v.astype(np.float32), v.astype(np.int64)]
+        out = [v.copy(), np.zeros(v.shape + (2,), v.dtype), v.astype(np.float32), v.astype(np.int64), v.view(_Sub)]
         if v.ndim >= 1 and v.shape[0] > 1:
             out += [v[::2], v[:1]]  # strided (not contiguous), fewer rows
         if v.ndim == 2 and min(v.shape) > 1:
@@ -81,3 +85,39 @@ def test_a_binder_accepts_its_class_and_gives_its_launch_keys(ref, ref_kw, mask)
             accepted += 1
             assert got == keys and all(type(a) is type(b) for a, b in zip(got[0], keys[0]))
     assert accepted >= 1
+
+
+@budget(200)
+@given(st.lists(_VALUES, min_size=5, max_size=5), st.sampled_from([{"K": 4}, {"K": 4, "e": 1}]),
+       st.sampled_from([(0,) * 5, (0, 0, 0, 0, 1)]), st.integers(0, 4))
+def test_a_relaunch_check_accepts_exactly_the_previous_keys_and_binds_the_tensors(ref, ref_kw, mask, readonly):
+    """args.make_binder(..., tensors): a relaunch's arguments bind when their launch keys are the previous launch's
+    (and then as the plan binds them: flat views, owned and distinct or not); an array the kernel stores to
+    that is read-only sends the launch to the general path (False)."""
+    names = {"K"} | ({"e"} if mask[4] else set())
+    ref_keys = _keys(tuple(ref), ref_kw)
+    if ref_keys is None:
+        return
+    ref_class = class_key(tuple(ref), ref_keys[0], ref_keys[1], mask, names)
+    tensors = tuple((i, i, i % 2 == 0, v.ndim == 1) for i, v in enumerate(ref)
+                    if isinstance(v, np.ndarray) and not mask[i])
+    check = make_binder(ref_class[0], mask, ref_class[1], names, tensors)
+    cases = [(tuple(ref), ref_kw)] + [(tuple(ref[:i]) + (w,) + tuple(ref[i + 1:]), ref_kw)
+                                      for i, v in enumerate(ref) for w in _near(v)]
+    for args, kwargs in cases:
+        keys = _keys(args, kwargs)
+        got = check(args, kwargs, ref_keys)
+        if keys != ref_keys or any(type(a) is not type(b) for a, b in zip(keys[0], ref_keys[0])):
+            assert got is None, (args, kwargs)
+            continue
+        flat, own = got
+        arrays = [args[i] for i, _, _, _ in tensors]
+        assert sorted(flat) == [i for i, _, _, _ in tensors]
+        assert all(flat[i].ndim == 1 and (np.shares_memory(flat[i], args[i]) or args[i].size == 0) for i in flat)
+        assert own == (all(a.flags.owndata for a in arrays) and len({id(a) for a in arrays}) == len(arrays))
+    written = [i for i, _, w, _ in tensors if w]
+    if written:
+        args = list(ref)
+        args[written[readonly % len(written)]] = ro = args[written[readonly % len(written)]].copy()
+        ro.flags.writeable = False
+        assert check(tuple(args), ref_kw, ref_keys) is False

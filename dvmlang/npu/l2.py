@@ -110,7 +110,7 @@ class L2Cache:
             return hbm, hits, 0.0
         known = self._known
         resident = rates.resident = {}
-        entries = []
+        todo = []
         for q, a in arrays.items():  # what each group had in L2 before the launch (two groups may share a line)
             e = known.get(id(a))
             if e is None or e[0]() is not a:
@@ -118,20 +118,21 @@ class L2Cache:
             line = e[3]
             if line is None or line.ref is None:
                 line = e[3] = self._line(e[1])
-            entries.append(e)
-            if line is not None:
-                g = alias[q]
-                if resident.get(g, 0) < line.bytes:
-                    resident[g] = line.bytes
-        done = set()
+            g = alias[q]
+            todo.append((g, a, e))
+            if line is not None and resident.get(g, 0) < line.bytes:
+                resident[g] = line.bytes
+        done = None if len(sizes) == len(todo) else set()  # a group of several arrays is updated once
         lines = self.lines
         capacity = self.capacity
-        for (q, a), e in zip(arrays.items(), entries):
-            g = alias[q]
-            if g in done:
-                continue
-            done.add(g)
-            reads, writes = group_reads.get(g, 0.0), group_writes.get(g, 0.0)
+        used, clock = self.used, self._clock
+        for g, a, e in todo:
+            if done is not None:
+                if g in done:
+                    continue
+                done.add(g)
+            reads = group_reads.get(g, 0.0)
+            writes = group_writes.get(g, 0.0)
             if not (reads or writes):
                 continue
             gsize = sizes[g]
@@ -145,9 +146,11 @@ class L2Cache:
                 else:
                     hits += reads
             size = a.nbytes
-            if size > capacity:
+            if size > capacity:  # streams through L2 and evicts everything
+                self.used = used
                 for old in list(lines.values()):
                     back += self._drop(old)
+                used = self.used
                 continue
             nbytes = reads + writes
             if nbytes > size:
@@ -157,20 +160,23 @@ class L2Cache:
             line = e[3]
             if line is None or line.ref is None:  # new, or another array's update made or dropped it
                 line = e[3] = self._line(e[1])
-            stamp = self._clock
-            self._clock = stamp + 1
             if line is not None:  # known: most recently used now, with what this launch added
-                if nbytes < line.bytes:
-                    nbytes = line.bytes
+                old = line.bytes
+                if nbytes < old:
+                    nbytes = old
                 dirty = writes + line.dirty
-                self.used += nbytes - line.bytes
-                line.bytes, line.dirty, line.stamp = nbytes, (nbytes if dirty > nbytes else dirty), stamp
-                continue
-            ref = weakref.ref(e[2](), self._gone)
-            self._of_ref.setdefault(id(ref), set()).add(e[1])
-            e[3] = lines[e[1]] = _Line(ref, e[1], nbytes, writes, stamp)
-            self.used += nbytes
-        if self.used > capacity and lines:
+                used += nbytes - old
+                line.bytes = nbytes
+                line.dirty = nbytes if dirty > nbytes else dirty
+                line.stamp = clock
+            else:
+                ref = weakref.ref(e[2](), self._gone)
+                self._of_ref.setdefault(id(ref), set()).add(e[1])
+                e[3] = lines[e[1]] = _Line(ref, e[1], nbytes, writes, clock)
+                used += nbytes
+            clock += 1
+        self.used, self._clock = used, clock
+        if used > capacity and lines:
             for line in sorted(lines.values(), key=_stamp):  # least recently used first
                 back += self._drop(line)
                 if self.used <= capacity:

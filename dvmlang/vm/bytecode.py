@@ -82,6 +82,29 @@ def _bits_converter(dtype: dt.DType):
 _CONVERTERS = {d: _bits_converter(d) for d in dt.ALL}
 
 
+def _patcher(scalar_slots, tensor_patches, ranks):
+    """``patch(code, values, keys)``: the words of one instance that depend on its runtime values (each scalar's
+    MOVI immediate; each tensor's address, tensors placed one after another as ``gm_span`` says, from the
+    shapes in ``keys``) written into ``code``, as straight-line code generated once per build: what
+    ``Encoder.encode_values`` does for a new shape."""
+    env = {}
+    lines = ["def patch(code, values, keys):"]
+    for w, p, d in scalar_slots:
+        if d.is_float:
+            env[f"bits{w}"] = _CONVERTERS[d]
+            lines.append(f"    code[{w}] = bits{w}(values[{p}])")
+        else:
+            lines.append(f"    code[{w}] = int(values[{p}]) & {(1 << (d.itemsize * 8)) - 1}")
+    lines.append(f"    cur = {GM_BASE}")
+    for n, (i, _, itemsize, words) in enumerate(tensor_patches):
+        lines += [f"    code[{w}] = cur" for w in words]
+        if n + 1 < len(tensor_patches):  # the next tensor starts after this one's span (gm_span)
+            count = " * ".join(f"s[{d}]" for d in range(ranks[i])) or "1"
+            lines += [f"    s = keys[{i}][1]", f"    cur += (({count} or 1) * {itemsize} + {GM_ALIGN - 1}) & {-GM_ALIGN}"]
+    exec(compile("\n".join(lines), "<dvmlang patcher>", "exec"), env)  # noqa: S102 - from the build's own tables
+    return env["patch"]
+
+
 def scalar_bits(value, dtype: dt.DType) -> int:
     """The raw bits a MOVI immediate holds for ``value`` of ``dtype``."""
     return _CONVERTERS[dtype](value)
@@ -365,6 +388,7 @@ class Encoder:
             gm_words[p].append(w)
         # encode_values' patch list: per tensor, its table entry's fixed prefix and the words of its address
         self._tensor_patches = [(i, pre, itemsize, tuple(gm_words[i])) for i, pre, itemsize in self._tensor_pre]
+        self._patch = _patcher(template.scalar_slots, self._tensor_patches, [p.rank for p in params])
         self._names = [(p.name, p.dtype) for p in params]
         self._param_tail = fixed
         self._params_fixed = [None if p.kind == "tensor" else ParamInfo("scalar", p.name, p.dtype) for p in params]
@@ -426,15 +450,9 @@ class Encoder:
         given, holds each tensor's ``(dtype, shape, strides in bytes, ...)`` already read from the array by
         the launch path."""
         code = self._words[:]
-        for w, p, bits in self._scalar_slots:
-            code[w] = bits(values[p])
         if keys is None:
             keys = tuple([(v.dtype, v.shape, v.strides) if isinstance(v, np.ndarray) else None for v in values])
-        cur = GM_BASE
-        for i, _, itemsize, words in self._tensor_patches:
-            for w in words:  # the words that hold this tensor's address
-                code[w] = cur
-            cur += gm_span(prod(keys[i][1]), itemsize)
+        self._patch(code, values, keys)
         return self._instance(code, keys, (self, keys), grid)  # ParamInfo records: made on first use too
 
     def table(self, keys) -> list[bytes]:
@@ -485,12 +503,13 @@ class Encoder:
         else:
             fields["_params"] = None
             fields["_param_rows"] = params
-        info = self._infos.get(grid)
+        infos = self._infos
+        info = infos.get(grid)
         if info is None:  # the kernel record of a grid, shared by the instances launched with it (never changed)
-            if len(self._infos) >= 1024:
-                self._infos.clear()
-            info = self._infos[grid] = KernelInfo(k.name, grid, 0, k.code_words, k.reg_types, k.footprint,
-                                                  k.double_buffer, k.mix)
+            if len(infos) >= 1024:
+                del infos[next(iter(infos))]  # the oldest, one at a time: never a pause to clear them all
+            info = infos[grid] = KernelInfo(k.name, grid, 0, k.code_words, k.reg_types, k.footprint,
+                                            k.double_buffer, k.mix)
         fields["kernels"] = [info]
         fields["code"] = code
         fields["_bytes"] = _Pending(self, parts, grid, code.tobytes() if self._little else _swapped(code))
