@@ -127,3 +127,32 @@ def test_without_l2_across_launches_every_launch_starts_cold_and_writes_cross_hb
         rates.group_writes.update({2: 700.0})
         assert l2.settle(arrays, alias, rates) == (1000.0 + 50.0 + 700.0, 2000.0, 0.0)
         assert rates.resident == {} and not l2.lines and l2.used == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.permutations(range(4)), st.integers(1, 4), st.lists(st.integers(0, 3), min_size=8,
+                                                                                  max_size=8)),
+                min_size=1, max_size=12))
+def test_relaunches_on_tensors_l2_holds_whole_take_the_short_way_to_the_same_result(launches):
+    """Launches over the same arrays (a relaunch, L2Cache._steady once their lines are whole) give the LRU
+    model's results, then evictions and flushes in between send them the long way again."""
+    prof = dvmlang.npu.get_profile(None)
+    l2, oracle = L2Cache(9000), _Oracle(9000)
+    roots = [np.zeros(n, np.uint8) for n in (1000, 2000, 3000, 4000)]
+    for order, k, rw in launches:
+        arrays = {q: roots[i] for q, i in enumerate(order[:k])}
+        alias = {q: q for q in arrays}
+        rates = Rates(prof, arrays, alias, 1)
+        for q, a in arrays.items():
+            r, w = rw[2 * q], rw[2 * q + 1]
+            if r:
+                rates.group_reads[q] = float(r * a.nbytes)
+            if w:
+                rates.group_writes[q] = float(w * a.nbytes // 2)
+        want = oracle.settle(arrays, alias, dict(rates.group_reads), dict(rates.group_writes), rates.group_bytes,
+                             prof.l2_bytes)
+        assert l2.settle(arrays, alias, rates) == want
+        assert l2.used == sum(v[0] for v in oracle.lines.values())
+        assert {k: tuple(v) for k, v in oracle.lines.items()} == {
+            line.key: (line.bytes, line.dirty) for line in sorted(l2.lines.values(), key=lambda x: x.stamp)}
+        assert list(oracle.lines) == [line.key for line in sorted(l2.lines.values(), key=lambda x: x.stamp)]
