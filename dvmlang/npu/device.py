@@ -25,7 +25,7 @@ from .launch import Launch, LaunchBase
 from .machine import Machine
 from .profile import Profile, get_profile
 from .state import FIRST_PID, Batch, held_bytes
-from .timing import _compose, _total, advance, advance_one, roofline
+from .timing import _compose, _total, advance, roofline
 
 N_PIPES = isa.N_PIPES
 PROBE = 64  # programs in the first batch of a large launch, which measures what one holds on the host
@@ -99,8 +99,7 @@ class LaunchRecord:
         ``LaunchRecord.base``), without the generated ``__init__``'s work per field: a launch makes one record
         per kernel, and a 31-field ``__init__`` is a few us."""
         d = (_RECORD_DEFAULTS if base is None else base).copy()
-        for name, factory in _RECORD_FACTORIES:
-            d[name] = factory()
+        d["pipe_busy"], d["prints"], d["diagnostics"], d["members"], d["stages"] = {}, [], [], [], []  # _FACTORIES
         d.update(values)
         rec = cls.__new__(cls)
         rec.__dict__ = d
@@ -118,6 +117,8 @@ class LaunchRecord:
 
 _RECORD_DEFAULTS = {f.name: f.default for f in fields(LaunchRecord) if f.default is not MISSING}
 _RECORD_FACTORIES = [(f.name, f.default_factory) for f in fields(LaunchRecord) if f.default_factory is not MISSING]
+# the fields LaunchRecord.of makes a new object for, one by one
+assert [name for name, _ in _RECORD_FACTORIES] == ["pipe_busy", "prints", "diagnostics", "members", "stages"]
 
 
 class Device:
@@ -173,6 +174,14 @@ class Device:
         """Execute every kernel of ``bc`` (validated) on ``arrays`` (param index -> flat array)."""
         t0 = time.perf_counter()
         self._ready(bc)
+        if trace is None and len(bc.kernels) == 1:  # (a relaunch of a small kernel, most often)
+            base = self._bases(bc, 0, name, None, None, None, 0.0, 1.0)
+            if base.programs == 1:
+                total = self._one(base, bc, arrays, alias_groups or {q: q for q in arrays})
+                total.wall_s = time.perf_counter() - t0
+                self.simulated_cycles += total.cycles
+                self.simulated_us += total.time_us
+                return total
         total = self._run_kernel(bc, 0, arrays, trace, name, alias_groups)
         for k in range(1, len(bc.kernels)):
             rec = self._run_kernel(bc, k, arrays, trace, name, alias_groups)
@@ -241,22 +250,10 @@ class Device:
                     group=None, hbm_share=1.0) -> LaunchRecord:
         base = self._bases(bc, k, name, cores, overhead, group, start, hbm_share)
         alias = alias_groups or {q: q for q in arrays}
+        if base.programs == 1 and trace is None:
+            return self._one(base, bc, arrays, alias)
         L = base.launch(bc, arrays, alias)
         m = base.machine
-        if base.programs == 1 and trace is None:
-            # one program, no trace: the batch's own pipe clock (Python floats) gives what _run_batches computes
-            # for a grid of one: no dispatch, one wave, the core busy until its program ends or its GM port's
-            # transfers do
-            b = _run_alone(m.steps, Batch(FIRST_PID, base.kern.grid, m.zero_regs), L, self.profile.scalar_dispatch)
-            if L.races is not None:
-                L.races.check(L)
-            busy = b.pipe_busy
-            end = max(max(b.pipe_free), b.t_issue, b.done)
-            port = busy[_MTE2] + busy[_MTE3]
-            record = self._finish(base, L, end if end >= port else port, busy, _total(b.bytes_read, 1),
-                                  _total(b.bytes_written, 1), b.count)[0]
-            base.release(L)
-            return record
         P, cores = base.programs, base.cores
         rec = trace.begin(bc, m, P) if trace is not None else None
         body, busy, bytes_r, bytes_w, instrs, offsets, shift, T = self._run_batches(m, base.kern, L, cores, P, rec)
@@ -269,6 +266,25 @@ class Device:
         base.release(L)
         return record
 
+    def _one(self, base, bc, arrays, alias) -> LaunchRecord:
+        """One program, no trace: the batch's own pipe clock (Python floats) gives what ``_run_batches`` computes
+        for a grid of one: no dispatch, one wave, the core busy until its program ends or its GM port's
+        transfers do."""
+        L = base.launch(bc, arrays, alias)
+        m = base.machine
+        b = _run_alone(m.steps, Batch(FIRST_PID, base.kern.grid, m.zero_regs), L, self.profile.scalar_dispatch)
+        if L.races is not None:
+            L.races.check(L)
+        busy = b.pipe_busy
+        end = max(max(b.pipe_free), b.t_issue, b.done)
+        port = busy[_MTE2] + busy[_MTE3]
+        bytes_r, bytes_w = b.bytes_read, b.bytes_written
+        if bytes_r.__class__ is not float or bytes_w.__class__ is not float:  # (a gather counts per program)
+            bytes_r, bytes_w = _total(bytes_r, 1), _total(bytes_w, 1)
+        record = self._finish(base, L, end if end >= port else port, busy, bytes_r, bytes_w, b.count)[0]
+        base.release(L)
+        return record
+
     def _finish(self, base, L, body, busy, bytes_r, bytes_w, instrs) -> tuple[LaunchRecord, float]:
         """The record of launch ``L`` (the kernel's programs took ``body`` cycles on their cores), and the factor
         the HBM roofline stretched them by: what its transfers left in L2 (``L2Cache.settle``), its device
@@ -278,18 +294,20 @@ class Device:
         hbm, hits, writeback = self.l2.settle(L.arrays, L.alias, rates)
         body, stretch = roofline(body, hbm, prof, base.share)
         cycles = int(round(base.overhead + body))
+        prints = L.print_lines() if L.prints_seen else []
+        diagnostics = L.diagnostics
         record = LaunchRecord.of(base.record, cycles=cycles, bytes_read=int(bytes_r), bytes_written=int(bytes_w),
                                  time_us=cycles / prof.clock_hz * 1e6, pipe_busy=dict(zip(PIPE_LABELS, busy)),
-                                 prints=L.print_lines(), diagnostics=L.diagnostics, bytecode=L.bc,
-                                 instructions=instrs, hbm_stretch=stretch, hbm_bytes=hbm, l2_hit_bytes=hits,
-                                 writeback_bytes=writeback, unaligned_cycles=rates.unaligned_cycles)
-        if record.prints:
-            for line in record.prints:
+                                 prints=prints, diagnostics=diagnostics, bytecode=L.bc, instructions=instrs,
+                                 hbm_stretch=stretch, hbm_bytes=hbm, l2_hit_bytes=hits, writeback_bytes=writeback,
+                                 unaligned_cycles=rates.unaligned_cycles)
+        if prints:
+            for line in prints:
                 print(line)
-        if record.diagnostics:
+        if diagnostics:
             import warnings
             from ..errors import DvmWarning
-            for msg in record.diagnostics[:8]:
+            for msg in diagnostics[:8]:
                 warnings.warn(f"{record.name}: {msg}", DvmWarning, stacklevel=5)
         return record, stretch
 
@@ -487,7 +505,7 @@ def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):
     left = limit - L.executed  # the budget is the launch's: every batch draws on it
     while work:
         i, b = work.pop()
-        adv = advance_one if b.scalar else advance
+        one = b.scalar
         while True:
             s = steps[i]
             b.count += 1
@@ -503,11 +521,10 @@ def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):
                 raise InvalidBytecodeError(f"{s.ins.name} at pc {s.pc} cannot execute: {e}", section="code",
                                            offset=s.pc * 8) from None
             kind = s.kind
-            if kind == "br_z" or kind == "br_nz":
-                cost = s.cost
-            else:
-                cost = s.cost if s.cost is not None else (r if r is not None else 1)
-            start, cost = adv(s, b, cost, dispatch)
+            cost = s.cost  # (a branch's is its row's; a transfer's is what it returned for the batch)
+            if cost is None:
+                cost = r if r is not None else 1
+            start, cost = s.advance_one(b, cost, dispatch) if one else advance(s, b, cost, dispatch)
             if rec is not None:
                 rec.add(s, b, start, cost)
             if kind == "op" or kind == "set" or kind == "wait" or kind == "barrier":

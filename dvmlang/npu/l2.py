@@ -11,7 +11,7 @@ import numpy as np
 class _Line:
     """What L2 holds of one tensor: ``bytes`` (at most the tensor), of which ``dirty`` (written, not yet back in
     HBM), when it was last used (``stamp``: a launch's order), under ``key`` (see ``L2Cache._entry``).
-    ``ref``, a weak reference to the tensor's root array, is None once the line has left L2."""
+    ``ref``, a weak reference to the tensor's root array, is None once the line has left L2 (and ``bytes`` -1)."""
 
     __slots__ = ("ref", "key", "bytes", "dirty", "stamp")
 
@@ -76,12 +76,14 @@ class L2Cache:
                 del self._of_ref[id(line.ref)]
         line.ref = None
         self.used -= line.bytes
+        line.bytes = -1  # (what L2Cache._steady tests)
         return line.dirty
 
     def flush(self) -> None:
         """Empty L2 (a benchmark's cache flush: what was dirty is not charged to any launch)."""
         for line in self.lines.values():
             line.ref = None
+            line.bytes = -1
         self.lines.clear()
         self._of_ref.clear()
         self.used = 0
@@ -91,7 +93,7 @@ class L2Cache:
         then every read hits, writes stay in L2 and no line grows (so none is evicted); what changes is which
         lines are most recently used and how many of their bytes are dirty. None (nothing changed) otherwise."""
         known = self._known
-        limit, sizes = rates.l2_bytes, rates.group_bytes
+        limit = rates.l2_bytes
         group_reads, group_writes = rates.group_reads, rates.group_writes
         resident = {}
         used = []
@@ -101,10 +103,13 @@ class L2Cache:
             if e is None or e[0]() is not a:
                 return None
             line = e[3]
-            g = alias[q]
-            if line is None or line.ref is None or line.bytes != a.nbytes or sizes[g] > limit:
+            if line is None:
                 return None
-            resident[g] = line.bytes
+            n = line.bytes  # (-1 once the line has left L2)
+            if n != a.nbytes or n > limit:
+                return None
+            g = alias[q]
+            resident[g] = n
             reads = group_reads.get(g, 0.0)
             writes = group_writes.get(g, 0.0)
             if reads or writes:

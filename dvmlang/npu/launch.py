@@ -125,8 +125,7 @@ class LaunchBase:
         """Keep the finished launch ``L`` for the next one, holding none of its arrays (nor anything a record
         of it holds)."""
         if not self.spare:
-            L.arrays = L.alias = L.bc = L.imm = L.diagnostics = L.prints = L.races = None
-            L.rates.alias = None
+            L.arrays = L.bc = None  # the arrays, and the bytecode (which holds this base: no cycle)
             self.spare.append(L)
 
 

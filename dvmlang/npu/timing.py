@@ -150,6 +150,7 @@ def _total(per_program, n: int) -> float:
 
 
 _RATES: dict = {}  # (id(profile), active cores, share) -> (profile, Rates.constants)
+_NONE_RESIDENT: dict = {}  # no group in L2 (never changed: L2Cache.settle sets a new dict)
 
 
 class Rates:
@@ -169,7 +170,7 @@ class Rates:
         """The rates of a new launch on ``arrays`` (``resident``: as the constructor's; ``L2Cache.settle`` sets
         it after the launch)."""
         self.alias = alias
-        self.resident = resident or {}
+        self.resident = resident or _NONE_RESIDENT
         self.group_bytes = gb = {}
         self.group_reads: dict = {}
         self.group_writes: dict = {}
@@ -278,45 +279,40 @@ def advance(s, b, cost, dispatch: int):
     return start, cost
 
 
-def advance_one(s, b, cost, dispatch: int):
-    """``advance`` for a batch of one program (``Batch.scalar``): the same arithmetic on Python floats, which
-    give the same doubles as numpy's one-element arrays at a fraction of the host time."""
-    if cost.__class__ is not float and cost.__class__ is not int:
-        cost = cost.item()
+def advance_one(s):
+    """``advance`` for a batch of one program (``Batch.scalar``) as a function ``(batch, cost, dispatch) ->
+    (start, cycles charged)`` made for step ``s`` (``Step.advance_one``): the same arithmetic on Python floats,
+    which give the same doubles as numpy's one-element arrays at a fraction of the host time, with what only
+    depends on the step (its pipe, port, events, latency, a barrier's pipes) decided when it is made."""
     p = s.pipe
-    issue = b.t_issue + dispatch
-    free = b.pipe_free
+    env = {"float": float, "int": int, "set_key": s.set_key, "wait_key": s.wait_key}
+    lines = ["def adv(b, cost, dispatch):",
+             "    if cost.__class__ is not float and cost.__class__ is not int:",
+             "        cost = cost.item()",
+             "    issue = b.t_issue + dispatch",
+             "    free = b.pipe_free"]
     if s.kind == "barrier":
-        t = max(issue, max(free[q] for q in s.drain))
-        for q in s.drain:
-            free[q] = t
-        b.t_issue = t
-        return t, 0
-    start = free[p]
-    if issue > start:
-        start = issue
-    port = s.port
-    if port and b.port_free > start:
-        start = b.port_free
-    if s.wait_key is not None:
-        f = b.flags.get(s.wait_key)
-        if f is not None and f > start:
-            start = f
-    end = start + cost
-    free[p] = end
-    if port:
-        b.port_free = end
-    b.pipe_busy[p] += cost
-    if start < b.pipe_first[p]:
-        b.pipe_first[p] = start
-    if s.latency:
-        end = end + s.latency
-        if end > b.done:
-            b.done = end
-    if s.set_key is not None:
-        b.flags[s.set_key] = end
-    b.t_issue = end if p == 0 else issue
-    return start, cost
+        drain = list(s.drain)
+        lines += [f"    t = max(issue, {', '.join(f'free[{q}]' for q in drain)})" if drain else "    t = issue"]
+        lines += [f"    free[{q}] = t" for q in drain]
+        lines += ["    b.t_issue = t", "    return t, 0"]
+    else:
+        lines += [f"    start = free[{p}]", "    if issue > start:", "        start = issue"]
+        if s.port:
+            lines += ["    if b.port_free > start:", "        start = b.port_free"]
+        if s.wait_key is not None:
+            lines += ["    f = b.flags.get(wait_key)", "    if f is not None and f > start:", "        start = f"]
+        lines += ["    end = start + cost", f"    free[{p}] = end"]
+        if s.port:
+            lines.append("    b.port_free = end")
+        lines += [f"    b.pipe_busy[{p}] += cost", f"    if start < b.pipe_first[{p}]:", f"        b.pipe_first[{p}] = start"]
+        if s.latency:
+            lines += [f"    end = end + {s.latency!r}", "    if end > b.done:", "        b.done = end"]
+        if s.set_key is not None:
+            lines.append("    b.flags[set_key] = end")
+        lines += ["    b.t_issue = end" if p == 0 else "    b.t_issue = issue", "    return start, cost"]
+    exec(compile("\n".join(lines), "<dvmlang clock>", "exec"), env)  # noqa: S102 - from the step's own fields
+    return env["adv"]
 
 
 # ---- programs on cores ---------------------------------------------------------------------------------
