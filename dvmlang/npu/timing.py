@@ -5,10 +5,11 @@ on the cores.
   profile, the row's coefficient ``k`` and the step's sizes as keywords. Step builders bind a row's formula
   with ``formula(profile, row.cost)`` and call it with sizes known at decode time (vector, cube, MTE1,
   FixPipe) or, for transfers, with the sizes of each batch (bursts, bytes, elements, rate).
-* ``Rates``: a launch's GM transfer rates and the L2 model (which tensors stream from L2, what must cross
-  HBM once).
+* ``Rates``: a launch's GM transfer rates and the bytes its transfers moved per alias group (which tensors
+  stream from L2; ``l2.L2Cache.settle`` works out what crossed HBM).
 * ``advance``: the pipe clock of one instruction for every program of a batch (dispatch, pipe and port
-  availability, events, barriers, transfer latency).
+  availability, events, barriers, transfer latency); ``advance_one``: the same for a batch of one program,
+  generated for each step.
 * ``_compose``: programs on cores, in waves, consecutive programs overlapping where legal; ``roofline``:
   the HBM floor of a launch.
 """
@@ -154,10 +155,11 @@ _NONE_RESIDENT: dict = {}  # no group in L2 (never changed: L2Cache.settle sets 
 
 
 class Rates:
-    """A launch's GM transfer rates and the L2 model. A tensor that fits L2 streams in at the per-core L2 read
-    rate, and writes to it stay in L2; a larger one moves at the per-core HBM rate. The launch as a whole then
-    cannot beat HBM for the bytes that must cross it (``traffic``, see ``roofline``). ``resident``: alias group
-    -> bytes of it that earlier launches left in L2 (the device's L2 model); reads up to those bytes hit."""
+    """A launch's GM transfer rates and what its transfers moved. A tensor that fits L2 streams in at the
+    per-core L2 read rate, and writes to it stay in L2; a larger one moves at the per-core HBM rate. The launch
+    as a whole then cannot beat HBM for the bytes that must cross it (``L2Cache.settle`` counts them, see
+    ``roofline``). ``resident``: alias group -> bytes of it that earlier launches left in L2 (set by
+    ``L2Cache.settle``, for the trace's notes); reads up to those bytes hit."""
 
     def __init__(self, profile, arrays: dict, alias: dict, active_cores: int, resident=None, share: float = 1.0,
                  constants=None):
