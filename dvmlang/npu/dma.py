@@ -108,15 +108,16 @@ class Desc:
 
 def descriptor(memo: dict, L, b, t: int, fields, shape, pc: int) -> Desc:
     """The DMA descriptor of a step for batch ``b``, its box checked against tensor ``t``. ``fields``: the
-    step's (base, strides, lo, hi, all of them) functions; ``memo``: the step's own descriptors by field
-    values. The descriptor is a pure function of those values (one per batch: an immediate, a scalar register,
-    a one-program batch; or one per program) and the batch size, so a step that sees the same values again (a
-    relaunch, the same batch of a relaunch, a loop over the same box) reuses it, and the check it passed for a
-    tensor of the same size (outside a pointer-table heap, whose segments are checked every time). Values
-    per program are keyed by their exact bytes, dtype and shape."""
-    base, strides, los, his, every = fields
+    step's (base, strides, lo, hi, the register fields among them) functions; ``memo``: the step's own
+    descriptors by field values. The descriptor is a pure function of those values (one per batch: an
+    immediate, a scalar register, a one-program batch; or one per program) and the batch size, so a step that
+    sees the same values again (a relaunch, the same batch of a relaunch, a loop over the same box) reuses it,
+    and the check it passed for a tensor of the same size (outside a pointer-table heap, whose segments are
+    checked every time). The immediates are the step's own, so the register fields' values key it, those per
+    program by their exact bytes, dtype and shape."""
+    base, strides, los, his, varying = fields
     key = [b.n]
-    for f in every:
+    for f in varying:
         v = f(b)
         if type(v) is int:
             key.append(v)

@@ -145,6 +145,8 @@ class Machine:
         them in their fields), ``target`` is a branch's target pc, ``macs`` the multiply-accumulates of one
         execution."""
         c = d.ins.cost
+        if cost is not None and cost.__class__ is not int and cost.__class__ is not float:
+            cost = cost.item()  # a Python number, as timing.advance_one takes a fixed cost
         set_, wait = (d.set, d.wait) if sync is None else sync
         return Step(fn, d.ins, d.pc, self.index_of_pc[d.pc], int(d.ins.pipe) if pipe is None else pipe, cost, kind,
                     set_, wait, None if target is None else self.index_of_pc[target], drain,

@@ -288,11 +288,10 @@ def advance_one(s):
     depends on the step (its pipe, port, events, latency, a barrier's pipes) decided when it is made."""
     p = s.pipe
     env = {"float": float, "int": int, "set_key": s.set_key, "wait_key": s.wait_key}
-    lines = ["def adv(b, cost, dispatch):",
-             "    if cost.__class__ is not float and cost.__class__ is not int:",
-             "        cost = cost.item()",
-             "    issue = b.t_issue + dispatch",
-             "    free = b.pipe_free"]
+    lines = ["def adv(b, cost, dispatch):"]
+    if s.cost is None:  # a transfer's cycles, worked out per batch: a numpy number for a gather
+        lines += ["    if cost.__class__ is not float and cost.__class__ is not int:", "        cost = cost.item()"]
+    lines += ["    issue = b.t_issue + dispatch", "    free = b.pipe_free"]
     if s.kind == "barrier":
         drain = list(s.drain)
         lines += [f"    t = max(issue, {', '.join(f'free[{q}]' for q in drain)})" if drain else "    t = issue"]

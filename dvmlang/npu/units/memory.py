@@ -18,16 +18,16 @@ from .registry import builds
 
 
 def _descriptor(m, d):
-    """(base, strides, lo, hi, all of them in that order): the descriptor fields of a DMA row as functions
-    batch -> value."""
+    """(base, strides, lo, hi, the ones that read a register): the descriptor fields of a DMA row as functions
+    batch -> value (an immediate's is the same for every batch: the step's descriptors are told apart by the
+    register fields alone)."""
     rank = d.ins.extra["rank"]
     kinds = d.ins.kinds
-
-    def f(name):
-        return m.sop(d.vals[name], kinds[name])
-    base, strides = f("base"), [f(f"stride{i}") for i in range(rank)]
-    lo, hi = [f(f"lo{i}") for i in range(rank)], [f(f"hi{i}") for i in range(rank)]
-    return base, strides, lo, hi, (base, *strides, *lo, *hi)
+    names = ["base"] + [f"{what}{i}" for what in ("stride", "lo", "hi") for i in range(rank)]
+    fns = {n: m.sop(d.vals[n], kinds[n]) for n in names}
+    varying = tuple(fns[n] for n in names if sop_parts(d.vals[n], kinds[n])[0])
+    return (fns["base"], [fns[f"stride{i}"] for i in range(rank)], [fns[f"lo{i}"] for i in range(rank)],
+            [fns[f"hi{i}"] for i in range(rank)], varying)
 
 
 def _elements(m, d, shape):
