@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes as dt
-from .. import host
 from ..dma import Windows, pending_windows
 from .registry import builds
 from .vector import fill
@@ -104,8 +103,8 @@ def _grid_product(a, bt, acc, c=None):
         return None
     out = out.reshape((n, M, N))
     if c is not None:
-        if c.shape == out.shape:  # the accumulator's rows side by side when large (host.py)
-            host.each_range(lambda r0, r1: np.add(out[r0:r1], c[r0:r1], out=out[r0:r1]), [(0, n)], out.nbytes)
+        if c.shape == out.shape:  # (on this thread: BLAS's own threads may still be spinning on the others)
+            np.add(out, c, out=out)
         else:
             out = c + out
     return out
