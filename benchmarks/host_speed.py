@@ -267,6 +267,22 @@ def machine_speed() -> float:
     return best
 
 
+def machine_pauses(n: int, loop: int = 500) -> "EL.Samples":
+    """A pure-Python loop (``loop`` additions, about an encode's time) timed ``n`` times, as the encodes are: the
+    worst of these is what this machine alone does to a sample (the process paused by the system or the
+    hypervisor, or a garbage collection), the floor under the encode's worst."""
+    out = EL.Samples()
+    gc.collect()
+    for _ in range(n):
+        n0 = EL.GCWatch.runs
+        t0 = time.perf_counter()
+        acc = 0
+        for i in range(loop):
+            acc += i
+        out.add(time.perf_counter() - t0, n0)
+    return out
+
+
 # ---- the table ------------------------------------------------------------------------------------------------
 
 
@@ -332,6 +348,11 @@ def main(argv=None) -> int:
                                  "Inductor: not measured",)
     rows.append(("machine: a Python loop of 20,000 additions", f"{us(statistics.median(speed))} median "
                  f"({us(min(speed))}-{us(max(speed))})", "", "before each host figure; they scale with it"))
+    pauses = machine_pauses(n)
+    med, _, mx = EL._stats(pauses)
+    rows.append((f"machine: a {us(med)} Python loop, {n} times", f"{us(mx)} worst, "
+                 f"{sum(x > 1e-4 for x in pauses)} over 100 us", "",
+                 "as the encodes are timed: the floor under their worst"))
     width = [max(len(row[i]) for row in rows) for i in range(4)]
     heads = ("figure", "measured", "target", "reference (same run)")
     width = [max(w, len(h)) for w, h in zip(width, heads)]

@@ -506,8 +506,8 @@ class Encoder:
         infos = self._infos
         info = infos.get(grid)
         if info is None:  # the kernel record of a grid, shared by the instances launched with it (never changed)
-            if len(infos) >= 1024:
-                del infos[next(iter(infos))]  # the oldest, one at a time: never a pause to clear them all
+            if len(infos) >= 64:  # the oldest goes, one at a time: no pause to clear them all, and a stream of
+                del infos[next(iter(infos))]  # new grids frees a record per record made (no garbage to collect)
             info = infos[grid] = KernelInfo(k.name, grid, 0, k.code_words, k.reg_types, k.footprint,
                                             k.double_buffer, k.mix)
         fields["kernels"] = [info]
