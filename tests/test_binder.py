@@ -59,7 +59,7 @@ def _near(v):
     if isinstance(v, int):
         return [v, v + 1, v - 1, -v, float(v), True, np.int32(0)] + [b + d for b in (2**31, -2**31, 2**63, -2**63)
                                                                       for d in (-1, 0, 1)]
-    return [v, -v, 0.0, -0.0, math.nan, int(v) if math.isfinite(v) else 0, np.float32(v)]
+    return [v, -v, 0.0, -0.0, math.nan, int(v) if math.isfinite(v) else 0, np.float32(v if abs(v) < 3e38 else 0)]
 
 
 @budget(300)
