@@ -112,9 +112,9 @@ def relaunch(n: int) -> dict:
 def encode(name: str, n: int) -> dict:
     """Encodes of shapes never seen before, with the kernel's instance cache full (each encode's instance takes
     the place of the oldest, as in a model whose shapes keep changing), three passes over different shapes:
-    ``encode`` (the arrays from a pool, ``EL.Pool``), ``encode + to_bytes`` (the container bytes written after each encode, from the pool too;
-    writing them between the encodes also slows the encodes themselves, so the first pass leaves them out) and
-    ``encode, fresh arrays`` (new numpy arrays per sample)."""
+    ``encode`` (the arrays from a pool, ``EL.Pool``), ``encode + to_bytes`` (the container bytes written after
+    each encode, from the pool too; writing them between the encodes also slows the encodes themselves, so the
+    first pass leaves them out) and ``encode, fresh arrays`` (new numpy arrays per sample)."""
     kernel, make = ENCODED[name]
     rng = np.random.default_rng(2024)
     g, a, m = make(8, 700, rng)

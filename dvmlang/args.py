@@ -187,6 +187,10 @@ def _launch_key(v):
     raise _NoLaunchKey
 
 
+_INT32 = (-(1 << 31), (1 << 31) - 1)  # the ints a scalar parameter binds as int32, and as int64
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
 def c_contiguous(itemsize: int, shape: tuple, strides: tuple) -> bool:
     """numpy's C_CONTIGUOUS flag of an array with this item size, shape and byte strides: every dim longer
     than 1 steps by the bytes of the dims after it (an empty array is contiguous)."""
@@ -207,7 +211,7 @@ def _class_of(k):
     t = k[0]
     if t is int:
         v = k[1]
-        return (int, 32 if -2147483648 <= v <= 2147483647 else 64 if -(1 << 63) <= v < 1 << 63 else None)
+        return (int, 32 if _INT32[0] <= v <= _INT32[1] else 64 if _INT64[0] <= v <= _INT64[1] else None)
     if t.__class__ is not type:  # an array: (dtype, shape, strides)
         return (t, len(k[1]), c_contiguous(t.itemsize, k[1], k[2]))
     if t in _KEYED_TYPES and t is not bool:
@@ -450,10 +454,6 @@ def describe(v) -> str:
 
 # ---- binders: the class check and launch keys of one argument class, as straight-line code ----------------------
 
-_INT32 = (-(1 << 31), (1 << 31) - 1)
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
 def make_binder(classes: tuple, constexpr_mask, kw_classes: tuple, constexpr_names, tensors=None):
     """A function ``bind(args, kwargs)`` for launches whose arguments have the argument class ``classes`` (per
     positional argument: its launch key when it is a constexpr (``constexpr_mask``), else ``_class_of`` of it;
@@ -526,15 +526,10 @@ def _bind_one(lines: list, env: dict, v: str, k: str, cls, const: bool, i: int, 
     if const and t is int and len(cls) == 2:  # a constexpr int: its value
         lines += [f"    if {v}.__class__ is not int or {v} != {cls[1]!r}:", "        return None"]
         return f"(int, {v})"
-    if not const and t is int and len(cls) == 2:
-        lo, hi = {32: _INT32, 64: _INT64}.get(cls[1], (None, None))
-        lines += [f"    if {v}.__class__ is not int:", "        return None"]
-        if cls[1] == 32:
-            lines += [f"    if not {lo} <= {v} <= {hi}:", "        return None"]
-        elif cls[1] == 64:
-            lines += [f"    if not {lo} <= {v} <= {hi} or {_INT32[0]} <= {v} <= {_INT32[1]}:", "        return None"]
-        else:
-            lines += [f"    if {_INT64[0]} <= {v} <= {_INT64[1]}:", "        return None"]
+    if not const and t is int and len(cls) == 2:  # (int, 32), (int, 64) or (int, None): _class_of's ranges
+        in32, in64 = f"{_INT32[0]} <= {v} <= {_INT32[1]}", f"{_INT64[0]} <= {v} <= {_INT64[1]}"
+        out = {32: f"not {in32}", 64: f"{in32} or not {in64}"}.get(cls[1], in64)
+        lines += [f"    if {v}.__class__ is not int or {out}:", "        return None"]
         return f"(int, {v})"
     if not const and cls == (float,):
         lines += [f"    if {v}.__class__ is not float:", "        return None",

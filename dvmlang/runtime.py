@@ -395,9 +395,9 @@ class Kernel(KernelFunction):
                 device, bc, flat, alias = self._prepared(grid, args, kwargs, device, launching=True)
             except _EmptyGrid:
                 return None  # a grid with no programs: nothing runs (as in Triton)
-        session = (_ACTIVE_SESSION or _trace_record().active_session)()
+        record = _trace_record()
+        session = record.active_session()
         if trace:
-            record = _trace_record()
             session = record.Session() if not isinstance(trace, record.Session) else trace
         self.stats.launches += 1
         rec = device.run(bc, flat, trace=session, name=name or self.__name__, alias_groups=alias)
@@ -540,15 +540,11 @@ def _default_device():
     return _DEFAULT_DEVICE()
 
 
-_ACTIVE_SESSION = None
-
-
 def _trace_record():
-    global _TRACE_RECORD, _ACTIVE_SESSION
+    global _TRACE_RECORD
     if _TRACE_RECORD is None:
         from .trace import record
         _TRACE_RECORD = record
-        _ACTIVE_SESSION = record.active_session
     return _TRACE_RECORD
 
 

@@ -174,14 +174,6 @@ class Device:
         """Execute every kernel of ``bc`` (validated) on ``arrays`` (param index -> flat array)."""
         t0 = time.perf_counter()
         self._ready(bc)
-        if trace is None and len(bc.kernels) == 1:  # (a relaunch of a small kernel, most often)
-            base = self._bases(bc, 0, name, None, None, None, 0.0, 1.0)
-            if base.programs == 1:
-                total = self._one(base, bc, arrays, alias_groups or {q: q for q in arrays})
-                total.wall_s = time.perf_counter() - t0
-                self.simulated_cycles += total.cycles
-                self.simulated_us += total.time_us
-                return total
         total = self._run_kernel(bc, 0, arrays, trace, name, alias_groups)
         for k in range(1, len(bc.kernels)):
             rec = self._run_kernel(bc, k, arrays, trace, name, alias_groups)
@@ -190,7 +182,7 @@ class Device:
             total.bytes_written += rec.bytes_written
         total.wall_s = time.perf_counter() - t0
         self.simulated_cycles += total.cycles
-        self.simulated_us += total.time_us if len(bc.kernels) == 1 else total.cycles / self.profile.clock_hz * 1e6
+        self.simulated_us += total.cycles / self.profile.clock_hz * 1e6
         return total
 
     def run_stack(self, stages, *, name: str, trace=None) -> LaunchRecord:
@@ -278,10 +270,8 @@ class Device:
         busy = b.pipe_busy
         end = max(max(b.pipe_free), b.t_issue, b.done)
         port = busy[_MTE2] + busy[_MTE3]
-        bytes_r, bytes_w = b.bytes_read, b.bytes_written
-        if bytes_r.__class__ is not float or bytes_w.__class__ is not float:  # (a gather counts per program)
-            bytes_r, bytes_w = _total(bytes_r, 1), _total(bytes_w, 1)
-        record = self._finish(base, L, end if end >= port else port, busy, bytes_r, bytes_w, b.count)[0]
+        record = self._finish(base, L, end if end >= port else port, busy, _total(b.bytes_read, 1),
+                              _total(b.bytes_written, 1), b.count)[0]
         base.release(L)
         return record
 
@@ -485,14 +475,12 @@ def _run_alone(steps, batch: Batch, L: Launch, dispatch: int) -> Batch:
     every launch runs); returns it."""
     if _QUIET is None:
         with np.errstate(all="ignore"):
-            for b in _execute(steps, batch, L, dispatch, None):
-                pass
+            [b] = _execute(steps, batch, L, dispatch, None)  # (the one part a one-program batch ends as)
         return b
     state, quiet = _QUIET
     token = state.set(quiet)
     try:
-        for b in _execute(steps, batch, L, dispatch, None):
-            pass
+        [b] = _execute(steps, batch, L, dispatch, None)
     finally:
         state.reset(token)
     return b

@@ -72,10 +72,7 @@ def each_range(fn, ranges: list, nbytes: int) -> None:
     if len(ranges) == 1:  # one range: cut into a few per thread, for an even share
         r0, r1 = ranges[0]
         step = max(1, -(-(r1 - r0) // (4 * THREADS)))
-        ranges = [(r, min(r1, r + step)) for r in range(r0, r1, step)]
-        if len(ranges) == 1:
-            fn(r0, r1)
-            return
+        ranges = [(r, min(r1, r + step)) for r in range(r0, r1, step)]  # (two rows at least: two ranges)
     claim = itertools.count()  # next() is atomic: each range is taken by one thread
     errors: list = []
     n = len(ranges)

@@ -142,9 +142,13 @@ class L2Cache:
         if not rates.keep_writes:
             rates.resident = {}
             for g, reads in group_reads.items():
-                hbm += reads if sizes[g] > limit or reads < sizes[g] else sizes[g]
-                if sizes[g] <= limit and reads > sizes[g]:
-                    hits += reads - sizes[g]
+                size = sizes[g]
+                if size > limit:
+                    hbm += reads
+                else:
+                    cold = reads if reads < size else size
+                    hbm += cold
+                    hits += reads - cold
             for written in group_writes.values():
                 hbm += written
             return hbm, hits, 0.0

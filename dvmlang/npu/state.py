@@ -136,7 +136,7 @@ def evaluate(slot: Slot) -> np.ndarray:
     parts = chunks(slot)
     nbytes = slot.rows * slot.nbytes
     if len(parts) == 1 and (fn.__class__ is not np.ufunc or not host.worth(slot.rows, nbytes)):
-        # (one call: a gather of windows or blocks is one copy, cut into ranges it would be one per range)
+        # (one call: a gather of windows is one copy; cut into ranges it would be one per range)
         return finish(fn(*[eval_rows(a, 0, slot.rows, {}) for a in args]))
     out = np.empty((slot.rows,) + tuple(slot.shape), dtype=slot.dtype)
 

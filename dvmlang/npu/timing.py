@@ -285,14 +285,19 @@ def advance_one(s):
     """``advance`` for a batch of one program (``Batch.scalar``) as a function ``(batch, cost, dispatch) ->
     (start, cycles charged)`` made for step ``s`` (``Step.advance_one``): the same arithmetic on Python floats,
     which give the same doubles as numpy's one-element arrays at a fraction of the host time, with what only
-    depends on the step (its pipe, port, events, latency, a barrier's pipes) decided when it is made."""
+    depends on the step (its pipe, port, events, latency, a barrier's pipes) decided when it is made. Steps
+    alike share one function (``_CLOCKS``: the code is compiled once per kind of step, not per step)."""
     p = s.pipe
-    env = {"float": float, "int": int, "set_key": s.set_key, "wait_key": s.wait_key}
+    barrier = s.kind == "barrier"
+    key = (p, s.cost is None, tuple(s.drain) if barrier else None, s.port, s.wait_key, s.latency, s.set_key)
+    fn = _CLOCKS.get(key)
+    if fn is not None:
+        return fn
     lines = ["def adv(b, cost, dispatch):"]
     if s.cost is None:  # a transfer's cycles, worked out per batch: a numpy number for a gather
         lines += ["    if cost.__class__ is not float and cost.__class__ is not int:", "        cost = cost.item()"]
     lines += ["    issue = b.t_issue + dispatch", "    free = b.pipe_free"]
-    if s.kind == "barrier":
+    if barrier:
         drain = list(s.drain)
         lines += [f"    t = max(issue, {', '.join(f'free[{q}]' for q in drain)})" if drain else "    t = issue"]
         lines += [f"    free[{q}] = t" for q in drain]
@@ -302,18 +307,27 @@ def advance_one(s):
         if s.port:
             lines += ["    if b.port_free > start:", "        start = b.port_free"]
         if s.wait_key is not None:
-            lines += ["    f = b.flags.get(wait_key)", "    if f is not None and f > start:", "        start = f"]
+            lines += [f"    f = b.flags.get({s.wait_key!r})", "    if f is not None and f > start:",
+                      "        start = f"]
         lines += ["    end = start + cost", f"    free[{p}] = end"]
         if s.port:
             lines.append("    b.port_free = end")
-        lines += [f"    b.pipe_busy[{p}] += cost", f"    if start < b.pipe_first[{p}]:", f"        b.pipe_first[{p}] = start"]
+        lines += [f"    b.pipe_busy[{p}] += cost", f"    if start < b.pipe_first[{p}]:",
+                  f"        b.pipe_first[{p}] = start"]
         if s.latency:
             lines += [f"    end = end + {s.latency!r}", "    if end > b.done:", "        b.done = end"]
         if s.set_key is not None:
-            lines.append("    b.flags[set_key] = end")
+            lines.append(f"    b.flags[{s.set_key!r}] = end")
         lines += ["    b.t_issue = end" if p == 0 else "    b.t_issue = issue", "    return start, cost"]
+    env: dict = {}
     exec(compile("\n".join(lines), "<dvmlang clock>", "exec"), env)  # noqa: S102 - from the step's own fields
-    return env["adv"]
+    if len(_CLOCKS) >= 4096:
+        _CLOCKS.clear()
+    fn = _CLOCKS[key] = env["adv"]
+    return fn
+
+
+_CLOCKS: dict = {}  # what a one-program clock depends on -> the clock (a few dozen kinds of step in practice)
 
 
 # ---- programs on cores ---------------------------------------------------------------------------------

@@ -87,20 +87,18 @@ def _patcher(scalar_slots, tensor_patches, ranks):
     MOVI immediate; each tensor's address, tensors placed one after another as ``gm_span`` says, from the
     shapes in ``keys``) written into ``code``, as straight-line code generated once per build: what
     ``Encoder.encode_values`` does for a new shape."""
-    env = {}
+    env: dict = {}
     lines = ["def patch(code, values, keys):"]
     for w, p, d in scalar_slots:
-        if d.is_float:
-            env[f"bits{w}"] = _CONVERTERS[d]
-            lines.append(f"    code[{w}] = bits{w}(values[{p}])")
-        else:
-            lines.append(f"    code[{w}] = int(values[{p}]) & {(1 << (d.itemsize * 8)) - 1}")
+        env[f"bits{w}"] = _CONVERTERS[d]
+        lines.append(f"    code[{w}] = bits{w}(values[{p}])")
     lines.append(f"    cur = {GM_BASE}")
     for n, (i, _, itemsize, words) in enumerate(tensor_patches):
         lines += [f"    code[{w}] = cur" for w in words]
         if n + 1 < len(tensor_patches):  # the next tensor starts after this one's span (gm_span)
             count = " * ".join(f"s[{d}]" for d in range(ranks[i])) or "1"
-            lines += [f"    s = keys[{i}][1]", f"    cur += (({count} or 1) * {itemsize} + {GM_ALIGN - 1}) & {-GM_ALIGN}"]
+            lines += [f"    s = keys[{i}][1]",
+                      f"    cur += (({count} or 1) * {itemsize} + {GM_ALIGN - 1}) & {-GM_ALIGN}"]
     exec(compile("\n".join(lines), "<dvmlang patcher>", "exec"), env)  # noqa: S102 - from the build's own tables
     return env["patch"]
 

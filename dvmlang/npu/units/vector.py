@@ -245,20 +245,21 @@ def vreduce(m, d):
         a, _ = source(b, L)
         pending = a.__class__ is tuple
         rows = a[0].rows if pending else a.shape[0]
-        parts = chunks(a[0]) if pending else [(0, rows)]
-        nbytes = rows * a[0].nbytes  # a row's bytes: the slot's, or the array's first row's
-        if rows > 1 and (len(parts) > 1 or host.worth(rows, nbytes)):
-            # reduce chunk by chunk (a pending computation without materialising it), side by side when large
-            out = np.empty((rows,) + dshape, dtype=npdt)
+        if rows > 1:
+            parts = chunks(a[0]) if pending else [(0, rows)]
+            nbytes = rows * a[0].nbytes if pending else a.nbytes
+            if len(parts) > 1 or host.worth(rows, nbytes):
+                # reduce chunk by chunk (a pending computation without materialising it), side by side if large
+                out = np.empty((rows,) + dshape, dtype=npdt)
 
-            def part(r0, r1):
-                out[r0:r1] = reduce(eval_rows(a, r0, r1, {}))
-            if pending:
-                each_rows(a[0], part, parts, nbytes)
-            else:
-                host.each_range(part, parts, nbytes)
-            w(b, out)
-            return
+                def part(r0, r1):
+                    out[r0:r1] = reduce(eval_rows(a, r0, r1, {}))
+                if pending:
+                    each_rows(a[0], part, parts, nbytes)
+                else:
+                    host.each_range(part, parts, nbytes)
+                w(b, out)
+                return
         w(b, reduce(arg_value(a)))
     n = ashape[d.vals["axis"]] if d.vals["axis"] < len(ashape) else 1
     return m.step(d, fn, _cost(m, d, ("a",), n=n))
