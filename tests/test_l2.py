@@ -2,6 +2,7 @@
 sequences of launches over arrays, views of them and aliases, with flushes, freed arrays and evictions, give the
 same HBM, hit and write-back bytes launch by launch."""
 
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -142,13 +143,7 @@ def test_relaunches_on_tensors_l2_holds_whole_take_the_short_way_to_the_same_res
     for order, k, rw in launches:
         arrays = {q: roots[i] for q, i in enumerate(order[:k])}
         alias = {q: q for q in arrays}
-        rates = Rates(prof, arrays, alias, 1)
-        for q, a in arrays.items():
-            r, w = rw[2 * q], rw[2 * q + 1]
-            if r:
-                rates.group_reads[q] = float(r * a.nbytes)
-            if w:
-                rates.group_writes[q] = float(w * a.nbytes // 2)
+        rates = _rates(prof, arrays, alias, rw)
         want = oracle.settle(arrays, alias, dict(rates.group_reads), dict(rates.group_writes), rates.group_bytes,
                              prof.l2_bytes)
         assert l2.settle(arrays, alias, rates) == want
@@ -156,3 +151,120 @@ def test_relaunches_on_tensors_l2_holds_whole_take_the_short_way_to_the_same_res
         assert {k: tuple(v) for k, v in oracle.lines.items()} == {
             line.key: (line.bytes, line.dirty) for line in sorted(l2.lines.values(), key=lambda x: x.stamp)}
         assert list(oracle.lines) == [line.key for line in sorted(l2.lines.values(), key=lambda x: x.stamp)]
+
+
+def _rates(prof, arrays, alias, rw):
+    """The rates of a launch on ``arrays`` (each its own group) that reads ``rw[2q]`` times array q's bytes and
+    writes ``rw[2q + 1]`` times half of them."""
+    rates = Rates(prof, arrays, alias, 1)
+    for q, a in arrays.items():
+        r, w = rw[2 * q], rw[2 * q + 1]
+        if r:
+            rates.group_reads[q] = float(r * a.nbytes)
+        if w:
+            rates.group_writes[q] = float(w * a.nbytes // 2)
+    return rates
+
+
+_PATTERNS = [(0, 1, 2, 3), (4, 5, 6, 7), (0, 5, 2, 7), (4, 1, 6, 3), (3, 2, 1, 0)]  # < 4: a root, >= 4: a view
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("launch"), st.integers(0, len(_PATTERNS) - 1), st.lists(st.integers(0, 3), min_size=8,
+                                                                                 max_size=8)),
+    st.tuples(st.just("free"), st.integers(0, 3)),
+    st.tuples(st.just("view"), st.integers(0, 3), st.integers(0, 3)),
+    st.tuples(st.just("flush"))), min_size=1, max_size=30))
+def test_relaunches_with_one_alias_dict_find_their_arrays_again_only_while_they_live(ops):
+    """A kernel's relaunches pass one alias dict: L2Cache remembers the arrays of a launch that found them whole
+    (``_Set``) and finds them again by their ids. A view freed and another made (often at the same address,
+    so the same id) or a root freed must not be taken for the array before; flushes and evictions between
+    launches must send them the long way again. Every launch gives the LRU model's results."""
+    prof = dvmlang.npu.get_profile(None)
+    l2, oracle = L2Cache(9000), _Oracle(9000)
+    roots = [np.zeros(n, np.uint8) for n in (1000, 2000, 3000, 2500)]
+    views = [r[8:] for r in roots]
+    alias = {q: q for q in range(4)}
+    alive = {id(r): weakref.ref(r) for r in roots}  # every root made, until it is freed
+
+    def reap():  # the model forgets the roots freed (a view may have held a replaced root until now)
+        gone = {k for k, ref in alive.items() if ref() is None}
+        oracle.forget(gone)
+        for k in gone:
+            del alive[k]
+
+    for op in ops:
+        if op[0] == "free":  # the root and its view dropped; a new buffer of the same size, cold
+            i = op[1]
+            views[i] = None
+            reap()  # (before a new root can take a freed one's id)
+            roots[i] = np.zeros(len(roots[i]), np.uint8)
+            views[i] = roots[i][8:]
+            alive[id(roots[i])] = weakref.ref(roots[i])
+        elif op[0] == "view":  # a view freed, and a new one of a root made right after (likely the same id)
+            i, j = op[1], op[2]
+            views[i] = None
+            views[i] = roots[j][16 + 8 * i:]
+        elif op[0] == "flush":
+            l2.flush()
+            oracle.lines.clear()
+        else:
+            _, pattern, rw = op
+            arrays = {q: (roots[i] if i < 4 else views[i - 4]) for q, i in enumerate(_PATTERNS[pattern])}
+            rates = _rates(prof, arrays, alias, rw)
+            want = oracle.settle(arrays, alias, dict(rates.group_reads), dict(rates.group_writes),
+                                 rates.group_bytes, prof.l2_bytes)
+            assert l2.settle(arrays, alias, rates) == want
+            assert list(oracle.lines) == [line.key for line in sorted(l2.lines.values(), key=lambda x: x.stamp)]
+            assert {k: tuple(v) for k, v in oracle.lines.items()} == {
+                line.key: (line.bytes, line.dirty) for line in l2.lines.values()}
+            arrays = rates = None  # (no other name of this test holds an array: a freed one goes at once)
+        reap()
+
+
+def _settle_both(l2, oracle, prof, arrays, alias, rw):
+    rates = _rates(prof, arrays, alias, rw)
+    want = oracle.settle(arrays, alias, dict(rates.group_reads), dict(rates.group_writes), rates.group_bytes,
+                         prof.l2_bytes)
+    got = l2.settle(arrays, alias, rates)
+    assert got == want
+    assert [line.key for line in sorted(l2.lines.values(), key=lambda x: x.stamp)] == list(oracle.lines)
+    return got
+
+
+def test_a_remembered_launch_is_not_taken_for_one_on_a_new_array_at_the_same_address():
+    """A view freed and a new one of another buffer made at once usually gets the freed one's id: the launch
+    after must not find the old view's whole line through the arrays' ids."""
+    prof = dvmlang.npu.get_profile(None)
+    l2, oracle = L2Cache(1 << 16), _Oracle(1 << 16)
+    roots = [np.zeros(1000, np.uint8), np.zeros(3000, np.uint8)]
+    alias = {0: 0, 1: 1}
+    reused = 0
+    for trial in range(20):
+        view = roots[0][8:]
+        for _ in range(2):  # read whole: the second launch remembers the set
+            _settle_both(l2, oracle, prof, {0: roots[1], 1: view}, alias, [1, 0, 1, 0])
+        old = id(view)
+        view = None
+        view = roots[1][16 + trial:]  # a new array (another buffer's bytes), most likely at the freed address
+        reused += id(view) == old
+        hbm, hits, _ = _settle_both(l2, oracle, prof, {0: roots[1], 1: view}, alias, [1, 0, 1, 0])
+        assert hbm > 0  # the new view's line is cold
+    assert reused  # the case this test is about happened
+
+
+def test_a_remembered_launch_goes_the_long_way_after_its_lines_left_l2():
+    prof = dvmlang.npu.get_profile(None)
+    l2, oracle = L2Cache(8000), _Oracle(8000)
+    small = [np.zeros(1000, np.uint8), np.zeros(2000, np.uint8)]
+    big = np.zeros(7000, np.uint8)
+    alias = {0: 0, 1: 1}
+    for _ in range(3):
+        for _ in range(2):
+            _settle_both(l2, oracle, prof, {0: small[0], 1: small[1]}, alias, [1, 1, 1, 0])
+        _settle_both(l2, oracle, prof, {0: big}, {0: 0}, [1, 0])  # evicts both small arrays' lines
+        hbm, _, back = _settle_both(l2, oracle, prof, {0: small[0], 1: small[1]}, alias, [1, 0, 1, 0])
+        assert hbm >= 3000 and back == 0
+        l2.flush()
+        oracle.lines.clear()

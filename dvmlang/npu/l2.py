@@ -19,6 +19,16 @@ class _Line:
         self.ref, self.key, self.bytes, self.dirty, self.stamp = ref, key, nbytes, dirty, stamp
 
 
+class _Set:
+    """The arrays of a launch that found every one of them whole in L2 (``L2Cache._steady``): with the same
+    alias groups (``alias``, the same dict) and no line dropped from L2 since (``version``; a line in L2 only
+    grows, up to its whole tensor), a launch on the same arrays finds them whole again. ``lines``: (line, group) per array in order; ``resident``:
+    group -> bytes in L2 (for the trace's notes); ``refs``: weak references to the arrays, whose callbacks
+    forget the set when one of them is freed (its id may then name another array)."""
+
+    __slots__ = ("alias", "version", "limit", "lines", "resident", "refs")
+
+
 class L2Cache:
     """The device's L2 across launches: which GM tensors have bytes in it, least recently used first, how many
     bytes (what launches read or wrote of them, at most the tensor) and how many of those are dirty (written,
@@ -28,7 +38,9 @@ class L2Cache:
 
     A relaunch on arrays it has seen finds each one's line through one lookup by the array's identity (the
     line itself is remembered with the array), and a line used again takes a new stamp instead of moving in an
-    ordered dict: eviction takes the lines in stamp order, which is the order they were last used in."""
+    ordered dict: eviction takes the lines in stamp order, which is the order they were last used in. A relaunch
+    on the same arrays as an earlier launch that found them all whole finds that launch's lines through one
+    lookup of the arrays' identities (``_Set``)."""
 
     def __init__(self, capacity: int):
         self.capacity = capacity
@@ -37,6 +49,8 @@ class L2Cache:
         self._clock = 0  # the next stamp
         self._of_ref: dict = {}  # id(weakref to a root) -> the keys of its lines (what _gone drops)
         self._known: dict = {}  # id(array) -> [weakref to it, its key, weakref to its root, its line when last seen]
+        self._sets: dict = {}  # the ids of a launch's arrays, in order -> _Set
+        self._version = 0  # counts the lines that left L2 (what makes a _Set stale: lines only grow otherwise)
 
     def _entry(self, a: np.ndarray) -> list:
         """The known-array entry of a tensor's array: [weakref to it, (id of its root array, byte offset, bytes),
@@ -68,6 +82,7 @@ class L2Cache:
                 self._drop(line)
 
     def _drop(self, line: _Line) -> float:
+        self._version += 1
         del self.lines[line.key]
         keys = self._of_ref.get(id(line.ref))
         if keys is not None:
@@ -87,17 +102,43 @@ class L2Cache:
         self.lines.clear()
         self._of_ref.clear()
         self.used = 0
+        self._version += 1
 
     def _steady(self, arrays: dict, alias: dict, rates):
         """``settle`` when every array is one alias group, known, fits L2 and has its whole tensor in L2 already:
         then every read hits, writes stay in L2 and no line grows (so none is evicted); what changes is which
         lines are most recently used and how many of their bytes are dirty. None (nothing changed) otherwise."""
-        known = self._known
+        ids = tuple(map(id, arrays.values()))
+        sets = self._sets
+        s = sets.get(ids)
         limit = rates.l2_bytes
+        if s is None or s.alias is not alias or s.version != self._version or s.limit != limit:
+            s = self._whole(arrays, alias, limit, ids)
+            if s is None:
+                return None
         group_reads, group_writes = rates.group_reads, rates.group_writes
-        resident = {}
-        used = []
         hits = 0.0
+        clock = self._clock
+        for line, g in s.lines:  # in the order settle updates them in
+            reads = group_reads.get(g, 0.0)
+            writes = group_writes.get(g, 0.0)
+            if reads or writes:
+                hits += reads
+                if writes:
+                    dirty = (writes if writes < line.bytes else line.bytes) + line.dirty
+                    line.dirty = line.bytes if dirty > line.bytes else dirty
+                line.stamp = clock
+                clock += 1
+        self._clock = clock
+        rates.resident = s.resident
+        return 0.0, hits, 0.0
+
+    def _whole(self, arrays: dict, alias: dict, limit: int, ids: tuple) -> _Set | None:
+        """The ``_Set`` of ``arrays`` (their ids ``ids``) when every one is known and L2 holds its whole tensor,
+        which fits (kept for the launches on them after), else None."""
+        known = self._known
+        lines = []
+        resident = {}
         for q, a in arrays.items():
             e = known.get(id(a))
             if e is None or e[0]() is not a:
@@ -110,21 +151,17 @@ class L2Cache:
                 return None
             g = alias[q]
             resident[g] = n
-            reads = group_reads.get(g, 0.0)
-            writes = group_writes.get(g, 0.0)
-            if reads or writes:
-                hits += reads
-                used.append((line, writes))
-        clock = self._clock
-        for line, writes in used:  # the order settle updates them in
-            if writes:
-                dirty = (writes if writes < line.bytes else line.bytes) + line.dirty
-                line.dirty = line.bytes if dirty > line.bytes else dirty
-            line.stamp = clock
-            clock += 1
-        self._clock = clock
-        rates.resident = resident
-        return 0.0, hits, 0.0
+            lines.append((line, g))
+        sets = self._sets
+        if len(sets) >= 64:
+            sets.clear()
+        s = sets[ids] = _Set()
+        s.alias, s.version, s.limit, s.lines, s.resident = alias, self._version, limit, lines, resident
+
+        def forget(_, sets=sets, ids=ids):  # an array is freed: its id may name a new one (holds no _Set: no cycle)
+            sets.pop(ids, None)
+        s.refs = [weakref.ref(a, forget) for a in arrays.values()]
+        return s
 
     def settle(self, arrays: dict, alias: dict, rates) -> tuple[float, float, float]:
         """After a launch on ``arrays`` (param -> array; ``alias``: param -> alias group) whose transfers ``rates``

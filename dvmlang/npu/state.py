@@ -178,6 +178,7 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     return a
 
 
+_N_PIPES = isa.N_PIPES
 FIRST_PID = _read_only(np.zeros(1, np.int64))  # the batch of program 0 alone (a grid of one), shared
 _FIRST_COORDS = tuple(_read_only(np.zeros(1, np.int32)) for _ in range(3))
 
@@ -226,6 +227,19 @@ class Batch:
             self.bytes_written = np.zeros(n)
             self.done = np.zeros(n)  # completion of the latest transfer (results land after the pipe frees)
             self.port_free = np.zeros(n)  # when the core's GM port can take the next transfer
+
+    @classmethod
+    def first(cls, zero_regs: tuple) -> "Batch":
+        """``Batch(FIRST_PID, grid, zero_regs)``: program 0 alone (a grid of one), made field by field."""
+        b = cls.__new__(cls)
+        b.pids, b.n, b.scalar, b.coords = FIRST_PID, 1, True, _FIRST_COORDS
+        b.regs = list(zero_regs)
+        b.mem = defaultdict(dict)
+        b.count = b.print_seq = b.last_bytes = 0
+        b.flags = {}
+        b.t_issue = b.bytes_read = b.bytes_written = b.done = b.port_free = 0.0
+        b.pipe_free, b.pipe_first, b.pipe_busy = [0.0] * _N_PIPES, [np.inf] * _N_PIPES, [0.0] * _N_PIPES
+        return b
 
     def clock(self):
         """(pipe_free, pipe_first, pipe_busy) as (pipes, n) arrays and (t_issue, done) as (n,) arrays."""
