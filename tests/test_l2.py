@@ -6,6 +6,7 @@ import weakref
 from collections import OrderedDict
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -268,3 +269,15 @@ def test_a_remembered_launch_goes_the_long_way_after_its_lines_left_l2():
         assert hbm >= 3000 and back == 0
         l2.flush()
         oracle.lines.clear()
+
+
+def test_an_array_l2_knows_cannot_be_resized_in_place():
+    """What L2Cache._Set relies on: an array keeps its id and its size together while L2 holds a weak
+    reference to it (numpy refuses to resize it in place)."""
+    prof = dvmlang.npu.get_profile(None)
+    l2, oracle = L2Cache(1 << 16), _Oracle(1 << 16)
+    a = np.zeros(1000, np.uint8)
+    _settle_both(l2, oracle, prof, {0: a}, {0: 0}, [1, 0])
+    with pytest.raises(ValueError):
+        a.resize(3000, refcheck=False)
+    assert a.nbytes == 1000
