@@ -543,9 +543,9 @@ def test_batches_sized_by_a_probe_give_the_bits_and_cycles_of_fixed_ones(monkeyp
     sizes = []
     real = device_mod.Batch.__init__
 
-    def counted(self, pids, grid, zero_regs):
+    def counted(self, pids, grid, zero_regs, **kw):
         sizes.append(len(pids))
-        real(self, pids, grid, zero_regs)
+        real(self, pids, grid, zero_regs, **kw)
     rng = np.random.default_rng(6)
     x = rng.standard_normal((300, 1000)).astype(np.float32)
     outs = {}

@@ -379,7 +379,7 @@ class Device:
                 if self.sequential:
                     L.executed = 0  # one program at a time: each gets the budget; a runaway one ends the launch
                 pids = np.arange(lo, min(P, lo + (PROBE if probe and lo == 0 else size)), dtype=np.int64)
-                batch = Batch(pids, kern.grid, m.zero_regs)
+                batch = Batch(pids, kern.grid, m.zero_regs, uniform=True)
                 held = 0
                 for b in _execute(steps, batch, L, dispatch, rec):
                     idx = b.pids
@@ -530,6 +530,13 @@ def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):
             cost = s.cost  # (a branch's is its row's; a transfer's is what it returned for the batch)
             if cost is None:
                 cost = r if r is not None else 1
+                if one and cost.__class__ is np.ndarray and cost.size > 1:  # one clock for several programs
+                    c = cost.flat[0]
+                    if (cost == c).all():
+                        cost = c
+                    else:  # their costs differ: a clock each from here on
+                        b.spread()
+                        one = False
             start, cost = s.advance_one(b, cost, dispatch) if one else advance(s, b, cost, dispatch)
             if rec is not None:
                 rec.add(s, b, start, cost)
@@ -557,6 +564,7 @@ def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):
                     else:
                         taken = b.subset(cb)
                         rest = b.subset(~cb)
+                        one = False  # (the parts of a split have a clock each)
                         parts = [(s.target, taken), (i + 1, rest)]
                         parts.sort(key=lambda x: -int(x[1].pids[0]))  # lowest program id runs first
                         work.append(parts[0])

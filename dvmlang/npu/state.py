@@ -190,7 +190,7 @@ class Batch:
     __slots__ = ("pids", "coords", "regs", "mem", "n", "count", "t_issue", "pipe_free", "pipe_first", "pipe_busy",
                  "flags", "print_seq", "bytes_read", "bytes_written", "last_bytes", "done", "port_free", "scalar")
 
-    def __init__(self, pids: np.ndarray, grid, zero_regs: tuple):
+    def __init__(self, pids: np.ndarray, grid, zero_regs: tuple, uniform: bool = False):
         self.pids = pids
         self.n = n = len(pids)
         self.regs = list(zero_regs)  # steps replace a register's value, never write into it: zeros can be shared
@@ -202,8 +202,11 @@ class Batch:
         g0, g1 = grid[0], grid[1]
         # a batch of one program keeps its pipe clock, GM byte counts (what its DMA steps count in), latest
         # transfer's completion and GM port's availability in Python numbers (timing.advance_one: the same
-        # arithmetic); a larger batch in arrays, one entry per program
-        self.scalar = n == 1
+        # arithmetic); a larger batch in arrays, one entry per program. ``uniform``: a larger batch keeps one
+        # pipe clock in Python numbers for all its programs (``scalar``) while their steps cost alike (its
+        # programs start together and run the same steps in lockstep: their clocks are equal), and spreads
+        # it into arrays (``spread``) at the first step whose cost differs between them, or at a split
+        self.scalar = n == 1 or uniform
         if n == 1:
             if pids is FIRST_PID:
                 self.coords = _FIRST_COORDS  # program 0's, shared (read-only)
@@ -219,12 +222,17 @@ class Batch:
         else:
             self.coords = ((pids % g0).astype(np.int32), ((pids // g0) % g1).astype(np.int32),
                            (pids // (g0 * g1)).astype(np.int32))
+            self.bytes_read = np.zeros(n)
+            self.bytes_written = np.zeros(n)
+            if uniform:
+                self.t_issue = self.done = self.port_free = 0.0
+                self.pipe_free, self.pipe_first, self.pipe_busy = [0.0] * _N_PIPES, [np.inf] * _N_PIPES, \
+                    [0.0] * _N_PIPES
+                return
             self.t_issue = np.zeros(n)
             self.pipe_free = np.zeros((isa.N_PIPES, n))
             self.pipe_first = np.full((isa.N_PIPES, n), np.inf)
             self.pipe_busy = np.zeros((isa.N_PIPES, n))
-            self.bytes_read = np.zeros(n)
-            self.bytes_written = np.zeros(n)
             self.done = np.zeros(n)  # completion of the latest transfer (results land after the pipe frees)
             self.port_free = np.zeros(n)  # when the core's GM port can take the next transfer
 
@@ -241,8 +249,22 @@ class Batch:
         b.pipe_free, b.pipe_first, b.pipe_busy = [0.0] * _N_PIPES, [np.inf] * _N_PIPES, [0.0] * _N_PIPES
         return b
 
+    def spread(self) -> None:
+        """A larger batch's one pipe clock (``uniform``) as one per program, in arrays: its programs' steps are
+        about to cost differently, or the batch to split."""
+        assert self.scalar and self.n > 1
+        n = self.n
+        col = [np.repeat(np.array(x, dtype=np.float64).reshape(_N_PIPES, 1), n, axis=1) for x in
+               (self.pipe_free, self.pipe_first, self.pipe_busy)]
+        self.pipe_free, self.pipe_first, self.pipe_busy = col
+        self.t_issue, self.done, self.port_free = np.full(n, self.t_issue), np.full(n, self.done), \
+            np.full(n, self.port_free)
+        self.flags = {k: np.full(n, v) for k, v in self.flags.items()}
+        self.scalar = False
+
     def clock(self):
-        """(pipe_free, pipe_first, pipe_busy) as (pipes, n) arrays and (t_issue, done) as (n,) arrays."""
+        """(pipe_free, pipe_first, pipe_busy) as (pipes, n) arrays and (t_issue, done) as (n,) arrays (one
+        column and one element for a batch's one clock, ``scalar``)."""
         if not self.scalar:
             return self.pipe_free, self.pipe_first, self.pipe_busy, self.t_issue, self.done
         col = [np.array(x, dtype=np.float64).reshape(isa.N_PIPES, 1) for x in
@@ -250,7 +272,9 @@ class Batch:
         return col[0], col[1], col[2], np.array([self.t_issue]), np.array([self.done])
 
     def subset(self, mask: np.ndarray) -> "Batch":
-        assert not self.scalar, "a one-program batch does not split"
+        assert self.n > 1, "a one-program batch does not split"
+        if self.scalar:
+            self.spread()
         b = Batch.__new__(Batch)
         b.scalar = False
         b.pids = self.pids[mask]
