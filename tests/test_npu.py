@@ -476,6 +476,59 @@ def test_matmuls_of_any_shape_give_the_same_bits_with_and_without_pending_window
 
 
 @dvmlang.kernel
+def _two_products(a_ptr, b_ptr, c_ptr, d_ptr, M, N, K, BM: dl.constexpr, BN: dl.constexpr, BK: dl.constexpr):
+    """Two accumulators of products of the same tiles, and a product used once: each step's products are made
+    while the last step's are still held."""
+    rm = dl.program_id(0) * BM + dl.arange(0, BM)
+    rn = dl.program_id(1) * BN + dl.arange(0, BN)
+    rk = dl.arange(0, BK)
+    acc = dl.zeros((BM, BN), dl.float32)
+    half = dl.zeros((BM, BN), dl.float32)
+    for k in range(0, K, BK):
+        a = dl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = dl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc = dl.dot(a, b, acc)
+        half = dl.dot(a, b, half * 0.5) + dl.dot(a, b)
+    dl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+    dl.store(d_ptr + rm[:, None] * N + rn[None, :], half)
+
+
+def test_products_recycled_between_steps_are_never_arrays_a_tile_still_holds(monkeypatch):
+    """units/cube.py writes the products of a K loop into arrays it recycles once nothing else holds them
+    (``_recycled``; only large ones, here every one): the bits are those of fresh arrays, with two
+    accumulators and a product alive at once, and an array a tile or a view holds is never handed out."""
+    from dvmlang.npu.units import cube
+    rng = np.random.default_rng(11)
+    a, b = (rng.standard_normal(s).astype(np.float16) for s in ((64, 96), (96, 64)))
+
+    def run():
+        c, d = np.zeros((64, 64), np.float32), np.zeros((64, 64), np.float32)
+        rec = _two_products[(2, 2)](a, b, c, d, 64, 64, 96, BM=32, BN=32, BK=32, device=Device())
+        return c, d, rec.cycles
+    monkeypatch.setattr(cube, "_POOLED", (0, 1 << 30))
+    cube._RECYCLED.arrays = []
+    got = run()
+    assert len(cube._RECYCLED.arrays) >= 2  # products were recycled
+    monkeypatch.setattr(cube, "_FREE", None)
+    want = run()
+    assert all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(got[:2], want[:2]))
+    assert got[2] == want[2]
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got[0], ref, rtol=1e-4, atol=1e-3)
+    monkeypatch.undo()
+    pool = cube._RECYCLED.arrays = []
+    x = cube._recycled((8, 8), np.float32)  # not pooled: below the size recycled
+    monkeypatch.setattr(cube, "_POOLED", (0, 1 << 30))
+    x = cube._recycled((8, 8), np.float32)
+    y = cube._recycled((8, 8), np.float32)
+    assert x is not y and len(pool) == 2  # x is held
+    view = y[2:]
+    del x, y
+    z = cube._recycled((8, 8), np.float32)
+    assert z is pool[0] and z is not view.base  # the first is free again; the second a view holds
+
+
+@dvmlang.kernel
 def _centred_norm(x_ptr, y_ptr, n_cols, BLOCK: dl.constexpr):
     row = dl.program_id(0)
     cols = dl.arange(0, BLOCK)

@@ -3,6 +3,9 @@ matrix products (B, M, K) @ (B, K, N) -> (B, M, N)."""
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import numpy as np
 
 from ... import dtypes as dt
@@ -93,18 +96,65 @@ def _grid_product(a, bt, acc, c=None):
     M, K = wa.shape[1:]
     N = wb.shape[2]
     if np.array_equal(ia, p % na) and np.array_equal(ib, p // na):
-        if M >= 16 and N >= 16 and K <= MERGED_K:
-            out = np.matmul(wa.reshape(1, na * M, K), wb)  # (nb, na * M, N): program p // na, rows of p % na
+        if M >= 16 and N >= 16 and K <= MERGED_K:  # (nb, na * M, N): program p // na, rows of p % na
+            out = np.matmul(wa.reshape(1, na * M, K), wb, out=_recycled((nb, na * M, N), wa.dtype))
         else:
-            out = np.matmul(wa[None], wb[:, None])  # (nb, na, M, N)
+            out = np.matmul(wa[None], wb[:, None], out=_recycled((nb, na, M, N), wa.dtype))
     elif np.array_equal(ia, p // nb) and np.array_equal(ib, p % nb):
-        out = np.matmul(wa[:, None], wb[None])  # (na, nb, M, N)
+        out = np.matmul(wa[:, None], wb[None], out=_recycled((na, nb, M, N), wa.dtype))
     else:
         return None
     out = out.reshape((n, M, N))
     if c is not None:
-        if c.shape == out.shape:  # (on this thread: BLAS's own threads may still be spinning on the others)
-            np.add(out, c, out=out)
+        if c.shape == out.shape or np.broadcast_shapes(c.shape, out.shape) == out.shape:
+            np.add(out, c, out=out)  # (on this thread: BLAS's own threads may still be spinning on the others)
         else:
             out = c + out
     return out
+
+
+_RECYCLED = threading.local()
+_POOLED = 1 << 20, 16 << 20  # the sizes of array recycled (at most 4 per thread: 64 MiB kept at most)
+
+
+def _refs(pool: list, i: int) -> int:
+    return sys.getrefcount(pool[i])
+
+
+def _exact_counts() -> int | None:
+    """What ``_refs`` says of an array only its pool holds, when this interpreter counts references exactly
+    (one more once something else holds it); else None, and nothing is recycled."""
+    pool = [np.empty(0)]
+    free = _refs(pool, 0)
+    held = pool[0]
+    ok = _refs(pool, 0) == free + 1
+    del held
+    return free if ok and _refs(pool, 0) == free else None
+
+
+_FREE = _exact_counts()
+
+
+def _recycled(shape: tuple, dtype) -> np.ndarray:
+    """A new C-contiguous array of ``shape`` and ``dtype`` for a product (its values are all written): one of the
+    few this thread made before, once nothing but this pool holds it (no tile, view or pending value: a view
+    holds its base), else a new one. The products of a K loop take turns in two arrays instead of a fresh
+    multi-megabyte array per step, whose pages the system would map anew each time (most of a matmul's
+    system time)."""
+    if _FREE is None:
+        return np.empty(shape, dtype)
+    pool = getattr(_RECYCLED, "arrays", None)
+    if pool is None:
+        pool = _RECYCLED.arrays = []
+    for i in range(len(pool)):
+        a = pool[i]
+        if a.shape == shape and a.dtype == dtype:
+            del a
+            if _refs(pool, i) == _FREE:
+                return pool[i]
+    a = np.empty(shape, dtype)
+    if _POOLED[0] <= a.nbytes <= _POOLED[1]:
+        pool.append(a)
+        if len(pool) > 4:
+            del pool[0]
+    return a
