@@ -173,11 +173,18 @@ class Rates:
         it after the launch)."""
         self.alias = alias
         self.resident = resident or _NONE_RESIDENT
-        self.group_bytes = gb = {}
-        self.group_reads: dict = {}
-        self.group_writes: dict = {}
         self.unaligned_cycles = 0.0  # DMA time lost to unaligned bursts, every program together
-        self.transfers: dict = {}  # pc -> (tensor, write, unaligned cycles): see note
+        if "group_bytes" in self.__dict__:  # a finished launch's rates (nothing else holds its dicts): emptied
+            gb = self.group_bytes
+            gb.clear()
+            self.group_reads.clear()
+            self.group_writes.clear()
+            self.transfers.clear()
+        else:
+            self.group_bytes = gb = {}
+            self.group_reads: dict = {}
+            self.group_writes: dict = {}
+            self.transfers: dict = {}  # pc -> (tensor, write, unaligned cycles): see note
         for p, a in arrays.items():
             g = alias[p]
             n = a.nbytes

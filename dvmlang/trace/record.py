@@ -356,10 +356,12 @@ class Session:
 
     def __enter__(self):
         _sessions().append(self)
+        _OPEN.append(self)
         return self
 
     def __exit__(self, *exc):
         _sessions().remove(self)
+        _OPEN.remove(self)
         return False
 
     @property
@@ -383,6 +385,7 @@ class Session:
 
 
 _local = threading.local()
+_OPEN: list = []  # the sessions open in any thread (appended and removed whole: atomic), to skip the lookup
 
 
 def _sessions() -> list:
@@ -393,5 +396,7 @@ def _sessions() -> list:
 
 
 def active_session() -> Session | None:
+    if not _OPEN:  # (no session open anywhere: a launch's usual case)
+        return None
     s = _sessions()
     return s[-1] if s else None
