@@ -19,7 +19,8 @@ rounds' after/before ratios with its 10th and 90th percentiles, which resolves c
 It checks first that both sides give the same results and cycles. Workloads (``--only``): relaunch,
 overhead (the relaunch's time outside executing its programs: host_speed.py's "dvmlang overhead"), encode (the
 gallery layernorm on new shapes), softmax and layernorm 8192x1024 (the gallery's), layernorm_row
-(sim_throughput.py's, host_speed.py's simulator row), vadd (16M); the simulator ones also time numpy's version.
+(sim_throughput.py's, host_speed.py's simulator row), vadd (16M), matmul (1024^3 fp16 -> fp32, sim_throughput.py's);
+the simulator ones also time numpy's version.
 
     python benchmarks/host_speed_ab.py /tmp/before --in-process --only relaunch,vadd [--rounds 40]
 """
@@ -47,9 +48,9 @@ QUIET_LOOP = 600e-6  # seconds the machine_speed loop takes on the quiet develop
 
 
 FIGURES = ("relaunch", "encode", "graph", "from_bytes")
-IN_PROCESS = ("relaunch", "overhead", "encode", "softmax", "layernorm", "layernorm_row", "vadd")
+IN_PROCESS = ("relaunch", "overhead", "encode", "softmax", "layernorm", "layernorm_row", "vadd", "matmul")
 GALLERY = ("vector_add", "softmax", "layernorm")  # examples/ modules whose kernels each side defines
-BENCH_KERNELS = ("layernorm_row",)  # sim_throughput.py's kernels each side defines (host_speed.py's simulator rows)
+BENCH_KERNELS = ("layernorm_row", "matmul")  # sim_throughput.py's kernels each side defines (host_speed.py's rows)
 
 
 def measure(which=FIGURES) -> dict:
@@ -147,6 +148,11 @@ def _workload(name: str, rng):
             x = buf[:r * c].reshape(r, c)
             k.encode((r,), x, x, w[:c], b[:c], mean[:r], rstd[:r], c, c, 1e-5, BLOCK=1024, device=d)
         return enc, 50, None, None
+    if name == "matmul":  # host_speed.py's simulator row: 1024^3 fp16 -> fp32, 128^3 tiles
+        a, b = (rng.random((1024, 1024), dtype=np.float32).astype(np.float16) for _ in range(2))
+        c = np.empty((1024, 1024), np.float32)
+        return (lambda m, d: m["bench"].matmul[(8, 8)](a, b, c, 1024, 1024, 1024, BM=128, BN=128, BK=128, device=d),
+                2, lambda: a.astype(np.float32) @ b.astype(np.float32), c)
     x = rng.standard_normal((8192, 1024), dtype=np.float32)
     o = np.empty_like(x)
     if name == "softmax":

@@ -152,10 +152,12 @@ class Device:
 
     def __enter__(self):
         _stack().append(self)
+        _ENTERED.append(self)
         return self
 
     def __exit__(self, *exc):
         _stack().pop()
+        _ENTERED.remove(self)
         return False
 
     # ---- running ----------------------------------------------------------------------------------------
@@ -582,12 +584,14 @@ def _stack() -> list:
 
 
 _DEFAULT: Device | None = None
+_ENTERED: list = []  # the devices entered as context managers in any thread (appended and removed whole: atomic)
 
 
 def default_device() -> Device:
-    s = _stack()
-    if s:
-        return s[-1]
+    if _ENTERED:  # (none entered anywhere: the usual case, without the thread's own stack)
+        s = _stack()
+        if s:
+            return s[-1]
     global _DEFAULT
     if _DEFAULT is None:
         _DEFAULT = Device()

@@ -90,8 +90,11 @@ def _patcher(scalar_slots, tensor_patches, ranks):
     env: dict = {}
     lines = ["def patch(code, values, keys):"]
     for w, p, d in scalar_slots:
-        env[f"bits{w}"] = _CONVERTERS[d]
-        lines.append(f"    code[{w}] = bits{w}(values[{p}])")
+        if d.is_float:
+            env[f"bits{w}"] = _CONVERTERS[d]
+            lines.append(f"    code[{w}] = bits{w}(values[{p}])")
+        else:  # _bits_converter's integer case, written out
+            lines.append(f"    code[{w}] = int(values[{p}]) & {(1 << (d.itemsize * 8)) - 1}")
     lines.append(f"    cur = {GM_BASE}")
     for n, (i, _, itemsize, words) in enumerate(tensor_patches):
         lines += [f"    code[{w}] = cur" for w in words]
