@@ -106,8 +106,10 @@ def _grid_product(a, bt, acc, c=None):
         return None
     out = out.reshape((n, M, N))
     if c is not None:
-        if c.shape == out.shape or np.broadcast_shapes(c.shape, out.shape) == out.shape:
-            np.add(out, c, out=out)  # (on this thread: BLAS's own threads may still be spinning on the others)
+        if c.shape == out.shape:  # (on this thread: BLAS's own threads may still be spinning on the others)
+            np.add(out, c, out=out)
+        elif np.broadcast_shapes(c.shape, out.shape) == out.shape:  # (l0c_fill's one tile for every program)
+            np.add(c, out, out=out)  # c + out as before (the operands' order, NaN payloads too), into the product
         else:
             out = c + out
     return out
