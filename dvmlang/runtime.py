@@ -50,6 +50,9 @@ class BuildKey:
     profile_id: int
 
 
+_tuple_new = tuple.__new__  # a NamedTuple made as tuple.__new__(cls, values): its __new__ is a Python function
+
+
 class InstanceKey(NamedTuple):
     """What names one encoded instance of a build: the launch keys of the runtime values (``_launch_key``)
     and the grid (three ints)."""
@@ -296,7 +299,7 @@ class Kernel(KernelFunction):
         #    the build and the binding plan the ordinary path made for arguments of that class; the plan
         #    names the runtime values, whose launch keys and the grid name the instance (cached or encoded).
         ckey = None
-        src = self.source
+        src = self._source or self.source  # (parsed on first use)
         cp = src.constexpr_mask
         if (grid.__class__ is tuple or grid.__class__ is int) and len(args) <= len(cp):
             last = self._last
@@ -334,14 +337,14 @@ class Kernel(KernelFunction):
                         kw = dict(kkeys)
                         runtime = [args[at] if at.__class__ is int else kwargs[at] for at in sources]
                         keys = tuple([akeys[at] if at.__class__ is int else kw[at] for at in sources])
-                    ikey = InstanceKey(build, keys, grid_t)
+                    ikey = _tuple_new(InstanceKey, (build, keys, grid_t))  # (InstanceKey(...) without its frame)
                     bc = self._instances.get(ikey)
                     if bc is None:
                         bc = self._encode(build, ikey, runtime, grid_t)
                     else:
                         self._instances.move_to_end(ikey)
                         self.stats.hits += 1
-                    self._last = LastLaunch(lkey, build, bc, plan)
+                    self._last = _tuple_new(LastLaunch, (lkey, build, bc, plan))
                     return device, build, bc, {i: runtime[i] for i in plan.tensors} if want_arrays else None
         values, specs = self._bind(args, kwargs)
         grid_t = _grid(self.__name__, grid, values)
@@ -411,8 +414,9 @@ class Kernel(KernelFunction):
     @user_frames
     def encode(self, grid, *args, device=None, **kwargs):
         """The ``Bytecode`` of one launch instance, without running it."""
-        _, _, bc, _ = self._prepare(grid, args, split_launch_options(self.__name__, self.source.params, kwargs),
-                                    device, want_arrays=False)
+        if kwargs:
+            kwargs = split_launch_options(self.__name__, (self._source or self.source).params, kwargs)
+        _, _, bc, _ = self._prepare(grid, args, kwargs, device, want_arrays=False)
         return bc
 
     @user_frames
