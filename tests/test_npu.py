@@ -170,6 +170,32 @@ def test_watchdog_stops_runaway_loops():
 
 
 @dvmlang.kernel
+def _count_to(out_ptr, n):
+    i = 0
+    while i < n:
+        i = i + 1
+    dl.store(out_ptr, i)
+
+
+def test_a_relaunch_runs_with_the_options_and_name_it_is_given_now():
+    """A one-program instance keeps its launch base for the next relaunch (Device.run's short way); a change of
+    the device's options or of the launch's name takes the long way, and back."""
+    out = np.zeros(1, np.int32)
+    dev = Device(watchdog=100_000)
+    for _ in range(2):  # the second is a relaunch through the kept base
+        rec = _count_to[(1,)](out, 200, device=dev)
+    assert out[0] == 200 and rec.name == "_count_to"
+    assert _count_to[(1,)](out, 200, device=dev, name="renamed").name == "renamed"
+    dev.watchdog = 500
+    with pytest.raises(dvmlang.WatchdogTimeout):
+        _count_to[(1,)](out, 200, device=dev)
+    dev.watchdog = 100_000
+    out[0] = 0
+    rec = _count_to[(1,)](out, 200, device=dev)
+    assert rec.name == "_count_to" and out[0] == 200 and rec.cycles > 0
+
+
+@dvmlang.kernel
 def race(x_ptr, out_ptr, BLOCK: dl.constexpr):
     offs = dl.arange(0, BLOCK)
     dl.store(out_ptr + offs, dl.load(x_ptr + dl.program_id(0) * BLOCK + offs))
