@@ -21,8 +21,8 @@ in the same run, medians over repeated samples.
                 the same sample in both runs), without the pauses this machine adds at random (a virtual
                 machine's process stopped for 100-300 us, at about 1 in 1,000 samples of 10 us, measured here
                 with the system calls of the timed loop traced: there were none). Reference:
-                TorchInductor's recompile of ``gelu(layer_norm(x))`` for one new static shape
-                (``torch.compile(fn, dynamic=False)``, fresh ``TORCHINDUCTOR_CACHE_DIR``), when torch is
+                TorchInductor's recompile of ``gelu(layer_norm(x))`` for a new static shape, the median of
+                three (``torch.compile(fn, dynamic=False)``, fresh ``TORCHINDUCTOR_CACHE_DIR``), when torch is
                 importable.
 * @graph        a fused ``layer_norm + gelu`` graph called on a new small shape (leading dimension): wall time
                 minus ``Device.run_stack`` (fusion.py's ``encode_row``). Reference: numpy's layer norm + gelu
@@ -266,8 +266,9 @@ def _vector_add(n: int):
     return fn, ref, f"{n // (1024 * 1024)}M fp32"
 
 
-def inductor_recompile() -> float | None:
-    """Seconds TorchInductor takes to recompile gelu(layer_norm(x)) for one new static shape, or None."""
+def inductor_recompile(shapes: int = 3) -> float | None:
+    """Seconds TorchInductor takes to recompile gelu(layer_norm(x)) for a new static shape (the median of
+    ``shapes`` new shapes, each a recompile), or None."""
     examples = str(HERE.parent / "examples")
     sys.path[:] = [p for p in sys.path if p != examples]  # examples/triton is not the triton torch looks for
     for mod in [m for m in sys.modules if m == "triton" or m.startswith("triton.")]:
@@ -286,10 +287,13 @@ def inductor_recompile() -> float | None:
     compiled = torch.compile(fn, dynamic=False)
     w, b = torch.randn(1024), torch.randn(1024)
     compiled(torch.randn(8, 1024), w, b)  # the first compile: loads Inductor, not what is measured
-    x = torch.randn(37, 1024)
-    t0 = time.perf_counter()
-    compiled(x, w, b)  # a new static shape: a recompile
-    return time.perf_counter() - t0
+    times = []
+    for rows in (37, 53, 71)[:shapes]:
+        x = torch.randn(rows, 1024)
+        t0 = time.perf_counter()
+        compiled(x, w, b)  # a new static shape: a recompile
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def machine_speed() -> float:
