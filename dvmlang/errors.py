@@ -276,6 +276,18 @@ def _user_traceback(tb: types.TracebackType | None) -> types.TracebackType | Non
     return out
 
 
+def warn_user(message: str, category=None) -> None:
+    """``warnings.warn`` (``DvmWarning`` by default) attributed to the first caller outside dvmlang's own files:
+    the user's call site, however deep in dvmlang the warning is raised."""
+    import sys
+    import warnings
+    level, f = 2, sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_PACKAGE_DIR):
+        f = f.f_back
+        level += 1
+    warnings.warn(message, category or DvmWarning, stacklevel=level)
+
+
 def _trim(err: BaseException) -> None:
     err.__traceback__ = _user_traceback(err.__traceback__)
     err.__suppress_context__ = True  # an internal exception dvmlang turned into this error is no news to a user

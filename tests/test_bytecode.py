@@ -108,6 +108,8 @@ def test_encode_and_encode_values_write_the_same_bytes():
     enc = kernel.build_for(np.zeros_like(x), x, 40, 40, BLOCK=64).encoder
     scalars = {i: v for i, v in enumerate([None, None, 40, 40]) if v is not None}
     assert enc.encode(bc.params, scalars, (5, 1, 1)).to_bytes() == bc.to_bytes()
+    # the patcher's addresses and immediates are what rebinding (gm_addresses, scalar_bits) writes
+    assert bc.rebind(bc.params, scalars).code == bc.code
 
 
 def test_equality_sees_every_field():

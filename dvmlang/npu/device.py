@@ -18,7 +18,8 @@ from dataclasses import MISSING, dataclass, field, fields
 
 import numpy as np
 
-from ..errors import DvmError, InvalidBytecodeError, LaunchError, ResourceError, WatchdogTimeout, render_span
+from ..errors import (DvmError, InvalidBytecodeError, LaunchError, ResourceError, WatchdogTimeout, render_span,
+                      warn_user)
 from ..vm import isa
 from .l2 import L2Cache
 from .launch import Launch, LaunchBase
@@ -121,7 +122,8 @@ _RECORD_FACTORIES = [(f.name, f.default_factory) for f in fields(LaunchRecord) i
 # the fields LaunchRecord.of's values hold (the first three) or it makes a new list for
 assert [name for name, _ in _RECORD_FACTORIES] == ["pipe_busy", "prints", "diagnostics", "members", "stages"]
 # a pipe's busy cycles, per pipe in pipe order (a list or an array) -> the record's pipe_busy dict
-_pipe_busy = eval("lambda b: {" + ", ".join(f"{name!r}: b[{q}]" for q, name in enumerate(PIPE_LABELS)) + "}")  # noqa: S307
+_pipe_busy = eval(  # noqa: S307 - from the pipe labels
+    "lambda b: {" + ", ".join(f"{name!r}: b[{q}]" for q, name in enumerate(PIPE_LABELS)) + "}")
 
 
 class Device:
@@ -178,24 +180,20 @@ class Device:
             alias_groups=None) -> LaunchRecord:
         """Execute every kernel of ``bc`` (validated) on ``arrays`` (param index -> flat array)."""
         t0 = time.perf_counter()
-        if trace is None:
-            # a relaunch of a one-program, one-kernel instance with the same profile, name and options: its
-            # launch base, found once (``_run_kernel``), is taken straight to ``_one``
-            one = bc.__dict__.get("_one")
-            if one is not None and one[0] is self.profile and one[1] == name and \
-                    one[2] == (self.debug, self.watchdog, self.race_detection):
-                rec = self._one(one[3], bc, arrays, alias_groups or {q: q for q in arrays})
-                rec.wall_s = time.perf_counter() - t0
-                self.simulated_cycles += rec.cycles
-                self.simulated_us += rec.time_us
-                return rec
-        self._ready(bc)
-        total = self._run_kernel(bc, 0, arrays, trace, name, alias_groups)
-        for k in range(1, len(bc.kernels)):
-            rec = self._run_kernel(bc, k, arrays, trace, name, alias_groups)
-            total.cycles += rec.cycles
-            total.bytes_read += rec.bytes_read
-            total.bytes_written += rec.bytes_written
+        # a relaunch of a one-program, one-kernel instance with the same profile, name and options: its launch
+        # base, found once (``_run_kernel``), is taken straight to ``_one``
+        one = bc.__dict__.get("_one") if trace is None else None
+        if one is not None and one[0] is self.profile and one[1] == name and \
+                one[2] == (self.debug, self.watchdog, self.race_detection):
+            total = self._one(one[3], bc, arrays, alias_groups or {q: q for q in arrays})
+        else:
+            self._ready(bc)
+            total = self._run_kernel(bc, 0, arrays, trace, name, alias_groups)
+            for k in range(1, len(bc.kernels)):
+                rec = self._run_kernel(bc, k, arrays, trace, name, alias_groups)
+                total.cycles += rec.cycles
+                total.bytes_read += rec.bytes_read
+                total.bytes_written += rec.bytes_written
         total.wall_s = time.perf_counter() - t0
         self.simulated_cycles += total.cycles
         self.simulated_us += total.cycles / self.profile.clock_hz * 1e6
@@ -315,10 +313,8 @@ class Device:
             for line in prints:
                 print(line)
         if diagnostics:
-            import warnings
-            from ..errors import DvmWarning
             for msg in diagnostics[:8]:
-                warnings.warn(f"{record.name}: {msg}", DvmWarning, stacklevel=5)
+                warn_user(f"{record.name}: {msg}")
         return record, stretch
 
     def _bases(self, bc, k, name, cores, overhead, group, start, share) -> LaunchBase:

@@ -64,7 +64,7 @@ class Step:
     branch goes to; ``drain`` the pipes a barrier drains; ``latency`` cycles after the pipe is free until the
     result is visible; ``port`` whether it uses the core's GM port. ``set_key``/``wait_key``: the keys of its
     events in a batch's flags, (from pipe, to pipe, event), worked out once; ``advance_one`` its pipe clock for
-    a batch of one program (``timing.advance_one``)."""
+    a batch whose programs share one clock (``timing.advance_one``)."""
 
     fn: object
     ins: isa.Instr
@@ -87,7 +87,7 @@ class Step:
     def __post_init__(self):
         self.set_key = (self.pipe, self.set[0], self.set[1]) if self.set is not None else None
         self.wait_key = (self.wait[0], self.pipe, self.wait[1]) if self.wait is not None else None
-        self.advance_one = timing.advance_one(self)  # its pipe clock for a batch of one program
+        self.advance_one = timing.advance_one(self)  # its pipe clock for a batch with one clock
 
 
 class Machine:

@@ -208,31 +208,23 @@ class Batch:
         # it into arrays (``spread``) at the first step whose cost differs between them, or at a split
         self.scalar = n == 1 or uniform
         if n == 1:
-            if pids is FIRST_PID:
-                self.coords = _FIRST_COORDS  # program 0's, shared (read-only)
-            else:
-                p = int(pids[0])
-                self.coords = (np.array([p % g0], np.int32), np.array([(p // g0) % g1], np.int32),
-                               np.array([p // (g0 * g1)], np.int32))
-            self.t_issue = 0.0
-            self.pipe_free = [0.0] * isa.N_PIPES
-            self.pipe_first = [np.inf] * isa.N_PIPES
-            self.pipe_busy = [0.0] * isa.N_PIPES
-            self.bytes_read = self.bytes_written = self.done = self.port_free = 0.0
+            p = int(pids[0])
+            self.coords = _FIRST_COORDS if p == 0 else (  # (program 0's shared, read-only)
+                np.array([p % g0], np.int32), np.array([(p // g0) % g1], np.int32),
+                np.array([p // (g0 * g1)], np.int32))
+            self.bytes_read = self.bytes_written = 0.0
         else:
             self.coords = ((pids % g0).astype(np.int32), ((pids // g0) % g1).astype(np.int32),
                            (pids // (g0 * g1)).astype(np.int32))
             self.bytes_read = np.zeros(n)
             self.bytes_written = np.zeros(n)
-            if uniform:
-                self.t_issue = self.done = self.port_free = 0.0
-                self.pipe_free, self.pipe_first, self.pipe_busy = [0.0] * _N_PIPES, [np.inf] * _N_PIPES, \
-                    [0.0] * _N_PIPES
-                return
+        if self.scalar:
+            _one_clock(self)
+        else:
             self.t_issue = np.zeros(n)
-            self.pipe_free = np.zeros((isa.N_PIPES, n))
-            self.pipe_first = np.full((isa.N_PIPES, n), np.inf)
-            self.pipe_busy = np.zeros((isa.N_PIPES, n))
+            self.pipe_free = np.zeros((_N_PIPES, n))
+            self.pipe_first = np.full((_N_PIPES, n), np.inf)
+            self.pipe_busy = np.zeros((_N_PIPES, n))
             self.done = np.zeros(n)  # completion of the latest transfer (results land after the pipe frees)
             self.port_free = np.zeros(n)  # when the core's GM port can take the next transfer
 
@@ -245,8 +237,8 @@ class Batch:
         b.mem = defaultdict(dict)
         b.count = b.print_seq = b.last_bytes = 0
         b.flags = {}
-        b.t_issue = b.bytes_read = b.bytes_written = b.done = b.port_free = 0.0
-        b.pipe_free, b.pipe_first, b.pipe_busy = [0.0] * _N_PIPES, [np.inf] * _N_PIPES, [0.0] * _N_PIPES
+        b.bytes_read = b.bytes_written = 0.0
+        _one_clock(b)
         return b
 
     def spread(self) -> None:
@@ -267,7 +259,7 @@ class Batch:
         column and one element for a batch's one clock, ``scalar``)."""
         if not self.scalar:
             return self.pipe_free, self.pipe_first, self.pipe_busy, self.t_issue, self.done
-        col = [np.array(x, dtype=np.float64).reshape(isa.N_PIPES, 1) for x in
+        col = [np.array(x, dtype=np.float64).reshape(_N_PIPES, 1) for x in
                (self.pipe_free, self.pipe_first, self.pipe_busy)]
         return col[0], col[1], col[2], np.array([self.t_issue]), np.array([self.done])
 
@@ -301,6 +293,12 @@ class Batch:
         b.done = self.done[mask]
         b.port_free = self.port_free[mask]
         return b
+
+
+def _one_clock(b: Batch) -> None:
+    """Batch ``b``'s pipe clock at its start, in Python numbers: one clock for all its programs (``scalar``)."""
+    b.t_issue = b.done = b.port_free = 0.0
+    b.pipe_free, b.pipe_first, b.pipe_busy = [0.0] * _N_PIPES, [np.inf] * _N_PIPES, [0.0] * _N_PIPES
 
 
 def prod(shape) -> int:

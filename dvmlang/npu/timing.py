@@ -8,8 +8,8 @@ on the cores.
 * ``Rates``: a launch's GM transfer rates and the bytes its transfers moved per alias group (which tensors
   stream from L2; ``l2.L2Cache.settle`` works out what crossed HBM).
 * ``advance``: the pipe clock of one instruction for every program of a batch (dispatch, pipe and port
-  availability, events, barriers, transfer latency); ``advance_one``: the same for a batch of one program,
-  generated for each step.
+  availability, events, barriers, transfer latency); ``advance_one``: the same for a batch whose programs share
+  one clock (one program, or several in lockstep), generated for each kind of step.
 * ``_compose``: programs on cores, in waves, consecutive programs overlapping where legal; ``roofline``:
   the HBM floor of a launch.
 """
@@ -166,25 +166,23 @@ class Rates:
         self.dma, self.l2, self.l2_write, self.slow = constants or Rates.constants(profile, active_cores, share)
         self.keep_writes = profile.l2_across_launches
         self.l2_bytes = profile.l2_bytes
+        self.group_bytes: dict = {}
+        self.group_reads: dict = {}
+        self.group_writes: dict = {}
+        self.transfers: dict = {}  # pc -> (tensor, write, unaligned cycles): see note
         self.reset(arrays, alias, resident)
 
     def reset(self, arrays: dict, alias: dict, resident=None) -> None:
         """The rates of a new launch on ``arrays`` (``resident``: as the constructor's; ``L2Cache.settle`` sets
-        it after the launch)."""
+        it after the launch). A finished launch's dicts are emptied (nothing else holds them), not made anew."""
         self.alias = alias
         self.resident = resident or _NONE_RESIDENT
         self.unaligned_cycles = 0.0  # DMA time lost to unaligned bursts, every program together
-        if "group_bytes" in self.__dict__:  # a finished launch's rates (nothing else holds its dicts): emptied
-            gb = self.group_bytes
-            gb.clear()
-            self.group_reads.clear()
-            self.group_writes.clear()
-            self.transfers.clear()
-        else:
-            self.group_bytes = gb = {}
-            self.group_reads: dict = {}
-            self.group_writes: dict = {}
-            self.transfers: dict = {}  # pc -> (tensor, write, unaligned cycles): see note
+        gb = self.group_bytes
+        gb.clear()
+        self.group_reads.clear()
+        self.group_writes.clear()
+        self.transfers.clear()
         for p, a in arrays.items():
             g = alias[p]
             n = a.nbytes
@@ -289,9 +287,10 @@ def advance(s, b, cost, dispatch: int):
 
 
 def advance_one(s):
-    """``advance`` for a batch of one program (``Batch.scalar``) as a function ``(batch, cost, dispatch) ->
-    (start, cycles charged)`` made for step ``s`` (``Step.advance_one``): the same arithmetic on Python floats,
-    which give the same doubles as numpy's one-element arrays at a fraction of the host time, with what only
+    """``advance`` for a batch whose programs share one clock in Python numbers (``Batch.scalar``: one program, or
+    several while their steps cost alike) as a function ``(batch, cost, dispatch) -> (start, cycles charged)``
+    made for step ``s`` (``Step.advance_one``): the same arithmetic on Python floats, which give the same
+    doubles as numpy's arrays at a fraction of the host time, with what only
     depends on the step (its pipe, port, events, latency, a barrier's pipes) decided when it is made. Steps
     alike share one function (``_CLOCKS``: the code is compiled once per kind of step, not per step)."""
     p = s.pipe
@@ -334,7 +333,7 @@ def advance_one(s):
     return fn
 
 
-_CLOCKS: dict = {}  # what a one-program clock depends on -> the clock (a few dozen kinds of step in practice)
+_CLOCKS: dict = {}  # what a one-clock step's clock depends on -> the clock (a few dozen kinds of step in practice)
 
 
 # ---- programs on cores ---------------------------------------------------------------------------------

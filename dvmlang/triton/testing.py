@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import warnings
 
 import numpy as np
 
-from ..errors import DvmError, DvmWarning
+from ..errors import DvmError, warn_user
 
 _MODES = ("min", "max", "mean", "median", "all")
 
@@ -33,8 +32,8 @@ def _simulated_ms(fn) -> float:
         fn()
     launches = (s if outer is None else outer).launches[first:]
     if not launches:
-        warnings.warn("do_bench: the function launched no dvmlang kernel, so it has no simulated time (host code such "
-                      "as a torch CPU operation is not modelled); the result is nan", DvmWarning, stacklevel=3)
+        warn_user("do_bench: the function launched no dvmlang kernel, so it has no simulated time (host code such "
+                  "as a torch CPU operation is not modelled); the result is nan")
         return float("nan")
     return sum(r.time_us for r in launches) / 1e3
 

@@ -367,8 +367,6 @@ class Encoder:
         self.relocs = sorted(list(template.relocs) + [(w, 1, p) for w, p, _ in template.scalar_slots])
         self.layouts = template.layouts
         self._words = array("Q", template.words)
-        self._scalar_slots = [(w, p, _CONVERTERS[d]) for w, p, d in template.scalar_slots]
-        self._gm_relocs = [(w, p) for w, k, p in template.relocs]
         self._head = C.header(self.flags)
         self._pre = b"".join([C.section("target", C.encode_target(target)),
                               C.section("symbols", C.encode_symbols(strings))])
@@ -385,7 +383,7 @@ class Encoder:
             else:
                 fixed += pre
         gm_words = [[] for _ in params]
-        for w, p in self._gm_relocs:
+        for w, _, p in template.relocs:
             gm_words[p].append(w)
         # encode_values' patch list: per tensor, its table entry's fixed prefix and the words of its address
         self._tensor_patches = [(i, pre, itemsize, tuple(gm_words[i])) for i, pre, itemsize in self._tensor_pre]
@@ -426,21 +424,13 @@ class Encoder:
         """One launch instance from its parameter table: ``params`` (shapes and strides of the tensors,
         strides in elements), ``scalars`` (parameter index -> value) and the grid."""
         code = self._words[:]
-        for w, p, bits in self._scalar_slots:
-            code[w] = bits(scalars[p])
+        self._patch(code, scalars, {i: (p.dtype, p.shape) for i, p in enumerate(params) if p.kind == "tensor"})
         parts = [self._param_head]
-        addrs = []
-        cur = GM_BASE
         for p, (is_tensor, pre, itemsize, _, _) in zip(params, self._param_pre):
             parts.append(pre)
             if is_tensor:
-                payload, _, span = _tensor_entry(p.shape, tuple(x * itemsize for x in p.strides), itemsize)
-                parts.append(payload)
-                addrs.append(cur)
-                cur += span
-            else:
-                addrs.append(None)
-        return self._finish(code, parts, addrs, params, grid)
+                parts.append(_tensor_entry(p.shape, tuple(x * itemsize for x in p.strides), itemsize)[0])
+        return self._instance(code, parts, params, grid)
 
     def encode_values(self, values: list, grid: tuple[int, int, int], keys=None) -> Bytecode:
         """One launch instance from the runtime parameters' values in order (C-contiguous numpy arrays for
@@ -483,11 +473,6 @@ class Encoder:
             name, dtype = self._names[i]
             p[i] = ParamInfo("tensor", name, dtype, len(shape), shape, tuple([x // itemsize for x in byte_strides]))
         return p
-
-    def _finish(self, code, parts, addrs, params, grid) -> Bytecode:
-        for w, p in self._gm_relocs:
-            code[w] = addrs[p]
-        return self._instance(code, parts, params, grid)
 
     def _instance(self, code, parts, params, grid) -> Bytecode:
         """The ``Bytecode`` of patched ``code``, the parameter table ``parts`` (a list of bytes to join, or the

@@ -43,10 +43,7 @@ def mmad(m, d):
         if prod is None:
             prod = np.matmul(_widened(a, acc, ra, b, L), _widened(bt, acc, rb, b, L))
             if c is not None:
-                if c.shape == prod.shape:
-                    np.add(prod, c, out=prod)
-                else:
-                    prod = c + prod
+                prod = _accumulated(prod, c)
         w(b, prod.astype(acc, copy=False))
     return m.step(d, fn, cost, macs=B * M * K * N)
 
@@ -105,14 +102,20 @@ def _grid_product(a, bt, acc, c=None):
     else:
         return None
     out = out.reshape((n, M, N))
-    if c is not None:
-        if c.shape == out.shape:  # (on this thread: BLAS's own threads may still be spinning on the others)
-            np.add(out, c, out=out)
-        elif np.broadcast_shapes(c.shape, out.shape) == out.shape:  # (l0c_fill's one tile for every program)
-            np.add(c, out, out=out)  # c + out as before (the operands' order, NaN payloads too), into the product
-        else:
-            out = c + out
+    if c is not None:  # (on this thread: BLAS's own threads may still be spinning on the others)
+        out = _accumulated(out, c)
     return out
+
+
+def _accumulated(prod: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The accumulator ``c`` added to the fresh product ``prod``, into ``prod`` when ``c`` has its shape or
+    broadcasts to it (``l0c_fill``'s one tile for every program); each operand order as it always was, for the
+    NaN payloads too."""
+    if c.shape == prod.shape:
+        return np.add(prod, c, out=prod)
+    if np.broadcast_shapes(c.shape, prod.shape) == prod.shape:
+        return np.add(c, prod, out=prod)
+    return c + prod
 
 
 _RECYCLED = threading.local()
