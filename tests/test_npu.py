@@ -196,6 +196,70 @@ def test_a_relaunch_runs_with_the_options_and_name_it_is_given_now():
 
 
 @dvmlang.kernel
+def _scalar_prefix(x_ptr, out_ptr, n, f, BLOCK: dl.constexpr):
+    """Scalar arithmetic of every pure kind before the first transfer (Machine.prefix)."""
+    pid = dl.program_id(0)
+    npg = dl.num_programs(0)
+    a = n * 3 + pid - npg
+    q = a // 2
+    g = dl.where(a < n, f * 2.0, f - 1.0)
+    h = g + q.to(dl.float32)
+    offs = pid * BLOCK + dl.arange(0, BLOCK)
+    x = dl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    dl.store(out_ptr + offs, x * h + a.to(dl.float32), mask=offs < n)
+
+
+def _record_figures(rec):
+    return (rec.cycles, rec.instructions, rec.pipe_busy, rec.bytes_read, rec.bytes_written, rec.hbm_bytes,
+            rec.l2_hit_bytes)
+
+
+@pytest.mark.parametrize("n, f", [(13, 0.5), (40, -3.25)])
+def test_a_one_program_relaunch_starts_where_the_prefix_always_ends(n, f):
+    """A one-program launch keeps the state its machine's prefix (pure scalar steps) ends in, and the launches
+    after it start from there: the same registers, clock and instruction count as running the prefix, and as
+    the general way (a traced launch runs every step of a batch of one)."""
+    x = np.linspace(-2, 2, 64, dtype=np.float32)
+    dev = Device()
+    outs, figures = [], []
+    for trace in (False, False, False, True):
+        out = np.zeros(64, np.float32)
+        rec = _scalar_prefix[(1,)](x, out, n, f, BLOCK=64, device=dev, trace=trace)
+        dev.l2.flush()
+        outs.append(out)
+        figures.append(_record_figures(rec))
+    base = _scalar_prefix._last.bytecode.__dict__["_one"][3]
+    assert base.machine.prefix >= 8 and base.kept is not None  # the relaunches started after the prefix
+    a = n * 3 - 1
+    h = np.float32((f * 2.0 if a < n else f - 1.0) + a // 2)
+    want = np.where(np.arange(64) < n, x * h + np.float32(a), 0).astype(np.float32)
+    for out, fig in zip(outs, figures):
+        np.testing.assert_array_equal(out, want)
+        assert fig == figures[0]
+
+
+def test_a_watchdog_ends_a_relaunch_within_the_prefix_where_it_always_did():
+    """A budget smaller than the prefix (or just its size) ends the launch at the step it always ended at,
+    whether the launch is the first, a relaunch, or traced."""
+    x = np.ones(16, np.float32)
+    base_dev = Device()
+    _scalar_prefix[(1,)](x, np.zeros(16, np.float32), 5, 1.0, BLOCK=16, device=base_dev)
+    k = _scalar_prefix._last.bytecode.__dict__["_one"][3].machine.prefix
+    for budget_ in (1, k - 1, k, k + 1):
+        messages = []
+        dev = Device(watchdog=budget_)
+        for trace in (False, False, True):
+            with pytest.raises(dvmlang.WatchdogTimeout) as e:
+                _scalar_prefix[(1,)](x, np.zeros(16, np.float32), 5, 1.0, BLOCK=16, device=dev, trace=trace)
+            messages.append(str(e.value))
+        assert messages[0] == messages[1] == messages[2]
+    dev = Device(watchdog=k + 1)  # the prefix and the step after: a relaunch starts after the prefix
+    for _ in range(2):
+        with pytest.raises(dvmlang.WatchdogTimeout):
+            _scalar_prefix[(1,)](x, np.zeros(16, np.float32), 5, 1.0, BLOCK=16, device=dev)
+
+
+@dvmlang.kernel
 def race(x_ptr, out_ptr, BLOCK: dl.constexpr):
     offs = dl.arange(0, BLOCK)
     dl.store(out_ptr + offs, dl.load(x_ptr + dl.program_id(0) * BLOCK + offs))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 
 import numpy as np
 
@@ -281,7 +281,14 @@ class Device:
         transfers do."""
         L = base.launch(bc, arrays, alias)
         m = base.machine
-        b = _run_alone(m.steps, Batch.first(m.zero_regs), L, self.profile.scalar_dispatch)
+        dispatch = self.profile.scalar_dispatch
+        kept, k = base.kept, m.prefix
+        if kept is not None and L.watchdog > k:  # where an earlier launch's prefix ended (_kept)
+            L.executed = k
+            b = Batch.resumed(kept)
+        else:
+            b, k = _kept(base, m, L, dispatch)
+        b = _run_alone(m.steps, b, L, dispatch, k)
         if L.races is not None:
             L.races.check(L)
         busy = b.pipe_busy
@@ -486,25 +493,53 @@ def _quiet_state():
 _QUIET = _quiet_state()
 
 
-def _run_alone(steps, batch: Batch, L: Launch, dispatch: int) -> Batch:
-    """Run a batch of one program (which never splits) to its end, untraced, floating-point errors ignored (as
-    every launch runs); returns it."""
+def _kept(base, m, L: Launch, dispatch: int) -> tuple[Batch, int]:
+    """(program 0 alone, the step it goes on from): ``Batch.first`` after the steps of ``m.prefix``, run now,
+    their end state kept in ``base.kept`` for the launches after this one, which start from it. Those steps
+    only set registers from immediates and the instance's fixed facts, so from one start they always end in
+    one state: registers, clock and instruction count. When the watchdog's budget would end within them,
+    they are left to ``_execute``, which stops the launch where it always did."""
+    b = Batch.first(m.zero_regs)
+    k = m.prefix
+    if k == 0 or L.watchdog <= k:
+        return b, 0
+    stop = replace(m.steps[k - 1], fn=_nothing, kind="end", cost=0)
+    stop.advance_one = _no_time
+    _run_alone(m.steps[:k] + [stop], b, L, dispatch)
+    b.count -= 1  # (the stop)
+    L.executed -= 1
+    base.kept = b.kept()
+    return b, k
+
+
+def _nothing(b, L):
+    return None
+
+
+def _no_time(b, cost, dispatch):
+    return 0.0, 0.0
+
+
+def _run_alone(steps, batch: Batch, L: Launch, dispatch: int, start: int = 0) -> Batch:
+    """Run a batch of one program (which never splits) to its end from step ``start``, untraced, floating-point
+    errors ignored (as every launch runs); returns it."""
     if _QUIET is None:
         with np.errstate(all="ignore"):
-            [b] = _execute(steps, batch, L, dispatch, None)  # (the one part a one-program batch ends as)
+            [b] = _execute(steps, batch, L, dispatch, None, start)  # (the one part a one-program batch ends as)
         return b
     state, quiet = _QUIET
     token = state.set(quiet)
     try:
-        [b] = _execute(steps, batch, L, dispatch, None)
+        [b] = _execute(steps, batch, L, dispatch, None, start)
     finally:
         state.reset(token)
     return b
 
 
-def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec):
-    """Run one batch to completion, splitting where programs diverge; yields finished parts."""
-    work = [(0, batch)]
+def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec, start: int = 0):
+    """Run one batch to completion from step ``start``, splitting where programs diverge; yields finished
+    parts."""
+    work = [(start, batch)]
     limit = L.watchdog
     left = limit - L.executed  # the budget is the launch's: every batch draws on it
     while work:

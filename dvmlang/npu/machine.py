@@ -64,7 +64,8 @@ class Step:
     branch goes to; ``drain`` the pipes a barrier drains; ``latency`` cycles after the pipe is free until the
     result is visible; ``port`` whether it uses the core's GM port. ``set_key``/``wait_key``: the keys of its
     events in a batch's flags, (from pipe, to pipe, event), worked out once; ``advance_one`` its pipe clock for
-    a batch whose programs share one clock (``timing.advance_one``)."""
+    a batch whose programs share one clock (``timing.advance_one``). ``pure``: it only sets a register from
+    registers, immediates, the program's coordinates and the instance's fixed facts (see ``Machine.prefix``)."""
 
     fn: object
     ins: isa.Instr
@@ -83,6 +84,7 @@ class Step:
     set_key: tuple | None = None
     wait_key: tuple | None = None
     advance_one: object = None
+    pure: bool = False
 
     def __post_init__(self):
         self.set_key = (self.pipe, self.set[0], self.set[1]) if self.set is not None else None
@@ -105,6 +107,10 @@ class Machine:
         # programs may wait on each other's atomics (a lock): how many times they spin depends on which run together
         self.atomics = any(d.ins.family == "atomic" for d in self.decoded)
         self.steps: list[Step] = [BUILDERS[d.ins.family](self, d) for d in self.decoded]
+        # the steps every program runs first, in order, that only set registers (pure, no event): from one
+        # start they end in one state, which a one-program launch keeps (``Device._one``)
+        self.prefix = next((i for i, s in enumerate(self.steps)
+                            if not (s.pure and s.kind == "op" and s.set is None and s.wait is None)), len(self.steps))
 
     def _read_again(self) -> set[int]:
         """pcs whose UB result is read by two or more later instructions before it is overwritten (a host-speed
@@ -140,7 +146,7 @@ class Machine:
 
     # ---- making steps -------------------------------------------------------------------------------------
     def step(self, d: Decoded, fn, cost, kind: str = "op", *, pipe=None, sync=None, target=None, drain=None,
-             macs: int = 0) -> Step:
+             macs: int = 0, pure: bool = False) -> Step:
         """The step of ``d``: ``pipe`` and ``sync`` ((set, wait)) override the head word's (SET and WAIT name
         them in their fields), ``target`` is a branch's target pc, ``macs`` the multiply-accumulates of one
         execution."""
@@ -150,7 +156,8 @@ class Machine:
         set_, wait = (d.set, d.wait) if sync is None else sync
         return Step(fn, d.ins, d.pc, self.index_of_pc[d.pc], int(d.ins.pipe) if pipe is None else pipe, cost, kind,
                     set_, wait, None if target is None else self.index_of_pc[target], drain,
-                    timing.latency(self.profile, c), timing.uses_port(c, self.profile), self._facts(d, macs))
+                    timing.latency(self.profile, c), timing.uses_port(c, self.profile), self._facts(d, macs),
+                    pure=pure)
 
     def formula(self, d: Decoded):
         """``d``'s cost formula (``timing.COSTS``) bound to the profile: call it with the step's sizes."""

@@ -241,6 +241,26 @@ class Batch:
         _one_clock(b)
         return b
 
+    def kept(self) -> tuple:
+        """A one-program batch's registers, counts and pipe clock, for ``Batch.resumed`` (its on-chip memory
+        and events untouched: what ``Machine.prefix``'s steps leave)."""
+        assert self.n == 1 and not self.mem and not self.flags
+        return (tuple(self.regs), self.count, self.print_seq, self.last_bytes, self.bytes_read, self.bytes_written,
+                self.t_issue, self.done, self.port_free, tuple(self.pipe_free), tuple(self.pipe_first),
+                tuple(self.pipe_busy))
+
+    @classmethod
+    def resumed(cls, kept: tuple) -> "Batch":
+        """Program 0 alone (``Batch.first``) in the state ``kept`` (``Batch.kept``) of one that ran before."""
+        b = cls.__new__(cls)
+        b.pids, b.n, b.scalar, b.coords = FIRST_PID, 1, True, _FIRST_COORDS
+        b.mem = defaultdict(dict)
+        b.flags = {}
+        regs, b.count, b.print_seq, b.last_bytes, b.bytes_read, b.bytes_written, b.t_issue, b.done, b.port_free, \
+            free, first, busy = kept
+        b.regs, b.pipe_free, b.pipe_first, b.pipe_busy = list(regs), list(free), list(first), list(busy)
+        return b
+
     def spread(self) -> None:
         """A larger batch's one pipe clock (``uniform``) as one per program, in arrays: its programs' steps are
         about to cost differently, or the batch to split."""

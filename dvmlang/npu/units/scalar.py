@@ -18,13 +18,19 @@ def _op(m, d, fn, kind="op", **kw):
     return m.step(d, fn, m.formula(d)(), kind, **kw)
 
 
+def _pure(m, d, fn):
+    """``_op`` of a step that only sets a register from registers, immediates, the program's coordinates and
+    the instance's fixed facts (its grid and parameter table): ``Step.pure``, see ``Machine.prefix``."""
+    return m.step(d, fn, m.formula(d)(), pure=True)
+
+
 def _nothing(b, L):
     return None
 
 
 @builds("nop")
 def nop(m, d):
-    return _op(m, d, _nothing)
+    return _pure(m, d, _nothing)
 
 
 @builds("end")
@@ -40,7 +46,7 @@ def movi(m, d):
 
     def fn(b, L):
         b.regs[rd] = L.imm(pc + 1, npdt)
-    return _op(m, d, fn)
+    return _pure(m, d, fn)
 
 
 @builds("mov")
@@ -49,7 +55,7 @@ def mov(m, d):
 
     def fn(b, L):
         b.regs[rd] = b.regs[rs]
-    return _op(m, d, fn)
+    return _pure(m, d, fn)
 
 
 @builds("pid")
@@ -59,7 +65,7 @@ def pid(m, d):
     def fn(b, L):
         c = b.coords[axis]
         b.regs[rd] = c if b.n > 1 else np.int32(c[0])
-    return _op(m, d, fn)
+    return _pure(m, d, fn)
 
 
 @builds("nprog")
@@ -68,7 +74,7 @@ def nprog(m, d):
 
     def fn(b, L):
         b.regs[rd] = np.int32(L.kernel.grid[axis])  # the launch's grid: decoders are shared by instances
-    return _op(m, d, fn)
+    return _pure(m, d, fn)
 
 
 @builds("tdim")
@@ -79,7 +85,7 @@ def tdim(m, d):
         p = L.bc.params[t]
         v = p.strides[dim] if stride else p.shape[dim]
         b.regs[rd] = np.array(v).astype(np.int32)[()]
-    return _op(m, d, fn)
+    return _pure(m, d, fn)
 
 
 @builds("jmp")
@@ -102,7 +108,7 @@ def ssel(m, d):
 
     def fn(b, L):
         b.regs[rd] = np.where(b.regs[rc], b.regs[ra], b.regs[rb])
-    return _op(m, d, fn)
+    return _pure(m, d, fn)
 
 
 @builds("scast")
@@ -114,7 +120,7 @@ def scast(m, d):
     def fn(b, L):
         v = np.asarray(b.regs[ra])
         b.regs[rd] = v.view(npdt) if bitcast else conv(v, npdt)
-    return _op(m, d, fn)
+    return _pure(m, d, fn)
 
 
 @builds("scmp")
@@ -124,7 +130,7 @@ def scmp(m, d):
 
     def fn(b, L):
         b.regs[rd] = f(b.regs[ra], b.regs[rb])
-    return _op(m, d, fn)
+    return _pure(m, d, fn)
 
 
 @builds("sbin")
@@ -136,7 +142,7 @@ def sbin(m, d):
     def fn(b, L):
         r = f(np.asarray(b.regs[ra]), np.asarray(b.regs[rb]))
         b.regs[rd] = np.asarray(r).astype(npdt, copy=False)
-    return _op(m, d, fn)
+    return _pure(m, d, fn)
 
 
 @builds("sun")
@@ -148,7 +154,7 @@ def sun(m, d):
     def fn(b, L):
         r = f(np.asarray(b.regs[ra]))
         b.regs[rd] = np.asarray(r).astype(npdt, copy=False)
-    return _op(m, d, fn)
+    return _pure(m, d, fn)
 
 
 @builds("movts")
