@@ -503,9 +503,12 @@ def _kept(base, m, L: Launch, dispatch: int) -> tuple[Batch, int]:
     k = m.prefix
     if k == 0 or L.watchdog <= k:
         return b, 0
-    stop = replace(m.steps[k - 1], fn=_nothing, kind="end", cost=0)
-    stop.advance_one = _no_time
-    _run_alone(m.steps[:k] + [stop], b, L, dispatch)
+    steps = m.__dict__.get("_prefix_run")
+    if steps is None:  # the prefix and a stop, once per machine (a new instance of a build shares its machine)
+        stop = replace(m.steps[k - 1], fn=_nothing, kind="end", cost=0)
+        stop.advance_one = _no_time
+        steps = m._prefix_run = m.steps[:k] + [stop]
+    _run_alone(steps, b, L, dispatch)
     b.count -= 1  # (the stop)
     L.executed -= 1
     base.kept = b.kept()
