@@ -229,7 +229,7 @@ def test_a_one_program_relaunch_starts_where_the_prefix_always_ends(n, f):
         outs.append(out)
         figures.append(_record_figures(rec))
     base = _scalar_prefix._last.bytecode.__dict__["_one"][3]
-    assert base.machine.prefix >= 8 and base.kept is not None  # the relaunches started after the prefix
+    assert base.machine.prefix >= 8 and base.after_prefix is not None  # the relaunches started after the prefix
     a = n * 3 - 1
     h = np.float32((f * 2.0 if a < n else f - 1.0) + a // 2)
     want = np.where(np.arange(64) < n, x * h + np.float32(a), 0).astype(np.float32)

@@ -282,12 +282,12 @@ class Device:
         L = base.launch(bc, arrays, alias)
         m = base.machine
         dispatch = self.profile.scalar_dispatch
-        kept, k = base.kept, m.prefix
-        if kept is not None and L.watchdog > k:  # where an earlier launch's prefix ended (_kept)
+        state, k = base.after_prefix, m.prefix
+        if state is not None and L.watchdog > k:  # where an earlier launch's prefix ended (_run_prefix)
             L.executed = k
-            b = Batch.resumed(kept)
+            b = Batch.resumed(state)
         else:
-            b, k = _kept(base, m, L, dispatch)
+            b, k = _run_prefix(base, m, L, dispatch)
         b = _run_alone(m.steps, b, L, dispatch, k)
         if L.races is not None:
             L.races.check(L)
@@ -493,12 +493,12 @@ def _quiet_state():
 _QUIET = _quiet_state()
 
 
-def _kept(base, m, L: Launch, dispatch: int) -> tuple[Batch, int]:
+def _run_prefix(base, m, L: Launch, dispatch: int) -> tuple[Batch, int]:
     """(program 0 alone, the step it goes on from): ``Batch.first`` after the steps of ``m.prefix``, run now,
-    their end state kept in ``base.kept`` for the launches after this one, which start from it. Those steps
-    only set registers from immediates and the instance's fixed facts, so from one start they always end in
-    one state: registers, clock and instruction count. When the watchdog's budget would end within them,
-    they are left to ``_execute``, which stops the launch where it always did."""
+    their end state kept in ``base.after_prefix`` for the launches after this one, which start from it. Those
+    steps only set registers from immediates and the instance's fixed facts, so from one start they always
+    end in one state: registers, clock and instruction count. When the watchdog's budget would end within
+    them, they are left to ``_execute``, which stops the launch where it always did."""
     b = Batch.first(m.zero_regs)
     k = m.prefix
     if k == 0 or L.watchdog <= k:
@@ -511,7 +511,7 @@ def _kept(base, m, L: Launch, dispatch: int) -> tuple[Batch, int]:
     _run_alone(steps, b, L, dispatch)
     b.count -= 1  # (the stop)
     L.executed -= 1
-    base.kept = b.kept()
+    base.after_prefix = b.state()
     return b, k
 
 

@@ -101,10 +101,10 @@ class LaunchBase:
     the kernel (``KernelInfo``) and its machine, its programs, cores, fixed cycles and share of HBM, the launch's
     fixed fields (``Launch.base``), the record's (``LaunchRecord.base``), a finished launch kept to be reset
     for the next one instead of making a new one (``launch``, ``release``) and, for one program, its state
-    after the machine's prefix (``kept``, ``Device._one``)."""
+    after the machine's prefix (``after_prefix``, ``Device._one``)."""
 
     __slots__ = ("kern", "machine", "profile", "options", "fields", "record", "programs", "cores", "overhead",
-                 "share", "spare", "kept")
+                 "share", "spare", "after_prefix")
 
     def __init__(self, kern, machine, profile, options: tuple, fields: dict, record: dict, programs: int,
                  cores: int, overhead: int, share: float):
@@ -112,7 +112,7 @@ class LaunchBase:
         self.fields, self.record = fields, record
         self.programs, self.cores, self.overhead, self.share = programs, cores, overhead, share
         self.spare: list = []
-        self.kept = None  # a one-program launch's state after its machine's prefix (Device._one)
+        self.after_prefix = None  # a one-program launch's state after its machine's prefix (Device._one)
 
     def launch(self, bc, arrays: dict, alias: dict) -> Launch:
         """A launch of ``bc`` on ``arrays``: the spare one reset, or a new one (when another run holds it)."""

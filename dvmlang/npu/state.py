@@ -231,17 +231,9 @@ class Batch:
     @classmethod
     def first(cls, zero_regs: tuple) -> "Batch":
         """``Batch(FIRST_PID, grid, zero_regs)``: program 0 alone (a grid of one), made field by field."""
-        b = cls.__new__(cls)
-        b.pids, b.n, b.scalar, b.coords = FIRST_PID, 1, True, _FIRST_COORDS
-        b.regs = list(zero_regs)
-        b.mem = defaultdict(dict)
-        b.count = b.print_seq = b.last_bytes = 0
-        b.flags = {}
-        b.bytes_read = b.bytes_written = 0.0
-        _one_clock(b)
-        return b
+        return cls.resumed((zero_regs, 0, 0, 0, 0.0, 0.0) + _START_CLOCK)
 
-    def kept(self) -> tuple:
+    def state(self) -> tuple:
         """A one-program batch's registers, counts and pipe clock, for ``Batch.resumed`` (its on-chip memory
         and events untouched: what ``Machine.prefix``'s steps leave)."""
         assert self.n == 1 and not self.mem and not self.flags
@@ -250,14 +242,14 @@ class Batch:
                 tuple(self.pipe_busy))
 
     @classmethod
-    def resumed(cls, kept: tuple) -> "Batch":
-        """Program 0 alone (``Batch.first``) in the state ``kept`` (``Batch.kept``) of one that ran before."""
+    def resumed(cls, state: tuple) -> "Batch":
+        """Program 0 alone in ``state`` (``Batch.state``: of one that ran before, or ``first``'s start)."""
         b = cls.__new__(cls)
         b.pids, b.n, b.scalar, b.coords = FIRST_PID, 1, True, _FIRST_COORDS
         b.mem = defaultdict(dict)
         b.flags = {}
         regs, b.count, b.print_seq, b.last_bytes, b.bytes_read, b.bytes_written, b.t_issue, b.done, b.port_free, \
-            free, first, busy = kept
+            free, first, busy = state
         b.regs, b.pipe_free, b.pipe_first, b.pipe_busy = list(regs), list(free), list(first), list(busy)
         return b
 
@@ -315,10 +307,14 @@ class Batch:
         return b
 
 
+# a pipe clock at its start: t_issue, done, port_free, and per pipe when it frees, first starts, is busy
+_START_CLOCK = (0.0, 0.0, 0.0, (0.0,) * _N_PIPES, (np.inf,) * _N_PIPES, (0.0,) * _N_PIPES)
+
+
 def _one_clock(b: Batch) -> None:
     """Batch ``b``'s pipe clock at its start, in Python numbers: one clock for all its programs (``scalar``)."""
-    b.t_issue = b.done = b.port_free = 0.0
-    b.pipe_free, b.pipe_first, b.pipe_busy = [0.0] * _N_PIPES, [np.inf] * _N_PIPES, [0.0] * _N_PIPES
+    b.t_issue, b.done, b.port_free, free, first, busy = _START_CLOCK
+    b.pipe_free, b.pipe_first, b.pipe_busy = list(free), list(first), list(busy)
 
 
 def prod(shape) -> int:
