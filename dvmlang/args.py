@@ -465,11 +465,12 @@ def make_binder(classes: tuple, constexpr_mask, kw_classes: tuple, constexpr_nam
 
     With ``tensors`` (``_Plan.checks``: per tensor parameter its runtime index, argument position or keyword,
     whether the kernel stores to it, whether it is 1-d), a relaunch's check instead: ``relaunch(args, kwargs,
-    keys)`` gives ``(flat arrays by runtime index, whether they are distinct arrays that own their memory)``
-    when the arguments' launch keys are ``keys``, None when they are not, and False when an array the kernel
+    key)`` gives ``(flat arrays by runtime index, whether they are distinct arrays that own their memory)``
+    when the arguments' launch keys are those of the launch key ``key`` (``Kernel._keys``: its third and fourth
+    items), None when they are not, and False when an array the kernel
     stores to is read-only (the general path then raises the error)."""
     env = {"nd": np.ndarray, "_launch_key": _launch_key, "_class_of": _class_of, "copysign": math.copysign}
-    head = "def relaunch(args, kwargs, keys):" if tensors is not None else "def bind(args, kwargs):"
+    head = "def relaunch(args, kwargs, key):" if tensors is not None else "def bind(args, kwargs):"
     lines = [head, f"    if len(args) != {len(classes)} or len(kwargs) != {len(kw_classes)}:", "        return None"]
     if classes:
         lines.append(f"    {', '.join(f'a{i}' for i in range(len(classes)))}, = args")
@@ -492,7 +493,7 @@ def make_binder(classes: tuple, constexpr_mask, kw_classes: tuple, constexpr_nam
     if tensors is None:
         lines.append(f"    return {akeys}, {kkeys}")
     else:
-        lines += [f"    if {akeys} != keys[0] or {kkeys} != keys[1]:", "        return None"]
+        lines += [f"    if {akeys} != key[2] or {kkeys} != key[3]:", "        return None"]
         arrays = [f"a{at}" if at.__class__ is int else f"w{names.index(at)}" for _, at, _, _ in tensors]
         for n, ((i, _, written, _), v) in enumerate(zip(tensors, arrays)):
             lines.append(f"    f{n} = {v}.flags")

@@ -306,12 +306,18 @@ def user_frames(fn):
         try:
             return fn(*args, **kwargs)
         except DvmError as err:
-            if os.environ.get("DVMLANG_TRACEBACK"):
-                raise
-            _trim(err)
-            raise err  # a dvmlang error about the code that called here; DVMLANG_TRACEBACK=1 shows dvmlang's frames
+            raise for_user(err)  # about the code that called here; DVMLANG_TRACEBACK=1 shows dvmlang's frames
 
     return entry
+
+
+def for_user(err: DvmError) -> DvmError:
+    """``err`` as a public entry point raises it (``user_frames``; an entry point a launch goes through inlines
+    the decorator's ``try``: ``except DvmError as err: raise for_user(err)``): dvmlang's frames removed, unless
+    ``DVMLANG_TRACEBACK=1`` is in the environment."""
+    if not os.environ.get("DVMLANG_TRACEBACK"):
+        _trim(err)
+    return err
 
 
 def user_frames_methods(cls):

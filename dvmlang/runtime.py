@@ -24,7 +24,7 @@ import numpy as np
 from . import dtypes as dt
 from .args import (_class_of, _launch_key, _NoLaunchKey, bind_pointer_heaps, classify, constexpr_value, convert_foreign,
                    describe, is_foreign_array, make_binder, plain_array, split_launch_options, to_numpy)
-from .errors import ArgumentError, DvmError, LaunchError, user_frames
+from .errors import ArgumentError, DvmError, LaunchError, for_user, user_frames
 from .frontend.source import KernelFunction
 from .frontend.specs import ConstexprSpec, DescriptorSpec, ParamSpec, ScalarSpec, TensorSpec
 from .vm.container import ParamInfo, TargetInfo
@@ -263,28 +263,6 @@ class Kernel(KernelFunction):
             kkeys = tuple([(k, _launch_key(v)) for k, v in kwargs.items()])
         return (grid, id(profile), akeys, kkeys), akeys, kkeys
 
-    def _relaunch(self, grid, args, kwargs, device):
-        """A relaunch with the key of the previous launch: ``(bytecode, flat arrays, alias groups)``, its arguments
-        checked as ``_prepared`` checks them (``_Plan.relaunch``), or None (the general path takes it)."""
-        last = self._last
-        if last is None:
-            return None
-        key = last.key
-        build = last.build
-        if key[0] != grid or key[1] != id(device.profile) or build.profile is not device.profile or \
-                (build.global_reads and not build.still_valid()):
-            return None
-        plan = last.plan
-        bound = plan.relaunch(args, kwargs, key[2:])
-        if not bound:  # another key, or a read-only array the kernel stores to (the general path says so)
-            return None
-        flat, own = bound
-        # distinct arrays that own their memory cannot overlap; otherwise what overlaps is one alias group
-        alias = plan.identity if own else _alias_groups(
-            {i: args[at] if at.__class__ is int else kwargs[at] for i, at in plan.positions})
-        self.stats.hits += 1
-        return last.bytecode, flat, alias
-
     def _prepare(self, grid, args, kwargs, device, want_arrays=True):
         """(device, build, bytecode, param index -> array; None for the last when ``want_arrays`` is False and a
         fast path found the instance: an encode has no use for them)."""
@@ -294,7 +272,7 @@ class Kernel(KernelFunction):
         # Fast paths, keyed on the raw arguments (a grid function is never keyed: it may read anything).
         #  * The launch key — grid, device profile, and per argument dtype, shape and strides, or type and exact
         #    value — names one build and instance. A relaunch with the key of the previous launch reuses its
-        #    result outright (``_relaunch`` for a launch).
+        #    result outright (``_run`` for a launch).
         #  * Otherwise the argument classes (dtypes, ranks, contiguity, scalar types, constexpr values) name
         #    the build and the binding plan the ordinary path made for arguments of that class; the plan
         #    names the runtime values, whose launch keys and the grid name the instance (cached or encoded).
@@ -390,9 +368,23 @@ class Kernel(KernelFunction):
     def _run(self, grid, args, kwargs, trace, device, name):
         if device is None:
             device = _default_device()
-        fast = self._relaunch(grid, args, kwargs, device)
-        if fast is not None:
-            bc, flat, alias = fast
+        # A relaunch with the key of the previous launch (grid, profile, per-argument launch keys) reuses its
+        # bytecode outright, its arguments checked and bound as ``_prepared`` would (``_Plan.relaunch``).
+        last = self._last
+        bound = None
+        if last is not None:
+            key, build, profile = last.key, last.build, device.profile
+            if key[0] == grid and key[1] == id(profile) and build.profile is profile and \
+                    (not build.global_reads or build.still_valid()):
+                bound = last.plan.relaunch(args, kwargs, key)
+        if bound:  # (None: another key; False: a read-only array the kernel stores to, which _prepared reports)
+            flat, own = bound
+            plan = last.plan
+            # distinct arrays that own their memory cannot overlap; otherwise what overlaps is one alias group
+            alias = plan.identity if own else _alias_groups(
+                {i: args[at] if at.__class__ is int else kwargs[at] for i, at in plan.positions})
+            bc = last.bytecode
+            self.stats.hits += 1
         else:
             try:
                 device, bc, flat, alias = self._prepared(grid, args, kwargs, device, launching=True)
@@ -404,7 +396,7 @@ class Kernel(KernelFunction):
             session = record.Session() if not isinstance(trace, record.Session) else trace
         self.stats.launches += 1
         rec = device.run(bc, flat, trace=session, name=name or self.__name__, alias_groups=alias)
-        if fast is None:  # a relaunch binds no pointer-table heap (build.heaps: no plan, no relaunch)
+        if not bound:  # a relaunch binds no pointer-table heap (build.heaps: no plan, no relaunch)
             for a in flat.values():
                 if a.__class__ is not np.ndarray and hasattr(a, "copy_back"):
                     a.copy_back()  # a pointer-table heap: the tensors it holds get what the launch stored
@@ -457,12 +449,14 @@ class _Launcher:
         self.kernel = kernel
         self.grid = grid
 
-    @user_frames
     def __call__(self, *args, trace=False, device=None, name=None, **kwargs):
         k = self.kernel
-        if kwargs:
-            kwargs = split_launch_options(k.__name__, k.source.params, kwargs)
-        return k._run(self.grid, args, kwargs, trace, device, name)
+        try:  # (user_frames, inlined: one call less per launch)
+            if kwargs:
+                kwargs = split_launch_options(k.__name__, (k._source or k.source).params, kwargs)
+            return k._run(self.grid, args, kwargs, trace, device, name)
+        except DvmError as err:
+            raise for_user(err)  # about the code that called here; DVMLANG_TRACEBACK=1 shows dvmlang's frames
 
 
 def kernel(fn=None, **options):
@@ -482,7 +476,7 @@ class _Plan:
     feeds each runtime parameter. Made by the ordinary binding path; replaying it for arguments of the
     same class gives the same parameter values, in the same order, that binding would. ``checks``: per tensor
     parameter (runtime index, argument position or keyword, whether the kernel stores to it, whether it is 1-d
-    and so its own flat view), what a relaunch checks and binds (``Kernel._relaunch``); ``identity``: the
+    and so its own flat view), what a relaunch checks and binds (``Kernel._run``); ``identity``: the
     alias groups of distinct arrays that own their memory, each its own group."""
 
     __slots__ = ("build", "sources", "tensors", "positions", "all_args", "checks", "identity", "bind", "relaunch")

@@ -102,11 +102,12 @@ def test_a_relaunch_check_accepts_exactly_the_previous_keys_and_binds_the_tensor
     tensors = tuple((i, i, i % 2 == 0, v.ndim == 1) for i, v in enumerate(ref)  # (plans bind contiguous arrays)
                     if isinstance(v, np.ndarray) and not mask[i] and v.flags.c_contiguous)
     check = make_binder(ref_class[0], mask, ref_class[1], names, tensors)
+    ref_key = ((1,), 0) + ref_keys  # a launch key (Kernel._keys): grid, profile id, then the arguments' keys
     cases = [(tuple(ref), ref_kw)] + [(tuple(ref[:i]) + (w,) + tuple(ref[i + 1:]), ref_kw)
                                       for i, v in enumerate(ref) for w in _near(v)]
     for args, kwargs in cases:
         keys = _keys(args, kwargs)
-        got = check(args, kwargs, ref_keys)
+        got = check(args, kwargs, ref_key)
         if keys != ref_keys or any(type(a) is not type(b) for a, b in zip(keys[0], ref_keys[0])):
             assert got is None, (args, kwargs)
             continue
@@ -120,4 +121,4 @@ def test_a_relaunch_check_accepts_exactly_the_previous_keys_and_binds_the_tensor
         args = list(ref)
         args[written[readonly % len(written)]] = ro = args[written[readonly % len(written)]].view()  # same strides
         ro.flags.writeable = False
-        assert check(tuple(args), ref_kw, ref_keys) is False
+        assert check(tuple(args), ref_kw, ref_key) is False

@@ -37,7 +37,11 @@ def _dvmlang_frames(err: BaseException) -> list[str]:
 
 
 def _only_entry_frames(err: BaseException) -> bool:
-    return all(f.endswith(" entry") and "errors.py" in f for f in _dvmlang_frames(err))
+    """Whether the one dvmlang frame left is an entry point's ``raise`` (``user_frames``, or a launch's
+    ``kernel[grid](...)``, which inlines it), the line that says how to see the rest."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename.startswith(PACKAGE)]
+    return len(frames) <= 1 and all("DVMLANG_TRACEBACK=1" in f.line and f.name in ("entry", "__call__")
+                                    for f in frames)
 
 
 def test_compile_error_shows_no_compiler_frames():
@@ -104,7 +108,9 @@ def _run(tmp_path, env_extra):
 def test_script_prints_call_site_and_diagnostic_only(tmp_path):
     err = _run(tmp_path, {}).stderr
     assert "the user's call site" in err and "no_such_name" in err and "^^^^" in err
-    assert "codegen.py" not in err and "runtime.py" not in err and "ast.py" not in err
+    assert "codegen.py" not in err and "ast.py" not in err
+    shown = [line for line in err.splitlines() if line.strip().startswith("File ") and PACKAGE in line]
+    assert len(shown) == 1 and "DVMLANG_TRACEBACK=1" in err, err  # the entry point's raise line, no more
     assert len(err.splitlines()) < 15, err
 
 
