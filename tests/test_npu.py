@@ -529,19 +529,37 @@ def test_a_launch_made_from_a_shared_base_is_the_one_the_constructor_makes():
 
 
 def test_a_launch_record_made_by_of_is_the_one_the_constructor_makes():
-    from dvmlang.npu.device import LaunchRecord
-    b = LaunchRecord(name="k", grid=(1, 1, 1), cycles=5, bytes_read=1, bytes_written=2, waves=3,
-                     pipe_busy={"MTE2": 1.0})
-    base = LaunchRecord.base(name="k", grid=(1, 1, 1), waves=3)  # the same record from a shared base
-    values = dict(cycles=5, bytes_read=1, bytes_written=2, pipe_busy={"MTE2": 1.0}, prints=[], diagnostics=[])
-    d, e = LaunchRecord.of(base, values), LaunchRecord.of(base, dict(values, cycles=6, pipe_busy={}))
-    assert d == b and vars(d).keys() == vars(b).keys() and e.cycles == 6 and d.cycles == 5
-    assert e.members is not d.members and e.stages is not d.stages and e.pipe_busy == {}
+    from dvmlang.npu.device import PIPE_LABELS, LaunchRecord
+    prof = Device().profile
+    b = LaunchRecord(name="k", grid=(1, 1, 1), cycles=5, bytes_read=1, bytes_written=2, waves=3, profile=prof,
+                     time_us=5 / prof.clock_hz * 1e6, pipe_busy={q: float(i) for i, q in enumerate(PIPE_LABELS)})
+    base = LaunchRecord.base(name="k", grid=(1, 1, 1), waves=3, profile=prof)  # the same record from a shared base
+    values = dict(cycles=5, bytes_read=1, bytes_written=2)
+    d = LaunchRecord.of(base, dict(values, _busy=[float(i) for i in range(len(PIPE_LABELS))]))
+    e = LaunchRecord.of(base, dict(values, cycles=6, pipe_busy={}))
+    names = [f.name for f in dataclasses.fields(LaunchRecord)]
+    assert [getattr(d, n) for n in names] == [getattr(b, n) for n in names] and d == b
+    assert dataclasses.asdict(b) == dataclasses.asdict(d)  # dataclasses' functions read every field
+    assert d.time_us == b.time_us and e.cycles == 6 and e.time_us == 6 / prof.clock_hz * 1e6 and d.cycles == 5
+    assert e.members is not d.members and e.stages is not d.stages and e.prints is not d.prints
+    assert e.pipe_busy == {} and e.members == e.stages == e.prints == e.diagnostics == []
+    d.members.append(b)
+    assert d.members == [b] and e.members == []  # a list made when first read is the record's own
+    e.waves = 7
+    assert e.waves == 7 and d.waves == 3 and base["waves"] == 3  # a field set is the record's own
+    f = dataclasses.replace(d)
+    assert f == d and set(vars(f)) == set(names)
+    with pytest.raises(AttributeError):
+        d.no_such_field
+    with pytest.raises(AttributeError):
+        LaunchRecord.__new__(LaunchRecord).cycles  # (no base to read from)
     with pytest.raises(AssertionError):
         LaunchRecord.base(prints=[])  # a list in a shared base would be every record's
     x = np.ones(16, np.float32)
     rec = add[(1,)](x, x, np.empty(16, np.float32), 16, BLOCK=16, device=Device())
-    assert set(vars(rec)) == {f.name for f in dataclasses.fields(LaunchRecord)}  # no field misspelt by a launch
+    own = set(vars(rec)) - {"_shared", "_busy"}
+    assert own | set(vars(rec)["_shared"]) <= set(names)  # no field misspelt by a launch
+    assert dataclasses.replace(rec) == rec and rec.time_us == rec.cycles / rec.profile.clock_hz * 1e6
 
 
 _SIZE = st.integers(1, 5).map(lambda k: 16 * k) | st.integers(1, 80)  # whole tiles half of the time

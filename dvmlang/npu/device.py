@@ -96,31 +96,53 @@ class LaunchRecord:
 
     @classmethod
     def of(cls, base: dict, values: dict) -> "LaunchRecord":
-        """The record with the fields of ``base`` (a dict from ``LaunchRecord.base``) and ``values``, which holds
-        the fields that default to a new object except ``members`` and ``stages`` (new lists here), without
-        the generated ``__init__``'s work per field: a launch makes one record per kernel, and a 31-field
-        ``__init__`` is a few us."""
-        d = base.copy()
-        d.update(values)
-        d["members"], d["stages"] = [], []
+        """The record with the fields of ``base`` (a dict from ``LaunchRecord.base``, shared, not copied) and
+        ``values`` (taken as the record's own dict), without the generated ``__init__``'s work per field: a
+        launch makes one record per kernel, and a 31-field ``__init__`` is a few us. A field ``values`` does
+        not hold is read from ``base``, or made when first read (``__getattr__``): ``time_us`` from the cycles,
+        ``pipe_busy`` from ``values["_busy"]`` (each pipe's busy cycles, in pipe order), and ``prints``,
+        ``diagnostics``, ``members`` and ``stages`` empty lists."""
+        values["_shared"] = base
         rec = cls.__new__(cls)
-        rec.__dict__ = d
+        rec.__dict__ = values
         return rec
+
+    def __getattr__(self, name):
+        # only for what the record's own dict lacks (the class keeps no field defaults: see below the class)
+        d = self.__dict__
+        shared = d.get("_shared")
+        if shared is not None:
+            if name in shared:
+                return shared[name]
+            later = _LATER.get(name)
+            if later is not None:
+                value = d[name] = later(self)
+                return value
+        raise AttributeError(f"'LaunchRecord' object has no attribute {name!r}")
 
     @staticmethod
     def base(**values) -> dict:
         """The defaults with ``values`` (fields that do not default to a new object), for ``LaunchRecord.of``:
         what every launch of one kernel with the same options records alike."""
-        assert not any(name in values for name, _ in _RECORD_FACTORIES), "a shared base cannot hold a new object"
+        assert not any(name in values for name in _LATER), "a shared base cannot hold a new or derived value"
         d = dict(_RECORD_DEFAULTS)
         d.update(values)
         return d
 
 
+# A record made by LaunchRecord.of reads a field its own dict lacks from its base, or makes it (_LATER) when first
+# read: for that, the class keeps no default of a field (a dataclass's __init__ keeps its own).
 _RECORD_DEFAULTS = {f.name: f.default for f in fields(LaunchRecord) if f.default is not MISSING}
-_RECORD_FACTORIES = [(f.name, f.default_factory) for f in fields(LaunchRecord) if f.default_factory is not MISSING]
-# the fields LaunchRecord.of's values hold (the first three) or it makes a new list for
-assert [name for name, _ in _RECORD_FACTORIES] == ["pipe_busy", "prints", "diagnostics", "members", "stages"]
+_LATER = {
+    "time_us": lambda r: r.cycles / r.profile.clock_hz * 1e6 if r.profile is not None else 0.0,
+    "pipe_busy": lambda r: _pipe_busy(r.__dict__["_busy"]) if "_busy" in r.__dict__ else {},
+    "prints": lambda r: [], "diagnostics": lambda r: [], "members": lambda r: [], "stages": lambda r: [],
+}
+assert {f.name for f in fields(LaunchRecord) if f.default_factory is not MISSING} < _LATER.keys()
+del _RECORD_DEFAULTS["time_us"]
+for _name in _RECORD_DEFAULTS:
+    delattr(LaunchRecord, _name)
+delattr(LaunchRecord, "time_us")
 # a pipe's busy cycles, per pipe in pipe order (a list or an array) -> the record's pipe_busy dict
 _pipe_busy = eval(  # noqa: S307 - from the pipe labels
     "lambda b: {" + ", ".join(f"{name!r}: b[{q}]" for q, name in enumerate(PIPE_LABELS)) + "}")
@@ -308,21 +330,19 @@ class Device:
         hbm, hits, writeback = self.l2.settle(L.arrays, L.alias, rates)
         body, stretch = roofline(body, hbm, prof, base.share)
         cycles = int(round(base.overhead + body))
-        prints = L.print_lines() if L.prints_seen else L.prints  # (the launch's own list, empty)
-        diagnostics = L.diagnostics
-        record = LaunchRecord.of(base.record, {
-            "cycles": cycles, "bytes_read": int(bytes_r), "bytes_written": int(bytes_w),
-            "time_us": cycles / prof.clock_hz * 1e6, "pipe_busy": _pipe_busy(busy), "prints": prints,
-            "diagnostics": diagnostics, "bytecode": L.bc, "instructions": instrs, "hbm_stretch": stretch,
-            "hbm_bytes": hbm, "l2_hit_bytes": hits, "writeback_bytes": writeback,
-            "unaligned_cycles": rates.unaligned_cycles})
-        if prints:
+        values = {"cycles": cycles, "bytes_read": int(bytes_r), "bytes_written": int(bytes_w), "_busy": busy,
+                  "bytecode": L.bc, "instructions": instrs, "hbm_stretch": stretch, "hbm_bytes": hbm,
+                  "l2_hit_bytes": hits, "writeback_bytes": writeback, "unaligned_cycles": rates.unaligned_cycles}
+        if L.prints_seen:
+            values["prints"] = prints = L.print_lines()
             for line in prints:
                 print(line)
+        diagnostics = L.diagnostics
         if diagnostics:
+            values["diagnostics"] = diagnostics
             for msg in diagnostics[:8]:
-                warn_user(f"{record.name}: {msg}")
-        return record, stretch
+                warn_user(f"{base.record['name']}: {msg}")
+        return LaunchRecord.of(base.record, values), stretch
 
     def _bases(self, bc, k, name, cores, overhead, group, start, share) -> LaunchBase:
         """What every launch of kernel ``k`` of ``bc`` with these options has alike (``LaunchBase``, with the
