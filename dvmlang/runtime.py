@@ -27,6 +27,7 @@ from .args import (_class_of, _launch_key, _NoLaunchKey, bind_pointer_heaps, cla
 from .errors import ArgumentError, DvmError, LaunchError, for_user, user_frames
 from .frontend.source import KernelFunction
 from .frontend.specs import ConstexprSpec, DescriptorSpec, ParamSpec, ScalarSpec, TensorSpec
+from .trace import record as trace_record
 from .vm.container import ParamInfo, TargetInfo
 
 MAX_INSTANCES = 256
@@ -147,7 +148,7 @@ class Kernel(KernelFunction):
         return f"<dvmlang.kernel {self.fn.__qualname__}>"
 
     def __getitem__(self, grid):
-        return _Launcher(self, grid)
+        return functools.partial(self._launch, grid)  # (as triton.jit's: a launch is one call of Python code)
 
     @user_frames
     def __call__(self, *args, **kwargs):
@@ -347,10 +348,9 @@ class Kernel(KernelFunction):
     @user_frames
     def run(self, grid, *args, trace=False, device=None, name=None, **kwargs):
         """Same as ``kernel[grid](*args, ...)``."""
-        return self._run(grid, args, split_launch_options(self.__name__, self.source.params, kwargs), trace, device,
-                         name)
+        return self._launch(grid, *args, trace=trace, device=device, name=name, **kwargs)
 
-    # the bodies of prepare and run, which launches call directly (one user_frames layer per launch)
+    # the body of prepare, which a launch calls directly
     def _prepared(self, grid, args, kwargs, device, launching=False):
         device, build, bc, arrays = self._prepare(grid, args, kwargs, device)
         if build.heaps and not launching:
@@ -365,43 +365,49 @@ class Kernel(KernelFunction):
         flat = {i: a if a.ndim == 1 else a.ravel() for i, a in arrays.items()}
         return device, bc, flat, _alias_groups(arrays)
 
-    def _run(self, grid, args, kwargs, trace, device, name):
-        if device is None:
-            device = _default_device()
-        # A relaunch with the key of the previous launch (grid, profile, per-argument launch keys) reuses its
-        # bytecode outright, its arguments checked and bound as ``_prepared`` would (``_Plan.relaunch``).
-        last = self._last
-        bound = None
-        if last is not None:
-            key, build, profile = last.key, last.build, device.profile
-            if key[0] == grid and key[1] == id(profile) and build.profile is profile and \
-                    (not build.global_reads or build.still_valid()):
-                bound = last.plan.relaunch(args, kwargs, key)
-        if bound:  # (None: another key; False: a read-only array the kernel stores to, which _prepared reports)
-            flat, own = bound
-            plan = last.plan
-            # distinct arrays that own their memory cannot overlap; otherwise what overlaps is one alias group
-            alias = plan.identity if own else _alias_groups(
-                {i: args[at] if at.__class__ is int else kwargs[at] for i, at in plan.positions})
-            bc = last.bytecode
-            self.stats.hits += 1
-        else:
-            try:
-                device, bc, flat, alias = self._prepared(grid, args, kwargs, device, launching=True)
-            except _EmptyGrid:
-                return None  # a grid with no programs: nothing runs (as in Triton)
-        record = _trace_record()
-        session = record.active_session()
-        if trace:
-            session = record.Session() if not isinstance(trace, record.Session) else trace
-        self.stats.launches += 1
-        rec = device.run(bc, flat, trace=session, name=name or self.__name__, alias_groups=alias)
-        if not bound:  # a relaunch binds no pointer-table heap (build.heaps: no plan, no relaunch)
-            for a in flat.values():
-                if a.__class__ is not np.ndarray and hasattr(a, "copy_back"):
-                    a.copy_back()  # a pointer-table heap: the tensors it holds get what the launch stored
-        rec.encode_s = bc.encode_s
-        return rec
+    def _launch(self, grid, *args, trace=False, device=None, name=None, **kwargs):
+        """``kernel[grid](*args, ...)`` (and ``run``): bind, find or encode the instance, run it. A dvmlang error
+        reaches the caller as ``user_frames`` makes it, inlined: a launch is one call of Python code."""
+        try:
+            if kwargs:
+                kwargs = split_launch_options(self.__name__, (self._source or self.source).params, kwargs)
+            if device is None:
+                device = _default_device()
+            # A relaunch with the key of the previous launch (grid, profile, per-argument launch keys) reuses its
+            # bytecode outright, its arguments checked and bound as ``_prepared`` would (``_Plan.relaunch``).
+            last = self._last
+            bound = None
+            if last is not None:
+                key, build, profile = last.key, last.build, device.profile
+                if key[0] == grid and key[1] == id(profile) and build.profile is profile and \
+                        (not build.global_reads or build.still_valid()):
+                    bound = last.plan.relaunch(args, kwargs, key)
+            if bound:  # (None: another key; False: a read-only array the kernel stores to, which _prepared reports)
+                flat, own = bound
+                plan = last.plan
+                # distinct arrays that own their memory cannot overlap; otherwise what overlaps is one alias group
+                alias = plan.identity if own else _alias_groups(
+                    {i: args[at] if at.__class__ is int else kwargs[at] for i, at in plan.positions})
+                bc = last.bytecode
+                self.stats.hits += 1
+            else:
+                try:
+                    device, bc, flat, alias = self._prepared(grid, args, kwargs, device, launching=True)
+                except _EmptyGrid:
+                    return None  # a grid with no programs: nothing runs (as in Triton)
+            session = trace_record.active_session()
+            if trace:
+                session = trace_record.Session() if not isinstance(trace, trace_record.Session) else trace
+            self.stats.launches += 1
+            rec = device.run(bc, flat, trace=session, name=name or self.__name__, alias_groups=alias)
+            if not bound:  # a relaunch binds no pointer-table heap (build.heaps: no plan, no relaunch)
+                for a in flat.values():
+                    if a.__class__ is not np.ndarray and hasattr(a, "copy_back"):
+                        a.copy_back()  # a pointer-table heap: the tensors it holds get what the launch stored
+            rec.encode_s = bc.encode_s
+            return rec
+        except DvmError as err:
+            raise for_user(err)  # about the code that called here; DVMLANG_TRACEBACK=1 shows dvmlang's frames
 
     @user_frames
     def encode(self, grid, *args, device=None, **kwargs):
@@ -440,23 +446,6 @@ class Kernel(KernelFunction):
         device = device or default_device()
         _, specs = self._bind(args, split_launch_options(self.__name__, self.source.params, kwargs))
         return self._build(specs, device.profile)
-
-
-class _Launcher:
-    __slots__ = ("kernel", "grid")
-
-    def __init__(self, kernel, grid):
-        self.kernel = kernel
-        self.grid = grid
-
-    def __call__(self, *args, trace=False, device=None, name=None, **kwargs):
-        k = self.kernel
-        try:  # (user_frames, inlined: one call less per launch)
-            if kwargs:
-                kwargs = split_launch_options(k.__name__, (k._source or k.source).params, kwargs)
-            return k._run(self.grid, args, kwargs, trace, device, name)
-        except DvmError as err:
-            raise for_user(err)  # about the code that called here; DVMLANG_TRACEBACK=1 shows dvmlang's frames
 
 
 def kernel(fn=None, **options):
@@ -527,7 +516,6 @@ def _grid3(kname, grid):
 
 
 _DEFAULT_DEVICE = None
-_TRACE_RECORD = None
 
 
 def _default_device():
@@ -536,14 +524,6 @@ def _default_device():
         from .npu.device import default_device
         _DEFAULT_DEVICE = default_device
     return _DEFAULT_DEVICE()
-
-
-def _trace_record():
-    global _TRACE_RECORD
-    if _TRACE_RECORD is None:
-        from .trace import record
-        _TRACE_RECORD = record
-    return _TRACE_RECORD
 
 
 def _grid(kname, grid, values):

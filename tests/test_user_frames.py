@@ -40,7 +40,7 @@ def _only_entry_frames(err: BaseException) -> bool:
     """Whether the one dvmlang frame left is an entry point's ``raise`` (``user_frames``, or a launch's
     ``kernel[grid](...)``, which inlines it), the line that says how to see the rest."""
     frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename.startswith(PACKAGE)]
-    return len(frames) <= 1 and all("DVMLANG_TRACEBACK=1" in f.line and f.name in ("entry", "__call__")
+    return len(frames) <= 1 and all("DVMLANG_TRACEBACK=1" in f.line and f.name in ("entry", "_launch")
                                     for f in frames)
 
 

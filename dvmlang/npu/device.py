@@ -307,7 +307,8 @@ class Device:
         state, k = base.after_prefix, m.prefix
         if state is not None and L.watchdog > k:  # where an earlier launch's prefix ended (_run_prefix)
             L.executed = k
-            b = Batch.resumed(state)
+            b = L.parked  # (the batch of the launch L was before, if any: Batch.resume)
+            b = b.resume(state) if b is not None else Batch.resumed(state)
         else:
             b, k = _run_prefix(base, m, L, dispatch)
         b = _run_alone(m.steps, b, L, dispatch, k)
@@ -318,6 +319,8 @@ class Device:
         port = busy[_MTE2] + busy[_MTE3]
         record = self._finish(base, L, end if end >= port else port, busy, _total(b.bytes_read, 1),
                               _total(b.bytes_written, 1), b.count)[0]
+        b.park()
+        L.parked = b
         base.release(L)
         return record
 

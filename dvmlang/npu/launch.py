@@ -42,20 +42,27 @@ class Launch:
         return L
 
     def _start(self, bc, arrays: dict, alias: dict, rates=None) -> None:
-        """Everything one run of ``bc`` on ``arrays`` has of its own (``rates``: a finished launch's, reset)."""
+        """Everything one run of ``bc`` on ``arrays`` has of its own (``rates``: a finished launch's, reset, and
+        its lists kept when they are empty: a launch's record holds what they held, see ``Device._finish``)."""
         self.bc = bc
         self.arrays = arrays
         self.alias = alias
         self.executed = 0  # instructions run so far, every batch together: what the watchdog counts
-        self.imm = _imm_reader(bc)
+        made = bc.__dict__.get("_imm_reader")  # (_imm_reader's own test, inline)
+        self.imm = made[1] if made is not None and made[0] is bc.code else _imm_reader(bc)
         if rates is None:
             self.rates = Rates(self.profile, arrays, alias, 0, constants=self.rate_constants)
+            self.prints: list = []  # (pid, sequence, prefix, value, hex, numpy dtype): see add_prints
+            self.diagnostics: list[str] = []
+            self.parked = None  # a one-program launch's batch, kept to be resumed by the next (Device._one)
         else:
             rates.reset(arrays, alias)
-        self.races = RaceLog() if self.race_detection else None
-        self.prints: list = []  # (pid, sequence, prefix, value, hex, numpy dtype): see add_prints
+            if self.prints_seen:
+                self.prints = []
+            if self.diagnostics:
+                self.diagnostics = []
         self.prints_seen = 0
-        self.diagnostics: list[str] = []
+        self.races = RaceLog() if self.race_detection else None
 
     def where(self, pc: int) -> str:
         """``at file:line:col`` of ``pc`` on a line of its own, for an error message ("" without a line

@@ -253,6 +253,23 @@ class Batch:
         b.regs, b.pipe_free, b.pipe_first, b.pipe_busy = list(regs), list(free), list(first), list(busy)
         return b
 
+    def resume(self, state: tuple) -> "Batch":
+        """This batch, of program 0 alone and parked after a launch (``park``), put in ``state`` in place: what
+        ``resumed`` makes, without making a batch, its memory and its lists, but for ``pipe_busy``, which the
+        finished launch's record holds (``Device._one``)."""
+        regs, self.count, self.print_seq, self.last_bytes, self.bytes_read, self.bytes_written, self.t_issue, \
+            self.done, self.port_free, free, first, busy = state
+        self.regs[:] = regs
+        self.pipe_free[:] = free
+        self.pipe_first[:] = first
+        self.pipe_busy = list(busy)
+        return self
+
+    def park(self) -> None:
+        """Drop a finished one-program batch's on-chip memory and events, to keep it for ``resume``."""
+        self.mem.clear()
+        self.flags.clear()
+
     def spread(self) -> None:
         """A larger batch's one pipe clock (``uniform``) as one per program, in arrays: its programs' steps are
         about to cost differently, or the batch to split."""
