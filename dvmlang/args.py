@@ -475,9 +475,18 @@ def make_binder(classes: tuple, constexpr_mask, kw_classes: tuple, constexpr_nam
     if classes:
         lines.append(f"    {', '.join(f'a{i}' for i in range(len(classes)))}, = args")
     keys = []
-    exact = tensors is not None  # the keys are compared whole after: an array's class follows from its key
+    exact = tensors is not None  # each argument's key compared with the launch key's, as soon as it is read
+    if exact:
+        lines.append("    ak, kk = key[2], key[3]")
+
+    def compared(k, against, const):  # (a relaunch's test of a key _bind_one did not compare; a constexpr's
+        if exact and k is not None and not const:  # class is its key: the class test compared it)
+            lines.extend([f"    if {k} != {against}:", "        return None"])
+        return k
     for i, (cls, const) in enumerate(zip(classes, constexpr_mask)):
-        keys.append(_bind_one(lines, env, f"a{i}", f"k{i}", cls, bool(const), i, exact))
+        against = f"ak[{i}]"
+        keys.append(compared(_bind_one(lines, env, f"a{i}", f"k{i}", cls, bool(const), i, exact and against),
+                             against, const))
     kw = []
     names = tuple(n for n, _ in kw_classes)
     if kw_classes:
@@ -487,13 +496,14 @@ def make_binder(classes: tuple, constexpr_mask, kw_classes: tuple, constexpr_nam
                   "        return None"]
         for j, (name, cls) in enumerate(kw_classes):
             lines.append(f"    w{j} = kwargs[{name!r}]")
-            k = _bind_one(lines, env, f"w{j}", f"m{j}", cls, name in constexpr_names, len(classes) + j, exact)
+            against, const = f"kk[{j}][1]", name in constexpr_names
+            k = compared(_bind_one(lines, env, f"w{j}", f"m{j}", cls, const, len(classes) + j, exact and against),
+                         against, const)
             kw.append(f"({name!r}, {k})")
-    akeys, kkeys = f"({''.join(k + ', ' for k in keys)})", f"({''.join(k + ', ' for k in kw)})"
     if tensors is None:
+        akeys, kkeys = f"({''.join(k + ', ' for k in keys)})", f"({''.join(k + ', ' for k in kw)})"
         lines.append(f"    return {akeys}, {kkeys}")
     else:
-        lines += [f"    if {akeys} != key[2] or {kkeys} != key[3]:", "        return None"]
         arrays = [f"a{at}" if at.__class__ is int else f"w{names.index(at)}" for _, at, _, _ in tensors]
         for n, ((i, _, written, _), v) in enumerate(zip(tensors, arrays)):
             lines.append(f"    f{n} = {v}.flags")
@@ -507,15 +517,19 @@ def make_binder(classes: tuple, constexpr_mask, kw_classes: tuple, constexpr_nam
     return env["relaunch" if tensors is not None else "bind"]
 
 
-def _bind_one(lines: list, env: dict, v: str, k: str, cls, const: bool, i: int, exact: bool = False) -> str:
+def _bind_one(lines: list, env: dict, v: str, k: str, cls, const: bool, i: int, against: str | None = None):
     """Append the test of one argument ``v`` against its class ``cls`` (its whole launch key when ``const``) and
-    the computation of its launch key; returns the key's expression. ``exact``: the key is compared with
-    another of this class after, which settles an array's dtype, rank and contiguity (not yet that it is an
-    array, nor a number's type: True's key is not 1's)."""
+    the computation of its launch key; returns the key's expression. ``against``: the expression of a launch
+    key of this class the argument's is compared with after, which settles an array's dtype, rank and
+    contiguity (not yet that it is an array, nor a number's type: True's key is not 1's); an array is then
+    compared with it here, field by field, without making its key (None returned)."""
     t = cls[0] if cls.__class__ is tuple and cls else None
-    if exact and not const and t is not None and t.__class__ is not type:
-        lines += [f"    if {v}.__class__ is not nd:", "        return None"]
-        return f"({v}.dtype, {v}.shape, {v}.strides)"
+    if against and not const and t is not None and t.__class__ is not type:
+        lines += [f"    q = {against}",
+                  f"    if {v}.__class__ is not nd or {v}.shape != q[1] or {v}.strides != q[2] or "
+                  f"({v}.dtype is not q[0] and {v}.dtype != q[0]):",
+                  "        return None"]
+        return None
     if not const and t is not None and t.__class__ is not type:  # an array: (dtype, rank, contiguous)
         env[f"d{i}"] = t
         lines += [f"    if {v}.__class__ is not nd or {v}.ndim != {cls[1]} or {v}.flags.c_contiguous is not {cls[2]}:",
