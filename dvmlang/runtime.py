@@ -142,13 +142,19 @@ class Kernel(KernelFunction):
         self._instances: OrderedDict[InstanceKey, object] = OrderedDict()
         self._plans: dict = {}  # argument classes -> _Plan
         self._last: LastLaunch | None = None
+        self._launcher = None  # kernel[grid] of the latest grid
         self.stats = CacheInfo()
 
     def __repr__(self) -> str:
         return f"<dvmlang.kernel {self.fn.__qualname__}>"
 
     def __getitem__(self, grid):
-        return functools.partial(self._launch, grid)  # (as triton.jit's: a launch is one call of Python code)
+        # a launch is one call of Python code (as triton.jit's); a launch in a loop with a grid literal, one
+        # object, takes the previous launch's partial
+        launcher = self._launcher
+        if launcher is None or launcher.args[0] is not grid:
+            launcher = self._launcher = functools.partial(self._launch, grid)
+        return launcher
 
     @user_frames
     def __call__(self, *args, **kwargs):
