@@ -335,7 +335,7 @@ def pointer_heap(kname: str, param, tables: list, arrays: dict):
 
 def bind_pointer_heaps(kname, build, runtime: list, arrays: dict) -> None:
     """Append the hidden heap of each ``tl.pointer_type`` dtype and give the kernel its tables as offsets into
-    it (``args.pointer_heap``); ``_run`` copies a written heap back into its tensors."""
+    it (``args.pointer_heap``); ``Kernel._launch`` copies a written heap back into its tensors."""
     given = {build.params[j].name: a for j, a in arrays.items()}
     for i in build.heaps:
         p = build.params[i]

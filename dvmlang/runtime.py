@@ -142,19 +142,15 @@ class Kernel(KernelFunction):
         self._instances: OrderedDict[InstanceKey, object] = OrderedDict()
         self._plans: dict = {}  # argument classes -> _Plan
         self._last: LastLaunch | None = None
-        self._launcher = None  # kernel[grid] of the latest grid
         self.stats = CacheInfo()
 
     def __repr__(self) -> str:
         return f"<dvmlang.kernel {self.fn.__qualname__}>"
 
     def __getitem__(self, grid):
-        # a launch is one call of Python code (as triton.jit's); a launch in a loop with a grid literal, one
-        # object, takes the previous launch's partial
-        launcher = self._launcher
-        if launcher is None or launcher.args[0] is not grid:
-            launcher = self._launcher = functools.partial(self._launch, grid)
-        return launcher
+        # a launch is one call of Python code (as triton.jit's); nothing keeps the grid (a grid function may
+        # close over the caller's tensors)
+        return functools.partial(self._launch, grid)
 
     @user_frames
     def __call__(self, *args, **kwargs):
@@ -279,7 +275,7 @@ class Kernel(KernelFunction):
         # Fast paths, keyed on the raw arguments (a grid function is never keyed: it may read anything).
         #  * The launch key — grid, device profile, and per argument dtype, shape and strides, or type and exact
         #    value — names one build and instance. A relaunch with the key of the previous launch reuses its
-        #    result outright (``_run`` for a launch).
+        #    result outright (``_launch`` for a launch).
         #  * Otherwise the argument classes (dtypes, ranks, contiguity, scalar types, constexpr values) name
         #    the build and the binding plan the ordinary path made for arguments of that class; the plan
         #    names the runtime values, whose launch keys and the grid name the instance (cached or encoded).
@@ -471,7 +467,7 @@ class _Plan:
     feeds each runtime parameter. Made by the ordinary binding path; replaying it for arguments of the
     same class gives the same parameter values, in the same order, that binding would. ``checks``: per tensor
     parameter (runtime index, argument position or keyword, whether the kernel stores to it, whether it is 1-d
-    and so its own flat view), what a relaunch checks and binds (``Kernel._run``); ``identity``: the
+    and so its own flat view), what a relaunch checks and binds (``Kernel._launch``); ``identity``: the
     alias groups of distinct arrays that own their memory, each its own group."""
 
     __slots__ = ("build", "sources", "tensors", "positions", "all_args", "checks", "identity", "bind", "relaunch")

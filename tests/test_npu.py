@@ -494,6 +494,32 @@ def test_the_window_grid_product_is_the_stacked_product_in_both_program_orders()
     assert _grid_product(Windows(wa, p % 4), Windows(wb, p % 3), np.float32) is None
 
 
+@pytest.mark.parametrize("programs", [1, 3])
+def test_launches_keep_none_of_the_callers_arrays(programs):
+    """A launch, its relaunches (a one-program one on the batch the launch before it parked) and a grid function
+    closing over an array keep no reference to the arrays once the call returns: the caller's drop frees them,
+    with no collection of cycles."""
+    import gc
+    import weakref
+    dev = Device()
+
+    def launch_twice():
+        n = 16 * programs
+        x, y, o = np.ones(n, np.float32), np.full(n, 2, np.float32), np.empty(n, np.float32)
+        for _ in range(2):
+            add[(programs,)](x, y, o, n, BLOCK=16, device=dev)
+        add[lambda meta: (dl.cdiv(x.size, meta["BLOCK"]),)](x, y, o, n, BLOCK=16, device=dev)
+        assert (o == 3).all()
+        return [weakref.ref(a) for a in (x, y, o)]
+    launch_twice()  # (the build and its first instance)
+    gc.disable()
+    try:
+        refs = launch_twice()
+        assert all(r() is None for r in refs)
+    finally:
+        gc.enable()
+
+
 def test_a_launch_made_from_a_shared_base_is_the_one_the_constructor_makes():
     from dvmlang.npu.launch import Launch, LaunchBase
     from dvmlang.npu.timing import Rates
