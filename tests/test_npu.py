@@ -494,6 +494,68 @@ def test_the_window_grid_product_is_the_stacked_product_in_both_program_orders()
     assert _grid_product(Windows(wa, p % 4), Windows(wb, p % 3), np.float32) is None
 
 
+_DIM = st.integers(0, 40) | st.integers(0, 1 << 42)
+_STRIDE = st.sampled_from([0, 1, -1, 2, 3, 7, 64, 1000]) | st.integers(-(1 << 20), 1 << 20) | \
+    st.integers(-(1 << 61), 1 << 61)
+
+
+@budget(300)
+@given(st.lists(st.tuples(_STRIDE, _DIM, _DIM), min_size=1, max_size=3), _DIM, st.sampled_from([1, 2, 4, 8]),
+       st.sampled_from([32, 64, 128, 256, 512, 1024, 48, 96, 1 << 41]), st.booleans())
+def test_a_one_program_descriptors_unaligned_part_is_the_arrays_double(dims, base, itemsize, align, per_program):
+    """Desc._unaligned_one (one program, Python numbers) gives the double Desc._unaligned_arrays gives, or
+    leaves it to it: any strides (negative, zero, huge), boxes, bases, item sizes and alignments, the fields as
+    0-d arrays and numpy scalars or as one-element arrays (a register per program)."""
+    from dvmlang.npu.dma import Desc
+    d = Desc.__new__(Desc)
+    d.n = 1
+    shape = (1,) if per_program else ()
+    d.base = np.full(shape, base, np.int64)
+    d.strides = [np.full(shape, s_, np.int64) for s_, _, _ in dims]
+    d.lo = [np.full(shape, min(a, b), np.int64) for _, a, b in dims]
+    d.hi = [np.full(shape, max(a, b), np.int64) for _, a, b in dims]
+    if not per_program:
+        d.lo, d.hi = [x[()] for x in d.lo], [x[()] for x in d.hi]  # (numpy scalars, as np.minimum gives them)
+    count = np.ones((), np.int64)
+    for h, l in zip(d.hi, d.lo):
+        count = count * (h - l)
+    d.empty = count == 0
+    with np.errstate(all="ignore"):
+        want = np.asarray(d._unaligned_arrays(itemsize, align)).reshape(-1)[0].item()
+        got = d._unaligned_one(itemsize, align)
+    spans = abs(base) + sum(abs(s_) * max(a, b, 1) for s_, a, b in dims)
+    longest = max(max(a, b) for _, a, b in dims) * itemsize
+    assert got is not None or spans * itemsize >= 1 << 60 or longest >= 1 << 40  # (the fallback: values that large)
+    if got is not None:
+        assert got.__class__ is float and got == want, (got, want)
+
+
+@budget(300)
+@given(st.lists(st.tuples(_STRIDE, _DIM, _DIM), min_size=1, max_size=3), st.integers(-(1 << 20), 1 << 42) | _STRIDE,
+       st.integers(0, 1 << 42), st.booleans())
+def test_a_one_program_box_is_checked_as_the_arrays_check_it(dims, base, size, per_program):
+    """dma._box_one (one program, Python numbers) gives the first and last elements dma._box_extremes gives,
+    and so check_dma's verdict on them (float64 and int64 alike), or leaves the check to it."""
+    from dvmlang.npu.dma import Desc, _box_extremes, _box_one
+    d = Desc.__new__(Desc)
+    d.n = 1
+    shape = (1,) if per_program else ()
+    d.base = np.full(shape, base, np.int64)
+    d.strides = [np.full(shape, s_, np.int64) for s_, _, _ in dims]
+    d.lo = [np.full(shape, min(a, b), np.int64) for _, a, b in dims]
+    d.hi = [np.full(shape, max(a, b), np.int64) for _, a, b in dims]
+    if not per_program:
+        d.lo, d.hi = [x[()] for x in d.lo], [x[()] for x in d.hi]
+    box = _box_one(d)
+    with np.errstate(all="ignore"):
+        lo, hi, flo, fhi = (np.asarray(x).reshape(-1)[0] for x in _box_extremes(d))
+    if box is None:
+        assert abs(base) + sum(abs(s_) * max(a, b) for s_, a, b in dims) >= 1 << 52  # (only for values that large)
+        return
+    assert box == (int(lo), int(hi))
+    assert (box[0] < 0 or box[1] >= size) == bool((lo < 0) | (hi >= size) | (flo < 0) | (fhi >= size))
+
+
 @pytest.mark.parametrize("programs", [1, 3])
 def test_launches_keep_none_of_the_callers_arrays(programs):
     """A launch, its relaunches (a one-program one on the batch the launch before it parked) and a grid function

@@ -7,6 +7,8 @@ Every access is checked against its tensor before anything is read or written.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes as dt
@@ -31,8 +33,9 @@ class Desc:
         self._grid = False  # _grid_of's answer, once asked (False: not yet)
         self.base = np.asarray(base(b), dtype=np.int64)
         self.strides = [np.asarray(s(b), dtype=np.int64) for s in strides]
-        lo = [np.clip(np.asarray(f(b), dtype=np.int64), 0, s) for f, s in zip(los, shape)]
-        hi = [np.clip(np.asarray(f(b), dtype=np.int64), 0, s) for f, s in zip(his, shape)]
+        # (np.clip's values and types, without its Python wrapper's few us per call)
+        lo = [np.minimum(np.maximum(np.asarray(f(b), dtype=np.int64), 0), s) for f, s in zip(los, shape)]
+        hi = [np.minimum(np.maximum(np.asarray(f(b), dtype=np.int64), 0), s) for f, s in zip(his, shape)]
         hi = [np.maximum(h, l) for h, l in zip(hi, lo)]
         self.lo, self.hi = lo, hi
         ext = [h - l for h, l in zip(hi, lo)]
@@ -91,6 +94,39 @@ class Desc:
     def _unaligned_part(self, itemsize: int, align: int):
         if not self.strides:
             return 0.0
+        if self.n == 1:  # one program: in Python numbers (a new shape's first launch makes its descriptors anew)
+            v = self._unaligned_one(itemsize, align)
+            if v is not None:
+                return v
+        return self._unaligned_arrays(itemsize, align)
+
+    def _unaligned_one(self, itemsize: int, align: int) -> float | None:
+        """``_unaligned_arrays`` of a one-program descriptor in Python numbers: the same double (``figures``
+        takes a one-program batch's as a Python float), or None when that could differ: a value large enough
+        for the int64 arithmetic there to wrap, or a burst large enough for its floating-point log2 to round
+        up to the next power of two."""
+        st = [s.item() for s in self.strides]
+        lo = [x.item() for x in self.lo]
+        hi = [x.item() for x in self.hi]
+        base = self.base.item()
+        contiguous = st[-1] == 1
+        burst = max((hi[-1] - lo[-1]) * itemsize if contiguous else itemsize, 1)
+        terms = [l * s for l, s in zip(lo, st)]
+        if burst >= _EXACT_LOG2 or (abs(base) + sum(map(abs, terms))) * itemsize >= _NO_WRAP or \
+                max(map(abs, st)) * itemsize >= _NO_WRAP:
+            return None
+        if self.empty.item():
+            return 0.0
+        a = max(int(min(align, 2.0 ** (burst.bit_length() - 1))), 32)  # 2 ** floor(log2(burst)), at most align
+        g = a
+        for s in (st[:-1] if contiguous else st):
+            g = math.gcd(g, s * itemsize)
+        if g == 0:
+            g = a
+        first = base + sum(terms)
+        return 1.0 - (g / a if first * itemsize % g == 0 else 0.0)
+
+    def _unaligned_arrays(self, itemsize: int, align: int):
         contiguous = np.all(self.strides[-1] == 1)
         burst = (self.hi[-1] - self.lo[-1]) * itemsize if contiguous else np.full(self.n, itemsize)
         a = np.minimum(align, 2 ** np.floor(np.log2(np.maximum(burst, 1)))).astype(np.int64)
@@ -104,6 +140,11 @@ class Desc:
         g = np.where(g == 0, a, g)
         aligned = np.where((first * itemsize) % g == 0, g / a, 0.0)
         return np.where(self.empty, 0.0, 1.0 - aligned)
+
+
+_EXACT_LOG2 = 1 << 40  # below it, floor(log2(x)) in float64 is exactly x.bit_length() - 1 (Desc._unaligned_one)
+_NO_WRAP = 1 << 62  # below it, int64 sums of two such values cannot wrap
+_EXACT_FLOAT = 1 << 53  # below it, integer sums and products are exact in float64 (and in int64)
 
 
 def descriptor(memo: dict, L, b, t: int, fields, shape, pc: int) -> Desc:
@@ -144,6 +185,28 @@ def descriptor(memo: dict, L, b, t: int, fields, shape, pc: int) -> Desc:
 
 
 def check_dma(L, b, t: int, desc: Desc, pc: int, size: int) -> None:
+    segs = getattr(L.arrays[t], "dvm_segments", None)
+    if b.n == 1 and segs is None:  # one program: its box's first and last elements in Python numbers
+        box = _box_one(desc)
+        if box is not None:
+            if (box[0] < 0 or box[1] >= size) and not desc.empty.item():
+                _fault(L, b, t, 0, box[0], box[1], size, pc)
+            return
+    lo_idx, hi_idx, flo, fhi = _box_extremes(desc)
+    if segs is not None:  # a pointer-table heap: the whole box inside the one tensor its first element is in
+        lo = np.broadcast_to(lo_idx, (b.n,))
+        hi = np.broadcast_to(hi_idx, (b.n,))
+        _check_segments(L, b, t, segs, lo, hi, np.broadcast_to(~desc.empty, (b.n,)), pc)
+    bad = ((lo_idx < 0) | (hi_idx >= size) | (flo < 0) | (fhi >= size)) & ~desc.empty
+    if np.any(bad):
+        i = int(np.argmax(np.broadcast_to(bad, (b.n,))))
+        lo = int(np.broadcast_to(lo_idx, (b.n,))[i])
+        hi = int(np.broadcast_to(hi_idx, (b.n,))[i])
+        _fault(L, b, t, i, lo, hi, size, pc)
+
+
+def _box_extremes(desc: Desc):
+    """(first, last element of each program's box, the same two in float64)."""
     lo_idx = desc.base
     hi_idx = desc.base
     for s, l, h in zip(desc.strides, desc.lo, desc.hi):
@@ -160,17 +223,25 @@ def check_dma(L, b, t: int, desc: Desc, pc: int, size: int) -> None:
         z = fs * np.maximum(h - 1, l)
         flo = flo + np.minimum(a, z)
         fhi = fhi + np.maximum(a, z)
-    segs = getattr(L.arrays[t], "dvm_segments", None)
-    if segs is not None:  # a pointer-table heap: the whole box inside the one tensor its first element is in
-        lo = np.broadcast_to(lo_idx, (b.n,))
-        hi = np.broadcast_to(hi_idx, (b.n,))
-        _check_segments(L, b, t, segs, lo, hi, np.broadcast_to(~desc.empty, (b.n,)), pc)
-    bad = ((lo_idx < 0) | (hi_idx >= size) | (flo < 0) | (fhi >= size)) & ~desc.empty
-    if np.any(bad):
-        i = int(np.argmax(np.broadcast_to(bad, (b.n,))))
-        lo = int(np.broadcast_to(lo_idx, (b.n,))[i])
-        hi = int(np.broadcast_to(hi_idx, (b.n,))[i])
-        _fault(L, b, t, i, lo, hi, size, pc)
+    return lo_idx, hi_idx, flo, fhi
+
+
+def _box_one(desc: Desc) -> tuple[int, int] | None:
+    """``_box_extremes`` of a one-program descriptor in Python numbers: (first, last element), exact, or None
+    when a value is large enough for the int64 or float64 arithmetic there to differ from exact (then
+    ``check_dma`` checks it that way)."""
+    lo = hi = desc.base.item()
+    bound = abs(lo)
+    for s, l, h in zip(desc.strides, desc.lo, desc.hi):
+        s, l, h = s.item(), l.item(), h.item()
+        a = s * l
+        z = s * (h - 1 if h - 1 > l else l)
+        if a < z:
+            lo, hi = lo + a, hi + z
+        else:
+            lo, hi = lo + z, hi + a
+        bound += abs(a) + abs(z)
+    return (lo, hi) if bound < _EXACT_FLOAT else None
 
 
 def check_bounds(L, b, t, idx, pc):
