@@ -8,6 +8,8 @@ in the same run, medians over repeated samples.
                 work (bind + lookup in ``Kernel.run``, ``Device.run``'s own part), and none of the
                 instrumentation's wrappers, which make the instrumented call about 4 us longer (its own
                 whole-minus-simulation is shown too). Reference: numpy adding the same 16 elements.
+* first launch  ``add[(1,)](x, y, out, m, BLOCK=2048)`` with a new ``m`` each time (a new instance: no target in
+                the issue; what a model whose shapes keep changing pays per kernel). Reference: numpy's add.
 * encode        ``kernel.encode(grid, *args)`` for a shape never seen before (no rebuild; the container bytes
                 are written when first asked for, so ``+ to_bytes`` is shown too, in a pass of its own), for the
                 gallery layernorm (10 arguments; what an encode costs depends on the parameters and relocations,
@@ -120,6 +122,31 @@ def relaunch(n: int) -> dict:
         np.add(x, y, out=o)
         ref.add(time.perf_counter() - t0, n0)
     return {"whole": whole, "host": host, "overhead": overhead, "spent": spent, "numpy": ref}
+
+
+def first_launch(n: int) -> dict:
+    """``add[(1,)](x, y, out, m, BLOCK=2048)`` with a new ``m`` (105, 106, ...) each time: a new instance, so an
+    encode, a launch base, new DMA descriptors and new arrays for the L2 model, as a model whose shapes keep
+    changing pays per kernel. Reference: numpy adding the same elements."""
+    rng = np.random.default_rng(3)
+    sets = [(rng.random(m, dtype=np.float32), rng.random(m, dtype=np.float32), np.empty(m, np.float32), m)
+            for m in range(100, 105 + n)]
+    dev = dvmlang.npu.Device()
+    for x, y, o, m in sets[:5]:
+        vector_add.add[(1,)](x, y, o, m, BLOCK=2048, device=dev)
+    whole, ref = EL.Samples(), EL.Samples()
+    gc.collect()
+    for x, y, o, m in sets[5:]:
+        n0 = EL.GCWatch.runs
+        t0 = time.perf_counter()
+        vector_add.add[(1,)](x, y, o, m, BLOCK=2048, device=dev)
+        whole.add(time.perf_counter() - t0, n0)
+        np.testing.assert_array_equal(o, x + y)
+        n0 = EL.GCWatch.runs
+        t0 = time.perf_counter()
+        np.add(x, y, out=o)
+        ref.add(time.perf_counter() - t0, n0)
+    return {"whole": whole, "numpy": ref}
 
 
 def encode(name: str, n: int) -> dict:
@@ -358,6 +385,9 @@ def main(argv=None) -> int:
                  "inside the instrumented call)", "<= 20 us",
                  f"simulated work: {us(statistics.median(r['spent']))}"))
     rows.append(("    of which Kernel.run before Device.run", us(statistics.median(r["host"])), "", ""))
+    f = first_launch(n // 2)
+    rows.append(("first launch of a new shape, 1 program (no target)", us(statistics.median(f["whole"])), "",
+                 f"numpy add of the same: {us(statistics.median(f['numpy']))}"))
 
     pending = []  # (row, encode median): the Inductor reference is measured last (it imports torch)
     machine = []
