@@ -143,7 +143,7 @@ class Desc:
 
 
 _EXACT_LOG2 = 1 << 40  # below it, floor(log2(x)) in float64 is exactly x.bit_length() - 1 (Desc._unaligned_one)
-_NO_WRAP = 1 << 62  # below it, int64 sums of two such values cannot wrap
+_NO_WRAP = 1 << 62  # below it, no sum or product _unaligned_arrays makes of the values can wrap in int64
 _EXACT_FLOAT = 1 << 53  # below it, integer sums and products are exact in float64 (and in int64)
 
 
