@@ -226,7 +226,7 @@ class SegmentedHeap(np.ndarray):
     """The heap of a ``tl.pointer_type`` dtype: the tensors a launch's pointer tables point into, one after
     another. ``dvm_segments`` is an (n, 2) int64 array of their element ranges ``[start, end)``, sorted;
     ``dvm_names`` says what each one is; ``dvm_sources`` holds (tensor memory as bytes, heap bytes) pairs
-    for copying back. The device checks every access against the segment it falls in (``npu/dma.py``)."""
+    for copying back. The device checks every access against the segment it falls in (``npu/bounds.py``)."""
 
     def __array_finalize__(self, obj):
         self.dvm_segments = getattr(obj, "dvm_segments", None)

@@ -534,9 +534,10 @@ def test_a_one_program_descriptors_unaligned_part_is_the_arrays_double(dims, bas
 @given(st.lists(st.tuples(_STRIDE, _DIM, _DIM), min_size=1, max_size=3), st.integers(-(1 << 20), 1 << 42) | _STRIDE,
        st.integers(0, 1 << 42), st.booleans())
 def test_a_one_program_box_is_checked_as_the_arrays_check_it(dims, base, size, per_program):
-    """dma._box_one (one program, Python numbers) gives the first and last elements dma._box_extremes gives,
+    """bounds._box_one (one program, Python numbers) gives the first and last elements bounds._box_extremes gives,
     and so check_dma's verdict on them (float64 and int64 alike), or leaves the check to it."""
-    from dvmlang.npu.dma import Desc, _box_extremes, _box_one
+    from dvmlang.npu.bounds import _box_extremes, _box_one
+    from dvmlang.npu.dma import Desc
     d = Desc.__new__(Desc)
     d.n = 1
     shape = (1,) if per_program else ()

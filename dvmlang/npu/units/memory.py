@@ -10,9 +10,9 @@ import numpy as np
 
 from ...vm import isa
 from ...vm.decode import sop_parts
+from ..bounds import check_elements
 from ..convert import lift
-from ..dma import (Windows, atomic, check_elements, compute_into, descriptor, dma_read, dma_write,
-                   pending_windows, store_view)
+from ..dma import Windows, atomic, compute_into, descriptor, dma_read, dma_write, pending_windows, store_view
 from ..state import materialise_views, poison_value, prod
 from .registry import builds
 

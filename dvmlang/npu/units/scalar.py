@@ -7,8 +7,9 @@ import numpy as np
 
 from ...errors import DeviceError
 from ...vm import isa
+from ..bounds import check_bounds
 from ..convert import cast, cast_rtz
-from ..dma import check_bounds, store_scalars
+from ..dma import store_scalars
 from ..state import materialise_views
 from .registry import builds
 
