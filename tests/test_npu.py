@@ -499,13 +499,9 @@ _STRIDE = st.sampled_from([0, 1, -1, 2, 3, 7, 64, 1000]) | st.integers(-(1 << 20
     st.integers(-(1 << 61), 1 << 61)
 
 
-@budget(300)
-@given(st.lists(st.tuples(_STRIDE, _DIM, _DIM), min_size=1, max_size=3), _DIM, st.sampled_from([1, 2, 4, 8]),
-       st.sampled_from([32, 64, 128, 256, 512, 1024, 48, 96, 1 << 41]), st.booleans())
-def test_a_one_program_descriptors_unaligned_part_is_the_arrays_double(dims, base, itemsize, align, per_program):
-    """Desc._unaligned_one (one program, Python numbers) gives the double Desc._unaligned_arrays gives, or
-    leaves it to it: any strides (negative, zero, huge), boxes, bases, item sizes and alignments, the fields as
-    0-d arrays and numpy scalars or as one-element arrays (a register per program)."""
+def _one_program_desc(dims, base: int, per_program: bool):
+    """A one-program DMA descriptor with ``dims`` ((stride, one end of the box, the other) per dim) and ``base``,
+    its fields one-element arrays (a register per program) or 0-d arrays and numpy scalars (an immediate)."""
     from dvmlang.npu.dma import Desc
     d = Desc.__new__(Desc)
     d.n = 1
@@ -520,6 +516,17 @@ def test_a_one_program_descriptors_unaligned_part_is_the_arrays_double(dims, bas
     for h, l in zip(d.hi, d.lo):
         count = count * (h - l)
     d.empty = count == 0
+    return d
+
+
+@budget(300)
+@given(st.lists(st.tuples(_STRIDE, _DIM, _DIM), min_size=1, max_size=3), _DIM, st.sampled_from([1, 2, 4, 8]),
+       st.sampled_from([32, 64, 128, 256, 512, 1024, 48, 96, 1 << 41]), st.booleans())
+def test_a_one_program_descriptors_unaligned_part_is_the_arrays_double(dims, base, itemsize, align, per_program):
+    """Desc._unaligned_one (one program, Python numbers) gives the double Desc._unaligned_arrays gives, or
+    leaves it to it: any strides (negative, zero, huge), boxes, bases, item sizes and alignments, the fields as
+    0-d arrays and numpy scalars or as one-element arrays (a register per program)."""
+    d = _one_program_desc(dims, base, per_program)
     with np.errstate(all="ignore"):
         want = np.asarray(d._unaligned_arrays(itemsize, align)).reshape(-1)[0].item()
         got = d._unaligned_one(itemsize, align)
@@ -537,16 +544,7 @@ def test_a_one_program_box_is_checked_as_the_arrays_check_it(dims, base, size, p
     """bounds._box_one (one program, Python numbers) gives the first and last elements bounds._box_extremes gives,
     and so check_dma's verdict on them (float64 and int64 alike), or leaves the check to it."""
     from dvmlang.npu.bounds import _box_extremes, _box_one
-    from dvmlang.npu.dma import Desc
-    d = Desc.__new__(Desc)
-    d.n = 1
-    shape = (1,) if per_program else ()
-    d.base = np.full(shape, base, np.int64)
-    d.strides = [np.full(shape, s_, np.int64) for s_, _, _ in dims]
-    d.lo = [np.full(shape, min(a, b), np.int64) for _, a, b in dims]
-    d.hi = [np.full(shape, max(a, b), np.int64) for _, a, b in dims]
-    if not per_program:
-        d.lo, d.hi = [x[()] for x in d.lo], [x[()] for x in d.hi]
+    d = _one_program_desc(dims, base, per_program)
     box = _box_one(d)
     with np.errstate(all="ignore"):
         lo, hi, flo, fhi = (np.asarray(x).reshape(-1)[0] for x in _box_extremes(d))
