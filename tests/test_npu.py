@@ -513,8 +513,9 @@ def _one_program_desc(dims, base: int, per_program: bool):
     if not per_program:
         d.lo, d.hi = [x[()] for x in d.lo], [x[()] for x in d.hi]  # (numpy scalars, as np.minimum gives them)
     count = np.ones((), np.int64)
-    for h, l in zip(d.hi, d.lo):
-        count = count * (h - l)
+    with np.errstate(all="ignore"):  # (int64, as Desc makes it inside a launch, which ignores the overflow)
+        for h, l in zip(d.hi, d.lo):
+            count = count * (h - l)
     d.empty = count == 0
     return d
 
