@@ -293,7 +293,7 @@ class Kernel(KernelFunction):
                 akeys, kkeys = keys
                 lkey = (grid, id(profile), akeys, kkeys)
                 plan = last.plan
-                if last.key == lkey:
+                if (grid is last.key[0] or _plain_grid(grid)) and last.key == lkey:
                     self.stats.hits += 1
                     return device, build, last.bytecode, {i: (args[at] if at.__class__ is int else kwargs[at])
                                                           for i, at in plan.positions} if want_arrays else None
@@ -381,8 +381,8 @@ class Kernel(KernelFunction):
             bound = None
             if last is not None:
                 key, build, profile = last.key, last.build, device.profile
-                if key[0] == grid and key[1] == id(profile) and build.profile is profile and \
-                        (not build.global_reads or build.still_valid()):
+                if (grid is key[0] or (_plain_grid(grid) and key[0] == grid)) and key[1] == id(profile) and \
+                        build.profile is profile and (not build.global_reads or build.still_valid()):
                     bound = last.plan.relaunch(args, kwargs, key)
             if bound:  # (None: another key; False: a read-only array the kernel stores to, which _prepared reports)
                 flat, own = bound
@@ -502,6 +502,14 @@ class _Plan:
         plan.bind = make_binder(ckey[1], src.constexpr_mask, ckey[2], src.constexpr_params)
         plan.relaunch = make_binder(ckey[1], src.constexpr_mask, ckey[2], src.constexpr_params, plan.checks)
         return plan
+
+
+def _plain_grid(grid) -> bool:
+    """Whether ``grid`` is an int or a tuple of ints, Python's own: a grid a launch key can compare as it is. A
+    bool, a float or a numpy value can compare equal to a valid grid (``(2,) == (2.0,)``, ``(2,) ==
+    (np.array([2]),)``) and still be an error, and an array's ``==`` is not even a bool."""
+    c = grid.__class__
+    return c is int or (c is tuple and all([g.__class__ is int for g in grid]))
 
 
 def _grid3(kname, grid):

@@ -397,3 +397,29 @@ def test_block_pointer_over_a_transposed_tensor():
     out = torch.zeros(5, 6)
     block_ptr_add1[(1,)](x, out, 5, 6, x.stride(0), x.stride(1), BM=8, BN=8)
     assert torch.equal(out, x + 1)
+
+
+_BAD_GRIDS = [((2,), (2.0,)), ((1,), (True,)), ((2,), 2.0), ((2,), np.array([2])), ((2,), np.array([2, 1])),
+              ((2,), (np.array([2]),)), ((2,), (np.array([2, 1]),))]
+
+
+@pytest.mark.parametrize("how", ["launch", "encode"])
+@pytest.mark.parametrize("first, bad", _BAD_GRIDS)
+def test_a_grid_refused_on_its_own_is_refused_after_a_launch_with_an_equal_grid(first, bad, how):
+    """A relaunch takes the previous launch's instance when its grid equals the previous one's, but a float, a
+    bool or an array can equal a valid grid and still be an error: refused as on a kernel's first launch, the
+    same LaunchError, not run with the previous grid and not a bare ValueError from an array's ==."""
+    from sample_kernels import add
+    x, o = np.ones(32, np.float32), np.empty(32, np.float32)
+
+    def refusal(k):
+        with pytest.raises(dvmlang.LaunchError) as info:
+            if how == "launch":
+                k[bad](x, x, o, 32, BLOCK=16)
+            else:
+                k.encode(bad, x, x, o, 32, BLOCK=16)
+        return str(info.value)
+    alone = refusal(dvmlang.kernel(add.fn))
+    k = dvmlang.kernel(add.fn)
+    k[first](x, x, o, 32, BLOCK=16)
+    assert refusal(k) == alone
