@@ -48,8 +48,7 @@ class Launch:
         self.arrays = arrays
         self.alias = alias
         self.executed = 0  # instructions run so far, every batch together: what the watchdog counts
-        made = bc.__dict__.get("_imm_reader")  # (_imm_reader's own test, inline)
-        self.imm = made[1] if made is not None and made[0] is bc.code else _imm_reader(bc)
+        self.imm = _imm_reader(bc)
         if rates is None:
             self.rates = Rates(self.profile, arrays, alias, 0, constants=self.rate_constants)
             self.prints: list = []  # (pid, sequence, prefix, value, hex, numpy dtype): see add_prints

@@ -248,15 +248,13 @@ class Batch:
         b.pids, b.n, b.scalar, b.coords = FIRST_PID, 1, True, _FIRST_COORDS
         b.mem = defaultdict(dict)
         b.flags = {}
-        regs, b.count, b.print_seq, b.last_bytes, b.bytes_read, b.bytes_written, b.t_issue, b.done, b.port_free, \
-            free, first, busy = state
-        b.regs, b.pipe_free, b.pipe_first, b.pipe_busy = list(regs), list(free), list(first), list(busy)
-        return b
+        b.regs, b.pipe_free, b.pipe_first = [], [], []
+        return b.resume(state)
 
     def resume(self, state: tuple) -> "Batch":
-        """This batch, of program 0 alone and parked after a launch (``park``), put in ``state`` in place: what
-        ``resumed`` makes, without making a batch, its memory and its lists, but for ``pipe_busy``, which the
-        finished launch's record holds (``Device._one``)."""
+        """This batch, of program 0 alone (made by ``resumed``, or parked after a launch: ``park``), put in
+        ``state`` in place, its lists filled but for ``pipe_busy``, a new one (a finished launch's record holds
+        the old one: ``Device._one``)."""
         regs, self.count, self.print_seq, self.last_bytes, self.bytes_read, self.bytes_written, self.t_issue, \
             self.done, self.port_free, free, first, busy = state
         self.regs[:] = regs

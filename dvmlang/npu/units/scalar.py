@@ -22,7 +22,7 @@ def _op(m, d, fn, kind="op", **kw):
 def _pure(m, d, fn):
     """``_op`` of a step that only sets a register from registers, immediates, the program's coordinates and
     the instance's fixed facts (its grid and parameter table): ``Step.pure``, see ``Machine.prefix``."""
-    return m.step(d, fn, m.formula(d)(), pure=True)
+    return _op(m, d, fn, pure=True)
 
 
 def _nothing(b, L):
