@@ -293,7 +293,9 @@ class Kernel(KernelFunction):
                 akeys, kkeys = keys
                 lkey = (grid, id(profile), akeys, kkeys)
                 plan = last.plan
-                if (grid is last.key[0] or _plain_grid(grid)) and last.key == lkey:
+                lk = last.key  # (the arguments first: a grid's == is safe only once _plain_grid says so)
+                if lk[2] == akeys and lk[3] == kkeys and lk[1] == lkey[1] and \
+                        (grid is lk[0] or (_plain_grid(grid) and grid == lk[0])):
                     self.stats.hits += 1
                     return device, build, last.bytecode, {i: (args[at] if at.__class__ is int else kwargs[at])
                                                           for i, at in plan.positions} if want_arrays else None
@@ -411,13 +413,15 @@ class Kernel(KernelFunction):
         except DvmError as err:
             raise for_user(err)  # about the code that called here; DVMLANG_TRACEBACK=1 shows dvmlang's frames
 
-    @user_frames
     def encode(self, grid, *args, device=None, **kwargs):
-        """The ``Bytecode`` of one launch instance, without running it."""
-        if kwargs:
-            kwargs = split_launch_options(self.__name__, (self._source or self.source).params, kwargs)
-        _, _, bc, _ = self._prepare(grid, args, kwargs, device, want_arrays=False)
-        return bc
+        """The ``Bytecode`` of one launch instance, without running it. (Its errors reach the caller as
+        ``user_frames`` makes them, inlined as in ``_launch``: what a new shape costs is this call.)"""
+        try:
+            if kwargs:
+                kwargs = split_launch_options(self.__name__, (self._source or self.source).params, kwargs)
+            return self._prepare(grid, args, kwargs, device, want_arrays=False)[2]
+        except DvmError as err:
+            raise for_user(err)  # about the code that called here; DVMLANG_TRACEBACK=1 shows dvmlang's frames
 
     @user_frames
     def warmup(self, *args, grid, device=None, **kwargs):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import dvmlang
+import dvmlang.language as dl
 from dvmlang.vm import container as C
 from dvmlang.vm import isa
 from dvmlang.vm.bytecode import _parse, _serialise
@@ -110,6 +111,41 @@ def test_encode_and_encode_values_write_the_same_bytes():
     assert enc.encode(bc.params, scalars, (5, 1, 1)).to_bytes() == bc.to_bytes()
     # the patcher's addresses and immediates are what rebinding (gm_addresses, scalar_bits) writes
     assert bc.rebind(bc.params, scalars).code == bc.code
+
+
+@dvmlang.kernel
+def _scaled(x_ptr, y_ptr, s, n, B: dl.constexpr):
+    offs = dl.arange(0, B)
+    m = offs < n
+    dl.store(y_ptr + offs, dl.load(x_ptr + offs, mask=m) * s, mask=m)
+
+
+@pytest.mark.parametrize("s", [1e-5, -0.0, 0.0, 2.5, float("inf"), float("-inf"), float("nan"), 3.4028235e38,
+                               3.4028235677973366e38, 1e39, -1e300, 1e-46, -1e-46])
+def test_a_float_scalar_is_patched_as_scalar_bits_writes_it_and_computes_as_numpy(s):
+    """The launch path's patcher writes a float32 immediate in line (``_patcher``); beyond float32 it rounds to
+    infinity as numpy does, the same bits as ``scalar_bits`` (which ``rebind`` and ``encode`` write)."""
+    x = np.arange(1, 17, dtype=np.float32)
+    y = np.zeros(16, np.float32)
+    bc = _scaled.encode((1,), x, y, s, 16, B=16)
+    assert bc.rebind(bc.params, {2: s, 3: 16}).code == bc.code
+    _scaled[(1,)](x, y, s, 16, B=16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(y, x * np.array(s).astype(np.float32))
+
+
+def test_an_encoded_instance_makes_its_kernel_record_when_first_read():
+    """``Encoder._instance`` leaves ``kernels`` to ``Bytecode.__getattr__``: made once, with the instance's grid,
+    shared by the instances of that grid; any other missing attribute is an ``AttributeError``."""
+    x = np.zeros(16, np.float32)
+    a, b = (_scaled.encode((3,), x, x, s, 16, B=16) for s in (1.0, 2.0))
+    c = _scaled.encode((2, 5), x, x, 2.0, 16, B=16)
+    assert a is not b and "kernels" not in vars(a)
+    assert a.kernels is a.kernels and a.kernels[0] is b.kernels[0] and a.grid == (3, 1, 1)
+    assert c.kernels[0].grid == (2, 5, 1) and c.kernels[0].code_words == len(c.code)
+    assert dvmlang.Bytecode.from_bytes(c.to_bytes()).kernels == c.kernels
+    with pytest.raises(AttributeError, match="no_such_field"):
+        a.no_such_field  # noqa: B018
 
 
 def test_equality_sees_every_field():

@@ -38,9 +38,9 @@ def _dvmlang_frames(err: BaseException) -> list[str]:
 
 def _only_entry_frames(err: BaseException) -> bool:
     """Whether the one dvmlang frame left is an entry point's ``raise`` (``user_frames``, or a launch's
-    ``kernel[grid](...)``, which inlines it), the line that says how to see the rest."""
+    ``kernel[grid](...)`` or ``kernel.encode``, which inline it), the line that says how to see the rest."""
     frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename.startswith(PACKAGE)]
-    return len(frames) <= 1 and all("DVMLANG_TRACEBACK=1" in f.line and f.name in ("entry", "_launch")
+    return len(frames) <= 1 and all("DVMLANG_TRACEBACK=1" in f.line and f.name in ("entry", "_launch", "encode")
                                     for f in frames)
 
 

@@ -87,10 +87,13 @@ def _patcher(scalar_slots, tensor_patches, ranks):
     MOVI immediate; each tensor's address, tensors placed one after another as ``gm_span`` says, from the
     shapes in ``keys``) written into ``code``, as straight-line code generated once per build: what
     ``Encoder.encode_values`` does for a new shape."""
-    env: dict = {}
+    env: dict = {"f32": _F32.pack, "u32": _U32.unpack, "bits_f32": _bits_f32}
     lines = ["def patch(code, values, keys):"]
     for w, p, d in scalar_slots:
-        if d.is_float:
+        if d is dt.float32:  # _bits_f32, written out
+            lines += ["    try:", f"        code[{w}] = u32(f32(values[{p}]))[0]", "    except OverflowError:",
+                      f"        code[{w}] = bits_f32(values[{p}])"]
+        elif d.is_float:
             env[f"bits{w}"] = _CONVERTERS[d]
             lines.append(f"    code[{w}] = bits{w}(values[{p}])")
         else:  # _bits_converter's integer case, written out
@@ -142,8 +145,7 @@ class Bytecode:
         """The parameter table: one ``ParamInfo`` per kernel parameter, with this instance's shapes."""
         p = self._params
         if p is None:  # an encoder instance: make the records from the launch keys it kept
-            encoder, keys = self._param_rows
-            p = self._params = encoder.param_infos(keys)
+            p = self._params = self._encoder.param_infos(self._table)
         return p
 
     @params.setter
@@ -157,6 +159,14 @@ class Bytecode:
     @property
     def grid(self) -> tuple[int, int, int]:
         return self.kernels[0].grid
+
+    def __getattr__(self, name):
+        # an encoder's instance (``Encoder._instance``) makes its kernel record when it is first read
+        d = self.__dict__
+        if name == "kernels" and "_encoder" in d:
+            k = d["kernels"] = [d["_encoder"].kernel_info(d["_grid"])]
+            return k
+        raise AttributeError(f"'Bytecode' object has no attribute {name!r}")
 
     def __repr__(self) -> str:
         k = self.kernels[0] if self.kernels else None
@@ -179,8 +189,11 @@ class Bytecode:
     def to_bytes(self) -> bytes:
         """The container bytes (serialised once, then cached)."""
         b = self._bytes
-        if b.__class__ is not bytes:
-            b = self._bytes = b.write() if b is not None else _serialise(self)
+        if b is None:
+            d = self.__dict__
+            enc = d.get("_encoder")
+            b = self._bytes = _serialise(self) if enc is None else \
+                enc.container(self._table, d["_grid"], d["_code_bytes"])
         return b
 
     def serialise(self) -> bytes:
@@ -408,12 +421,13 @@ class Encoder:
                                   {s: template.footprint.get(s, 0) for s in C.SPACES}, template.double_buffer,
                                   template.kind == "mix")
         self._little = sys.byteorder == "little"
-        self._infos: dict = {}  # grid -> KernelInfo (_instance)
+        self._infos: dict = {}  # grid -> KernelInfo (kernel_info)
         proto = Bytecode(major=C.VERSION_MAJOR, minor=C.VERSION_MINOR, flags=self.flags, target=target,
                          strings=strings, params=[], layouts=self.layouts, kernels=[], code=array("Q"),
                          relocs=self.relocs, debug=self.debug)
         proto.template_key = next(_TEMPLATE_KEYS)  # unique for the process, unlike id() of a freed encoder
         self._shared = dict(proto.__dict__)  # the fields every instance of this build has in common
+        del self._shared["kernels"]  # (an instance's own, made when first read: Bytecode.__getattr__)
         placeholder = [ParamInfo(p.kind, p.name, p.dtype, p.rank, (1,) * p.rank if p.kind == "tensor" else (),
                                  (1,) * p.rank if p.kind == "tensor" else ()) for p in params]
         scalars = {i: 0 for i, p in enumerate(params) if p.kind == "scalar"}
@@ -444,7 +458,7 @@ class Encoder:
         if keys is None:
             keys = tuple([(v.dtype, v.shape, v.strides) if isinstance(v, np.ndarray) else None for v in values])
         self._patch(code, values, keys)
-        return self._instance(code, keys, (self, keys), grid)  # ParamInfo records: made on first use too
+        return self._instance(code, keys, None, grid)  # ParamInfo records: made on first use too
 
     def table(self, keys) -> list[bytes]:
         """The parameter table of an ``encode_values`` instance from its tensors' keys, as parts to join: each
@@ -474,57 +488,47 @@ class Encoder:
             p[i] = ParamInfo("tensor", name, dtype, len(shape), shape, tuple([x // itemsize for x in byte_strides]))
         return p
 
-    def _instance(self, code, parts, params, grid) -> Bytecode:
-        """The ``Bytecode`` of patched ``code``, the parameter table ``parts`` (a list of bytes to join, or the
-        tensors' keys it is written from, a tuple: see ``encode_values``) and ``grid``. Its container bytes are
-        written when first asked for (``to_bytes``; a launch never asks), from what this instance was encoded
-        with: the code as it is now, the table and the grid."""
-        k = self._kernel
+    def _instance(self, code, table, params, grid) -> Bytecode:
+        """The ``Bytecode`` of patched ``code``, its parameter table (``table``: a list of bytes to join, or the
+        tensors' keys it is written from, a tuple: see ``encode_values``; ``params``: its ``ParamInfo`` records,
+        or None to make them from the keys when first read) and ``grid``. Its container bytes are written when
+        first asked for (``to_bytes``; a launch never asks), from what this instance was encoded with: the code
+        as it is now (a copy of its bytes), the table and the grid; its kernel record when first read."""
         # every instance shares the build's fields: one dict update instead of Bytecode.__init__
         bc = Bytecode.__new__(Bytecode)
         fields = bc.__dict__
         fields.update(self._shared)
-        if params.__class__ is list:
-            fields["_params"] = params
-        else:
-            fields["_params"] = None
-            fields["_param_rows"] = params
-        infos = self._infos
-        info = infos.get(grid)
-        if info is None:  # the kernel record of a grid, shared by the instances launched with it (never changed)
-            if len(infos) >= 64:  # the oldest goes, one at a time: no pause to clear them all, and a stream of
-                del infos[next(iter(infos))]  # new grids frees a record per record made (no garbage to collect)
-            info = infos[grid] = KernelInfo(k.name, grid, 0, k.code_words, k.reg_types, k.footprint,
-                                            k.double_buffer, k.mix)
-        fields["kernels"] = [info]
+        fields["_params"] = params
+        fields["_table"] = table
+        fields["_encoder"] = self
+        fields["_grid"] = grid
         fields["code"] = code
-        fields["_bytes"] = _Pending(self, parts, grid, code.tobytes() if self._little else _swapped(code))
+        fields["_code_bytes"] = code.tobytes() if self._little else _swapped(code)
         fields["decoded"] = self.decoded
         return bc
 
+    def kernel_info(self, grid) -> KernelInfo:
+        """The kernel record of ``grid``, shared by the instances launched with it (never changed)."""
+        infos = self._infos
+        info = infos.get(grid)
+        if info is None:
+            if len(infos) >= 64:  # the oldest goes, one at a time: no pause to clear them all, and a stream of
+                del infos[next(iter(infos))]  # new grids frees a record per record made (no garbage to collect)
+            k = self._kernel
+            info = infos[grid] = KernelInfo(k.name, grid, 0, k.code_words, k.reg_types, k.footprint,
+                                            k.double_buffer, k.mix)
+        return info
+
     def container(self, parts, grid, code_bytes) -> bytes:
         """The container bytes of one instance (``_instance``)."""
+        if parts.__class__ is not list:  # the tensors' keys (``encode_values``): the table is written now
+            parts = self.table(parts)
         ptab = b"".join(parts)
         uleb = C.uleb
         ksec = self._kernel_head + uleb(grid[0]) + uleb(grid[1]) + uleb(grid[2]) + self._kernel_tail
         mid = b"".join((b"\x03", uleb(len(ptab)), ptab, self._mid, uleb(len(ksec)), ksec, self._code_hdr))
         crc = zlib.crc32(self._post, zlib.crc32(code_bytes, zlib.crc32(mid, self._pre_crc)))
         return b"".join((self._head_pre, mid, code_bytes, self._post, self._checksum_hdr, _U32.pack(crc)))
-
-
-class _Pending:
-    """The container bytes of an encoded instance, not yet written (``Encoder._instance``)."""
-
-    __slots__ = ("encoder", "parts", "grid", "code_bytes")
-
-    def __init__(self, encoder, parts, grid, code_bytes):
-        self.encoder, self.parts, self.grid, self.code_bytes = encoder, parts, grid, code_bytes
-
-    def write(self) -> bytes:
-        parts = self.parts
-        if parts.__class__ is not list:  # the tensors' keys (``Encoder.encode_values``): the table is written now
-            parts = self.encoder.table(parts)
-        return self.encoder.container(parts, self.grid, self.code_bytes)
 
 
 # value -> its unsigned / signed LEB128 bytes: dimensions and strides recur
