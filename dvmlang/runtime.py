@@ -373,12 +373,12 @@ class Kernel(KernelFunction):
         """``kernel[grid](*args, ...)`` (and ``run``): bind, find or encode the instance, run it. A dvmlang error
         reaches the caller as ``user_frames`` makes it, inlined: a launch is one call of Python code."""
         try:
-            if kwargs:
-                kwargs = split_launch_options(self.__name__, (self._source or self.source).params, kwargs)
             if device is None:
                 device = _default_device()
             # A relaunch with the key of the previous launch (grid, profile, per-argument launch keys) reuses its
             # bytecode outright, its arguments checked and bound as ``_prepared`` would (``_Plan.relaunch``).
+            # (Its keywords are the plan's parameters, by count and name: a launch option among them, not a
+            # parameter, is another key; so the options are split off only on the way to ``_prepared``.)
             last = self._last
             bound = None
             if last is not None:
@@ -395,6 +395,8 @@ class Kernel(KernelFunction):
                 bc = last.bytecode
                 self.stats.hits += 1
             else:
+                if kwargs:
+                    kwargs = split_launch_options(self.__name__, (self._source or self.source).params, kwargs)
                 try:
                     device, bc, flat, alias = self._prepared(grid, args, kwargs, device, launching=True)
                 except _EmptyGrid:

@@ -640,8 +640,12 @@ def test_a_launch_record_made_by_of_is_the_one_the_constructor_makes():
         LaunchRecord.base(prints=[])  # a list in a shared base would be every record's
     x = np.ones(16, np.float32)
     rec = add[(1,)](x, x, np.empty(16, np.float32), 16, BLOCK=16, device=Device())
+    assert rec.bytecode is not None and rec.bytes_read == 128  # (the first read makes the "_raw" figures fields)
     own = set(vars(rec)) - {"_shared", "_busy"}
     assert own | set(vars(rec)["_shared"]) <= set(names)  # no field misspelt by a launch
+    rec = add[(1,)](x, x, np.empty(16, np.float32), 16, BLOCK=16, device=Device())
+    rec.bytes_read = 5
+    assert rec.bytes_written == 64 and rec.bytes_read == 5  # a field set before the first read stays
     assert dataclasses.replace(rec) == rec and rec.time_us == rec.cycles / rec.profile.clock_hz * 1e6
 
 

@@ -99,9 +99,10 @@ class LaunchRecord:
         """The record with the fields of ``base`` (a dict from ``LaunchRecord.base``, shared, not copied) and
         ``values`` (taken as the record's own dict), without the generated ``__init__``'s work per field: a
         launch makes one record per kernel, and a 31-field ``__init__`` is a few us. A field ``values`` does
-        not hold is read from ``base``, or made when first read (``__getattr__``): ``time_us`` from the cycles,
-        ``pipe_busy`` from ``values["_busy"]`` (each pipe's busy cycles, in pipe order), and ``prints``,
-        ``diagnostics``, ``members`` and ``stages`` empty lists."""
+        not hold is read from ``base``, or made when first read (``__getattr__``): the fields of ``_RAW`` from
+        the tuple ``values["_raw"]`` (all of them at the first read of one; a launch seldom reads any),
+        ``time_us`` from the cycles, ``pipe_busy`` from ``_busy`` (each pipe's busy cycles, in pipe order),
+        and ``prints``, ``diagnostics``, ``members`` and ``stages`` empty lists."""
         values["_shared"] = base
         rec = cls.__new__(cls)
         rec.__dict__ = values
@@ -110,6 +111,14 @@ class LaunchRecord:
     def __getattr__(self, name):
         # only for what the record's own dict lacks (the class keeps no field defaults: see below the class)
         d = self.__dict__
+        raw = d.get("_raw")
+        if raw is not None:  # a launch's figures as Device._finish left them, made fields (one set earlier stays)
+            del d["_raw"]
+            for field_name, v in zip(_RAW, raw):
+                if field_name not in d:
+                    d[field_name] = v
+            if name in d:
+                return d[name]
         shared = d.get("_shared")
         if shared is not None:
             if name in shared:
@@ -132,10 +141,13 @@ class LaunchRecord:
 
 # A record made by LaunchRecord.of reads a field its own dict lacks from its base, or makes it (_LATER) when first
 # read: for that, the class keeps no default of a field (a dataclass's __init__ keeps its own).
+# what Device._finish leaves in a record's "_raw" tuple, in order ("_busy": pipe_busy's source)
+_RAW = ("bytes_read", "bytes_written", "_busy", "bytecode", "instructions", "hbm_stretch", "hbm_bytes", "l2_hit_bytes",
+        "writeback_bytes", "unaligned_cycles")
 _RECORD_DEFAULTS = {f.name: f.default for f in fields(LaunchRecord) if f.default is not MISSING}
 _LATER = {
     "time_us": lambda r: r.cycles / r.profile.clock_hz * 1e6 if r.profile is not None else 0.0,
-    "pipe_busy": lambda r: _pipe_busy(r.__dict__["_busy"]) if "_busy" in r.__dict__ else {},
+    "pipe_busy": lambda r: _pipe_busy(r.__dict__["_busy"]) if "_busy" in r.__dict__ else {},  # (after _raw)
     "prints": lambda r: [], "diagnostics": lambda r: [], "members": lambda r: [], "stages": lambda r: [],
 }
 assert {f.name for f in fields(LaunchRecord) if f.default_factory is not MISSING} < _LATER.keys()
@@ -333,9 +345,8 @@ class Device:
         hbm, hits, writeback = self.l2.settle(L.arrays, L.alias, rates)
         body, stretch = roofline(body, hbm, prof, base.share)
         cycles = int(round(base.overhead + body))
-        values = {"cycles": cycles, "bytes_read": int(bytes_r), "bytes_written": int(bytes_w), "_busy": busy,
-                  "bytecode": L.bc, "instructions": instrs, "hbm_stretch": stretch, "hbm_bytes": hbm,
-                  "l2_hit_bytes": hits, "writeback_bytes": writeback, "unaligned_cycles": rates.unaligned_cycles}
+        values = {"cycles": cycles, "_raw": (int(bytes_r), int(bytes_w), busy, L.bc, instrs, stretch, hbm, hits,
+                                             writeback, rates.unaligned_cycles)}  # (_RAW's order)
         if L.prints_seen:
             values["prints"] = prints = L.print_lines()
             for line in prints:

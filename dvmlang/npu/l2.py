@@ -109,12 +109,10 @@ class L2Cache:
         """``settle`` when every array is one alias group, known, fits L2 and has its whole tensor in L2 already:
         then every read hits, writes stay in L2 and no line grows (so none is evicted); what changes is which
         lines are most recently used and how many of their bytes are dirty. None (nothing changed) otherwise."""
-        ids = tuple(map(id, arrays.values()))
-        sets = self._sets
-        s = sets.get(ids)
-        limit = rates.l2_bytes
-        if s is None or s.alias is not alias or s.version != self._version or s.limit != limit:
-            s = self._whole(arrays, alias, limit, ids)
+        ids = (*map(id, arrays.values()),)
+        s = self._sets.get(ids)
+        if s is None or s.alias is not alias or s.version != self._version or s.limit != rates.l2_bytes:
+            s = self._whole(arrays, alias, rates.l2_bytes, ids)
             if s is None:
                 return None
         group_reads, group_writes = rates.group_reads, rates.group_writes
@@ -174,7 +172,12 @@ class L2Cache:
         does not fit is read from HBM every time. Writes stay in L2 when the profile keeps L2 across launches
         (``rates.keep_writes``) and the group fits, else they cross HBM. When it keeps L2, what the launch read
         and wrote is then the most recently used (writes dirty), in the order of ``arrays``, a group once."""
-        limit, sizes = rates.l2_bytes, rates.group_bytes
+        sizes = rates.group_bytes
+        if len(sizes) == len(arrays) and rates.keep_writes:  # every group one array: perhaps a relaunch on tensors
+            steady = self._steady(arrays, alias, rates)  # L2 holds whole
+            if steady is not None:
+                return steady
+        limit = rates.l2_bytes
         group_reads, group_writes = rates.group_reads, rates.group_writes
         hbm = hits = back = 0.0
         if not rates.keep_writes:
@@ -191,10 +194,6 @@ class L2Cache:
                 hbm += written
             return hbm, hits, 0.0
         known = self._known
-        if len(sizes) == len(arrays):  # every group one array: perhaps a relaunch on tensors L2 holds whole
-            steady = self._steady(arrays, alias, rates)
-            if steady is not None:
-                return steady
         resident = rates.resident = {}
         todo = []
         for q, a in arrays.items():  # what each group had in L2 before the launch (two groups may share a line)
