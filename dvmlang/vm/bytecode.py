@@ -426,8 +426,10 @@ class Encoder:
                          strings=strings, params=[], layouts=self.layouts, kernels=[], code=array("Q"),
                          relocs=self.relocs, debug=self.debug)
         proto.template_key = next(_TEMPLATE_KEYS)  # unique for the process, unlike id() of a freed encoder
-        self._shared = dict(proto.__dict__)  # the fields every instance of this build has in common
-        del self._shared["kernels"]  # (an instance's own, made when first read: Bytecode.__getattr__)
+        # the fields every instance of this build has in common, and a place for each of an instance's own (an
+        # instance's dict is a copy: no insertion, no resizing), but its kernel record's (Bytecode.__getattr__)
+        self._shared = dict(proto.__dict__, _encoder=self, _table=None, _grid=None, _code_bytes=None, encode_s=0.0)
+        del self._shared["kernels"]
         placeholder = [ParamInfo(p.kind, p.name, p.dtype, p.rank, (1,) * p.rank if p.kind == "tensor" else (),
                                  (1,) * p.rank if p.kind == "tensor" else ()) for p in params]
         scalars = {i: 0 for i, p in enumerate(params) if p.kind == "scalar"}
@@ -494,13 +496,11 @@ class Encoder:
         or None to make them from the keys when first read) and ``grid``. Its container bytes are written when
         first asked for (``to_bytes``; a launch never asks), from what this instance was encoded with: the code
         as it is now (a copy of its bytes), the table and the grid; its kernel record when first read."""
-        # every instance shares the build's fields: one dict update instead of Bytecode.__init__
+        # every instance shares the build's fields: a copy of a dict instead of Bytecode.__init__
         bc = Bytecode.__new__(Bytecode)
-        fields = bc.__dict__
-        fields.update(self._shared)
+        bc.__dict__ = fields = self._shared.copy()
         fields["_params"] = params
         fields["_table"] = table
-        fields["_encoder"] = self
         fields["_grid"] = grid
         fields["code"] = code
         fields["_code_bytes"] = code.tobytes() if self._little else _swapped(code)
