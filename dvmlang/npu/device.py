@@ -139,11 +139,11 @@ class LaunchRecord:
         return d
 
 
-# A record made by LaunchRecord.of reads a field its own dict lacks from its base, or makes it (_LATER) when first
-# read: for that, the class keeps no default of a field (a dataclass's __init__ keeps its own).
-# what Device._finish leaves in a record's "_raw" tuple, in order ("_busy": pipe_busy's source)
+# What Device._finish leaves in a record's "_raw" tuple, in order ("_busy": pipe_busy's source).
 _RAW = ("bytes_read", "bytes_written", "_busy", "bytecode", "instructions", "hbm_stretch", "hbm_bytes", "l2_hit_bytes",
         "writeback_bytes", "unaligned_cycles")
+# A record made by LaunchRecord.of reads a field its own dict lacks from its base, or makes it (_LATER) when first
+# read: for that, the class keeps no default of a field (a dataclass's __init__ keeps its own).
 _RECORD_DEFAULTS = {f.name: f.default for f in fields(LaunchRecord) if f.default is not MISSING}
 _LATER = {
     "time_us": lambda r: r.cycles / r.profile.clock_hz * 1e6 if r.profile is not None else 0.0,
