@@ -7,7 +7,9 @@ in the same run, medians over repeated samples.
                 overhead is the plain call's median less that time's median: everything but the simulated
                 work (bind + lookup in ``Kernel.run``, ``Device.run``'s own part), and none of the
                 instrumentation's wrappers, which make the instrumented call about 4 us longer (its own
-                whole-minus-simulation is shown too). Reference: numpy adding the same 16 elements.
+                whole-minus-simulation is shown too). Two parts of it are shown, from the instrumented call:
+                what ``Kernel.run`` takes before ``Device.run``, and the L2 model's settling after the launch
+                (``L2Cache.settle``). Reference: numpy adding the same 16 elements.
 * first launch  ``add[(1,)](x, y, out, m, BLOCK=2048)`` with a new ``m`` each time (a new instance: no target in
                 the issue; what a model whose shapes keep changing pays per kernel). Reference: numpy's add.
 * encode        ``kernel.encode(grid, *args)`` for a shape never seen before (no rebuild; the container bytes
@@ -92,8 +94,17 @@ def relaunch(n: int) -> dict:
             o[:] = 0
             vector_add.add[(1,)](x, y, o, 16, BLOCK=16, device=d)
             np.testing.assert_array_equal(o, x + y)
-    whole, host, overhead, spent = EL.Samples(), EL.Samples(), EL.Samples(), EL.Samples()
+    whole, host, overhead, spent, settled = EL.Samples(), EL.Samples(), EL.Samples(), EL.Samples(), EL.Samples()
     hits = vector_add.add.cache_info().hits
+    settle, in_settle = dev.l2.settle, [0.0]
+
+    def timed_settle(*a):  # (the instrumented device's L2 model after each launch: a part of the overhead)
+        t0 = time.perf_counter()
+        try:
+            return settle(*a)
+        finally:
+            in_settle[0] = time.perf_counter() - t0
+    dev.l2.settle = timed_settle
     gc.collect()
     clock = EL.SimulationClock()
     for i in range(n):
@@ -113,6 +124,7 @@ def relaunch(n: int) -> dict:
         host.add(total - dev.last_run, n0)
         overhead.add(total - clock.spent, n0)
         spent.add(clock.spent, n0)
+        settled.add(in_settle[0], n0)
     assert vector_add.add.cache_info().hits - hits == 2 * n, "a relaunch missed the instance cache"
     x, y, o = sets[0]
     ref = EL.Samples()
@@ -121,7 +133,7 @@ def relaunch(n: int) -> dict:
         t0 = time.perf_counter()
         np.add(x, y, out=o)
         ref.add(time.perf_counter() - t0, n0)
-    return {"whole": whole, "host": host, "overhead": overhead, "spent": spent, "numpy": ref}
+    return {"whole": whole, "host": host, "overhead": overhead, "spent": spent, "settle": settled, "numpy": ref}
 
 
 def first_launch(n: int) -> dict:
@@ -385,6 +397,7 @@ def main(argv=None) -> int:
                  "inside the instrumented call)", "<= 20 us",
                  f"simulated work: {us(statistics.median(r['spent']))}"))
     rows.append(("    of which Kernel.run before Device.run", us(statistics.median(r["host"])), "", ""))
+    rows.append(("    of which the L2 model after the launch", us(statistics.median(r["settle"])), "", ""))
     f = first_launch(n // 2)
     rows.append(("first launch of a new shape, 1 program (no target)", us(statistics.median(f["whole"])), "",
                  f"numpy add of the same: {us(statistics.median(f['numpy']))}"))
