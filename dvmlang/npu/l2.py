@@ -59,7 +59,7 @@ class L2Cache:
         root = a
         while isinstance(root.base, np.ndarray):
             root = root.base
-        off = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        off = 0 if root is a else a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
         key = (id(root), off, a.nbytes)
         known = self._known
         if len(known) >= 4096:
