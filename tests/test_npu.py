@@ -551,6 +551,73 @@ def test_a_one_program_box_is_checked_as_the_arrays_check_it(dims, base, size, p
     assert (box[0] < 0 or box[1] >= size) == bool((lo < 0) | (hi >= size) | (flo < 0) | (fhi >= size))
 
 
+_INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
+
+
+@st.composite
+def _field_value(draw):
+    """A DMA field's value as a step may read it: a Python int (an immediate), or a register's integer as a numpy
+    scalar or 0-d array of any integer dtype; now and then a value of another type or one beyond int64."""
+    v = draw(st.integers(-70, 70) | st.integers(-(1 << 41), 1 << 41) | st.integers(-(1 << 63), (1 << 64) - 1) |
+             st.sampled_from([(1 << 40) - 1, 1 << 40, -(1 << 40), (1 << 63) + 5, (1 << 64) - 1]))
+    kind = draw(st.sampled_from(["int", "scalar", "0-d", "other"]))
+    if kind == "int":
+        return min(v, (1 << 63) - 1)
+    dtype = np.dtype(draw(st.sampled_from(_INT_DTYPES)))
+    info = np.iinfo(dtype)
+    v = min(max(v, int(info.min)), int(info.max))
+    if kind == "scalar":
+        return dtype.type(v)
+    if kind == "0-d":
+        return np.array(v, dtype=dtype)
+    return draw(st.sampled_from([np.array(2.5, np.float32), np.array(-3.0), np.array(np.nan), np.array(-np.inf),
+                                 np.float64(3.0), True, np.bool_(True), np.array(True), 1 << 64,
+                                 np.array([v], dtype=dtype)]))
+
+
+@budget(300)
+@given(st.lists(st.tuples(_field_value(), _field_value(), _field_value(), st.integers(1, 64)), min_size=0,
+                max_size=3), _field_value())
+def test_a_one_program_descriptor_in_python_numbers_is_the_numpy_one(dims, base):
+    """Desc._one (one program, Python integers) gives every field the value and the type (0-d array, numpy
+    scalar, dtype) Desc's numpy path gives it, or leaves the descriptor to that path (the same exception, if
+    it raises): values of every integer type, huge ones, and values of other types."""
+    from dvmlang.npu.dma import Desc
+
+    class Numpy(Desc):
+        __slots__ = ()
+
+        def _one(self, *args):
+            return False
+
+    class Batch:
+        n = 1
+    fields = (lambda b: base, [lambda b, v=st_: v for st_, _, _, _ in dims], [lambda b, v=lo: v for _, lo, _, _ in dims],
+              [lambda b, v=hi: v for _, _, hi, _ in dims], tuple(d for _, _, _, d in dims))
+    made = []
+    for cls in (Desc, Numpy):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                made.append(cls(Batch(), *fields))
+            except Exception as e:  # noqa: BLE001 - compared below: the same exception from both
+                made.append(type(e))
+    fast, slow = made
+    if isinstance(slow, type):
+        assert fast is slow
+        return
+    for name in ("base", "strides", "lo", "hi", "count", "empty", "bursts"):
+        a, b = getattr(fast, name), getattr(slow, name)
+        pairs = list(zip(a, b)) if isinstance(b, list) else [(a, b)]
+        assert not isinstance(b, list) or len(a) == len(b), name
+        for x, y in pairs:
+            assert type(x) is type(y) and x.dtype == y.dtype and np.shape(x) == np.shape(y), (name, x, y)
+            assert np.array_equal(x, y), (name, x, y)
+    if dims:
+        with np.errstate(all="ignore"):
+            assert fast.figures(4, 512, False) == slow.figures(4, 512, False)
+
+
 @pytest.mark.parametrize("programs", [1, 3])
 def test_launches_keep_none_of_the_callers_arrays(programs):
     """A launch, its relaunches (a one-program one on the batch the launch before it parked) and a grid function

@@ -29,6 +29,8 @@ class Desc:
         self._figures = None
         self._windows = None  # _windows_of's answer, once asked
         self._grid = False  # _grid_of's answer, once asked (False: not yet)
+        if n == 1 and self._one(b, base, strides, los, his, shape):
+            return
         self.base = np.asarray(base(b), dtype=np.int64)
         self.strides = [np.asarray(s(b), dtype=np.int64) for s in strides]
         # (np.clip's values and types, without its Python wrapper's few us per call)
@@ -49,6 +51,51 @@ class Desc:
         else:
             self.bursts = count
 
+    def _one(self, b, base, strides, los, his, shape) -> bool:
+        """The fields of a one-program descriptor worked out in Python integers, with the values and the types
+        ``__init__``'s numpy path gives them (0-d int64 arrays for the base, strides and bursts; int64 scalars
+        for the box and, with a box, the count; a numpy bool for ``empty``), when every field's value is an
+        integer (Python's, a numpy integer or a 0-d integer array) below ``_ONE_LIMIT`` in magnitude: nothing
+        that path computes can then wrap. False, having set nothing, otherwise. (A new shape's first launch
+        makes its descriptors anew, and numpy calls on one-element values cost about 1 us each.)"""
+        vals = [base(b)]
+        for fields in (strides, los, his):
+            for f in fields:
+                vals.append(f(b))
+        for i, x in enumerate(vals):
+            c = x.__class__
+            if c is not int:
+                if c is np.ndarray:  # (a register holds a 0-d array)
+                    if x.ndim or x.dtype.kind not in "iu":
+                        return False
+                elif c not in _INT_SCALARS:
+                    return False
+                vals[i] = x = int(x)
+            if not -_ONE_LIMIT < x < _ONE_LIMIT:
+                return False
+        i64 = np.int64
+        r = len(strides)
+        st = vals[1:1 + r]
+        los, his, count, ext = [], [], 1, 0
+        for lo, hi, d in zip(vals[1 + r:1 + 2 * r], vals[1 + 2 * r:], shape):  # (np.clip's, then hi >= lo)
+            lo = 0 if lo < 0 else (d if lo > d else lo)
+            hi = 0 if hi < 0 else (d if hi > d else hi)
+            if hi < lo:
+                hi = lo
+            los.append(i64(lo))
+            his.append(i64(hi))
+            ext = hi - lo
+            count *= ext
+        self.base = np.array(vals[0], dtype=i64)
+        self.strides = [np.array(x, dtype=i64) for x in st]
+        self.lo, self.hi = los, his
+        self.count = c = i64(count) if los else np.ones((), dtype=i64)
+        self.empty = c == 0
+        if shape:
+            self.bursts = np.array(count // max(ext, 1) if st[-1] == 1 else count, dtype=i64)
+        else:
+            self.bursts = c
+        return True
 
     def figures(self, itemsize: int, align: int, to_l1: bool):
         """(bytes, bursts, unaligned part) each program moves (``to_l1``: bursts along the stored rows,
@@ -140,6 +187,9 @@ class Desc:
         return np.where(self.empty, 0.0, 1.0 - aligned)
 
 
+_ONE_LIMIT = 1 << 40  # Desc._one: below it, no field's value nor anything made of it wraps in int64
+_INT_SCALARS = frozenset({np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.intc,
+                          np.uintc, np.intp, np.uintp, np.longlong, np.ulonglong})
 _EXACT_LOG2 = 1 << 40  # below it, floor(log2(x)) in float64 is exactly x.bit_length() - 1 (Desc._unaligned_one)
 _NO_WRAP = 1 << 62  # below it, no sum or product _unaligned_arrays makes of the values can wrap in int64
 
