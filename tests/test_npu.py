@@ -500,6 +500,7 @@ def _one_program_desc(dims, base: int, per_program: bool):
     from dvmlang.npu.dma import Desc
     d = Desc.__new__(Desc)
     d.n = 1
+    d._ints = None
     shape = (1,) if per_program else ()
     d.base = np.full(shape, base, np.int64)
     d.strides = [np.full(shape, s_, np.int64) for s_, _, _ in dims]
@@ -613,9 +614,23 @@ def test_a_one_program_descriptor_in_python_numbers_is_the_numpy_one(dims, base)
         for x, y in pairs:
             assert type(x) is type(y) and x.dtype == y.dtype and np.shape(x) == np.shape(y), (name, x, y)
             assert np.array_equal(x, y), (name, x, y)
-    if dims:
+    assert slow._ints is None
+    if dims:  # what the descriptor's users ask of it: its figures, and whether and how it is uniform
+        from dvmlang.npu.dma import _uniform_of
         with np.errstate(all="ignore"):
-            assert fast.figures(4, 512, False) == slow.figures(4, 512, False)
+            for itemsize, align, to_l1 in [(4, 512, False), (1, 32, True), (2, 48, False), (8, 1 << 41, True)]:
+                # figures' one-program values: the numpy path's, each a Python number
+                want = [np.asarray(x).reshape(-1)[0].item() for x in (
+                    slow.count * itemsize, slow.unit_stride_bursts() if to_l1 else slow.bursts,
+                    slow._unaligned_arrays(itemsize, align) if slow.strides else 0.0)]
+                for d in (fast, slow):
+                    got = d.figures(itemsize, align, to_l1)
+                    assert list(got) == want and [type(x) for x in got] == [type(x) for x in want], (got, want)
+                    d._figures = d._unaligned = None  # (asked afresh)
+        u, v = _uniform_of(fast, 1), _uniform_of(slow, 1)
+        assert (u is None) == (v is None)
+        if u is not None:
+            assert [getattr(u, k) for k in u.__slots__] == [getattr(v, k) for k in v.__slots__]
 
 
 @pytest.mark.parametrize("programs", [1, 3])

@@ -18,7 +18,7 @@ class Desc:
     """A DMA descriptor evaluated for a batch: per-program base, strides and box."""
 
     __slots__ = ("base", "strides", "lo", "hi", "count", "bursts", "n", "empty", "checked", "_uniform", "_unaligned",
-                 "_figures", "_windows", "_grid")
+                 "_figures", "_windows", "_grid", "_ints")
 
     def __init__(self, b, base, strides, los, his, shape):
         n = b.n
@@ -29,6 +29,7 @@ class Desc:
         self._figures = None
         self._windows = None  # _windows_of's answer, once asked
         self._grid = False  # _grid_of's answer, once asked (False: not yet)
+        self._ints = None  # (base, strides, lo, hi) as Python integers, when _one made the fields from them
         if n == 1 and self._one(b, base, strides, los, his, shape):
             return
         self.base = np.asarray(base(b), dtype=np.int64)
@@ -76,16 +77,18 @@ class Desc:
         i64 = np.int64
         r = len(strides)
         st = vals[1:1 + r]
-        los, his, count, ext = [], [], 1, 0
+        lo_ints, hi_ints, count, ext = [], [], 1, 0
         for lo, hi, d in zip(vals[1 + r:1 + 2 * r], vals[1 + 2 * r:], shape):  # (np.clip's, then hi >= lo)
             lo = 0 if lo < 0 else (d if lo > d else lo)
             hi = 0 if hi < 0 else (d if hi > d else hi)
             if hi < lo:
                 hi = lo
-            los.append(i64(lo))
-            his.append(i64(hi))
+            lo_ints.append(lo)
+            hi_ints.append(hi)
             ext = hi - lo
             count *= ext
+        self._ints = (vals[0], st, lo_ints, hi_ints)
+        los, his = [i64(x) for x in lo_ints], [i64(x) for x in hi_ints]
         self.base = np.array(vals[0], dtype=i64)
         self.strides = [np.array(x, dtype=i64) for x in st]
         self.lo, self.hi = los, his
@@ -106,11 +109,14 @@ class Desc:
         f = self._figures
         if f is not None and f[0] == key:
             return f[1]
-        nbytes = self.count * itemsize
         bursts = self.unit_stride_bursts() if to_l1 else self.bursts
         un = self.unaligned(itemsize, align)
-        if self.n == 1:
-            nbytes, bursts, un = (np.asarray(x).reshape(-1)[0].item() for x in (nbytes, bursts, un))
+        if self.n == 1:  # (one value each: its count times the item size is far below 2**63, as a tile's is)
+            nbytes, bursts = self.count.item() * itemsize, bursts.item()
+            if un.__class__ is not float:
+                un = np.asarray(un).reshape(-1)[0].item()
+        else:
+            nbytes = self.count * itemsize
         self._figures = (key, (nbytes, bursts, un))
         return nbytes, bursts, un
 
@@ -150,10 +156,13 @@ class Desc:
         takes a one-program batch's as a Python float), or None when that could differ: a value large enough
         for the int64 arithmetic there to wrap, or a burst large enough for its floating-point log2 to round
         up to the next power of two."""
-        st = [s.item() for s in self.strides]
-        lo = [x.item() for x in self.lo]
-        hi = [x.item() for x in self.hi]
-        base = self.base.item()
+        if self._ints is not None:
+            base, st, lo, hi = self._ints
+        else:
+            st = [s.item() for s in self.strides]
+            lo = [x.item() for x in self.lo]
+            hi = [x.item() for x in self.hi]
+            base = self.base.item()
         contiguous = st[-1] == 1
         burst = max((hi[-1] - lo[-1]) * itemsize if contiguous else itemsize, 1)
         terms = [l * s for l, s in zip(lo, st)]
@@ -280,6 +289,9 @@ def _uniform_desc(desc: Desc, n: int) -> _Uniform | None:
 
 
 def _uniform_of(desc: Desc, n: int) -> _Uniform | None:
+    if desc._ints is not None:  # one program, its fields from these integers (Desc._one): what the lines below give
+        base, st, lo, hi = desc._ints
+        return _Uniform(st, lo, hi, (base, 0))
     vals = [_all_same(x) for x in desc.strides + desc.lo + desc.hi]
     if not all(u for u, _ in vals):
         return None
