@@ -633,6 +633,35 @@ def test_a_one_program_descriptor_in_python_numbers_is_the_numpy_one(dims, base)
             assert [getattr(u, k) for k in u.__slots__] == [getattr(v, k) for k in v.__slots__]
 
 
+@budget(200)
+@given(st.lists(st.integers(0, (1 << 64) - 1) | st.sampled_from([0, 1 << 63, (1 << 64) - 1, 0x7F, 0x80, 0xFF, 0x8000,
+                                                                  0x7FFFFFFF, 0x80000000, 0xFFFFFFFF]),
+                min_size=1, max_size=8))
+def test_an_immediate_is_read_as_numpy_reads_the_words_bytes(words):
+    """launch._imm_reader reads an integer dtype's immediate from the word's low bytes in Python numbers: the same
+    numpy scalar (type and value; bits for the others) numpy's view of the word's bytes gives, for every dtype."""
+    from array import array
+
+    from dvmlang.npu.launch import _imm_reader
+
+    class Code:  # (what _imm_reader asks of a bytecode)
+        pass
+    bc = Code()
+    bc.code = array("Q", words)
+    imm = _imm_reader(bc)
+    dtypes = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.float16,
+              np.float32, np.float64, dl.bfloat16.np, np.dtype(np.int32), np.dtype(np.uint16)]
+    for w, word in enumerate(words):
+        raw = np.array([word], dtype=np.uint64).view(np.uint8)
+        for npdt in dtypes:
+            want = raw[:np.dtype(npdt).itemsize].view(npdt)[0]
+            for _ in range(2):  # read, then remembered
+                got = imm(w, npdt)
+                assert type(got) is type(want) and got.dtype == want.dtype
+                assert got.tobytes() == want.tobytes(), (word, npdt, got, want)
+        assert imm(w, np.bool_) == np.bool_(raw[0] != 0)
+
+
 @pytest.mark.parametrize("programs", [1, 3])
 def test_launches_keep_none_of_the_callers_arrays(programs):
     """A launch, its relaunches (a one-program one on the batch the launch before it parked) and a grid function

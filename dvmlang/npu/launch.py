@@ -3,6 +3,8 @@ options), and what it collects (instruction count for the watchdog, device print
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .races import RaceLog
@@ -145,6 +147,20 @@ def _print_order(entry) -> tuple:
     return entry[0], entry[1]
 
 
+_INTS: dict = {}  # numpy dtype (or its type) -> _int_reading of it
+
+
+def _int_reading(npdt):
+    """(mask, sign bit or 0, scalar type) of an integer dtype, whose immediate ``_imm_reader`` reads from the
+    word's low bytes in Python numbers; False for any other dtype, or on a big-endian host (where it reads the
+    word's bytes as numpy lays them out)."""
+    d = np.dtype(npdt)
+    if d.kind not in "iu" or sys.byteorder != "little":
+        return False
+    bits = 8 * d.itemsize
+    return (1 << bits) - 1, (1 << (bits - 1)) if d.kind == "i" else 0, d.type
+
+
 def _imm_reader(bc):
     """word index -> the immediate in that code word as a numpy scalar of ``npdt``. Remembered on the bytecode
     with the word it was read from, so a relaunch reads each immediate once and an edited word is read again."""
@@ -160,8 +176,16 @@ def _imm_reader(bc):
         hit = cache.get(key)
         if hit is not None and hit[0] == word:
             return hit[1]
-        raw = np.array([word], dtype=np.uint64).view(np.uint8)
-        v = raw[:np.dtype(npdt).itemsize].view(npdt)[0] if npdt != np.bool_ else np.bool_(raw[0] != 0)
+        ints = _INTS.get(npdt)
+        if ints is None:
+            ints = _INTS[npdt] = _int_reading(npdt)
+        if ints:  # an integer dtype: its low bytes in Python numbers, the numpy scalar the lines below make
+            mask, sign, scalar = ints
+            v = word & mask
+            v = scalar(v - (sign << 1) if v & sign else v)
+        else:
+            raw = np.array([word], dtype=np.uint64).view(np.uint8)
+            v = raw[:np.dtype(npdt).itemsize].view(npdt)[0] if npdt != np.bool_ else np.bool_(raw[0] != 0)
         cache[key] = (word, v)
         return v
     bc.__dict__["_imm_reader"] = (code, imm)  # one reader per code array: it reads the words as they are at each call
