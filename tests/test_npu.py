@@ -650,7 +650,7 @@ def test_an_immediate_is_read_as_numpy_reads_the_words_bytes(words):
     bc.code = array("Q", words)
     imm = _imm_reader(bc)
     dtypes = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.float16,
-              np.float32, np.float64, dl.bfloat16.np, np.dtype(np.int32), np.dtype(np.uint16)]
+              np.float32, np.float64, dl.bfloat16.np, np.dtype(np.int32), np.dtype(np.uint16), np.dtype(">i4")]
     for w, word in enumerate(words):
         raw = np.array([word], dtype=np.uint64).view(np.uint8)
         for npdt in dtypes:

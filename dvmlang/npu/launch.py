@@ -152,10 +152,10 @@ _INTS: dict = {}  # numpy dtype (or its type) -> _int_reading of it
 
 def _int_reading(npdt):
     """(mask, sign bit or 0, scalar type) of an integer dtype, whose immediate ``_imm_reader`` reads from the
-    word's low bytes in Python numbers; False for any other dtype, or on a big-endian host (where it reads the
-    word's bytes as numpy lays them out)."""
+    word's low bytes in Python numbers; False for any other dtype, one not in the host's byte order, or on a
+    big-endian host (then it reads the word's bytes as numpy lays them out)."""
     d = np.dtype(npdt)
-    if d.kind not in "iu" or sys.byteorder != "little":
+    if d.kind not in "iu" or not d.isnative or sys.byteorder != "little":
         return False
     bits = 8 * d.itemsize
     return (1 << bits) - 1, (1 << (bits - 1)) if d.kind == "i" else 0, d.type
