@@ -593,8 +593,9 @@ def test_a_one_program_descriptor_in_python_numbers_is_the_numpy_one(dims, base)
 
     class Batch:
         n = 1
-    fields = (lambda b: base, [lambda b, v=st_: v for st_, _, _, _ in dims], [lambda b, v=lo: v for _, lo, _, _ in dims],
-              [lambda b, v=hi: v for _, _, hi, _ in dims], tuple(d for _, _, _, d in dims))
+    fields = (lambda b: base, [lambda b, v=st_: v for st_, _, _, _ in dims],
+              [lambda b, v=lo: v for _, lo, _, _ in dims], [lambda b, v=hi: v for _, _, hi, _ in dims],
+              tuple(d for _, _, _, d in dims))
     made = []
     for cls in (Desc, Numpy):
         with np.errstate(all="ignore"), warnings.catch_warnings():
