@@ -303,6 +303,22 @@ def test_bad_launch_option_value(opt, value, match):
         copy[(1,)](x, x, 4, BLOCK=4, **{opt: value})
 
 
+def test_a_relaunch_checks_its_launch_options_as_a_first_launch_does():
+    """A relaunch's plan takes keywords that are its parameters, by count and name; launch options beside them
+    go the general way, which checks them (and then drops them) as on a first launch."""
+    x, out = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
+    copy[(1,)](x, out, 4, BLOCK=4)
+    hits = copy.cache_info().hits
+    with pytest.raises(dvmlang.LaunchError, match="launch option `num_warps` of `copy` must be"):
+        copy[(1,)](x, out, 4, BLOCK=4, num_warps=3)
+    out[:] = 0
+    copy[(1,)](x, out, 4, BLOCK=4, num_warps=4)
+    np.testing.assert_array_equal(out, x)
+    with pytest.raises(dvmlang.DvmError, match="missing the dl.constexpr `BLOCK`"):
+        copy[(1,)](x, out, 4, num_warps=4)  # (an option in place of the constexpr: still missing)
+    assert copy.cache_info().hits > hits  # (the instance was found again: only the options were checked)
+
+
 def test_unknown_keyword_still_an_error():
     x = np.zeros(4, np.float32)
     with pytest.raises(dvmlang.LaunchError, match="has no parameter `num_warp`"):
