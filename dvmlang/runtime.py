@@ -293,9 +293,9 @@ class Kernel(KernelFunction):
                 akeys, kkeys = keys
                 lkey = (grid, id(profile), akeys, kkeys)
                 plan = last.plan
-                lk = last.key  # (the arguments first: a grid's == is safe only once _plain_grid says so)
+                lk = last.key  # (the arguments first: they differ for a new shape)
                 if lk[2] == akeys and lk[3] == kkeys and lk[1] == lkey[1] and \
-                        (grid is lk[0] or (_plain_grid(grid) and grid == lk[0])):
+                        (grid is lk[0] or _equal_grid(grid, lk[0])):
                     self.stats.hits += 1
                     return device, build, last.bytecode, {i: (args[at] if at.__class__ is int else kwargs[at])
                                                           for i, at in plan.positions} if want_arrays else None
@@ -383,7 +383,7 @@ class Kernel(KernelFunction):
             bound = None
             if last is not None:
                 key, build, profile = last.key, last.build, device.profile
-                if (grid is key[0] or (_plain_grid(grid) and key[0] == grid)) and key[1] == id(profile) and \
+                if (grid is key[0] or _equal_grid(grid, key[0])) and key[1] == id(profile) and \
                         build.profile is profile and (not build.global_reads or build.still_valid()):
                     bound = last.plan.relaunch(args, kwargs, key)
             if bound:  # (None: another key; False: a read-only array the kernel stores to, which _prepared reports)
@@ -510,12 +510,13 @@ class _Plan:
         return plan
 
 
-def _plain_grid(grid) -> bool:
-    """Whether ``grid`` is an int or a tuple of ints, Python's own: a grid a launch key can compare as it is. A
-    bool, a float or a numpy value can compare equal to a valid grid (``(2,) == (2.0,)``, ``(2,) ==
-    (np.array([2]),)``) and still be an error, and an array's ``==`` is not even a bool."""
+def _equal_grid(grid, kept) -> bool:
+    """Whether ``grid`` is the grid ``kept`` (a launch key's) as it is: an int or a tuple of ints, Python's own,
+    equal to it. A bool, a float or a numpy value can compare equal to a valid grid (``(2,) == (2.0,)``,
+    ``(2,) == (np.array([2]),)``) and still be an error, and an array's ``==`` is not even a bool. (Callers test
+    ``grid is kept`` first: a literal grid is the same object each time.)"""
     c = grid.__class__
-    return c is int or (c is tuple and all([g.__class__ is int for g in grid]))
+    return (c is int or (c is tuple and all([g.__class__ is int for g in grid]))) and grid == kept
 
 
 def _grid3(kname, grid):

@@ -60,10 +60,10 @@ def _box_one(desc) -> tuple[int, int] | None:
     """``_box_extremes`` of a one-program descriptor in Python numbers: (first, last element), exact, or None
     when a value is large enough for the int64 or float64 arithmetic there to differ from exact (then
     ``check_dma`` checks it that way)."""
-    lo = hi = desc.base.item()
+    base, strides, los, his = desc.ints()
+    lo = hi = base
     bound = abs(lo)
-    for s, l, h in zip(desc.strides, desc.lo, desc.hi):
-        s, l, h = s.item(), l.item(), h.item()
+    for s, l, h in zip(strides, los, his):
         a = s * l
         z = s * (h - 1 if h - 1 > l else l)
         if a < z:

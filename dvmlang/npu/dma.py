@@ -88,17 +88,24 @@ class Desc:
             ext = hi - lo
             count *= ext
         self._ints = (vals[0], st, lo_ints, hi_ints)
-        los, his = [i64(x) for x in lo_ints], [i64(x) for x in hi_ints]
         self.base = np.array(vals[0], dtype=i64)
         self.strides = [np.array(x, dtype=i64) for x in st]
-        self.lo, self.hi = los, his
-        self.count = c = i64(count) if los else np.ones((), dtype=i64)
+        self.lo, self.hi = [i64(x) for x in lo_ints], [i64(x) for x in hi_ints]
+        self.count = c = i64(count) if lo_ints else np.ones((), dtype=i64)
         self.empty = c == 0
         if shape:
             self.bursts = np.array(count // max(ext, 1) if st[-1] == 1 else count, dtype=i64)
         else:
             self.bursts = c
         return True
+
+    def ints(self) -> tuple:
+        """(base, strides, lo, hi) of a one-program descriptor as Python integers: those ``_one`` made the fields
+        from, or the fields' one values."""
+        if self._ints is not None:
+            return self._ints
+        return (self.base.item(), [s.item() for s in self.strides], [x.item() for x in self.lo],
+                [x.item() for x in self.hi])
 
     def figures(self, itemsize: int, align: int, to_l1: bool):
         """(bytes, bursts, unaligned part) each program moves (``to_l1``: bursts along the stored rows,
@@ -156,13 +163,7 @@ class Desc:
         takes a one-program batch's as a Python float), or None when that could differ: a value large enough
         for the int64 arithmetic there to wrap, or a burst large enough for its floating-point log2 to round
         up to the next power of two."""
-        if self._ints is not None:
-            base, st, lo, hi = self._ints
-        else:
-            st = [s.item() for s in self.strides]
-            lo = [x.item() for x in self.lo]
-            hi = [x.item() for x in self.hi]
-            base = self.base.item()
+        base, st, lo, hi = self.ints()
         contiguous = st[-1] == 1
         burst = max((hi[-1] - lo[-1]) * itemsize if contiguous else itemsize, 1)
         terms = [l * s for l, s in zip(lo, st)]

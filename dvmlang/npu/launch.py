@@ -3,6 +3,7 @@ options), and what it collects (instruction count for the watchdog, device print
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import numpy as np
@@ -147,9 +148,7 @@ def _print_order(entry) -> tuple:
     return entry[0], entry[1]
 
 
-_INTS: dict = {}  # numpy dtype (or its type) -> _int_reading of it
-
-
+@functools.cache
 def _int_reading(npdt):
     """(mask, sign bit or 0, scalar type) of an integer dtype, whose immediate ``_imm_reader`` reads from the
     word's low bytes in Python numbers; False for any other dtype, one not in the host's byte order, or on a
@@ -176,9 +175,7 @@ def _imm_reader(bc):
         hit = cache.get(key)
         if hit is not None and hit[0] == word:
             return hit[1]
-        ints = _INTS.get(npdt)
-        if ints is None:
-            ints = _INTS[npdt] = _int_reading(npdt)
+        ints = _int_reading(npdt)
         if ints:  # an integer dtype: its low bytes in Python numbers, the numpy scalar the lines below make
             mask, sign, scalar = ints
             v = word & mask

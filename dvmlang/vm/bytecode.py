@@ -192,8 +192,8 @@ class Bytecode:
         if b is None:
             d = self.__dict__
             enc = d.get("_encoder")
-            b = self._bytes = _serialise(self) if enc is None else \
-                enc.container(self._table, d["_grid"], d["_code_bytes"])
+            b = self._bytes = _serialise(self) if enc is None else enc.container(d["_table"], d["_grid"],
+                                                                                  d["_code_bytes"])
         return b
 
     def serialise(self) -> bytes:
