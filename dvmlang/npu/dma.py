@@ -18,7 +18,7 @@ class Desc:
     """A DMA descriptor evaluated for a batch: per-program base, strides and box."""
 
     __slots__ = ("base", "strides", "lo", "hi", "count", "bursts", "n", "empty", "checked", "_uniform", "_unaligned",
-                 "_figures", "_windows", "_grid", "_ints")
+                 "_figures", "_windows", "_grid", "_ints", "cycles")
 
     def __init__(self, b, base, strides, los, his, shape):
         n = b.n
@@ -30,6 +30,7 @@ class Desc:
         self._windows = None  # _windows_of's answer, once asked
         self._grid = False  # _grid_of's answer, once asked (False: not yet)
         self._ints = None  # (base, strides, lo, hi) as Python integers, when _one made the fields from them
+        self.cycles = None  # a one-program transfer's (rate, figures, cost formula, cycles): memory._transfer
         if n == 1 and self._one(b, base, strides, los, his, shape):
             return
         self.base = np.asarray(base(b), dtype=np.int64)
@@ -124,8 +125,9 @@ class Desc:
                 un = np.asarray(un).reshape(-1)[0].item()
         else:
             nbytes = self.count * itemsize
-        self._figures = (key, (nbytes, bursts, un))
-        return nbytes, bursts, un
+        f = nbytes, bursts, un
+        self._figures = (key, f)
+        return f
 
     def unit_stride_bursts(self):
         """Bursts when the transfer runs along whichever dim has unit stride (the rows as stored): a cube operand
@@ -268,10 +270,11 @@ class _Uniform:
     box's first element from the base) and ``full`` (whether the box is the whole tile of shape ``ext``
     starting at 0)."""
 
-    __slots__ = ("st", "lo", "hi", "ext", "prog", "empty", "box", "offset", "origin")
+    __slots__ = ("st", "lo", "hi", "ext", "prog", "empty", "box", "offset", "origin", "plan")
 
     def __init__(self, st, lo, hi, prog):
         self.st, self.lo, self.hi, self.prog = tuple(st), lo, hi, prog
+        self.plan = None  # _boxes's view of the programs' boxes: (rows, start, shape, strides, contiguous size)
         self.ext = tuple(h - l for l, h in zip(lo, hi))
         self.empty = any(e == 0 for e in self.ext)
         self.box = tuple(slice(l, h) for l, h in zip(lo, hi))
@@ -337,11 +340,11 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n, pending=False):
     u = _uniform_desc(desc, n)
     full = u is not None and u.full(tuple(shape))
     if u is not None and u.prog is not None:
-        first, step = u.prog
-        rows = n if (step != 0 or np.ndim(desc.base)) else 1
+        step = u.prog[1]
+        rows = n if (n == 1 or step != 0 or np.ndim(desc.base)) else 1
         if u.empty:
             return _pad_array(rows, shape, npdt, pad), False
-        view = _strided(g, first + u.offset, (rows,) + u.ext, (step,) + u.st)
+        view = _boxes(g, u, rows)
         if full:
             return view, True
         out = _pad_array(rows, shape, npdt, pad).copy()
@@ -399,11 +402,11 @@ def pending_windows(src):
 def dma_write(g: np.ndarray, desc: Desc, shape, src: np.ndarray, n):
     rows_src = src.shape[0]
     u = _uniform_desc(desc, n)
-    if u is not None and u.prog is not None and (np.ndim(desc.base) or n == 1):
+    if u is not None and u.prog is not None and (n == 1 or np.ndim(desc.base)):
         if u.empty:
             return
-        first, step = u.prog
-        view = _strided(g, first + u.offset, (n,) + u.ext, (step,) + u.st, writeable=True)
+        step = u.prog[1]
+        view = _boxes(g, u, n, writeable=True)
         part = src[(slice(None),) + u.box]
         if _overlapping(step, u.st, u.ext, n):
             for i in range(n):
@@ -463,11 +466,9 @@ def store_view(g: np.ndarray, desc: Desc, shape, n, whole: bool):
     full = u.full(tuple(shape))
     if (not full and whole) or (n > 1 and np.ndim(desc.base) == 0):
         return None, None
-    first, step = u.prog
-    if _overlapping(step, u.st, u.ext, n):
+    if _overlapping(u.prog[1], u.st, u.ext, n):
         return None, None
-    view = _strided(g, first + u.offset, (n,) + u.ext, (step,) + u.st, writeable=True)
-    return view, None if full else u.box
+    return _boxes(g, u, n, writeable=True), None if full else u.box
 
 
 def compute_into(slot: Slot, view: np.ndarray, box) -> bool:
@@ -489,7 +490,10 @@ def compute_into(slot: Slot, view: np.ndarray, box) -> bool:
         if cuts is not None:
             vals = [v[c] for v, c in zip(vals, cuts)]
         f(*vals, out=view[r0:r1] if slot.rows > 1 else view)
-    each_rows(slot, part, chunks(slot), slot.rows * slot.nbytes if slot.rows > 1 else 0)
+    if slot.rows == 1:  # one row: one range, on this thread (what each_rows does with it)
+        part(0, 1)
+    else:
+        each_rows(slot, part, chunks(slot), slot.rows * slot.nbytes)
     return True
 
 
@@ -517,16 +521,36 @@ def _overlapping(step, st, ext, n) -> bool:
     return abs(step) < run
 
 
+def _boxes(g: np.ndarray, u: _Uniform, rows: int, writeable=False):
+    """The boxes of ``rows`` programs of a uniform descriptor ``u`` whose bases step uniformly, as one view of
+    ``g`` (``_strided``), its shape and strides worked out once per descriptor."""
+    plan = u.plan
+    if plan is None or plan[0] != rows:
+        first, step = u.prog
+        shape, strides = (rows,) + u.ext, (step,) + u.st
+        plan = u.plan = (rows, first + u.offset, shape, strides, _contiguous(shape, strides))
+    _, start, shape, strides, size = plan
+    if size is not None and 0 <= start and start + size <= g.size:
+        return g[start:start + size].reshape(shape)
+    return _strided(g, start, shape, strides, writeable)
+
+
+def _contiguous(shape, strides) -> int | None:
+    """The elements of a view of this shape and these strides (in elements) when it is row-major contiguous,
+    else None."""
+    expect = 1
+    for n, st in zip(reversed(shape), reversed(strides)):
+        if n != 1 and st != expect:
+            return None
+        expect *= n
+    return expect
+
+
 def _strided(g: np.ndarray, start: int, shape, strides, writeable=False):
     isz = g.itemsize
     # a row-major contiguous window is a plain slice (numpy's fastest path)
-    expect, contiguous = 1, True
-    for n, st in zip(reversed(shape), reversed(strides)):
-        if n != 1 and st != expect:
-            contiguous = False
-            break
-        expect *= n
-    if contiguous and 0 <= start and start + expect <= g.size:
+    expect = _contiguous(shape, strides)
+    if expect is not None and 0 <= start and start + expect <= g.size:
         return g[start:start + expect].reshape(shape)
     base = g[start:] if start < g.size else g[:0]
     if base.size == 0:

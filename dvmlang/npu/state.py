@@ -383,12 +383,16 @@ def read_overlapping(b: Batch, L, space: str, addr: int, nbytes: int, npdt, shap
 
 
 def place(d: dict, addr: int, nbytes: int, slot: Slot) -> None:
-    """Put ``slot`` at ``addr`` of memory space ``d``, cutting away what it overwrites of other slots."""
-    end = addr + nbytes
-    stale = [a for a, s in d.items() if a < end and addr < a + s.nbytes and
-             not (a == addr and s.nbytes == nbytes)]
-    for a in stale:
-        _trim(d, a, addr, end)
+    """Put ``slot`` at ``addr`` of memory space ``d``, cutting away what it overwrites of other slots. (The slots
+    of a space never overlap, so one of the same place and size overlaps no other.)"""
+    if d:
+        old = d.get(addr)
+        if old is None or old.nbytes != nbytes:
+            end = addr + nbytes
+            stale = [a for a, s in d.items() if a < end and addr < a + s.nbytes and
+                     not (a == addr and s.nbytes == nbytes)]
+            for a in stale:
+                _trim(d, a, addr, end)
     d[addr] = slot
 
 
