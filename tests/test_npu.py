@@ -634,6 +634,137 @@ def test_a_one_program_descriptor_in_python_numbers_is_the_numpy_one(dims, base)
             assert [getattr(u, k) for k in u.__slots__] == [getattr(v, k) for k in v.__slots__]
 
 
+_VIEW_DTYPES = [np.float32, np.float16, np.float64, np.int8, np.uint16, np.int64, np.bool_, dl.bfloat16.np,
+                dl.float8e4nv.np]
+
+
+@st.composite
+def _view(draw):
+    """(tensor size, start, shape, strides): a strided view that stays inside the tensor, with any strides
+    (negative, zero, contiguous rows) and extents (empty ones too)."""
+    rank = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(0, 5) | st.just(1), min_size=rank, max_size=rank)))
+    if draw(st.booleans()):  # row-major contiguous (a slice), now and then with dims of 1 strided anyhow
+        strides, run = [], 1
+        for n in reversed(shape):
+            strides.insert(0, run if n != 1 else draw(st.integers(-9, 9)))
+            run *= n
+    else:
+        strides = draw(st.lists(st.integers(-40, 40), min_size=rank, max_size=rank))
+    low = sum(s_ * (n - 1) for s_, n in zip(strides, shape) if s_ < 0 and n > 0)
+    high = sum(s_ * (n - 1) for s_, n in zip(strides, shape) if s_ > 0 and n > 0)
+    start = -low + draw(st.integers(0, 20))
+    size = start + high + 1 + draw(st.integers(0, 20))
+    return size, start, shape, tuple(strides)
+
+
+@budget(300)
+@given(_view(), st.sampled_from(_VIEW_DTYPES), st.booleans())
+def test_a_strided_view_of_a_tensor_is_the_one_as_strided_makes(view, dtype, writeable):
+    """dma._strided (a slice, or numpy's constructor) gives the view dvmlang.dtypes.as_strided gives: the same
+    memory, shape, strides, values and writeability, for every dtype (bfloat16 and fp8 too); a store through a
+    writeable one lands in the tensor."""
+    from dvmlang.npu.dma import _strided
+    size, start, shape, strides = view
+    g = np.arange(size).astype(dtype)
+    got = _strided(g, start, shape, strides, writeable=writeable)
+    want = dvmlang.dtypes.as_strided(g[start:], shape, tuple(s_ * g.itemsize for s_ in strides),
+                                     writeable=writeable)
+    assert got.dtype == g.dtype and got.shape == want.shape == shape
+    if got.size:  # (an empty view's address, and a dim of one element's stride, say nothing)
+        assert got.__array_interface__["data"][0] == want.__array_interface__["data"][0]
+        assert [s_ for s_, n in zip(got.strides, shape) if n > 1] == [s_ for s_, n in zip(want.strides, shape) if n > 1]
+    assert got.tobytes() == want.tobytes()
+    assert got.flags.writeable == (writeable or _contiguous_slice(start, shape, strides, size))
+    if writeable and got.size:
+        got[(0,) * len(shape)] = g[start + 1] if start + 1 < size else g[0]
+        assert g[start] == got[(0,) * len(shape)]
+
+
+def _contiguous_slice(start, shape, strides, size) -> bool:
+    """Whether _strided gives a plain slice (writeable, as a slice of a writeable tensor is)."""
+    run = 1
+    for n, s_ in zip(reversed(shape), reversed(strides)):
+        if n != 1 and s_ != run:
+            return False
+        run *= n
+    return 0 <= start and start + run <= size
+
+
+def test_the_boxes_of_a_uniform_descriptor_are_planned_once_and_each_view_is_strideds():
+    """dma._boxes keeps a descriptor's view plan (rows, start, shape, strides, contiguity) and gives what
+    _strided gives for every tensor and row count it is asked for, a plan made anew for another row count."""
+    from dvmlang.npu.dma import _boxes, _strided, _Uniform
+    for st_, lo, hi, prog in [((1,), [0], [16], (5, 0)), ((1,), [2], [9], (5, 16)), ((40, 1), [0, 0], [3, 8], (7, 120)),
+                              ((1, 12), [0, 0], [4, 3], (0, 2))]:
+        u = _Uniform(st_, lo, hi, prog)
+        for size, rows in [(400, 1), (400, 1), (2000, 3), (60, 1), (400, 3)]:
+            g = np.arange(size, dtype=np.float32)
+            first, step = prog
+            want_shape, want_strides = (rows,) + u.ext, (step,) + u.st
+            span = first + u.offset + sum(abs(s_) * (n - 1) for s_, n in zip(want_strides, want_shape))
+            if span >= size:
+                continue
+            got, want = _boxes(g, u, rows), _strided(g, first + u.offset, want_shape, want_strides)
+            assert u.plan[0] == rows and got.shape == want.shape
+            assert got.__array_interface__["data"][0] == want.__array_interface__["data"][0]
+            assert np.array_equal(got, want)
+
+
+def test_a_one_program_transfer_gives_its_formulas_cycles_for_each_rate():
+    """memory._transfer keeps a one-program transfer's cycles with its descriptor: another rate or another
+    formula gives the formula's cycles for them, never the kept ones."""
+    from types import SimpleNamespace
+
+    from dvmlang.npu import timing
+    from dvmlang.npu.dma import Desc
+    from dvmlang.npu.units.memory import _transfer
+    from dvmlang.vm import isa
+    prof = PROFILES["910B2"]
+    batch = SimpleNamespace(n=1, bytes_read=0.0, bytes_written=0.0, last_bytes=0)
+    desc = Desc(batch, lambda b: 3, [lambda b: 1], [lambda b: 0], [lambda b: 10], (16,))
+    row = isa.BY_NAME["DMA_LOAD1"].cost
+    formulas = {"910B2": timing.formula(prof, row),
+                "slow bursts": timing.formula(dataclasses.replace(prof, burst_overhead=3 * prof.burst_overhead), row)}
+    for rate, kind, dtype in [(64.0, "910B2", np.float32), (64.0, "910B2", np.float32), (16.0, "910B2", np.float32),
+                              (16.0, "slow bursts", np.float32), (16.0, "slow bursts", np.float64),
+                              (16.0, "910B2", np.float64)]:
+        cost = formulas[kind]
+        g = np.zeros(64, dtype)
+        rates = SimpleNamespace(read=lambda t, nbytes, n: rate, write=lambda t, nbytes, n: rate,
+                                note=lambda *a: None)
+        L = SimpleNamespace(profile=prof, rates=rates)
+        got = _transfer(L, batch, cost, desc, g, 0, 0, False)
+        nbytes, bursts, un = desc.figures(g.itemsize, prof.gm_align_bytes, False)
+        assert got == cost(bursts=bursts, nbytes=nbytes, rate=rate, unaligned=un) and got.__class__ is float
+
+
+def _place_scanning(d, addr, nbytes, slot):
+    """state.place as it was before it skipped the scan for a slot of the same place and size."""
+    from dvmlang.npu.state import _trim
+    end = addr + nbytes
+    for a in [a for a, s_ in d.items() if a < end and addr < a + s_.nbytes and not (a == addr and s_.nbytes == nbytes)]:
+        _trim(d, a, addr, end)
+    d[addr] = slot
+
+
+@budget(300)
+@given(st.lists(st.tuples(st.integers(0, 12).map(lambda k: 32 * k), st.sampled_from([32, 64, 96, 128, 0])),
+                min_size=1, max_size=20))
+def test_placing_tiles_leaves_the_memory_the_full_overlap_scan_leaves(writes):
+    """state.place gives the slots (places, sizes, bytes) the scan of every slot gives, for any sequence of tiles
+    written over one another."""
+    from dvmlang.npu.state import Slot, as_bytes, place
+    fast, slow = {}, {}
+    for i, (addr, nbytes) in enumerate(writes):
+        arr = np.full((1, nbytes), i, np.uint8)
+        place(fast, addr, nbytes, Slot(arr, nbytes))
+        _place_scanning(slow, addr, nbytes, Slot(arr, nbytes))
+        assert sorted((a, s_.nbytes) for a, s_ in fast.items()) == sorted((a, s_.nbytes) for a, s_ in slow.items())
+        for a in fast:
+            assert np.array_equal(as_bytes(fast[a].arr), as_bytes(slow[a].arr))
+
+
 @budget(200)
 @given(st.lists(st.integers(0, (1 << 64) - 1) | st.sampled_from([0, 1 << 63, (1 << 64) - 1, 0x7F, 0x80, 0xFF, 0x8000,
                                                                   0x7FFFFFFF, 0x80000000, 0xFFFFFFFF]),

@@ -552,10 +552,20 @@ def _strided(g: np.ndarray, start: int, shape, strides, writeable=False):
     expect = _contiguous(shape, strides)
     if expect is not None and 0 <= start and start + expect <= g.size:
         return g[start:start + expect].reshape(shape)
+    strides = tuple(s * isz for s in strides)
+    if 0 <= start < g.size:
+        try:  # (the same view as as_strided's, made by numpy's constructor: a few times faster; it checks the bounds)
+            v = np.ndarray(shape, g.dtype, g, start * isz, strides)
+        except (TypeError, ValueError, BufferError):
+            pass
+        else:
+            if not writeable:
+                v.flags.writeable = False
+            return v
     base = g[start:] if start < g.size else g[:0]
     if base.size == 0:
         base = g
-    return dt.as_strided(base, shape=shape, strides=tuple(s * isz for s in strides), writeable=writeable)
+    return dt.as_strided(base, shape=shape, strides=strides, writeable=writeable)
 
 
 def _pad_array(rows, shape, npdt, pad) -> np.ndarray:
