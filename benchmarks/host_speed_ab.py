@@ -17,7 +17,8 @@ gallery's vector add, softmax and layernorm kernels defined once for each) and t
 blocks, so both see every phase of the machine alike; it prints each side's median and the median of the
 rounds' after/before ratios with its 10th and 90th percentiles, which resolves changes of a few per cent.
 It checks first that both sides give the same results and cycles. Workloads (``--only``): relaunch,
-overhead (the relaunch's time outside executing its programs: host_speed.py's "dvmlang overhead"), encode (the
+overhead (the relaunch's time outside executing its programs: host_speed.py's "dvmlang overhead"), first_launch
+(host_speed.py's: the gallery vector add on one program with a new n each time), encode (the
 gallery layernorm on new shapes), softmax and layernorm 8192x1024 (the gallery's), layernorm_row
 (sim_throughput.py's, host_speed.py's simulator row), vadd (16M), matmul (1024^3 fp16 -> fp32, sim_throughput.py's);
 the simulator ones also time numpy's version.
@@ -48,7 +49,7 @@ QUIET_LOOP = 600e-6  # seconds the machine_speed loop takes on the quiet develop
 
 
 FIGURES = ("relaunch", "encode", "graph", "from_bytes")
-IN_PROCESS = ("relaunch", "overhead", "encode", "softmax", "layernorm", "layernorm_row", "vadd", "matmul")
+IN_PROCESS = ("relaunch", "overhead", "first_launch", "encode", "softmax", "layernorm", "layernorm_row", "vadd", "matmul")
 GALLERY = ("vector_add", "softmax", "layernorm")  # examples/ modules whose kernels each side defines
 BENCH_KERNELS = ("layernorm_row", "matmul")  # sim_throughput.py's kernels each side defines (host_speed.py's rows)
 
@@ -131,6 +132,19 @@ def _workload(name: str, rng):
     if name in ("relaunch", "overhead"):
         x, y, o = (rng.random(16, dtype=np.float32) for _ in range(3))
         return lambda m, d: m["vector_add"].add[(1,)](x, y, o, 16, BLOCK=16, device=d), 200, None, o
+    if name == "first_launch":  # host_speed.py's first launch: one program of 2,048 with a new n (a new instance)
+        sets = [(rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32), np.empty(n, np.float32), n)
+                for n in range(100, 2100)]
+        made = {}  # each side's launches so far: both go through the same n's
+
+        def first(m, d):
+            k = m["vector_add"].add
+            if len(k._instances) >= 200:
+                k._instances.clear()
+            i = made[id(k)] = made.get(id(k), -1) + 1
+            x, y, o, n = sets[i % len(sets)]
+            return k[(1,)](x, y, o, n, BLOCK=2048, device=d)
+        return first, 50, None, None
     if name == "vadd":
         n = 16 << 20
         x, y, o = (rng.random(n, dtype=np.float32) for _ in range(3))

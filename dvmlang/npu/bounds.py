@@ -19,7 +19,7 @@ def check_dma(L, b, t: int, desc, pc: int, size: int) -> None:
     if b.n == 1 and segs is None:  # one program: its box's first and last elements in Python numbers
         box = _box_one(desc)
         if box is not None:
-            if (box[0] < 0 or box[1] >= size) and not desc.empty.item():
+            if (box[0] < 0 or box[1] >= size) and not desc.is_empty():
                 _fault(L, b, t, 0, box[0], box[1], size, pc)
             return
     lo_idx, hi_idx, flo, fhi = _box_extremes(desc)

@@ -15,10 +15,11 @@ from .state import Slot, chunks, each_rows, eval_rows
 
 
 class Desc:
-    """A DMA descriptor evaluated for a batch: per-program base, strides and box."""
+    """A DMA descriptor evaluated for a batch: per-program base, strides and box. (One made by ``_one`` makes
+    its numpy fields when one is first read: the one-program paths read its Python numbers.)"""
 
     __slots__ = ("base", "strides", "lo", "hi", "count", "bursts", "n", "empty", "checked", "_uniform", "_unaligned",
-                 "_figures", "_windows", "_grid", "_ints", "cycles")
+                 "_figures", "_windows", "_grid", "_ints", "_sizes", "cycles")
 
     def __init__(self, b, base, strides, los, his, shape):
         n = b.n
@@ -30,6 +31,7 @@ class Desc:
         self._windows = None  # _windows_of's answer, once asked
         self._grid = False  # _grid_of's answer, once asked (False: not yet)
         self._ints = None  # (base, strides, lo, hi) as Python integers, when _one made the fields from them
+        self._sizes = None  # _one's (count, bursts, empty) in Python numbers, and whether the box has a dim
         self.cycles = None  # a one-program transfer's (rate, figures, cost formula, cycles): memory._transfer
         if n == 1 and self._one(b, base, strides, los, his, shape):
             return
@@ -54,12 +56,14 @@ class Desc:
             self.bursts = count
 
     def _one(self, b, base, strides, los, his, shape) -> bool:
-        """The fields of a one-program descriptor worked out in Python integers, with the values and the types
-        ``__init__``'s numpy path gives them (0-d int64 arrays for the base, strides and bursts; int64 scalars
-        for the box and, with a box, the count; a numpy bool for ``empty``), when every field's value is an
-        integer (Python's, a numpy integer or a 0-d integer array) below ``_ONE_LIMIT`` in magnitude: nothing
-        that path computes can then wrap. False, having set nothing, otherwise. (A new shape's first launch
-        makes its descriptors anew, and numpy calls on one-element values cost about 1 us each.)"""
+        """The fields of a one-program descriptor worked out in Python integers (``_ints``, and ``_sizes``: its
+        count, bursts and emptiness), when every field's value is an integer (Python's, a numpy integer or a 0-d
+        integer array) below ``_ONE_LIMIT`` in magnitude: nothing ``__init__``'s numpy path computes can then
+        wrap. Its numpy fields are made from them when one is first read (``__getattr__``), with the values and
+        the types that path gives them (0-d int64 arrays for the base, strides and bursts; int64 scalars for the
+        box and, with a box, the count; a numpy bool for ``empty``). False, having set nothing, otherwise. (A new
+        shape's first launch makes its descriptors anew, and numpy calls on one-element values cost about 1 us
+        each; the one-program paths read the integers.)"""
         vals = [base(b)]
         for fields in (strides, los, his):
             for f in fields:
@@ -89,16 +93,27 @@ class Desc:
             ext = hi - lo
             count *= ext
         self._ints = (vals[0], st, lo_ints, hi_ints)
-        self.base = np.array(vals[0], dtype=i64)
+        self._sizes = (count, count // max(ext, 1) if shape and st[-1] == 1 else count, count == 0, bool(shape))
+        return True
+
+    def __getattr__(self, name):
+        # (only for a field not set: the numpy fields of a descriptor _one made, made now from its integers)
+        if self._ints is None or name not in _NUMPY_FIELDS:
+            raise AttributeError(name)
+        i64 = np.int64
+        base, st, lo_ints, hi_ints = self._ints
+        count, bursts, _, has_dims = self._sizes
+        self.base = np.array(base, dtype=i64)
         self.strides = [np.array(x, dtype=i64) for x in st]
         self.lo, self.hi = [i64(x) for x in lo_ints], [i64(x) for x in hi_ints]
         self.count = c = i64(count) if lo_ints else np.ones((), dtype=i64)
         self.empty = c == 0
-        if shape:
-            self.bursts = np.array(count // max(ext, 1) if st[-1] == 1 else count, dtype=i64)
-        else:
-            self.bursts = c
-        return True
+        self.bursts = np.array(bursts, dtype=i64) if has_dims else c
+        return getattr(self, name)
+
+    def is_empty(self) -> bool:
+        """One program: whether its box is empty."""
+        return self._sizes[2] if self._sizes is not None else bool(self.empty.item())
 
     def ints(self) -> tuple:
         """(base, strides, lo, hi) of a one-program descriptor as Python integers: those ``_one`` made the fields
@@ -117,9 +132,15 @@ class Desc:
         f = self._figures
         if f is not None and f[0] == key:
             return f[1]
-        bursts = self.unit_stride_bursts() if to_l1 else self.bursts
+        sizes = self._sizes
+        if sizes is not None and not to_l1:  # (made by _one: its Python numbers)
+            bursts = None
+        else:
+            bursts = self.unit_stride_bursts() if to_l1 else self.bursts
         un = self.unaligned(itemsize, align)
-        if self.n == 1:  # (one value each: its count times the item size is far below 2**63, as a tile's is)
+        if sizes is not None and bursts is None:
+            nbytes, bursts = sizes[0] * itemsize, sizes[1]
+        elif self.n == 1:  # (one value each: its count times the item size is far below 2**63, as a tile's is)
             nbytes, bursts = self.count.item() * itemsize, bursts.item()
             if un.__class__ is not float:
                 un = np.asarray(un).reshape(-1)[0].item()
@@ -152,7 +173,7 @@ class Desc:
         return v
 
     def _unaligned_part(self, itemsize: int, align: int):
-        if not self.strides:
+        if not (self._ints[1] if self._ints is not None else self.strides):
             return 0.0
         if self.n == 1:  # one program: in Python numbers (a new shape's first launch makes its descriptors anew)
             v = self._unaligned_one(itemsize, align)
@@ -172,7 +193,7 @@ class Desc:
         if burst >= _EXACT_LOG2 or (abs(base) + sum(map(abs, terms))) * itemsize >= _NO_WRAP or \
                 max(map(abs, st)) * itemsize >= _NO_WRAP:
             return None
-        if self.empty.item():
+        if self.is_empty():
             return 0.0
         a = max(int(min(align, 2.0 ** (burst.bit_length() - 1))), 32)  # 2 ** floor(log2(burst)), at most align
         g = a
@@ -199,6 +220,7 @@ class Desc:
         return np.where(self.empty, 0.0, 1.0 - aligned)
 
 
+_NUMPY_FIELDS = frozenset({"base", "strides", "lo", "hi", "count", "bursts", "empty"})
 _ONE_LIMIT = 1 << 40  # Desc._one: below it, no field's value nor anything made of it wraps in int64
 _INT_SCALARS = frozenset({np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.intc,
                           np.uintc, np.intp, np.uintp, np.longlong, np.ulonglong})
@@ -275,11 +297,15 @@ class _Uniform:
     def __init__(self, st, lo, hi, prog):
         self.st, self.lo, self.hi, self.prog = tuple(st), lo, hi, prog
         self.plan = None  # _boxes's view of the programs' boxes: (rows, start, shape, strides, contiguous size)
-        self.ext = tuple(h - l for l, h in zip(lo, hi))
-        self.empty = any(e == 0 for e in self.ext)
-        self.box = tuple(slice(l, h) for l, h in zip(lo, hi))
-        self.offset = sum(s_ * l for s_, l in zip(st, lo))
-        self.origin = all(l == 0 for l in lo)
+        ext, box, offset, empty, origin = [], [], 0, False, True  # (one pass over the dims: a new descriptor's)
+        for s_, l, h in zip(self.st, lo, hi):
+            e = h - l
+            ext.append(e)
+            box.append(slice(l, h))
+            offset += s_ * l
+            empty = empty or e == 0
+            origin = origin and l == 0
+        self.ext, self.box, self.offset, self.empty, self.origin = tuple(ext), tuple(box), offset, empty, origin
 
     def full(self, shape) -> bool:
         """Whether the box is the whole tile: from 0, with the tile's extents."""
@@ -347,7 +373,7 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n, pending=False):
         view = _boxes(g, u, rows)
         if full:
             return view, True
-        out = _pad_array(rows, shape, npdt, pad).copy()
+        out = _padded(rows, shape, npdt, pad)
         out[(slice(None),) + u.box] = view
         return out, False
     if u is not None and n > 1:
@@ -363,10 +389,10 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n, pending=False):
                 windows = np.stack([_strided(g, int(b_) + u.offset, u.ext, u.st) for b_ in bases])
             if full:
                 return (Windows(windows, inverse) if pending else windows[inverse]), False
-            out = _pad_array(n, shape, npdt, pad).copy()
+            out = _padded(n, shape, npdt, pad)
             out[(slice(None),) + u.box] = windows[inverse]
             return out, False
-    out = _pad_array(n, shape, npdt, pad).copy()
+    out = _padded(n, shape, npdt, pad)
     for i, start, ext, st, box in _per_program(desc, n):
         out[(i,) + box] = _strided(g, start, ext, st)
     return out, False
@@ -566,6 +592,17 @@ def _strided(g: np.ndarray, start: int, shape, strides, writeable=False):
     if base.size == 0:
         base = g
     return dt.as_strided(base, shape=shape, strides=strides, writeable=writeable)
+
+
+def _padded(rows, shape, npdt, pad) -> np.ndarray:
+    """``_pad_array(...).copy()``: a new array of the padding, written into (a masked read's box goes in it).
+    (One value for every program: filled, without ``broadcast_to``'s few microseconds.)"""
+    p = np.asarray(pad)
+    if p.ndim:
+        return _pad_array(rows, shape, npdt, pad).copy()
+    out = np.empty((rows,) + tuple(shape), dtype=npdt)
+    out[...] = np.asarray(p, dtype=npdt) if npdt != np.bool_ else p != 0
+    return out
 
 
 def _pad_array(rows, shape, npdt, pad) -> np.ndarray:
