@@ -32,6 +32,7 @@ import argparse
 import gc
 import importlib
 import inspect
+import itertools
 import json
 import os
 import shutil
@@ -49,6 +50,7 @@ QUIET_LOOP = 600e-6  # seconds the machine_speed loop takes on the quiet develop
 
 
 FIGURES = ("relaunch", "encode", "graph", "from_bytes")
+ORDERS = list(itertools.permutations(("before", "after", "numpy")))
 IN_PROCESS = ("relaunch", "overhead", "first_launch", "encode", "softmax", "layernorm", "layernorm_row", "vadd", "matmul")
 GALLERY = ("vector_add", "softmax", "layernorm")  # examples/ modules whose kernels each side defines
 BENCH_KERNELS = ("layernorm_row", "matmul")  # sim_throughput.py's kernels each side defines (host_speed.py's rows)
@@ -210,7 +212,7 @@ def in_process(before: Path, which, rounds: int) -> int:
             if name == "overhead" else {}
         gc.collect()
         for r in range(rounds):
-            order = ["before", "after", "numpy"] if r % 2 == 0 else ["numpy", "after", "before"]
+            order = ORDERS[r % len(ORDERS)]  # (each side in each place as often: the one after a large workload pays)
             for side in order:
                 if side == "numpy" and ref is None:
                     continue
