@@ -384,6 +384,24 @@ def test_programs_with_identical_timing_are_placed_as_wave_by_wave_placement_wou
             np.testing.assert_allclose(fast[1], slow[1], rtol=0, atol=1e-6)
 
 
+def test_one_wave_of_programs_is_placed_as_wave_by_wave_placement_places_it():
+    """timing._compose's one-wave path (no more programs than cores) gives _place_waves' offsets and core ends
+    bit for bit, for programs of any timing (signed zeros among them)."""
+    from dvmlang.npu import timing as dev
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        cores = int(rng.integers(1, 49))
+        P = int(rng.integers(1, cores + 1))
+        T = np.where(rng.random(P) < 0.2, -0.0, rng.random(P) * 3000)
+        first = np.where(rng.random((6, P)) < 0.3, np.inf, rng.random((6, P)) * T)
+        last = np.where(np.isinf(first), 0.0, np.minimum(T, first + rng.random((6, P)) * T))
+        for double_buffer in (False, True):
+            fast = dev._compose(T, first, last, cores, double_buffer)
+            slow = dev._place_waves(T, first, last, cores, double_buffer)
+            for a, b in zip(fast, slow):
+                assert a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
 @dvmlang.kernel
 def _scaled_rows(x_ptr, out_ptr, n_cols, BLOCK: dl.constexpr):
     row = dl.program_id(0)

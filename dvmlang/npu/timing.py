@@ -356,13 +356,17 @@ def _compose(T, first, last, cores: int, double_buffer: bool, port=None):
     P = len(T)
     if P == 0:
         return np.zeros(0), np.zeros(0)
-    steady = _steady_waves(T, first, last, cores, double_buffer, -(-P // cores))
-    if steady is not None:
-        offsets = steady[np.arange(P) // cores]
-        c = np.arange(min(P, cores))
-        core_end = offsets[c + cores * ((P - 1 - c) // cores)] + T[-1]  # each core's last program ends last
+    if P <= cores:  # one wave: each program from 0 on a core of its own (_place_waves' first wave, in two calls)
+        o = np.zeros(P)
+        offsets, core_end = np.zeros(P), np.maximum(o, o + T)
     else:
-        offsets, core_end = _place_waves(T, first, last, cores, double_buffer)
+        steady = _steady_waves(T, first, last, cores, double_buffer, -(-P // cores))
+        if steady is not None:
+            offsets = steady[np.arange(P) // cores]
+            c = np.arange(min(P, cores))
+            core_end = offsets[c + cores * ((P - 1 - c) // cores)] + T[-1]  # each core's last program ends last
+        else:
+            offsets, core_end = _place_waves(T, first, last, cores, double_buffer)
     if port is not None:
         per_core = np.bincount(np.arange(P) % cores, weights=port, minlength=len(core_end))[:len(core_end)]
         core_end = np.maximum(core_end, per_core)
