@@ -729,9 +729,11 @@ def test_the_boxes_of_a_uniform_descriptor_are_planned_once_and_each_view_is_str
             assert np.array_equal(got, want)
 
 
-def test_a_one_program_transfer_gives_its_formulas_cycles_for_each_rate():
-    """memory._transfer keeps a one-program transfer's cycles with its descriptor: another rate or another
-    formula gives the formula's cycles for them, never the kept ones."""
+@pytest.mark.parametrize("programs", [1, 3])
+def test_a_transfer_gives_its_formulas_cycles_and_bytes_for_each_rate(programs):
+    """memory._transfer keeps a transfer's cycles and bytes with its descriptor: another rate, formula or figures
+    give the formula's cycles and the figures' totals for them, never the kept ones; one program's are Python
+    floats, several programs' a read-only array."""
     from types import SimpleNamespace
 
     from dvmlang.npu import timing
@@ -739,8 +741,9 @@ def test_a_one_program_transfer_gives_its_formulas_cycles_for_each_rate():
     from dvmlang.npu.units.memory import _transfer
     from dvmlang.vm import isa
     prof = PROFILES["910B2"]
-    batch = SimpleNamespace(n=1, bytes_read=0.0, bytes_written=0.0, last_bytes=0)
-    desc = Desc(batch, lambda b: 3, [lambda b: 1], [lambda b: 0], [lambda b: 10], (16,))
+    batch = SimpleNamespace(n=programs, bytes_read=np.zeros(programs), bytes_written=np.zeros(programs), last_bytes=0)
+    bases = np.array([0, 70, 141][:programs], dtype=np.int64) if programs > 1 else 0  # (aligned or not)
+    desc = Desc(batch, lambda b: bases, [lambda b: 1], [lambda b: 0], [lambda b: 10], (16,))
     row = isa.BY_NAME["DMA_LOAD1"].cost
     formulas = {"910B2": timing.formula(prof, row),
                 "slow bursts": timing.formula(dataclasses.replace(prof, burst_overhead=3 * prof.burst_overhead), row)}
@@ -748,13 +751,19 @@ def test_a_one_program_transfer_gives_its_formulas_cycles_for_each_rate():
                               (16.0, "slow bursts", np.float32), (16.0, "slow bursts", np.float64),
                               (16.0, "910B2", np.float64)]:
         cost = formulas[kind]
-        g = np.zeros(64, dtype)
-        rates = SimpleNamespace(read=lambda t, nbytes, n: rate, write=lambda t, nbytes, n: rate,
-                                note=lambda *a: None)
+        g = np.zeros(256, dtype)
+        seen = []
+        rates = SimpleNamespace(read=lambda t, total: seen.append(total) or rate,
+                                note=lambda pc, t, write, off, r: seen.append(off))
         L = SimpleNamespace(profile=prof, rates=rates)
         got = _transfer(L, batch, cost, desc, g, 0, 0, False)
         nbytes, bursts, un = desc.figures(g.itemsize, prof.gm_align_bytes, False)
-        assert got == cost(bursts=bursts, nbytes=nbytes, rate=rate, unaligned=un) and got.__class__ is float
+        want = cost(bursts=bursts, nbytes=nbytes, rate=rate, unaligned=un)
+        assert seen == [timing._total(nbytes, programs), timing._total(nbytes * un, programs)]
+        if programs == 1:
+            assert got == want and got.__class__ is float
+        else:
+            assert np.array_equal(got, want) and got.dtype == want.dtype and not got.flags.writeable
 
 
 @budget(300)
@@ -889,7 +898,7 @@ def test_a_launch_made_from_a_shared_base_is_the_one_the_constructor_makes():
     # a finished launch kept by its LaunchBase holds none of its arrays, and reset is a new launch again
     lb = LaunchBase(bc.kernels[0], None, dev.profile, (), base, {}, 1, 1, 0, 0.5)
     d = lb.launch(bc, arrays, alias)
-    d.rates.read(0, 64.0, 1)
+    d.rates.read(0, 64.0)
     d.add_prints([(0, 0, "x", None, False, None)])
     lb.release(d)
     assert d.arrays is None and d.bc is None

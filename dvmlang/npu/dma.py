@@ -32,7 +32,7 @@ class Desc:
         self._grid = False  # _grid_of's answer, once asked (False: not yet)
         self._ints = None  # (base, strides, lo, hi) as Python integers, when _one made the fields from them
         self._sizes = None  # _one's (count, bursts, empty) in Python numbers, and whether the box has a dim
-        self.cycles = None  # a one-program transfer's (rate, figures, cost formula, cycles): memory._transfer
+        self.cycles = None  # a transfer's cycles and bytes for its rate, figures and formula: memory._transfer
         if n == 1 and self._one(b, base, strides, los, his, shape):
             return
         self.base = np.asarray(base(b), dtype=np.int64)

@@ -210,22 +210,23 @@ class Rates:
     def _fits(self, g) -> bool:
         return self.group_bytes.get(g, 0) <= self.l2_bytes
 
-    def read(self, t: int, nbytes, n: int) -> float:
-        """The rate at which the GM port reads tensor ``t``, counting the ``nbytes`` (per program) read."""
+    def read(self, t: int, total: float) -> float:
+        """The rate at which the GM port reads tensor ``t``, counting the ``total`` bytes (every program's, as
+        ``_total`` adds them) read."""
         g = self.alias[t]
-        self.group_reads[g] = self.group_reads.get(g, 0.0) + _total(nbytes, n)
+        self.group_reads[g] = self.group_reads.get(g, 0.0) + total
         return self.l2 if self._fits(g) else self.dma
 
-    def write(self, t: int, nbytes, n: int) -> float:
-        """The rate at which the GM port writes tensor ``t``, counting the ``nbytes`` (per program) written."""
+    def write(self, t: int, total: float) -> float:
+        """The rate at which the GM port writes tensor ``t``, counting the ``total`` bytes written."""
         g = self.alias[t]
-        self.group_writes[g] = self.group_writes.get(g, 0.0) + _total(nbytes, n)
+        self.group_writes[g] = self.group_writes.get(g, 0.0) + total
         return self.l2_write if self.keep_writes and self._fits(g) else self.dma
 
-    def note(self, pc: int, t: int, write: bool, unaligned, rate: float, n: int) -> None:
+    def note(self, pc: int, t: int, write: bool, unaligned: float, rate: float) -> None:
         """Record a DMA of tensor ``t`` at ``pc`` for the trace, with the extra cycles of the ``unaligned``
-        bytes (per program) it moved in bursts off their boundary at ``rate``."""
-        extra = _total(unaligned, n) * self.slow / rate
+        bytes (every program's) it moved in bursts off their boundary at ``rate``."""
+        extra = unaligned * self.slow / rate
         self.unaligned_cycles += extra
         seen = self.transfers.get(pc)
         self.transfers[pc] = (t, write, extra + (seen[2] if seen else 0.0))

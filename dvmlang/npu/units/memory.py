@@ -14,6 +14,7 @@ from ..bounds import check_elements
 from ..convert import lift
 from ..dma import Windows, atomic, compute_into, descriptor, dma_read, dma_write, pending_windows, store_view
 from ..state import materialise_views, poison_value, prod
+from ..timing import _total
 from .registry import builds
 
 
@@ -63,21 +64,29 @@ def _transfer(L, b, cost, desc, g, pc, t, write, to_l1=False):
     figures = desc.figures(g.itemsize, L.profile.gm_align_bytes, to_l1)
     nbytes, bursts, un = figures
     n = b.n
+    # (rate, figures, formula, cycles, the bytes and the unaligned bytes all programs move) kept with the
+    # descriptor: the same for the same figures, formula and rate
+    known = desc.cycles
+    if known is None or known[1] is not figures or known[2] is not cost:
+        known = None
+        moved, off = _total(nbytes, n), _total(nbytes * un, n)
+    else:
+        moved, off = known[4], known[5]
+    rates = L.rates
     if write:
         b.bytes_written += nbytes
-        rate = L.rates.write(t, nbytes, n)
+        rate = rates.write(t, moved)
     else:
         b.bytes_read += nbytes
-        rate = L.rates.read(t, nbytes, n)
+        rate = rates.read(t, moved)
     b.last_bytes = nbytes
-    L.rates.note(pc, t, write, nbytes * un, rate, n)
-    if n != 1:
-        return cost(bursts=bursts, nbytes=nbytes, rate=rate, unaligned=un)
-    known = desc.cycles  # (one program: Python numbers, the same for the same figures and rate)
-    if known is not None and known[0] == rate and known[1] is figures and known[2] is cost:
+    rates.note(pc, t, write, off, rate)
+    if known is not None and known[0] == rate:
         return known[3]
     cycles = cost(bursts=bursts, nbytes=nbytes, rate=rate, unaligned=un)
-    desc.cycles = (rate, figures, cost, cycles)
+    if cycles.__class__ is np.ndarray:
+        cycles.flags.writeable = False  # (returned again for this descriptor: no one may write into it)
+    desc.cycles = (rate, figures, cost, cycles, moved, off)
     return cycles
 
 
@@ -186,7 +195,7 @@ def gather(m, d):
         w(b, res)
         cnt, nbytes = _moved(b, g, msk)
         b.bytes_read += nbytes
-        return cost(elements=cnt, nbytes=nbytes, rate=L.rates.read(t, nbytes, b.n))
+        return cost(elements=cnt, nbytes=nbytes, rate=L.rates.read(t, _total(nbytes, b.n)))
     return m.step(d, fn, None)
 
 
@@ -207,7 +216,7 @@ def scatter(m, d):
             L.races.record_elements(b, t, off, msk)
         cnt, nbytes = _moved(b, g, msk)
         b.bytes_written += nbytes
-        return cost(elements=cnt, nbytes=nbytes, rate=L.rates.write(t, nbytes, b.n))
+        return cost(elements=cnt, nbytes=nbytes, rate=L.rates.write(t, _total(nbytes, b.n)))
     return m.step(d, fn, None)
 
 
@@ -234,8 +243,9 @@ def atomic_rmw(m, d):
         cnt, nbytes = _moved(b, g, msk)
         b.bytes_written += nbytes
         b.bytes_read += nbytes
-        L.rates.read(t, nbytes, b.n)
-        L.rates.write(t, nbytes, b.n)
+        total = _total(nbytes, b.n)
+        L.rates.read(t, total)
+        L.rates.write(t, total)
         return cost(elements=cnt)
     return m.step(d, fn, None)
 
