@@ -729,11 +729,13 @@ def test_the_boxes_of_a_uniform_descriptor_are_planned_once_and_each_view_is_str
             assert np.array_equal(got, want)
 
 
-@pytest.mark.parametrize("programs", [1, 3])
-def test_a_transfer_gives_its_formulas_cycles_and_bytes_for_each_rate(programs):
+@pytest.mark.parametrize("programs, bases, scalar", [(1, 0, True), (3, [0, 70, 141], False), (3, [0, 70, 141], True),
+                                                     (3, [0, 64, 128], False), (3, [0, 64, 128], True)])
+def test_a_transfer_gives_its_formulas_cycles_and_bytes_for_each_rate(programs, bases, scalar):
     """memory._transfer keeps a transfer's cycles and bytes with its descriptor: another rate, formula or figures
     give the formula's cycles and the figures' totals for them, never the kept ones; one program's are Python
-    floats, several programs' a read-only array."""
+    floats, several programs' a read-only array, or the one number they all are when the batch keeps one
+    clock (``Batch.scalar``: what _execute takes from the array then)."""
     from types import SimpleNamespace
 
     from dvmlang.npu import timing
@@ -741,8 +743,9 @@ def test_a_transfer_gives_its_formulas_cycles_and_bytes_for_each_rate(programs):
     from dvmlang.npu.units.memory import _transfer
     from dvmlang.vm import isa
     prof = PROFILES["910B2"]
-    batch = SimpleNamespace(n=programs, bytes_read=np.zeros(programs), bytes_written=np.zeros(programs), last_bytes=0)
-    bases = np.array([0, 70, 141][:programs], dtype=np.int64) if programs > 1 else 0  # (aligned or not)
+    batch = SimpleNamespace(n=programs, bytes_read=np.zeros(programs), bytes_written=np.zeros(programs), last_bytes=0,
+                            scalar=scalar)
+    bases = np.array(bases, dtype=np.int64) if programs > 1 else bases  # (aligned or not)
     desc = Desc(batch, lambda b: bases, [lambda b: 1], [lambda b: 0], [lambda b: 10], (16,))
     row = isa.BY_NAME["DMA_LOAD1"].cost
     formulas = {"910B2": timing.formula(prof, row),
@@ -762,6 +765,8 @@ def test_a_transfer_gives_its_formulas_cycles_and_bytes_for_each_rate(programs):
         assert seen == [timing._total(nbytes, programs), timing._total(nbytes * un, programs)]
         if programs == 1:
             assert got == want and got.__class__ is float
+        elif scalar and (want == want[0]).all():
+            assert got == want[0] and got.__class__ is float
         else:
             assert np.array_equal(got, want) and got.dtype == want.dtype and not got.flags.writeable
 

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from .. import dtypes as dt
+from . import host
 from .bounds import check_dma
 from .state import Slot, chunks, each_rows, eval_rows
 
@@ -516,11 +517,17 @@ def compute_into(slot: Slot, view: np.ndarray, box) -> bool:
         if cuts is not None:
             vals = [v[c] for v, c in zip(vals, cuts)]
         f(*vals, out=view[r0:r1] if slot.rows > 1 else view)
-    if slot.rows == 1:  # one row: one range, on this thread (what each_rows does with it)
-        part(0, 1)
-    else:
-        each_rows(slot, part, chunks(slot), slot.rows * slot.nbytes)
+    rows = slot.rows
+    nbytes = rows * slot.nbytes if rows > 1 else 0
+    if host.worth(rows, nbytes):
+        each_rows(slot, part, chunks(slot), nbytes)
+    else:  # (on this thread, range by range: what each_rows does then)
+        for r0, r1 in (chunks(slot) if rows > 1 else _ONE_ROW):
+            part(r0, r1)
     return True
+
+
+_ONE_ROW = ((0, 1),)
 
 
 def _tile_shaped(dims: tuple, shape) -> bool:

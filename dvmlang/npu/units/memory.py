@@ -81,13 +81,18 @@ def _transfer(L, b, cost, desc, g, pc, t, write, to_l1=False):
         rate = rates.read(t, moved)
     b.last_bytes = nbytes
     rates.note(pc, t, write, off, rate)
-    if known is not None and known[0] == rate:
-        return known[3]
-    cycles = cost(bursts=bursts, nbytes=nbytes, rate=rate, unaligned=un)
-    if cycles.__class__ is np.ndarray:
-        cycles.flags.writeable = False  # (returned again for this descriptor: no one may write into it)
-    desc.cycles = (rate, figures, cost, cycles, moved, off)
-    return cycles
+    if known is None or known[0] != rate:
+        cycles = cost(bursts=bursts, nbytes=nbytes, rate=rate, unaligned=un)
+        same = None
+        if cycles.__class__ is np.ndarray:
+            cycles.flags.writeable = False  # (returned again for this descriptor: no one may write into it)
+            first = cycles.flat[0]
+            if cycles.size > 1 and (cycles == first).all():
+                same = first.item()
+        known = desc.cycles = (rate, figures, cost, cycles, moved, off, same)
+    # programs sharing one clock (Batch.scalar) that all take the same cycles: the one number _execute would
+    # take from the array
+    return known[6] if b.scalar and known[6] is not None else known[3]
 
 
 @builds("dma_load")
