@@ -80,7 +80,6 @@ class Desc:
                 vals[i] = x = int(x)
             if not -_ONE_LIMIT < x < _ONE_LIMIT:
                 return False
-        i64 = np.int64
         r = len(strides)
         st = vals[1:1 + r]
         lo_ints, hi_ints, count, ext = [], [], 1, 0
