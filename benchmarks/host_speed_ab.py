@@ -17,11 +17,12 @@ gallery's vector add, softmax and layernorm kernels defined once for each) and t
 blocks, so both see every phase of the machine alike; it prints each side's median and the median of the
 rounds' after/before ratios with its 10th and 90th percentiles, which resolves changes of a few per cent.
 It checks first that both sides give the same results and cycles. Workloads (``--only``): relaunch,
-overhead (the relaunch's time outside executing its programs: host_speed.py's "dvmlang overhead"), first_launch
-(host_speed.py's: the gallery vector add on one program with a new n each time), encode (the
-gallery layernorm on new shapes), softmax and layernorm 8192x1024 (the gallery's), layernorm_row
-(sim_throughput.py's, host_speed.py's simulator row), vadd (16M), matmul (1024^3 fp16 -> fp32, sim_throughput.py's);
-the simulator ones also time numpy's version.
+overhead (the relaunch's time outside executing its programs: host_speed.py's "dvmlang overhead"), relaunch8
+(the gallery vector add on 8 programs of 1,024), first_launch (host_speed.py's: the gallery vector add on one
+program with a new n each time), encode (the gallery layernorm on new shapes), softmax and layernorm 8192x1024
+(the gallery's), layernorm_row (sim_throughput.py's, host_speed.py's simulator row), vadd (16M), matmul (1024^3
+fp16 -> fp32, sim_throughput.py's); the simulator ones also time numpy's version. Each round takes the sides in
+one of the six orders in turn.
 
     python benchmarks/host_speed_ab.py /tmp/before --in-process --only relaunch,vadd [--rounds 40]
 """
@@ -51,7 +52,7 @@ QUIET_LOOP = 600e-6  # seconds the machine_speed loop takes on the quiet develop
 
 FIGURES = ("relaunch", "encode", "graph", "from_bytes")
 ORDERS = list(itertools.permutations(("before", "after", "numpy")))
-IN_PROCESS = ("relaunch", "overhead", "first_launch", "encode", "softmax", "layernorm", "layernorm_row", "vadd", "matmul")
+IN_PROCESS = ("relaunch", "overhead", "relaunch8", "first_launch", "encode", "softmax", "layernorm", "layernorm_row", "vadd", "matmul")
 GALLERY = ("vector_add", "softmax", "layernorm")  # examples/ modules whose kernels each side defines
 BENCH_KERNELS = ("layernorm_row", "matmul")  # sim_throughput.py's kernels each side defines (host_speed.py's rows)
 
@@ -134,6 +135,9 @@ def _workload(name: str, rng):
     if name in ("relaunch", "overhead"):
         x, y, o = (rng.random(16, dtype=np.float32) for _ in range(3))
         return lambda m, d: m["vector_add"].add[(1,)](x, y, o, 16, BLOCK=16, device=d), 200, None, o
+    if name == "relaunch8":  # a small grid: 8 programs of 1,024 (what the lazy and torch paths launch often)
+        x, y, o = (rng.random(8192, dtype=np.float32) for _ in range(3))
+        return lambda m, d: m["vector_add"].add[(8,)](x, y, o, 8192, BLOCK=1024, device=d), 100, None, o
     if name == "first_launch":  # host_speed.py's first launch: one program of 2,048 with a new n (a new instance)
         sets = [(rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32), np.empty(n, np.float32), n)
                 for n in range(100, 2100)]
