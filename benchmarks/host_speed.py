@@ -2,14 +2,16 @@
 in the same run, medians over repeated samples.
 
 * relaunch      ``add[(1,)](x, y, out, 16, BLOCK=16)`` with a cached instance, alternating two sets of arrays:
-                the whole call on a plain device, and, on an instrumented one in the sample after, the time
-                spent executing the programs and placing them on cores (encode_latency.py's split). dvmlang's
-                overhead is the plain call's median less that time's median: everything but the simulated
+                the whole call on a plain device, and, on an instrumented one in turns of ten launches each,
+                the time spent executing the programs and placing them on cores (encode_latency.py's split).
+                dvmlang's overhead is the plain call's median less that time's median: everything but the simulated
                 work (bind + lookup in ``Kernel.run``, ``Device.run``'s own part), and none of the
                 instrumentation's wrappers, which make the instrumented call about 4 us longer (its own
                 whole-minus-simulation is shown too). Two parts of it are shown, from the instrumented call:
                 what ``Kernel.run`` takes before ``Device.run``, and the L2 model's settling after the launch
                 (``L2Cache.settle``). Reference: numpy adding the same 16 elements.
+* small grid    ``add[(8,)](x, y, out, 8192, BLOCK=1024)`` with a cached instance: 8 programs, as the lazy and torch
+                paths launch (no target). Reference: numpy's add.
 * first launch  ``add[(1,)](x, y, out, m, BLOCK=2048)`` with a new ``m`` each time (a new instance: no target in
                 the issue; what a model whose shapes keep changing pays per kernel). Reference: numpy's add.
 * encode        ``kernel.encode(grid, *args)`` for a shape never seen before (no rebuild; the container bytes
@@ -141,6 +143,30 @@ def relaunch(n: int) -> dict:
         np.add(x, y, out=o)
         ref.add(time.perf_counter() - t0, n0)
     return {"whole": whole, "host": host, "overhead": overhead, "spent": spent, "settle": settled, "numpy": ref}
+
+
+def relaunch_grid(n: int, programs: int = 8) -> dict:
+    """A cached relaunch of the gallery vector add on ``programs`` programs of 1,024 (a small grid, as the lazy
+    and torch paths launch), and numpy adding the same elements."""
+    rng = np.random.default_rng(2)
+    m = programs * 1024
+    x, y, o = rng.random(m, dtype=np.float32), rng.random(m, dtype=np.float32), np.empty(m, np.float32)
+    dev = dvmlang.npu.Device()
+    vector_add.add[(programs,)](x, y, o, m, BLOCK=1024, device=dev)
+    np.testing.assert_array_equal(o, x + y)
+    whole, ref = EL.Samples(), EL.Samples()
+    gc.collect()
+    for _ in range(n):
+        n0 = EL.GCWatch.runs
+        t0 = time.perf_counter()
+        vector_add.add[(programs,)](x, y, o, m, BLOCK=1024, device=dev)
+        whole.add(time.perf_counter() - t0, n0)
+    for _ in range(n):
+        n0 = EL.GCWatch.runs
+        t0 = time.perf_counter()
+        np.add(x, y, out=o)
+        ref.add(time.perf_counter() - t0, n0)
+    return {"whole": whole, "numpy": ref}
 
 
 def first_launch(n: int) -> dict:
@@ -405,6 +431,9 @@ def main(argv=None) -> int:
                  f"simulated work: {us(statistics.median(r['spent']))}"))
     rows.append(("    of which Kernel.run before Device.run", us(statistics.median(r["host"])), "", ""))
     rows.append(("    of which the L2 model after the launch", us(statistics.median(r["settle"])), "", ""))
+    g = relaunch_grid(n)
+    rows.append(("cached relaunch, 8 programs of 1,024 (no target)", us(statistics.median(g["whole"])), "",
+                 f"numpy add of the same: {us(statistics.median(g['numpy']))}"))
     f = first_launch(n // 2)
     rows.append(("first launch of a new shape, 1 program (no target)", us(statistics.median(f["whole"])), "",
                  f"numpy add of the same: {us(statistics.median(f['numpy']))}"))

@@ -52,7 +52,8 @@ QUIET_LOOP = 600e-6  # seconds the machine_speed loop takes on the quiet develop
 
 FIGURES = ("relaunch", "encode", "graph", "from_bytes")
 ORDERS = list(itertools.permutations(("before", "after", "numpy")))
-IN_PROCESS = ("relaunch", "overhead", "relaunch8", "first_launch", "encode", "softmax", "layernorm", "layernorm_row", "vadd", "matmul")
+IN_PROCESS = ("relaunch", "overhead", "relaunch8", "first_launch", "encode", "softmax", "layernorm", "layernorm_row",
+              "vadd", "matmul")
 GALLERY = ("vector_add", "softmax", "layernorm")  # examples/ modules whose kernels each side defines
 BENCH_KERNELS = ("layernorm_row", "matmul")  # sim_throughput.py's kernels each side defines (host_speed.py's rows)
 
