@@ -570,6 +570,20 @@ def test_a_one_program_box_is_checked_as_the_arrays_check_it(dims, base, size, p
     assert (box[0] < 0 or box[1] >= size) == bool((lo < 0) | (hi >= size) | (flo < 0) | (fhi >= size))
 
 
+def _outcomes(*makers) -> list:
+    """What each maker gives, or the type of the exception it raises (numpy's warnings and floating-point
+    errors silenced): two ways of making one thing compared, the same exception from both included."""
+    made = []
+    for make in makers:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                made.append(make())
+            except Exception as e:  # noqa: BLE001 - compared by the caller
+                made.append(type(e))
+    return made
+
+
 _INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 
 
@@ -614,15 +628,7 @@ def test_a_one_program_descriptor_in_python_numbers_is_the_numpy_one(dims, base)
     fields = (lambda b: base, [lambda b, v=st_: v for st_, _, _, _ in dims],
               [lambda b, v=lo: v for _, lo, _, _ in dims], [lambda b, v=hi: v for _, _, hi, _ in dims],
               tuple(d for _, _, _, d in dims))
-    made = []
-    for cls in (Desc, Numpy):
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                made.append(cls(Batch(), *fields))
-            except Exception as e:  # noqa: BLE001 - compared below: the same exception from both
-                made.append(type(e))
-    fast, slow = made
+    fast, slow = _outcomes(lambda: Desc(Batch(), *fields), lambda: Numpy(Batch(), *fields))
     if isinstance(slow, type):
         assert fast is slow
         return
@@ -784,15 +790,7 @@ def test_a_masked_reads_padding_is_the_broadcast_one(dtype, pad, rows, shape):
     from dvmlang.npu.dma import _pad_array, _padded
     npdt = np.dtype(dtype)
     rows = 3 if np.ndim(pad) else rows
-    made = []
-    for fn in (lambda: _padded(rows, shape, npdt, pad), lambda: _pad_array(rows, shape, npdt, pad).copy()):
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                made.append(fn())
-            except Exception as e:  # noqa: BLE001 - compared below: the same exception from both
-                made.append(type(e))
-    got, want = made
+    got, want = _outcomes(lambda: _padded(rows, shape, npdt, pad), lambda: _pad_array(rows, shape, npdt, pad).copy())
     if isinstance(want, type):
         assert got is want
         return
