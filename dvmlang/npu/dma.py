@@ -98,7 +98,7 @@ class Desc:
 
     def __getattr__(self, name):
         # (only for a field not set: the numpy fields of a descriptor _one made, made now from its integers)
-        if self._ints is None or name not in _NUMPY_FIELDS:
+        if name not in _NUMPY_FIELDS or self._ints is None:
             raise AttributeError(name)
         i64 = np.int64
         base, st, lo_ints, hi_ints = self._ints
@@ -133,19 +133,17 @@ class Desc:
         if f is not None and f[0] == key:
             return f[1]
         sizes = self._sizes
+        un = self.unaligned(itemsize, align)
         if sizes is not None and not to_l1:  # (made by _one: its Python numbers)
-            bursts = None
+            nbytes, bursts = sizes[0] * itemsize, sizes[1]
         else:
             bursts = self.unit_stride_bursts() if to_l1 else self.bursts
-        un = self.unaligned(itemsize, align)
-        if sizes is not None and bursts is None:
-            nbytes, bursts = sizes[0] * itemsize, sizes[1]
-        elif self.n == 1:  # (one value each: its count times the item size is far below 2**63, as a tile's is)
-            nbytes, bursts = self.count.item() * itemsize, bursts.item()
-            if un.__class__ is not float:
-                un = np.asarray(un).reshape(-1)[0].item()
-        else:
-            nbytes = self.count * itemsize
+            if self.n == 1:  # (one value each: its count times the item size is far below 2**63, as a tile's is)
+                nbytes, bursts = self.count.item() * itemsize, bursts.item()
+                if un.__class__ is not float:
+                    un = np.asarray(un).reshape(-1)[0].item()
+            else:
+                nbytes = self.count * itemsize
         f = nbytes, bursts, un
         self._figures = (key, f)
         return f
