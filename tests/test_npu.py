@@ -798,6 +798,22 @@ def test_a_masked_reads_padding_is_the_broadcast_one(dtype, pad, rows, shape):
     assert got.tobytes() == want.tobytes()
 
 
+def test_a_batchs_program_ids_and_coordinates_are_made_once_read_only():
+    """state.programs: a batch's program ids and grid coordinates, the ones Batch works out itself, made once
+    for every launch of those programs and read-only (a step writing into one fails loudly)."""
+    from dvmlang.npu.state import Batch, programs
+    for lo, hi, grid in [(0, 8, (8, 1, 1)), (64, 200, (7, 5, 9)), (3, 5, (2, 3, 1)), (0, 30, (1, 6, 5))]:
+        pids, coords = programs(lo, hi, grid[0], grid[1])
+        assert programs(lo, hi, grid[0], grid[1])[0] is pids
+        own = Batch(np.arange(lo, hi, dtype=np.int64), grid, (), uniform=True)
+        shared = Batch(pids, grid, (), uniform=True, coords=coords)
+        assert np.array_equal(pids, own.pids) and pids.dtype == own.pids.dtype
+        for a, b in zip(shared.coords, own.coords):
+            assert a.dtype == b.dtype and np.array_equal(a, b) and not a.flags.writeable
+        with pytest.raises(ValueError):
+            coords[0][0] = 1
+
+
 def _place_scanning(d, addr, nbytes, slot):
     """state.place as it was before it skipped the scan for a slot of the same place and size."""
     from dvmlang.npu.state import _trim

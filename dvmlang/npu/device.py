@@ -25,7 +25,7 @@ from .l2 import L2Cache
 from .launch import Launch, LaunchBase
 from .machine import Machine
 from .profile import Profile, get_profile
-from .state import Batch, held_bytes
+from .state import Batch, held_bytes, programs
 from .timing import _compose, _total, advance, roofline
 
 N_PIPES = isa.N_PIPES
@@ -417,11 +417,12 @@ class Device:
             while lo < P:
                 if self.sequential:
                     L.executed = 0  # one program at a time: each gets the budget; a runaway one ends the launch
-                pids = np.arange(lo, min(P, lo + (PROBE if probe and lo == 0 else size)), dtype=np.int64)
-                batch = Batch(pids, kern.grid, m.zero_regs, uniform=True)
+                pids, coords = programs(lo, min(P, lo + (PROBE if probe and lo == 0 else size)), kern.grid[0],
+                                        kern.grid[1])
+                batch = Batch(pids, kern.grid, m.zero_regs, uniform=True, coords=coords)
                 held = 0
                 for b in _execute(steps, batch, L, dispatch, rec):
-                    idx = b.pids
+                    idx = slice(lo, lo + b.n) if b is batch else b.pids  # (the batch whole: its programs in a row)
                     free, b_first, b_busy, t_issue, done = b.clock()
                     end = np.maximum(np.maximum(free.max(axis=0), t_issue), done)
                     T[idx] = end

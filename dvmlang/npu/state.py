@@ -9,6 +9,7 @@ wrote yield poison (NaN for floats, all-ones for integers).
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 
 import numpy as np
@@ -190,7 +191,7 @@ class Batch:
     __slots__ = ("pids", "coords", "regs", "mem", "n", "count", "t_issue", "pipe_free", "pipe_first", "pipe_busy",
                  "flags", "print_seq", "bytes_read", "bytes_written", "last_bytes", "done", "port_free", "scalar")
 
-    def __init__(self, pids: np.ndarray, grid, zero_regs: tuple, uniform: bool = False):
+    def __init__(self, pids: np.ndarray, grid, zero_regs: tuple, uniform: bool = False, coords=None):
         self.pids = pids
         self.n = n = len(pids)
         self.regs = list(zero_regs)  # steps replace a register's value, never write into it: zeros can be shared
@@ -214,8 +215,8 @@ class Batch:
                 np.array([p // (g0 * g1)], np.int32))
             self.bytes_read = self.bytes_written = 0.0
         else:
-            self.coords = ((pids % g0).astype(np.int32), ((pids // g0) % g1).astype(np.int32),
-                           (pids // (g0 * g1)).astype(np.int32))
+            self.coords = coords or ((pids % g0).astype(np.int32), ((pids // g0) % g1).astype(np.int32),
+                                     (pids // (g0 * g1)).astype(np.int32))
             self.bytes_read = np.zeros(n)
             self.bytes_written = np.zeros(n)
         if self.scalar:
@@ -324,6 +325,18 @@ class Batch:
 
 # a pipe clock at its start: t_issue, done, port_free, and per pipe when it frees, first starts, is busy
 _START_CLOCK = (0.0, 0.0, 0.0, (0.0,) * _N_PIPES, (np.inf,) * _N_PIPES, (0.0,) * _N_PIPES)
+
+
+@functools.lru_cache(maxsize=16)
+def programs(lo: int, hi: int, g0: int, g1: int) -> tuple:
+    """(the program ids lo..hi-1, their grid coordinates for a grid (g0, g1, ...)) as read-only arrays, made once
+    for the batches of every launch that runs these programs (steps replace a register's value, never write into
+    it, as ``FIRST_PID`` is shared)."""
+    pids = np.arange(lo, hi, dtype=np.int64)
+    coords = ((pids % g0).astype(np.int32), ((pids // g0) % g1).astype(np.int32), (pids // (g0 * g1)).astype(np.int32))
+    for a in (pids,) + coords:
+        a.flags.writeable = False
+    return pids, coords
 
 
 def _one_clock(b: Batch) -> None:
