@@ -365,7 +365,7 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n, pending=False):
     full = u is not None and u.full(tuple(shape))
     if u is not None and u.prog is not None:
         step = u.prog[1]
-        rows = n if (n == 1 or step != 0 or np.ndim(desc.base)) else 1
+        rows = n if (n == 1 or step != 0 or desc.base.ndim) else 1
         if u.empty:
             return _pad_array(rows, shape, npdt, pad), False
         view = _boxes(g, u, rows)
@@ -426,7 +426,7 @@ def pending_windows(src):
 def dma_write(g: np.ndarray, desc: Desc, shape, src: np.ndarray, n):
     rows_src = src.shape[0]
     u = _uniform_desc(desc, n)
-    if u is not None and u.prog is not None and (n == 1 or np.ndim(desc.base)):
+    if u is not None and u.prog is not None and (n == 1 or desc.base.ndim):
         if u.empty:
             return
         step = u.prog[1]
@@ -458,7 +458,7 @@ def _grid_of(desc: Desc, n: int):
     if desc._grid is False:
         desc._grid = None
         base = np.broadcast_to(desc.base, (n,))
-        if n > 2 and np.ndim(desc.base):
+        if n > 2 and desc.base.ndim:
             d = np.diff(base)
             k = int(np.argmax(d != d[0])) + 1
             if 1 < k < n and n % k == 0:
@@ -488,7 +488,7 @@ def store_view(g: np.ndarray, desc: Desc, shape, n, whole: bool):
     if u is None or u.prog is None or u.empty:
         return None, None
     full = u.full(tuple(shape))
-    if (not full and whole) or (n > 1 and np.ndim(desc.base) == 0):
+    if (not full and whole) or (n > 1 and desc.base.ndim == 0):
         return None, None
     if _overlapping(u.prog[1], u.st, u.ext, n):
         return None, None
