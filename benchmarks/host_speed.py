@@ -86,7 +86,7 @@ ENCODED = {"layernorm": (EL.layernorm.layernorm, EL.layernorm_args), "softmax": 
 # ---- measurements -------------------------------------------------------------------------------------------
 
 
-BLOCK = 10  # relaunch: launches per turn on each device
+TURN = 10  # relaunch: launches per turn on each device
 
 
 def relaunch(n: int) -> dict:
@@ -114,11 +114,11 @@ def relaunch(n: int) -> dict:
     clock = EL.SimulationClock()
     for i in range(2 * n):  # (n samples each)
         # the whole call on a plain device; the split on an instrumented one (the wrappers cost a few us), in
-        # turns of BLOCK launches: each device's launches follow one another, as in a user's loop (a launch
-        # right after the other device's pays for its wrappers and objects: about 1 us more), and both see the
+        # turns of TURN launches: each device's launches follow one another, as in a user's loop (a launch
+        # right after the other device's pays for its wrappers and objects: 1-2 us more), and both see the
         # same machine (a turn takes about half a millisecond)
         x, y, o = sets[i % 2]
-        if i // BLOCK % 2 == 0:
+        if i // TURN % 2 == 0:
             n0 = EL.GCWatch.runs
             t0 = time.perf_counter()
             vector_add.add[(1,)](x, y, o, 16, BLOCK=16, device=plain)
