@@ -10,7 +10,6 @@ import math
 import numpy as np
 
 from .. import dtypes as dt
-from . import host
 from .bounds import check_dma
 from .state import Slot, chunks, each_rows, eval_rows
 
@@ -515,16 +514,11 @@ def compute_into(slot: Slot, view: np.ndarray, box) -> bool:
             vals = [v[c] for v, c in zip(vals, cuts)]
         f(*vals, out=view[r0:r1] if slot.rows > 1 else view)
     rows = slot.rows
-    nbytes = rows * slot.nbytes if rows > 1 else 0
-    if host.worth(rows, nbytes):
-        each_rows(slot, part, chunks(slot), nbytes)
-    else:  # (on this thread, range by range: what each_rows does then)
-        for r0, r1 in (chunks(slot) if rows > 1 else _ONE_ROW):
-            part(r0, r1)
+    each_rows(slot, part, chunks(slot) if rows > 1 else _ONE_ROW, rows * slot.nbytes if rows > 1 else 0)
     return True
 
 
-_ONE_ROW = ((0, 1),)
+_ONE_ROW = ((0, 1),)  # compute_into's one range of a one-program store
 
 
 def _tile_shaped(dims: tuple, shape) -> bool:
@@ -605,15 +599,19 @@ def _padded(rows, shape, npdt, pad) -> np.ndarray:
     if p.ndim:
         return _pad_array(rows, shape, npdt, pad).copy()
     out = np.empty((rows,) + tuple(shape), dtype=npdt)
-    out[...] = np.asarray(p, dtype=npdt) if npdt != np.bool_ else p != 0
+    out[...] = _pad_value(p, npdt)
     return out
+
+
+def _pad_value(p: np.ndarray, npdt):
+    """One padding value (a 0-d array) in the tile's dtype: a bool tile's is whether it is non-zero."""
+    return np.asarray(p, dtype=npdt) if npdt != np.bool_ else p != 0
 
 
 def _pad_array(rows, shape, npdt, pad) -> np.ndarray:
     p = np.asarray(pad)
     if p.ndim == 0:
-        return np.broadcast_to(np.asarray(p, dtype=npdt) if npdt != np.bool_ else p != 0,
-                               (rows,) + tuple(shape))
+        return np.broadcast_to(_pad_value(p, npdt), (rows,) + tuple(shape))
     p = p.astype(npdt).reshape((p.shape[0],) + (1,) * len(shape))
     return np.broadcast_to(p, (p.shape[0],) + tuple(shape))
 

@@ -151,7 +151,11 @@ def each_rows(slot: Slot, fn, parts: list, nbytes: int) -> None:
     """``host.each_range(fn, parts, nbytes)`` for ranges of rows of the pending computation ``slot``: the
     results it keeps (``Slot.keep``) get their full arrays first, so ranges running side by side write into one
     array, and once every row is written they are no longer pending."""
-    kept = _kept(slot, []) if host.worth(slot.rows, nbytes) else ()
+    if not host.worth(slot.rows, nbytes):  # (on this thread, range by range: what host.each_range does then)
+        for r0, r1 in parts:
+            fn(r0, r1)
+        return
+    kept = _kept(slot, [])
     for k in kept:
         if k._arr is None:
             k._arr = np.empty((k.rows,) + tuple(k.shape), dtype=k.dtype)
@@ -215,8 +219,7 @@ class Batch:
                 np.array([p // (g0 * g1)], np.int32))
             self.bytes_read = self.bytes_written = 0.0
         else:
-            self.coords = coords or ((pids % g0).astype(np.int32), ((pids // g0) % g1).astype(np.int32),
-                                     (pids // (g0 * g1)).astype(np.int32))
+            self.coords = coords if coords is not None else _grid_coords(pids, g0, g1)
             self.bytes_read = np.zeros(n)
             self.bytes_written = np.zeros(n)
         if self.scalar:
@@ -333,10 +336,15 @@ def programs(lo: int, hi: int, g0: int, g1: int) -> tuple:
     for the batches of every launch that runs these programs (steps replace a register's value, never write into
     it, as ``FIRST_PID`` is shared)."""
     pids = np.arange(lo, hi, dtype=np.int64)
-    coords = ((pids % g0).astype(np.int32), ((pids // g0) % g1).astype(np.int32), (pids // (g0 * g1)).astype(np.int32))
+    coords = _grid_coords(pids, g0, g1)
     for a in (pids,) + coords:
         a.flags.writeable = False
     return pids, coords
+
+
+def _grid_coords(pids: np.ndarray, g0: int, g1: int) -> tuple:
+    """The grid coordinates (int32, one array per axis) of programs ``pids`` in a grid (g0, g1, ...)."""
+    return (pids % g0).astype(np.int32), ((pids // g0) % g1).astype(np.int32), (pids // (g0 * g1)).astype(np.int32)
 
 
 def _one_clock(b: Batch) -> None:
