@@ -38,7 +38,7 @@ def uses_lambda(x_ptr):
 @dvmlang.kernel
 def uses_matmul(x_ptr, BLOCK: dl.constexpr):
     a = dl.load(x_ptr + dl.arange(0, BLOCK))
-    b = a @ a
+    b = a @ a  # noqa: F841 - the error is about this line
 
 
 @dvmlang.kernel

@@ -17,7 +17,6 @@ import itertools
 
 import ml_dtypes
 import numpy as np
-import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 

@@ -12,7 +12,7 @@ import dvmlang
 import dvmlang.language as dl
 from dvmlang.npu import PROFILES, Device, Profile
 from fuzzing import budget
-from sample_kernels import add, loop_sum, matmul, softmax
+from sample_kernels import add, loop_sum, softmax
 
 
 

@@ -135,7 +135,7 @@ def test_max_events_is_a_session_wide_cap_and_says_so():
 
 def test_summary_only_keeps_totals_and_no_rows():
     x, out, n = _scale_args(32 * 10)
-    with dvmlang.trace(summary_only=True) as t:
+    with dvmlang.trace(summary_only=True):
         launch = scale[(10,)](x, out, n, BLOCK=32)
     tr = launch.trace
     assert len(tr) == 0 and tr.summary_only and len(tr.flow_src) == 0

@@ -104,7 +104,7 @@ def test_metadata_edits_get_the_same_outcome_with_the_caches_warm_or_cold(name):
     assert refused
 
 
-def test_an_instance_of_another_shape_is_not_decoded_again(decode_count):
+def test_an_instance_of_another_shape_is_not_decoded_again(decode_count):  # noqa: F811 - the fixture
     from test_bytecode_samples import KERNELS
     softmax = KERNELS["softmax"]
     x, y = np.zeros((5, 100), np.float32), np.zeros((7, 90), np.float32)

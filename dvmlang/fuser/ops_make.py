@@ -15,7 +15,7 @@ import math
 from .. import dtypes as dt
 from . import dims
 from .graph import GraphError, Sym
-from .ops_core import _binary, floor, lt
+from .ops_core import _binary, floor
 from .ops_core import (_axes, _dim_arg, _drop_axes, _graph, _node, _shape, _value, add, broadcast_to, cast, div, eq, le,
                   ge, log_softmax, max, mean, min, mul, ne, permute, reshape, sub, sum, where)
 from .ops_index import gather
