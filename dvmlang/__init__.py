@@ -24,8 +24,7 @@ from .fuser.lazy import LazySession, LazyTensor, lazy, tensor
 from .runtime import CacheInfo, Kernel, kernel, run
 from .trace.record import Session as _Session
 from .vm.bytecode import Bytecode
-
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: F401 - dvmlang.__version__
 
 
 def trace(max_events: int | None = 2_000_000, sample: int = 1, summary_only: bool = False) -> _Session:

@@ -35,12 +35,14 @@ MAX_INSTANCES = 256
 
 @dataclass
 class CacheInfo:
-    """How often a kernel was built, encoded, and launched from a cached instance."""
+    """How often a kernel was built (or loaded from the disk cache), encoded, and launched from a cached
+    instance."""
 
     builds: int = 0
     encodes: int = 0
     hits: int = 0
     launches: int = 0
+    loads: int = 0  # builds read from the disk cache (dvmlang/cache.py) instead of being made
 
 
 @dataclass(frozen=True, slots=True)

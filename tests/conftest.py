@@ -1,7 +1,13 @@
+import os
+
 import numpy as np
 import pytest
 
-import dvmlang
+# the suite's builds stay in memory: a developer's cache on disk neither serves nor receives them (the disk cache's
+# own tests point DVMLANG_CACHE_DIR at a folder of their own)
+os.environ["DVMLANG_CACHE_DIR"] = "off"
+
+import dvmlang  # noqa: E402
 
 
 @pytest.fixture
@@ -26,7 +32,9 @@ collect_ignore_glob = ["triton_upstream/*"]
 @pytest.fixture(autouse=True)
 def _own_fused_kernels():
     """Each test's graphs build their own fused kernels: a test counting builds and encodes does not depend on
-    which earlier test made the same kernel text (fuser/codegen.py shares a Kernel while it lives)."""
-    from dvmlang.fuser import codegen
+    which earlier test made the same kernel (fuser/build.py shares builds by structure, fuser/codegen.py a
+    Kernel by its text)."""
+    from dvmlang.fuser import build, codegen
     codegen._BUILT.clear()
+    build.BUILDS.clear()
     yield

@@ -241,21 +241,23 @@ def _fused_sources() -> int:
     return sum(1 for k in linecache.cache if isinstance(k, str) and k.startswith("<dvmlang fused"))
 
 
-def test_lazy_programs_evicted_from_their_cache_leave_linecache(lazy_runtime):
+def test_lazy_programs_evicted_from_their_cache_leave_linecache(lazy_runtime, monkeypatch):
+    monkeypatch.setenv("DVMLANG_FUSER", "text")  # the text path registers each kernel's source with linecache
     lazy_runtime.programs.capacity = 2
     a = np.ones((2, 3), np.float32)
     with dvmlang.lazy(background=False):
         np.asarray(dvmlang.tensor(a) * 0.5)
     gc.collect()
     before = _fused_sources()
-    for k in range(8):  # a Python number is compiled into the kernel: a new program each time
+    for k in range(8):  # a new program each time
         with dvmlang.lazy(background=False):
-            np.asarray(dvmlang.tensor(a) * (k + 1.5))
+            np.asarray(dvmlang.tensor(a) * (k + 1.5) + float(k))
     gc.collect()
     assert _fused_sources() <= before + 2
 
 
-def test_a_dropped_graph_function_leaves_linecache():
+def test_a_dropped_graph_function_leaves_linecache(monkeypatch):
+    monkeypatch.setenv("DVMLANG_FUSER", "text")
     a = np.ones((2, 3), np.float32)
     gc.collect()
     before = _fused_sources()
@@ -264,6 +266,17 @@ def test_a_dropped_graph_function_leaves_linecache():
     assert _fused_sources() == before + 1
     del f
     gc.collect()
+    assert _fused_sources() == before
+
+
+def test_composed_kernels_leave_no_source_behind():
+    """The compose path writes no source text anywhere: nothing reaches linecache."""
+    a = np.ones((2, 3), np.float32)
+    before = _fused_sources()
+    f = dvmlang.graph(lambda x: ops.exp(x) + 3.25)
+    np.testing.assert_allclose(f(a), np.exp(a) + 3.25, rtol=1e-6)
+    with dvmlang.lazy(background=False):
+        np.asarray(dvmlang.tensor(a) * 2.5)
     assert _fused_sources() == before
 
 

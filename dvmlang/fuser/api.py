@@ -27,7 +27,7 @@ from . import captured_args as ca
 from . import dims as _dims
 from . import foreign
 from . import tiling as tl
-from .codegen import KernelText, matmul_kernel, vector_kernel
+from .build import GroupKernel
 from .fusion import VIEWS, Group, Plan, canonicalize, plan
 from .graph import Graph, GraphError, GraphValue, Node, Sym, Tracer
 
@@ -72,9 +72,9 @@ class Program:
         self.fuse = fuse
         self.name = name or graph.name
         self.plan = plan(graph, fuse, row_fits=lambda grp, cols: tl.row_fits(grp, cols, profile))
-        self.kernels: dict = {}  # (plan id, group id) -> KernelText
-        self._texts: dict = {}  # KernelText.key -> KernelText (kernels shared between the plans)
-        self._tiles: dict = {}  # KernelText.key -> the tiles the kernel was built with
+        self.kernels: dict = {}  # (plan id, group id) -> GroupKernel
+        self._shared: dict = {}  # GroupKernel.key -> GroupKernel (kernels shared between the plans)
+        self._tiles: dict = {}  # GroupKernel.key -> the tiles the kernel was built with
         self.fallbacks = 0
         self._binder = None
 
@@ -123,21 +123,18 @@ class Program:
             values[o.id] = _materialise(o, values, env)
         return Run(values, record, launches)
 
-    def kernel(self, p: Plan, grp: Group) -> KernelText:
+    def kernel(self, p: Plan, grp: Group) -> GroupKernel:
         key = (id(p), grp.id)
-        kt = self.kernels.get(key)
-        if kt is None:
-            kname = _kernel_name(self.name, grp)
-            kt = matmul_kernel(self.graph, grp, kname) if grp.kind == "matmul" else \
-                vector_kernel(self.graph, grp, kname)
-            # a group of the split fallback plan that generates the same kernel as one of the fused plan (up to
-            # its name) shares that kernel, its builds and its tiles
-            kt.key = (grp.mode, kt.text.replace(grp.name, "\0"), tuple(n.id for n in kt.inputs + kt.outputs),
-                      repr((kt.arg_dims, kt.dims, kt.int_dims)))
-            kt = self._texts.setdefault(kt.key, kt)
-            kt.compile()
-            self.kernels[key] = kt
-        return kt
+        gk = self.kernels.get(key)
+        if gk is None:
+            gk = GroupKernel(self.graph, grp, _kernel_name(self.name, grp))
+            # a group of the split fallback plan that computes what one of the fused plan does (the same
+            # operations on the same nodes) shares that kernel, its builds and its tiles
+            gk.key = (grp.kind, grp.mode, tuple(n.id for n in grp.body()), tuple(n.id for n in gk.sig.inputs),
+                      tuple(n.id for n in gk.sig.outputs))
+            gk = self._shared.setdefault(gk.key, gk)
+            self.kernels[key] = gk
+        return gk
 
     def tiles(self, p: Plan, grp: Group, env, profile):
         """The group's tiles at this call's sizes (tiling.vector_tiles / matmul_tiles), kept across calls."""
@@ -165,10 +162,11 @@ class Program:
             empty = empty and values[o.id].size == 0
         if empty and grp.outputs:
             return []  # nothing to compute (a size-0 dim): no launch
-        kt = self.kernel(p, grp)
+        gk = self.kernel(p, grp)
+        sig = gk.sig
         args = []
         space = tuple(env.value(d) for d in grp.space)
-        for j, x in enumerate(kt.inputs + kt.outputs):
+        for j, x in enumerate(sig.inputs + sig.outputs):
             if grp.kind == "matmul" and j < 2:
                 # an operand: its own matrix dims, batch dims aligned to the output's
                 shape = space[:-2] + tuple(env.value(d) for d in x.shape[-2:])
@@ -176,36 +174,36 @@ class Program:
             else:
                 flat, strides = _addressing(x, values, env, space)
             args.append(flat)
-            args += [strides[d] for d in kt.arg_dims[j]]
+            args += [strides[d] for d in sig.arg_dims[j]]
         if grp.kind == "matmul":
             mm = grp.nodes[0]
             m, n_, k = env.value(mm.shape[-2]), env.value(mm.shape[-1]), env.value(mm.inputs[0].shape[-1])
-            bm, bn, bk = self.tiles(p, grp, env, device.profile)
+            tiles = self.tiles(p, grp, env, device.profile)
+            bm, bn, _ = tiles
             nbn = -(-n_ // bn)
             batch = space[:-2]
             grid = ((-(-m // bm)) * nbn, batch[0] if len(batch) > 0 else 1, batch[1] if len(batch) > 1 else 1)
-            args += [m, n_, k, nbn] + [float(env.value(s)) for s in kt.dims]
+            args += [m, n_, k, nbn] + [float(env.value(s)) for s in sig.dims]
             grid, extents = persistent_grid(grid, device.profile.cube_cores)
-            prepared = kt.kernel.prepare(grid, *args, *extents, BM=bm, BN=bn, BK=bk, device=device)
         else:
             r = len(space)
             t = self.tiles(p, grp, env, device.profile)
             if not t.fits:
                 raise GraphError(f"group {grp.name}: a row of {space[-1]} elements does not fit UB")
+            tiles = (t.br, t.bc)
             outer = space[:-2] if r >= 2 else ()
             grid = (t.grid[0], outer[0] if len(outer) > 0 else 1, outer[1] if len(outer) > 1 else 1)
             args += [space[-2] if r >= 2 else 1, space[-1] if r >= 1 else 1] + ([t.ncb] if grp.mode == "tiled" else [])
-            args += [float(env.value(s)) for s in kt.dims] + [env.value(s) for s in kt.int_dims]
+            args += [float(env.value(s)) for s in sig.dims] + [env.value(s) for s in sig.int_dims]
             grid, extents = persistent_grid(grid, device.profile.vector_cores)
-            args += extents
-            if any(n.op == "gather" for n in grp.nodes):
-                with warnings.catch_warnings():  # the table load is a gather by design (ops.gather)
-                    warnings.filterwarnings("ignore", message=r".*becomes a gather/scatter", category=PerformanceWarning)
-                    prepared = kt.kernel.prepare(grid, *args, BR=t.br, BC=t.bc, device=device)
-            else:
-                prepared = kt.kernel.prepare(grid, *args, BR=t.br, BC=t.bc, device=device)
-        _, bc, flat, alias = prepared
-        return [StackItem(bc, flat, kt.name, alias)]
+        args += extents
+        if gk.text is not None and any(n.op == "gather" for n in grp.nodes):
+            with warnings.catch_warnings():  # the table load is a gather by design (ops.gather)
+                warnings.filterwarnings("ignore", message=r".*becomes a gather/scatter", category=PerformanceWarning)
+                bc, flat, alias = gk.prepare(tiles, grid, args, device)
+        else:
+            bc, flat, alias = gk.prepare(tiles, grid, args, device)
+        return [StackItem(bc, flat, gk.name, alias)]
 
 
 def persistent_grid(grid: tuple, cores: int) -> tuple[tuple, list]:

@@ -1,9 +1,9 @@
-"""Generate a ``@dvmlang.kernel`` for every fusion group, as Python source.
+"""The text path of fused kernels (the differential oracle of ``emit``): a ``@dvmlang.kernel`` source per
+fusion group, compiled by the frontend like a hand-written kernel (``DVMLANG_FUSER=text``).
 
-Fused kernels go through the same frontend, encoder and device as hand-written ones, so the trace viewer
-shows their source lines and the disassembler their instructions. Tile sizes are constexpr parameters
-(``BR``, ``BC`` or ``BM``, ``BN``, ``BK``) chosen per call by the auto-tiler; everything that depends on
-the shapes of a call (extents, strides, offsets) is a runtime argument, so a new shape only encodes.
+It takes the same arguments as the composed kernel (``emit.Signature``). Tile sizes are constexpr parameters
+(``BR``, ``BC`` or ``BM``, ``BN``, ``BK``) chosen per call by the auto-tiler; everything that depends on the
+shapes of a call (extents, strides, offsets) is a runtime argument, so a new shape only encodes.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from .. import dtypes as dt
 from .. import language as dl
 from .. import opdefs
 from ..runtime import kernel
-from .fusion import Group, is_free, memory_operands
-from .graph import Graph, GraphError, Node
+from .signature import Layout, Signature, free_nodes, matmul_parts
+from .fusion import Group, memory_operands
+from .graph import Graph, Node
 
 _counter = itertools.count()
 # kernel text -> its Kernel, while anything holds that Kernel: graphs whose groups generate the same text (the
@@ -60,24 +61,6 @@ def _ident(op: str, d: dt.DType) -> str:
     return repr(int(info.min if op == "max" else info.max))
 
 
-class Layout:
-    """How a tensor of some shape lines up with a group's iteration space (outer..., rows, cols)."""
-
-    def __init__(self, g: Graph, shape, space):
-        self.g = g
-        r = len(space)
-        off = r - len(shape)
-        self.present = []  # per space dim: True if the tensor varies along it
-        for k in range(r):
-            j = k - off
-            if j < 0:
-                self.present.append(False)
-                continue
-            d = g.syms.find(shape[j])
-            self.present.append(not (isinstance(d, int) and d == 1))
-        self.rank = r
-
-
 def emit_value(src: Source, g: Graph, n: Node, names: dict, idx: dict) -> str:
     """One node as an expression over tiles ``names``; ``idx`` maps rows/cols/outer to index expressions."""
     a = [names.get(i.id) for i in n.inputs]
@@ -108,19 +91,12 @@ def emit_value(src: Source, g: Graph, n: Node, names: dict, idx: dict) -> str:
 
 
 class KernelText:
-    """Generated source plus what the runtime needs to call it."""
+    """Generated source plus the signature the runtime calls it with."""
 
-    def __init__(self, name, text, params, inputs, outputs, dims, mode, space, arg_dims=None, int_dims=()):
+    def __init__(self, name, text, sig: Signature):
         self.name = name
         self.text = text
-        self.params = params  # ordered parameter names
-        self.inputs = inputs  # external input nodes, in parameter order
-        self.outputs = outputs  # output nodes, in parameter order
-        self.dims = dims  # symbols passed as runtime scalars
-        self.mode = mode
-        self.space = space
-        self.arg_dims = arg_dims  # per tensor (inputs, then outputs): the dims whose strides are parameters
-        self.int_dims = list(int_dims)  # symbols passed as runtime ints (offsets and bounds of cat and gather)
+        self.sig = sig
         self.kernel = None
 
     def compile(self):
@@ -145,52 +121,10 @@ class KernelText:
         return self.kernel
 
 
-def _dims_needed(nodes) -> list:
-    out = []
-    for n in nodes:
-        if n.op == "dim" and n.attrs["sym"] not in out:
-            out.append(n.attrs["sym"])
-    return out
-
-
 def _origin(g: Graph, d) -> str:
     """A size as a message names it: a number, or where the symbol comes from (``w.shape[0]``)."""
     d = g.syms.find(d)
     return str(d) if isinstance(d, int) else d.origin.replace('"', "'")
-
-
-def _int_dims_needed(g: Graph, nodes) -> list:
-    """The symbolic sizes that index arithmetic of ``nodes`` needs as ints (a cat's offsets, a gather's bound)."""
-    out = []
-    for n in nodes:
-        ds = []
-        if n.op == "cat":
-            ds = list(n.attrs["offsets"]) + [i.shape[n.attrs["axis"]] for i in n.inputs]
-        elif n.op == "gather":
-            ds = [n.inputs[0].shape[n.attrs["axis"]]]
-        for d in ds:
-            d = g.syms.find(d)
-            if not isinstance(d, int) and d not in out:
-                out.append(d)
-    return out
-
-
-def _free_nodes(grp: Group):
-    """The free values (constants, sizes, index tiles, scalar arithmetic on them) the group uses, in order."""
-    seen = {n.id for n in grp.body()}
-    free = []
-    for n in grp.body():
-        stack = list(n.inputs)
-        while stack:
-            x = stack.pop()
-            if is_free(x) and x.id not in seen:
-                seen.add(x.id)
-                free.append(x)
-                stack.extend(x.inputs)
-    return sorted(free, key=lambda x: x.id)  # node ids are a topological order
-
-
-GRID_PARAMS = ["G0", "G1", "GN"]  # the logical grid (its first two extents and its size), looped over in-kernel
 
 
 def _persistent_header(src: Source, outer: int) -> None:
@@ -204,28 +138,16 @@ def _persistent_header(src: Source, outer: int) -> None:
         src(f"o{d} = (vp // G0) % G1" if d == 0 else "o1 = vp // (G0 * G1)")
 
 
-def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
+def kernel_text(g: Graph, grp: Group, name: str, sig: Signature) -> KernelText:
+    return (matmul_kernel if grp.kind == "matmul" else vector_kernel)(g, grp, name, sig)
+
+
+def vector_kernel(g: Graph, grp: Group, name: str, sig: Signature) -> KernelText:
     space = grp.space
     r = len(space)
     outer = r - 2 if r >= 2 else 0
-    free = _free_nodes(grp)
-    nodes = free + grp.body()
-    ins = list(grp.inputs)
-    outs = list(grp.outputs)
-    dims = _dims_needed(nodes)
-    # a tensor is passed as its array (at its first element) and the strides of the dims it varies along:
-    # every parameter is a value the runtime binds and encodes per call, so there are no others
-    params = []
-    arg_dims = []
-    for kind, tensors in (("in", ins), ("out", outs)):
-        for k, x in enumerate(tensors):
-            lay = Layout(g, x.shape, space)
-            dims_k = [d for d in range(r) if lay.present[d]]
-            params += [f"{kind}{k}"] + [f"{kind}{k}_s{d}" for d in dims_k]
-            arg_dims.append(dims_k)
-    int_dims = _int_dims_needed(g, grp.body())
-    params += ["R", "C"] + (["NCB"] if grp.mode == "tiled" else []) + [f"dim{s.id}" for s in dims] + \
-        [f"idim{s.id}" for s in int_dims] + GRID_PARAMS
+    free = free_nodes(grp)
+    ins, outs, params = sig.inputs, sig.outputs, sig.params
     src = Source()
     src.indent = 0
     src("@dvmlang.kernel")
@@ -437,40 +359,18 @@ def vector_kernel(g: Graph, grp: Group, name: str) -> KernelText:
         for k, o in enumerate(outs):
             emit_store(k, o)
     text = "\n".join(src.lines) + "\n"
-    return KernelText(name, text, params, ins, outs, dims, grp.mode, space, arg_dims, int_dims)
+    return KernelText(name, text, sig)
 
 
-def matmul_kernel(g: Graph, grp: Group, name: str) -> KernelText:
-    mm = grp.nodes[0]
-    a, b = mm.inputs
+def matmul_kernel(g: Graph, grp: Group, name: str, sig: Signature) -> KernelText:
+    mm, a, b, epilogue, ext, outs = matmul_parts(g, grp)
     space = mm.shape
     r = len(space)
     nb = r - 2  # batch dims (<= 2)
-    if nb > 2:
-        raise GraphError("matmul supports at most two batch dimensions")
-    epilogue = grp.nodes[1:]
-    free = _free_nodes(grp)
-    # inputs of the epilogue (an operand of the matmul too, when the epilogue reads it: loaded again in the
-    # output's layout)
-    epi_reads = {i.id for n in epilogue for i in n.inputs}
-    ext = [i for i in grp.inputs if (i is not a and i is not b) or i.id in epi_reads]
-    outs = list(grp.outputs)
-    dims = _dims_needed(free + epilogue)
+    free = free_nodes(grp)
+    params = sig.params
     la = Layout(g, a.shape, space[:-2] + (a.shape[-2], a.shape[-1]))
     lb = Layout(g, b.shape, space[:-2] + (b.shape[-2], b.shape[-1]))
-    params = []
-    arg_dims = []
-    for kind, lay in (("A", la), ("B", lb)):  # operands: the batch dims they vary along, both matrix dims
-        dims_k = [d for d in range(nb) if lay.present[d]] + [r - 2, r - 1]
-        params += [kind] + [f"{kind}_s{d}" for d in dims_k]
-        arg_dims.append(dims_k)
-    for kind, tensors in (("in", ext), ("out", outs)):
-        for k, x in enumerate(tensors):
-            lay = Layout(g, x.shape, space)
-            dims_k = [d for d in range(r) if lay.present[d] or (kind == "out" and d >= nb)]
-            params += [f"{kind}{k}"] + [f"{kind}{k}_s{d}" for d in dims_k]
-            arg_dims.append(dims_k)
-    params += ["M", "N", "K", "NBN"] + [f"dim{s.id}" for s in dims] + GRID_PARAMS
     src = Source()
     src.indent = 0
     src("@dvmlang.kernel")
@@ -526,5 +426,4 @@ def matmul_kernel(g: Graph, grp: Group, name: str) -> KernelText:
         terms += [f"rm[:, None] * out{k}_s{r - 2}", f"rn[None, :] * out{k}_s{r - 1}"]
         src(f"dl.store(out{k} + {' + '.join(terms)}, dl.broadcast_to({names[o.id]}, (BM, BN)), mask=mmask)")
     text = "\n".join(src.lines) + "\n"
-    kt = KernelText(name, text, params, [a, b] + ext, outs, dims, "matmul", space, arg_dims)
-    return kt
+    return KernelText(name, text, sig)

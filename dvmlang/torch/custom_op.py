@@ -52,11 +52,14 @@ class _KT:
     def __init__(self, k):
         self.kernel = k
 
+    def cache_info(self):
+        return self.kernel.cache_info()
+
 
 def _count(name, kernels) -> None:
     c = _Counted(kernels)
     for kt in c.kernels.values():
-        info = kt.kernel.cache_info()
+        info = kt.cache_info()
         st._base["builds"] += info.builds
         st._base["encodes"] += info.encodes
     st.PROGRAMS.append(c)

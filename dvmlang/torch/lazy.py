@@ -365,7 +365,7 @@ def _kernel_counts(progs) -> tuple[int, int]:
     b = e = 0
     for prog in progs:
         for kt in prog.kernels.values():
-            info = kt.kernel.cache_info()
+            info = kt.cache_info()
             b += info.builds
             e += info.encodes
     return b, e

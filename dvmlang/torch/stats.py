@@ -30,7 +30,7 @@ _base = {"builds": 0, "encodes": 0}
 def _kernel_totals() -> dict:
     b = e = 0
     for prog in PROGRAMS:
-        for kernel in {id(kt.kernel): kt.kernel for kt in prog.kernels.values()}.values():  # plans share kernels
+        for kernel in {id(kt): kt for kt in prog.kernels.values()}.values():  # plans share kernels
             info = kernel.cache_info()
             b += info.builds
             e += info.encodes

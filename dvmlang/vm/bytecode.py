@@ -224,8 +224,14 @@ class Bytecode:
     def validate(self):
         """Run the validator (once); raises ``InvalidBytecodeError`` if the program is unsafe."""
         if self.decoded is None:
+            enc = self.__dict__.get("_encoder")
+            if enc is not None and enc.decoded is not None:  # another instance of the build was validated since
+                self.decoded = enc.decoded
+                return self
             from .validator import validate
             self.decoded = DecodedKernels(validate(self))
+            if enc is not None:
+                enc.decoded = self.decoded  # the verdict holds for every instance of the build (Encoder)
         return self
 
     @user_frames
@@ -347,7 +353,10 @@ class Encoder:
     metadata the validator does not depend on). ``encode`` then only patches words and writes the
     per-instance parameter table, grid and checksum."""
 
-    def __init__(self, template, params: list[ParamInfo], target: TargetInfo, sources: dict | None = None):
+    def __init__(self, template, params: list[ParamInfo], target: TargetInfo, sources: dict | None = None,
+                 validate: bool = True):
+        """``validate=False`` leaves the template's validation to the first instance the device runs (a composed
+        fused kernel, validated when its fragments were; every instance shares that first verdict)."""
         self.target = target
         strings: list[str] = []
         sid: dict[str, int] = {}
@@ -400,7 +409,10 @@ class Encoder:
             gm_words[p].append(w)
         # encode_values' patch list: per tensor, its table entry's fixed prefix and the words of its address
         self._tensor_patches = [(i, pre, itemsize, tuple(gm_words[i])) for i, pre, itemsize in self._tensor_pre]
-        self._patch = _patcher(template.scalar_slots, self._tensor_patches, [p.rank for p in params])
+        # the first instance is patched by a loop over the tables; the straight-line patcher is generated for the
+        # second (a build that is encoded once, as most fused kernels are per length, never pays its compile)
+        self._patch_tables = (template.scalar_slots, self._tensor_patches, [p.rank for p in params])
+        self._patch = self._first_patch
         self._names = [(p.name, p.dtype) for p in params]
         self._param_tail = fixed
         self._params_fixed = [None if p.kind == "tensor" else ParamInfo("scalar", p.name, p.dtype) for p in params]
@@ -434,7 +446,29 @@ class Encoder:
                                  (1,) * p.rank if p.kind == "tensor" else ()) for p in params]
         scalars = {i: 0 for i, p in enumerate(params) if p.kind == "scalar"}
         self.decoded = None
-        self.decoded = self.encode(placeholder, scalars, (1, 1, 1)).validate().decoded
+        if validate:
+            self.decoded = self.encode(placeholder, scalars, (1, 1, 1)).validate().decoded
+
+    def _first_patch(self, code, values, keys) -> None:
+        """``_patcher``'s work as a loop over the build's tables (the first instance); later instances get the
+        generated straight-line patcher."""
+        self._patch = self._compiled_patch
+        slots, tensors, ranks = self._patch_tables
+        for w, p, d in slots:
+            code[w] = _CONVERTERS[d](values[p])
+        cur = GM_BASE
+        for n, (i, _, itemsize, words) in enumerate(tensors):
+            for w in words:
+                code[w] = cur
+            if n + 1 < len(tensors):
+                count = 1
+                for x in keys[i][1][:ranks[i]]:
+                    count *= x
+                cur += gm_span(count, itemsize)
+
+    def _compiled_patch(self, code, values, keys) -> None:
+        self._patch = patch = _patcher(*self._patch_tables)
+        patch(code, values, keys)
 
     def encode(self, params: list[ParamInfo], scalars: dict[int, object], grid: tuple[int, int, int]) -> Bytecode:
         """One launch instance from its parameter table: ``params`` (shapes and strides of the tensors,

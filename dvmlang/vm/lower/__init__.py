@@ -9,9 +9,9 @@
    with the live buffers at the peak. Scalars get typed registers the same way.
 4. ``select`` (with ``memory`` and ``control``): select instructions from the ISA table, one emitter per IR
    op kind, into a ``Code`` stream (``emit.Context`` is what the emitters share).
-5. ``sync``: insert set/wait events for every dependency between pipes (twice over loop bodies, for
-   hazards across iterations).
-6. ``assemble``: pack the words into a ``Template``.
+5. ``link`` (shared with the fuser's composed kernels, ``vm/compose``): ``sync`` inserts set/wait events for
+   every dependency between pipes (twice over loop bodies, for hazards across iterations) and ``assemble``
+   packs the words into a ``Template``.
 
 The records the passes hand each other live in ``program``. The ``Template`` is what every launch instance of
 the build shares; encoding an instance only patches scalar immediates and tensor addresses into it.
@@ -22,15 +22,15 @@ from __future__ import annotations
 from ...ir.core import Function
 from .. import isa
 from .alloc import Staging, allocate_memory, allocate_registers
-from .assemble import assemble, encode_into
+from .assemble import encode_into
 from .emit import Context
 from .liveness import liveness
 from .placement import place
 from .program import Buffer, Code, Emitted, Label, Place, Template
+from .link import link
 from .select import EMITTERS, emit_prologue
-from .sync import insert_sync
 
-__all__ = ["Buffer", "Emitted", "Label", "Place", "Template", "encode_into", "lower"]
+__all__ = ["Buffer", "Emitted", "Label", "Place", "Template", "encode_into", "link", "lower"]
 
 
 def lower(fn: Function, profile) -> Template:
@@ -46,5 +46,4 @@ def lower(fn: Function, profile) -> Template:
     ctx.emit_ops(fn.body.ops)
     code.out.append(code.end_label)
     ctx.emit(isa.BY_NAME["END"], {}, None, None)
-    insert_sync(code.out)
-    return assemble(fn.name, code, regs, ctx.staging, plan)
+    return link(fn.name, code, regs.types, ctx.staging.total_footprint(), plan.buffers)

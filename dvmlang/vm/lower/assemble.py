@@ -7,11 +7,10 @@ from __future__ import annotations
 from array import array
 
 from .. import isa
-from .alloc import Staging
-from .program import Code, Label, Placement, Registers, Template
+from .program import Code, Label, Template
 
 
-def assemble(kernel: str, code: Code, regs: Registers, staging: Staging, plan: Placement) -> Template:
+def assemble(kernel: str, code: Code, reg_types: list, footprint: dict[str, int], buffers: list) -> Template:
     pc = 0
     instrs = []
     for item in code.out:
@@ -36,8 +35,8 @@ def assemble(kernel: str, code: Code, regs: Registers, staging: Staging, plan: P
             debug.append((e.pc, e.loc))
             last_loc = e.loc
     kind = "mix" if code.uses_cube else "vector"
-    return Template(kernel, words, list(code.layout_list), list(regs.types), staging.total_footprint(),
-                    [b for b in plan.buffers if b.nbytes > 0], relocs, slots, debug, list(code.strings), kind)
+    return Template(kernel, words, list(code.layout_list), list(reg_types), footprint,
+                    [b for b in buffers if b.nbytes > 0], relocs, slots, debug, list(code.strings), kind)
 
 
 def _field_word(ins: isa.Instr, name: str) -> int:

@@ -1,0 +1,262 @@
+"""A fusion group's kernel: its builds (one per tiles), kept by content, and its launch instances.
+
+``GroupKernel`` is what a ``Program`` holds per group. Its build path is ``compose`` (``emit``: fragments into a
+skeleton, straight to a ``Template``; the default) or ``text`` (``codegen``: a ``@dvmlang.kernel`` source through
+the frontend; the differential oracle, chosen with ``DVMLANG_FUSER=text``). Either way it takes the same
+arguments (``emit.Signature``) and hands back what ``Device.run_stack`` runs.
+
+Composed builds are content-addressed: the key is the group's structure without its name (every operation,
+dtype, attribute and layout, the symbols as the group's own numbering, the tiles, the device profile, and the
+source lines the instructions map to), so groups that differ only in name, the same group in another program,
+a second ``@graph`` or a Dynamo recompile share one build (``BUILDS``; ``cache`` adds a copy on disk for later
+processes).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+
+import numpy as np
+
+from .. import cache
+from .. import dtypes as dt
+from ..runtime import CacheInfo, _alias_groups
+from ..vm.bytecode import Encoder
+from ..vm.container import ParamInfo, TargetInfo
+from . import emit
+from . import signature as sg
+from .fusion import Group
+from .graph import Graph, GraphError, Node
+
+MAX_BUILDS = 4096
+MAX_INSTANCES = 256
+# structure key -> ComposedBuild, most recently used last (shared by every program of the process)
+BUILDS: OrderedDict = OrderedDict()
+
+
+def fuser_path() -> str:
+    """``compose`` (the default) or ``text`` (``DVMLANG_FUSER=text``: the differential oracle)."""
+    p = os.environ.get("DVMLANG_FUSER", "compose")
+    if p not in ("compose", "text"):
+        raise GraphError(f"DVMLANG_FUSER must be `compose` or `text`, got `{p}`")
+    return p
+
+
+class ComposedBuild:
+    """A composed kernel: its template and encoder, and the parameters' records."""
+
+    __slots__ = ("template", "encoder", "infos", "scalar_kinds")
+
+    def __init__(self, template, infos: list[ParamInfo], profile):
+        self.template = template
+        self.infos = infos
+        ub = template.footprint.get("ub", 0)
+        template.double_buffer = profile.double_buffer and 2 * ub <= profile.ub_bytes
+        target = TargetInfo(profile.name, profile.vector_cores, profile.cube_cores, profile.ub_bytes,
+                            profile.l1_bytes, profile.l0a_bytes, profile.l0b_bytes, profile.l0c_bytes)
+        self.encoder = Encoder(template, infos, target, _sources(template.debug), validate=False)
+        self.scalar_kinds = [(i, p.dtype) for i, p in enumerate(infos) if p.kind == "scalar"]
+
+
+def _sources(debug) -> dict:
+    from ..runtime import _embedded_sources
+    return _embedded_sources(debug)
+
+
+_PROFILE_KEYS: dict = {}
+
+
+def profile_key(profile) -> str:
+    """A profile's fields as text (the same in every process), made once per profile object."""
+    k = _PROFILE_KEYS.get(id(profile))
+    if k is None or k[0] is not profile:
+        k = _PROFILE_KEYS[id(profile)] = (profile, repr(profile))
+    return k[1]
+
+
+def _loc_key(loc):
+    return None if loc is None else (loc.file, loc.line, loc.col)
+
+
+def structure_key(g: Graph, grp: Group, sig: sg.Signature, tiles, profile) -> tuple:
+    """What a composed build depends on, without the group's name: the operations in order with their dtypes,
+    attributes, operands (numbered within the group), layouts over the iteration space and source lines; the
+    inputs and outputs; the symbols as the group numbers them; the tiles; the profile."""
+    syms: dict[int, int] = {}
+
+    def sym(d):
+        d = g.syms.find(d)
+        if isinstance(d, int):
+            return d
+        return ("s", syms.setdefault(d.id, len(syms)))
+
+    local: dict[int, int] = {}
+    space = sig.space
+
+    def ref(n: Node):
+        return local.setdefault(n.id, len(local))
+
+    parts = [grp.kind, grp.mode, len(space), tuple(sym(d) for d in space), tiles, profile_key(profile)]
+    for x in sig.inputs:
+        parts.append(("in", ref(x), x.dtype.code, tuple(sg.Layout(g, x.shape, space).present)))
+    for n in sg.free_nodes(grp) + grp.body():
+        attrs = []
+        for k, v in sorted(n.attrs.items()):
+            if k == "sym":
+                v = sym(v)
+            elif k == "offsets":
+                v = tuple(sym(o) for o in v)
+            elif isinstance(v, float) and v != v:
+                v = "nan"
+            attrs.append((k, v if isinstance(v, (int, float, str, bool, tuple, type(None))) else repr(v)))
+        extra = ()
+        if n.op in ("gather", "cat"):
+            ax = n.attrs["axis"]
+            extra = tuple(sym(i.shape[ax]) for i in n.inputs)
+        parts.append((ref(n), n.op, n.dtype.code, tuple(ref(i) for i in n.inputs), tuple(attrs),
+                      tuple(sg.Layout(g, n.shape, space).present), extra, _loc_key(getattr(n, "loc", None))))
+    parts.append(("out",) + tuple(ref(o) for o in sig.outputs))
+    parts.append(("dims",) + tuple(sym(s) for s in sig.dims) + ("idims",) + tuple(sym(s) for s in sig.int_dims))
+    return tuple(parts)
+
+
+def _load(key, profile) -> ComposedBuild | None:
+    """The composed build of ``key`` from the disk cache, or None (absent, damaged or foreign: a miss)."""
+    got = cache.load("composed", key)
+    if got is None:
+        return None
+    head, words = got
+    try:
+        template = cache.template_from(head, words)
+        infos = []
+        for kind, name, code, rank in head["params"]:
+            if kind not in ("tensor", "scalar") or not isinstance(name, str) or not isinstance(rank, int):
+                return None
+            infos.append(ParamInfo(kind, name, dt.BY_CODE[code], rank))
+        return ComposedBuild(template, infos, profile)
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+class GroupKernel:
+    """One group's kernel in a program: its signature, its builds by tiles and its launch instances."""
+
+    def __init__(self, g: Graph, grp: Group, name: str, path: str | None = None):
+        self.g = g
+        self.grp = grp
+        self.name = name
+        self.path = path or fuser_path()
+        self.sig = sg.signature(g, grp)
+        self.stats = CacheInfo()
+        self.build_s = 0.0  # host seconds spent building (misses only)
+        self._builds: dict = {}  # tiles -> ComposedBuild
+        self._instances: OrderedDict = OrderedDict()  # (tiles, grid, scalars, sizes) -> Bytecode
+        self.text = None  # the text path's KernelText
+        self.key = None  # set by the program: kernels of its plans that are the same share one GroupKernel
+        if self.path == "text":
+            from .codegen import kernel_text
+            self.text = kernel_text(g, grp, name, self.sig)
+            self.text.compile()
+
+    @property
+    def kernel(self):
+        """The text path's ``@dvmlang.kernel`` (None on the compose path)."""
+        return self.text.kernel if self.text is not None else None
+
+    def builds(self) -> list:
+        """The builds this kernel has used (one per tiles; shared with every kernel of the same structure)."""
+        if self.text is not None:
+            return list(self.text.kernel._builds.values())
+        return list(self._builds.values())
+
+    def cache_info(self) -> CacheInfo:
+        if self.text is not None:
+            return self.text.kernel.cache_info()
+        return self.stats
+
+    def build(self, tiles, profile) -> ComposedBuild:
+        b = self._builds.get(tiles)
+        if b is not None and b.encoder.target.name == profile.name:
+            return b
+        key = structure_key(self.g, self.grp, self.sig, tiles, profile)
+        b = BUILDS.get(key)
+        if b is None:
+            t0 = time.perf_counter()
+            b = _load(key, profile)
+            if b is None:
+                template = emit.compose(self.g, self.grp, self.name, self.sig, tiles, profile,
+                                        loc=getattr(self.grp, "loc", None))
+                b = ComposedBuild(template, self.param_infos(), profile)
+                if cache.root() is not None:
+                    cache.store("composed", key, {**cache.template_fields(template), "params": [
+                        [p.kind, p.name, p.dtype.code, p.rank] for p in b.infos]}, template.words)
+                self.stats.builds += 1
+            else:
+                self.stats.loads += 1
+            self.build_s += time.perf_counter() - t0
+            BUILDS[key] = b
+            if len(BUILDS) > MAX_BUILDS:
+                BUILDS.popitem(last=False)
+        else:
+            BUILDS.move_to_end(key)
+        self._builds[tiles] = b
+        return b
+
+    def param_infos(self) -> list[ParamInfo]:
+        out = []
+        for p in self.sig.params:
+            if p in ("A", "B") or (p[:2] == "in" and p[2:].isdigit()) or (p[:3] == "out" and p[3:].isdigit()):
+                out.append(ParamInfo("tensor", p, self._tensor_dtype(p), 1))
+            else:
+                out.append(ParamInfo("scalar", p, dt.float32 if p.startswith("dim") else dt.int32))
+        return out
+
+    def _tensor_dtype(self, p: str) -> dt.DType:
+        sig = self.sig
+        if p == "A":
+            return sig.inputs[0].dtype
+        if p == "B":
+            return sig.inputs[1].dtype
+        if p.startswith("in"):
+            return sig.inputs[int(p[2:]) + (2 if sig.mode == "matmul" else 0)].dtype
+        return sig.outputs[int(p[3:])].dtype
+
+    def prepare(self, tiles, grid, args, device):
+        """(bytecode, param index -> flat array, alias groups) of one launch: ``args`` in parameter order (flat
+        arrays for tensors, numbers for scalars)."""
+        if self.text is not None:
+            names = ("BM", "BN", "BK") if self.sig.mode == "matmul" else ("BR", "BC")
+            _, bc, flat, alias = self.text.kernel.prepare(grid, *args, device=device, **dict(zip(names, tiles)))
+            return bc, flat, alias
+        b = self.build(tiles, device.profile)
+        arrays = {}
+        scal = []
+        sizes = []
+        for i, a in enumerate(args):
+            if a.__class__ is np.ndarray:
+                arrays[i] = a
+                sizes.append(a.shape[0])
+            else:
+                scal.append(a)
+        ikey = (tiles, grid, tuple(scal), tuple(sizes), id(device.profile))
+        bc = self._instances.get(ikey)
+        if bc is None:
+            for i, d in b.scalar_kinds:
+                v = args[i]
+                if d is dt.int32 and not -(1 << 31) <= v < (1 << 31):
+                    raise GraphError(f"kernel `{self.name}`: the size argument {self.sig.params[i]} = {v} does not fit "
+                                     "int32")
+            t0 = time.perf_counter()
+            bc = b.encoder.encode_values(args, grid)
+            bc.encode_s = time.perf_counter() - t0
+            self.stats.encodes += 1
+            self._instances[ikey] = bc
+            if len(self._instances) > MAX_INSTANCES:
+                self._instances.popitem(last=False)
+        else:
+            self._instances.move_to_end(ikey)
+            self.stats.hits += 1
+        self.stats.launches += 1
+        return bc, arrays, _alias_groups(arrays)
