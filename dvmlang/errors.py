@@ -288,6 +288,18 @@ def warn_user(message: str, category=None) -> None:
     warnings.warn(message, category or DvmWarning, stacklevel=level)
 
 
+def user_loc() -> SourceLoc | None:
+    """Where the user's code is calling from: the innermost frame outside dvmlang's own files (a tensor
+    operation's call site, which fused kernels map their instructions to)."""
+    import sys
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_PACKAGE_DIR):
+        f = f.f_back
+    if f is None:
+        return None
+    return SourceLoc(f.f_code.co_filename, f.f_lineno or 0, 0, func=f.f_code.co_name)
+
+
 def _trim(err: BaseException) -> None:
     err.__traceback__ = _user_traceback(err.__traceback__)
     err.__suppress_context__ = True  # an internal exception dvmlang turned into this error is no news to a user

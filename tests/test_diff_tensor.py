@@ -13,7 +13,9 @@ out unmodified, except through in-place steps, whose writes must land exactly wh
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 
 import ml_dtypes
 import numpy as np
@@ -381,8 +383,24 @@ def differential(spec, steps, seed=0):
     static = {nm: tuple(range(2)) for nm in names}
     for fuse in (True, False):
         bs, views = fresh()
-        out = dvmlang.graph(fn, fuse=fuse, static=static)(*views)
+        gf = dvmlang.graph(fn, fuse=fuse, static=static)
+        out = gf(*views)
         check_all(f"graph fuse={fuse}", list(views) + list(out), bs)
+        if fuse:
+            composed = (out, gf.last_launch)
+    # the text path (DVMLANG_FUSER=text, the oracle of the composed kernels): the same numbers, and cycles within
+    # COMPOSED_CYCLES of its (composed code differs in scalar bookkeeping only: the loop test, hoisted constants)
+    bs, views = fresh()
+    with fuser_path("text"):
+        gf = dvmlang.graph(fn, static=static)
+        out = gf(*views)
+    check_all("graph fuse=True, text path", list(views) + list(out), bs)
+    for k, (a, b) in enumerate(zip(composed[0], out)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"composed vs text %{k}\n{_text(prog)}")
+    rc, rt = composed[1], gf.last_launch
+    if rc is not None and rt is not None:
+        assert abs(rc.cycles - rt.cycles) <= COMPOSED_CYCLES * rt.cycles, \
+            f"composed {rc.cycles} cycles, text {rt.cycles}\n{_text(prog)}"
     # symbolic dims: a reshape the graph cannot prove is refused, with the documented message, and nothing else
     bs, views = fresh()
     try:
@@ -393,6 +411,23 @@ def differential(spec, steps, seed=0):
         assert any(ins[0] == "reshape" for ins in prog), f"refused without a reshape: {e}\n{_text(prog)}"
     else:
         check_all("graph symbolic", list(views) + list(out), bs)
+
+
+COMPOSED_CYCLES = 0.05  # the tolerance of a composed kernel's cycles against the text path's
+
+
+@contextlib.contextmanager
+def fuser_path(path):
+    """Build the fused kernels of graphs made inside through ``path`` (``DVMLANG_FUSER``)."""
+    saved = os.environ.get("DVMLANG_FUSER")
+    os.environ["DVMLANG_FUSER"] = path
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["DVMLANG_FUSER"]
+        else:
+            os.environ["DVMLANG_FUSER"] = saved
 
 
 def _graph_fn(prog, names):

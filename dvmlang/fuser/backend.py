@@ -17,6 +17,9 @@ class Backend:
 
     captures = False  # a capture graph: among mixed operands its values decide the backend
     runtime_sizes = False  # sizes are numbers standing for runtime sizes (a lazy session's flush makes them symbols)
+    # the source location new nodes get; None: the user's call site (errors.user_loc). A front end that knows
+    # better (the torch backend: the FX node's line in the model) sets it while it builds
+    loc = None
 
     def node(self, kind: str, inputs: list, shape: tuple, dtype, attrs: dict):
         """The value of a new operation ``kind`` on ``inputs`` (values of this backend)."""

@@ -109,7 +109,7 @@ def _vector_body(k: KernelContext, free: list, vp: Reg, loc) -> None:
             lay = Layout(g, x.shape, space)
             if along_cols is not None and along_cols != (r >= 1 and lay.present[r - 1]):
                 continue
-            values[x.id] = k.load("in", j, x, loc=k.loc(x) or loc)
+            values[x.id] = k.load("in", j, x, loc=k.loc(k.first_user.get(x.id)))
 
     def compute(n: Node):
         mem = memory_operands(n)  # read from memory by the fragment itself, at positions of its own
@@ -218,8 +218,8 @@ def compose_vector(g: Graph, grp: Group, name: str, sig: Signature, tiles, profi
                    loc=None) -> Template:
     k = KernelContext(g, grp, sig, name, tiles)
     k.double = double
-    k.fallback_loc = loc
-    k.declare(loc)
+    k.locate(loc)
+    k.declare(k.fallback_loc)
     free = free_nodes(grp)
     _hoist_free(k, free)
     ins = sig.inputs
@@ -334,7 +334,7 @@ def _matmul_body(k: KernelContext, vp: Reg, loc) -> None:
     c.emit("FIX_L0C_TO_UB", {"dst": c.ref(ub), "src": c.ref(acc)}, cdt, mloc, reads=[acc], writes=[ub])
     values[mm.id] = k.cast(ub, mm.dtype, mloc)
     for j, x in enumerate(ext):
-        values[x.id] = k.load("in", j, x, loc=k.loc(x) or loc)
+        values[x.id] = k.load("in", j, x, loc=k.loc(k.first_user.get(x.id)))
     for n in free_nodes(grp):
         if n.id not in values:
             values[n.id] = FRAGMENTS[n.op].emit(k, n, [values[i.id] for i in n.inputs])
@@ -348,8 +348,8 @@ def compose_matmul(g: Graph, grp: Group, name: str, sig: Signature, tiles, profi
                    loc=None) -> Template:
     k = KernelContext(g, grp, sig, name, tiles)
     k.double = double
-    k.fallback_loc = loc
-    k.declare(loc)
+    k.locate(loc)
+    k.declare(k.fallback_loc)
     _hoist_free(k, free_nodes(grp))
     _persistent(k, lambda vp, copy: _matmul_body(k, vp, loc), 1, loc)
     return k.c.finish(profile)

@@ -124,7 +124,7 @@ def canonicalize(g: Graph) -> None:
         if n.op == "reshape" and not _reshape_is_a_view(n.inputs[0]) and \
                 not _only_unit_dims_change(g, n.inputs[0].shape, n.shape):
             x = n.inputs[0]
-            n.inputs = [add(Node("broadcast_to", [x], x.shape, x.dtype, {"copy": True}))]
+            n.inputs = [add(Node("broadcast_to", [x], x.shape, x.dtype, {"copy": True}, loc=n.loc))]
         if n.op != "reduce":
             new_nodes.append(n)
             continue
@@ -136,21 +136,21 @@ def canonicalize(g: Graph) -> None:
             r = len(shape)
             if ax != r - 1:
                 perm = tuple(i for i in range(r) if i != ax) + (ax,)
-                cur = add(Node("permute", [cur], tuple(shape[i] for i in perm), cur.dtype, {"perm": perm}))
+                cur = add(Node("permute", [cur], tuple(shape[i] for i in perm), cur.dtype, {"perm": perm}, loc=n.loc))
                 red_shape = tuple(shape[i] for i in perm[:-1]) + (1,)
                 cur = add(Node("reduce", [cur], red_shape, n.dtype, {"op": n.attrs["op"], "axes": (r - 1,),
-                                                                     "keepdims": True}))
+                                                                     "keepdims": True}, loc=n.loc))
                 back = list(range(r - 1))
                 back.insert(ax, r - 1)
                 inv = tuple(back)
-                cur = add(Node("permute", [cur], tuple(red_shape[i] for i in inv), n.dtype, {"perm": inv}))
+                cur = add(Node("permute", [cur], tuple(red_shape[i] for i in inv), n.dtype, {"perm": inv}, loc=n.loc))
                 shape[ax] = 1
             else:
                 shape[ax] = 1
                 cur = add(Node("reduce", [cur], tuple(shape), n.dtype, {"op": n.attrs["op"], "axes": (r - 1,),
-                                                                       "keepdims": True}))
+                                                                       "keepdims": True}, loc=n.loc))
         if tuple(cur.shape) != tuple(n.shape):
-            cur = add(Node("reshape", [cur], n.shape, n.dtype, {}))
+            cur = add(Node("reshape", [cur], n.shape, n.dtype, {}, loc=n.loc))
         replace[n.id] = cur
     g.outputs = [replace.get(o.id, o) for o in g.outputs]
     # a free value (a constant, an index tile) that is returned or read from memory is computed by a copy kernel
@@ -164,7 +164,7 @@ def canonicalize(g: Graph) -> None:
             n.inputs = [copies.get(i.id, i) if i in read_stored(n) else i for i in n.inputs]
         final.append(n)
         if n.id in stored and n.id != -1 and is_free(n):
-            c = Node("broadcast_to", [n], n.shape, n.dtype, {"copy": True})
+            c = Node("broadcast_to", [n], n.shape, n.dtype, {"copy": True}, loc=n.loc)
             c.id = -1
             copies[n.id] = c
             final.append(c)

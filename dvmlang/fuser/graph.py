@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from .. import dtypes as dt
 from .. import opdefs
-from ..errors import DvmError
+from ..errors import DvmError, user_loc
 from . import dims
 from .backend import Backend
 from .operators import TensorOperators
@@ -180,6 +180,7 @@ class Node:
     attrs: dict = field(default_factory=dict)
     name: str = ""
     id: int = 0
+    loc: object = None  # the user's call site (errors.SourceLoc) that made it: fused kernels map instructions here
 
     @property
     def rank(self) -> int:
@@ -228,7 +229,9 @@ class Graph(Backend):
         return node
 
     def node(self, kind, inputs, shape, dtype, attrs) -> "GraphValue":
-        return GraphValue(self.add(Node(kind, [i.node for i in inputs], tuple(shape), dtype, attrs)), self)
+        n = Node(kind, [i.node for i in inputs], tuple(shape), dtype, attrs)
+        n.loc = self.loc if self.loc is not None else user_loc()
+        return GraphValue(self.add(n), self)
 
     def value(self, x) -> "GraphValue | None":
         if isinstance(x, GraphValue):

@@ -77,6 +77,15 @@ class KernelContext:
             return sig.inputs[k + (2 if sig.mode == "matmul" else 0)]
         return sig.outputs[int(p[3:])]
 
+    def locate(self, loc) -> None:
+        """The source lines instructions map to: each operation's own call site; a load its first user's; the
+        skeleton (the program loop, coordinates, masks) ``loc`` or the group's first operation's."""
+        self.first_user: dict[int, Node] = {}
+        for n in self.grp.body():
+            for i in n.inputs:
+                self.first_user.setdefault(i.id, n)
+        self.fallback_loc = loc or next((n.loc for n in self.grp.body() if n.loc is not None), None)
+
     def loc(self, n: Node | None):
         loc = getattr(n, "loc", None) if n is not None else None
         return loc if loc is not None else self.fallback_loc

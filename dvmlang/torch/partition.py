@@ -11,6 +11,7 @@ reach the fuser as the region's symbols, bound from its inputs' shapes at every 
 from __future__ import annotations
 
 import operator
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 
 from .. import dtypes as dt
-from ..errors import BytecodeError, DeviceError, DvmError
+from ..errors import BytecodeError, DeviceError, DvmError, SourceLoc
 from ..fuser.api import Program
 from ..npu import default_device
 from ..trace.record import active_session
@@ -252,8 +253,27 @@ class CompiledGraph:
 def _lower(r: Region, node, fn):
     args = node.args
     kwargs = dict(node.kwargs)
-    val = fn(r, node, *args, **kwargs)
-    return val
+    r.g.loc = _source_loc(node)  # the fused kernels' instructions map to the model's line, not to this backend
+    try:
+        return fn(r, node, *args, **kwargs)
+    finally:
+        r.g.loc = None
+
+
+def _source_loc(node):
+    """The model's source line an FX node came from (the innermost frame of its recorded stack trace)."""
+    st = node.meta.get("stack_trace")
+    if not st:
+        return None
+    m = None
+    for m in _FRAME.finditer(st):
+        pass
+    if m is None:
+        return None
+    return SourceLoc(m.group(1), int(m.group(2)), 0, func=m.group(3))
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
 def _tuple_getitem(node, region) -> bool:

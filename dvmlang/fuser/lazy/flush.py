@@ -189,7 +189,7 @@ def _symbolic(nodes: list[Node], out_nodes: list[Node], vals: dict, name: str) -
             name_ = f"in{len(g.inputs)}"
             attrs = {"name": name_}
         m = g.add(Node(op, [new[x.id] for x in n.inputs], tuple(syms.get(d, d) for d in n.shape), n.dtype, attrs,
-                       name_))
+                       name_, loc=n.loc))
         new[n.id] = m
         if op == "input":
             g.inputs.append(m)

@@ -16,7 +16,7 @@ import weakref
 import numpy as np
 
 from ... import dtypes as dt
-from ...errors import user_frames_methods
+from ...errors import user_frames_methods, user_loc
 from ...npu import default_device
 from ...trace.record import active_session
 from ..backend import Backend
@@ -142,7 +142,9 @@ class LazySession(Backend):
             nodes = [self._node_of(t) for t in tensors]
             if self.pg is pg:
                 break
-        node = pg.add(Node(kind, nodes, tuple(int(d) for d in shape), dtype, dict(attrs)))
+        node = Node(kind, nodes, tuple(int(d) for d in shape), dtype, dict(attrs))
+        node.loc = self.loc if self.loc is not None else user_loc()
+        pg.add(node)
         v = _Value(node.shape, dtype, node, pg)
         pg.owners[node.id] = weakref.ref(v)
         if kind not in FREE:
@@ -208,7 +210,7 @@ class LazySession(Backend):
     def _rehome(self, v: _Value) -> Node:
         """Copy a constant (or a view of one) into this session's pending graph."""
         def copy(n: Node) -> Node:
-            return self.pg.add(Node(n.op, [copy(i) for i in n.inputs], n.shape, n.dtype, dict(n.attrs)))
+            return self.pg.add(Node(n.op, [copy(i) for i in n.inputs], n.shape, n.dtype, dict(n.attrs), loc=n.loc))
         node = copy(v.node)
         v.node, v.pg = node, self.pg
         self.pg.owners[node.id] = weakref.ref(v)
