@@ -22,4 +22,5 @@ def test_fusion_doc_examples_run(tmp_path):
     assert "split plan: a guarded row did not fit UB" in text and "recomputes: %6 sub" in text
     assert "w.shape[0] is 301 but it must equal x.shape[1] = 300" in text
     assert "['f_g0_exp', 'f_g1_custom_scale_rows', 'f_g2_max_sub_exp_sum_truediv']" in text
-    assert "CacheInfo(builds=1, encodes=6" in text  # block's first call and fresh's five shapes, one Kernel
+    # fresh found block's build (the same structure): five shapes, five encodes, no build of its own
+    assert "GraphStats(captures=1, calls=5, launches=5, fallbacks=0, builds=0, loads=0, encodes=5)\n1\n" in text

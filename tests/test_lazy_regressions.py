@@ -148,7 +148,7 @@ def test_an_interrupt_inside_a_foreground_flush_leaves_the_array_untouched(monke
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(lazy_mod._TimedProgram, "run", interrupted)
+    monkeypatch.setattr(lazy_mod.Program, "run", interrupted)
     with pytest.raises(KeyboardInterrupt):
         with dvmlang.lazy(background=False):
             t = dvmlang.tensor(a)
@@ -163,7 +163,7 @@ def test_ctrl_c_during_a_background_flush_leaves_the_array_untouched(monkeypatch
     a = np.ones((4, 6), np.float32)
     main = threading.get_ident()
     inside, cancelled = threading.Event(), threading.Event()
-    run, cancel, wait = lazy_mod._TimedProgram.run, lazy_mod._Batch.cancel, lazy_mod._Batch.wait
+    run, cancel, wait = lazy_mod.Program.run, lazy_mod._Batch.cancel, lazy_mod._Batch.wait
 
     def run_until_cancelled(self, *args, **kwargs):
         if threading.get_ident() != main and not inside.is_set():
@@ -182,7 +182,7 @@ def test_ctrl_c_during_a_background_flush_leaves_the_array_untouched(monkeypatch
         cancelled.set()
         return out
 
-    monkeypatch.setattr(lazy_mod._TimedProgram, "run", run_until_cancelled)
+    monkeypatch.setattr(lazy_mod.Program, "run", run_until_cancelled)
     monkeypatch.setattr(lazy_mod._Batch, "wait", interrupted_wait)
     monkeypatch.setattr(lazy_mod._Batch, "cancel", cancel_and_go_on)
     with pytest.raises(KeyboardInterrupt):

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
 import threading
-import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
 from .. import dtypes as dt
-from ..errors import PerformanceWarning, user_frames_methods
+from ..errors import user_frames_methods
 from ..npu import LaunchRecord, default_device
 from ..trace.record import active_session
 from . import captured_args as ca
@@ -28,27 +26,26 @@ from . import dims as _dims
 from . import foreign
 from . import tiling as tl
 from .build import GroupKernel
-from .fusion import VIEWS, Group, Plan, canonicalize, plan
-from .graph import Graph, GraphError, GraphValue, Node, Sym, Tracer
+from .launch import ProgramLaunch, _materialise, kernel_name
+from .fusion import Group, Plan, canonicalize, plan
+from .graph import Graph, GraphError, GraphValue, Node, Tracer
 
 _capture_lock = threading.RLock()
 
 
 @dataclass
 class GraphStats:
+    """What a ``@dvmlang.graph`` did: captures (symbolic signatures), calls, launches, calls that ran a split plan
+    (fallbacks), and its kernels' builds (made here; a structure built before, in this process or read from
+    disk, is not a build), builds read from the disk cache (loads) and encodes (instances for new shapes)."""
+
     captures: int = 0
     calls: int = 0
     launches: int = 0
     fallbacks: int = 0
-
-
-class StackItem(NamedTuple):
-    """One kernel of a stacked launch, as ``Device.run_stack`` takes it."""
-
-    bytecode: object
-    arrays: list
-    name: str
-    alias: object
+    builds: int = 0
+    loads: int = 0
+    encodes: int = 0
 
 
 class Run(NamedTuple):
@@ -66,7 +63,7 @@ class Program:
     Shared by ``@dvmlang.graph`` (one Program per symbolic signature) and ``dvmlang.lazy()`` (one per
     flushed pending graph)."""
 
-    def __init__(self, graph: Graph, fuse: bool, profile, name: str | None = None):
+    def __init__(self, graph: Graph, fuse: bool, profile, name: str | None = None, stats=None):
         canonicalize(graph)
         self.graph = graph
         self.fuse = fuse
@@ -77,6 +74,9 @@ class Program:
         self._tiles: dict = {}  # GroupKernel.key -> the tiles the kernel was built with
         self.fallbacks = 0
         self._binder = None
+        self._launches: dict = {}  # id(plan) -> its ProgramLaunch
+        self.encode_s = 0.0  # host seconds spent preparing launches (building, binding arguments, encoding)
+        self.stats = stats  # where the kernels count their builds and encodes too (a GraphStats), or None
 
     def bind(self, inputs: dict[int, np.ndarray]):
         if self._binder is None:
@@ -95,30 +95,20 @@ class Program:
                     return p.fallback  # the row does not fit UB, or outgrew the row block built: no rebuild
         return p
 
-    def run(self, inputs: dict[int, np.ndarray], device, session=None, values: dict | None = None) -> Run:
-        """Execute on ``inputs`` (input node id -> array). ``values`` may preset arrays for outputs."""
+    def run(self, inputs: dict[int, np.ndarray], device, session=None, values: dict | None = None,
+            encode_only: bool = False) -> Run:
+        """Execute on ``inputs`` (input node id -> array). ``values`` may preset arrays for outputs. With
+        ``encode_only`` nothing runs: the record is None and ``launches`` the stacked launch's items."""
         env = self.bind(inputs)
         chosen = self.choose(env, device.profile)
         if chosen is not self.plan:
             self.fallbacks += 1
         values = dict(values or {})
         values.update(inputs)
-        stages = []
-        for stage in chosen.stages:
-            items = []
-            for grp in stage:
-                items.extend(self.prepare_group(chosen, grp, env, values, device))
-            if items:
-                stages.append(items)
-        record, launches = None, 0
-        if stages:
-            if self.fuse:
-                record = device.run_stack(stages, name=self.name, trace=session)
-                launches = 1
-            else:
-                records = [device.run_stack([[item]], name=item.name, trace=session) for st in stages for item in st]
-                record = _total(self.name, records)
-                launches = len(records)
+        launch = self._launches.get(id(chosen))
+        if launch is None:
+            launch = self._launches[id(chosen)] = ProgramLaunch(self, chosen)
+        record, launches = launch.replay(env, values, device, session, encode_only)
         for o in self.graph.outputs:
             values[o.id] = _materialise(o, values, env)
         return Run(values, record, launches)
@@ -127,7 +117,7 @@ class Program:
         key = (id(p), grp.id)
         gk = self.kernels.get(key)
         if gk is None:
-            gk = GroupKernel(self.graph, grp, _kernel_name(self.name, grp))
+            gk = GroupKernel(self.graph, grp, kernel_name(self.name, grp), sink=self.stats)
             # a group of the split fallback plan that computes what one of the fused plan does (the same
             # operations on the same nodes) shares that kernel, its builds and its tiles
             gk.key = (grp.kind, grp.mode, tuple(n.id for n in grp.body()), tuple(n.id for n in gk.sig.inputs),
@@ -151,67 +141,6 @@ class Program:
                                 tuple(design(d) for d in grp.space))
         self._tiles[key] = t
         return t
-
-    def prepare_group(self, p: Plan, grp: Group, env, values, device) -> list[StackItem]:
-        if grp.kind == "custom":
-            return _custom(grp, env, values, device, _kernel_name(self.name, grp))
-        empty = True
-        for o in grp.outputs:
-            if o.id not in values:
-                values[o.id] = np.empty(tuple(env.value(d) for d in o.shape), dtype=o.dtype.np)
-            empty = empty and values[o.id].size == 0
-        if empty and grp.outputs:
-            return []  # nothing to compute (a size-0 dim): no launch
-        gk = self.kernel(p, grp)
-        sig = gk.sig
-        args = []
-        space = tuple(env.value(d) for d in grp.space)
-        for j, x in enumerate(sig.inputs + sig.outputs):
-            if grp.kind == "matmul" and j < 2:
-                # an operand: its own matrix dims, batch dims aligned to the output's
-                shape = space[:-2] + tuple(env.value(d) for d in x.shape[-2:])
-                flat, strides = _addressing(x, values, env, shape)
-            else:
-                flat, strides = _addressing(x, values, env, space)
-            args.append(flat)
-            args += [strides[d] for d in sig.arg_dims[j]]
-        if grp.kind == "matmul":
-            mm = grp.nodes[0]
-            m, n_, k = env.value(mm.shape[-2]), env.value(mm.shape[-1]), env.value(mm.inputs[0].shape[-1])
-            tiles = self.tiles(p, grp, env, device.profile)
-            bm, bn, _ = tiles
-            nbn = -(-n_ // bn)
-            batch = space[:-2]
-            grid = ((-(-m // bm)) * nbn, batch[0] if len(batch) > 0 else 1, batch[1] if len(batch) > 1 else 1)
-            args += [m, n_, k, nbn] + [float(env.value(s)) for s in sig.dims]
-            grid, extents = persistent_grid(grid, device.profile.cube_cores)
-        else:
-            r = len(space)
-            t = self.tiles(p, grp, env, device.profile)
-            if not t.fits:
-                raise GraphError(f"group {grp.name}: a row of {space[-1]} elements does not fit UB")
-            tiles = (t.br, t.bc)
-            outer = space[:-2] if r >= 2 else ()
-            grid = (t.grid[0], outer[0] if len(outer) > 0 else 1, outer[1] if len(outer) > 1 else 1)
-            args += [space[-2] if r >= 2 else 1, space[-1] if r >= 1 else 1] + ([t.ncb] if grp.mode == "tiled" else [])
-            args += [float(env.value(s)) for s in sig.dims] + [env.value(s) for s in sig.int_dims]
-            grid, extents = persistent_grid(grid, device.profile.vector_cores)
-        args += extents
-        if gk.text is not None and any(n.op == "gather" for n in grp.nodes):
-            with warnings.catch_warnings():  # the table load is a gather by design (ops.gather)
-                warnings.filterwarnings("ignore", message=r".*becomes a gather/scatter", category=PerformanceWarning)
-                bc, flat, alias = gk.prepare(tiles, grid, args, device)
-        else:
-            bc, flat, alias = gk.prepare(tiles, grid, args, device)
-        return [StackItem(bc, flat, gk.name, alias)]
-
-
-def persistent_grid(grid: tuple, cores: int) -> tuple[tuple, list]:
-    """The launch grid of a generated (persistent) kernel and its ``G0, G1, GN`` arguments: the logical grid's
-    programs are looped over by at most ``cores`` programs (codegen's persistent header)."""
-    total = grid[0] * grid[1] * grid[2]
-    return (max(1, min(total, cores)), 1, 1), [grid[0], grid[1], total]
-
 
 def _signature(args, static: dict, names, fn=None):
     """The capture key of a call: the arguments' structure, per array its dtype and which dims are 1 or static
@@ -313,7 +242,7 @@ class GraphFunction:
             if not isinstance(o, GraphValue) or o.graph is not g:
                 raise GraphError(f"`{self.name}` must return graph values computed from its arguments, got {o!r}")
             g.outputs.append(o.node)
-        prog = Program(g, self.fuse, (self.device or default_device()).profile, self.name)
+        prog = Program(g, self.fuse, (self.device or default_device()).profile, self.name, self.stats)
         prog.arg_paths = [paths.get(n) for n in g.inputs]  # None: an array the function closes over
         return prog
 
@@ -342,6 +271,16 @@ class GraphFunction:
             outs = foreign.torch_out(outs, like)
         return tuple(outs) if prog.graph.output_tuple else outs[0]
 
+    def encode(self, *args, device=None, **kwargs) -> list:
+        """The bytecode of every kernel a call with these arguments launches (one per group, in launch order),
+        encoded for their shapes and nothing run: what a new shape costs, apart from simulating it. (Outputs are
+        allocated, not computed.)"""
+        device = device or self.device or default_device()
+        args = self._arguments(args, kwargs)
+        prog = self._program(args)
+        _, _, items = prog.run(self._inputs(prog, args), device, encode_only=True)
+        return [it.bytecode for stage in items for it in stage]
+
     # ---- reporting -------------------------------------------------------------------------------------
     def explain(self, *args, device=None, **kwargs):
         """A report (prints with rich) of the fusion groups for these arguments, their tiling, and why every
@@ -353,45 +292,6 @@ class GraphFunction:
         env = prog.bind(self._inputs(prog, args))
         chosen = prog.choose(env, device.profile)
         return Report(self, prog, chosen, env, device.profile)
-
-
-def _kernel_name(graph_name: str, grp: Group) -> str:
-    """The launch name of a group: the graph's name and the group's (a Python identifier)."""
-    kname = re.sub(r"\W", "_", f"{graph_name}_{grp.name}")
-    return kname if kname[0].isalpha() else "k" + kname
-
-
-def _custom(grp: Group, env, values, device, name: str) -> list[StackItem]:
-    """The launch of an ``ops.custom`` call: the user kernel prepared on its materialised inputs and new outputs."""
-    call = grp.nodes[0]
-    ins = iter(call.inputs)
-    args = []
-    for c in call.attrs["consts"]:
-        if c is None:
-            args.append(np.ascontiguousarray(_materialise(next(ins), values, env)))
-        elif isinstance(c, Sym):
-            args.append(env.value(c))
-        else:
-            args.append(c)
-    outs = []
-    for o in sorted(grp.outputs, key=lambda x: x.attrs["index"]):
-        arr = np.empty(tuple(env.value(d) for d in o.shape), dtype=o.dtype.np)
-        values[o.id] = arr
-        outs.append(arr)
-    grid = call.attrs["grid"]
-    if callable(grid):
-        grid = grid(*[a.shape if isinstance(a, np.ndarray) else a for a in args])
-    kernel = call.attrs["kernel"]
-    _, bc, flat, alias = kernel.prepare(grid, *args, *outs, device=device, **call.attrs["constexprs"])
-    return [StackItem(bc, flat, name, alias)]
-
-
-def _total(name, records):
-    """One record summing separate launches (the unfused baseline)."""
-    total = LaunchRecord.combined(name, records, sum(r.cycles for r in records), "unfused",
-                                  sum(r.launch_overhead for r in records), records[0].profile, len(records))
-    total.members = [m for r in records for m in r.members]
-    return total
 
 
 class _Env:
@@ -490,69 +390,6 @@ def _why(g: Graph, sym) -> str:
         if a is sym or b is sym:
             return why
     return "equal sizes"
-
-
-def _materialise(n: Node, values, env) -> np.ndarray:
-    """The numpy array (or view) of a stored value; views are applied to the stored array."""
-    if n.id in values:
-        return values[n.id]
-    if n.op in VIEWS:
-        base = _materialise(n.inputs[0], values, env)
-        if n.op == "reshape":
-            v = base.reshape(tuple(env.value(d) for d in n.shape))
-            if v.size and n.inputs[0].op in VIEWS and not np.shares_memory(v, base) and _computed(n):
-                raise GraphError(f"internal: the reshape %{n.id} of a computed value is not a view")
-        elif n.op == "slice":
-            a, start = n.attrs["axis"], env.value(n.attrs["start"])
-            step = n.attrs["step"]
-            stop = start + step * env.value(n.shape[a])
-            v = base[(slice(None),) * a + (slice(start, stop, step),)]
-        else:
-            v = base.transpose(n.attrs["perm"])
-        values[n.id] = v
-        return v
-    if n.op == "broadcast_to":
-        base = _materialise(n.inputs[0], values, env)
-        return np.broadcast_to(base, tuple(env.value(d) for d in n.shape))
-    if n.op in ("const", "dim", "iota"):  # free values no group computes when they are outputs themselves
-        shape = tuple(env.value(d) for d in n.shape)
-        if n.op == "iota":
-            ax = n.attrs["axis"]
-            idx = np.arange(shape[ax]).reshape((-1,) + (1,) * (len(shape) - 1 - ax))
-            return np.broadcast_to(idx.astype(n.dtype.np), shape)
-        value = n.attrs["value"] if n.op == "const" else env.value(n.attrs["sym"])
-        return np.full(shape, value, dtype=n.dtype.np)
-    raise GraphError(f"internal: value %{n.id} ({n.op}) was never computed")
-
-
-def _computed(n: Node) -> bool:
-    """Whether the value under a chain of views is computed in the launch (not an input)."""
-    while n.op in VIEWS:
-        n = n.inputs[0]
-    return n.op != "input"
-
-
-def _addressing(n: Node, values, env, space):
-    """(flat array starting at the value's first element, strides along the iteration space) of a stored
-    value: a contiguous array is passed as it is; a view as its root array from the view's first element."""
-    arr = _materialise(n, values, env)
-    item = arr.itemsize
-    if arr.base is None and arr.flags.c_contiguous:
-        flat = arr.reshape(-1)
-    else:
-        root = arr
-        while isinstance(root.base, np.ndarray):
-            root = root.base
-        if not root.flags.c_contiguous or any(st < 0 or st % item for st in arr.strides) or \
-                root.dtype != arr.dtype:
-            # a view the kernel cannot address from its root: negative or misaligned strides, or another
-            # dtype's bytes (x_int16.view(bfloat16)); the kernel reads a contiguous copy
-            arr = root = np.ascontiguousarray(arr)
-        off = (arr.__array_interface__["data"][0] - root.__array_interface__["data"][0]) // item
-        flat = root.reshape(-1)[off:]
-    pad = len(space) - arr.ndim
-    strides = [0] * pad + [0 if dim == 1 else st // item for dim, st in zip(arr.shape, arr.strides)]
-    return flat, strides
 
 
 def graph(fn=None, *, fuse: bool = True, static: dict | None = None, device=None, name: str | None = None):

@@ -104,12 +104,12 @@ def structure_key(g: Graph, grp: Group, sig: sg.Signature, tiles, profile) -> tu
     for n in sg.free_nodes(grp) + grp.body():
         attrs = []
         for k, v in sorted(n.attrs.items()):
+            if n.op == "const" and k == "value":
+                continue  # a runtime parameter of the kernel
             if k == "sym":
                 v = sym(v)
             elif k == "offsets":
                 v = tuple(sym(o) for o in v)
-            elif isinstance(v, float) and v != v:
-                v = "nan"
             attrs.append((k, v if isinstance(v, (int, float, str, bool, tuple, type(None))) else repr(v)))
         extra = ()
         if n.op in ("gather", "cat"):
@@ -143,13 +143,14 @@ def _load(key, profile) -> ComposedBuild | None:
 class GroupKernel:
     """One group's kernel in a program: its signature, its builds by tiles and its launch instances."""
 
-    def __init__(self, g: Graph, grp: Group, name: str, path: str | None = None):
+    def __init__(self, g: Graph, grp: Group, name: str, path: str | None = None, sink=None):
         self.g = g
         self.grp = grp
         self.name = name
         self.path = path or fuser_path()
         self.sig = sg.signature(g, grp)
         self.stats = CacheInfo()
+        self.sink = sink  # a GraphStats counting this kernel's builds, loads and encodes too, or None
         self.build_s = 0.0  # host seconds spent building (misses only)
         self._builds: dict = {}  # tiles -> ComposedBuild
         self._instances: OrderedDict = OrderedDict()  # (tiles, grid, scalars, sizes) -> Bytecode
@@ -193,8 +194,12 @@ class GroupKernel:
                     cache.store("composed", key, {**cache.template_fields(template), "params": [
                         [p.kind, p.name, p.dtype.code, p.rank] for p in b.infos]}, template.words)
                 self.stats.builds += 1
+                if self.sink is not None:
+                    self.sink.builds += 1
             else:
                 self.stats.loads += 1
+                if self.sink is not None:
+                    self.sink.loads += 1
             self.build_s += time.perf_counter() - t0
             BUILDS[key] = b
             if len(BUILDS) > MAX_BUILDS:
@@ -205,13 +210,9 @@ class GroupKernel:
         return b
 
     def param_infos(self) -> list[ParamInfo]:
-        out = []
-        for p in self.sig.params:
-            if p in ("A", "B") or (p[:2] == "in" and p[2:].isdigit()) or (p[:3] == "out" and p[3:].isdigit()):
-                out.append(ParamInfo("tensor", p, self._tensor_dtype(p), 1))
-            else:
-                out.append(ParamInfo("scalar", p, dt.float32 if p.startswith("dim") else dt.int32))
-        return out
+        sig = self.sig
+        return [ParamInfo("tensor", p, self._tensor_dtype(p), 1) if sig.is_tensor(p) else
+                ParamInfo("scalar", p, sig.scalar_dtype(p)) for p in sig.params]
 
     def _tensor_dtype(self, p: str) -> dt.DType:
         sig = self.sig
@@ -228,7 +229,12 @@ class GroupKernel:
         arrays for tensors, numbers for scalars)."""
         if self.text is not None:
             names = ("BM", "BN", "BK") if self.sig.mode == "matmul" else ("BR", "BC")
+            st = self.text.kernel.stats
+            before = (st.builds, st.encodes)
             _, bc, flat, alias = self.text.kernel.prepare(grid, *args, device=device, **dict(zip(names, tiles)))
+            if self.sink is not None:
+                self.sink.builds += st.builds - before[0]
+                self.sink.encodes += st.encodes - before[1]
             return bc, flat, alias
         b = self.build(tiles, device.profile)
         arrays = {}
@@ -252,6 +258,8 @@ class GroupKernel:
             bc = b.encoder.encode_values(args, grid)
             bc.encode_s = time.perf_counter() - t0
             self.stats.encodes += 1
+            if self.sink is not None:
+                self.sink.encodes += 1
             self._instances[ikey] = bc
             if len(self._instances) > MAX_INSTANCES:
                 self._instances.popitem(last=False)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import linecache
-import math
 import types
 import weakref
 
@@ -39,19 +38,6 @@ class Source:
         self.lines.append("    " * self.indent + text)
 
 
-def _literal(value, d: dt.DType) -> str:
-    if d.is_float:
-        v = float(value)
-        if math.isnan(v):
-            return 'float("nan")'
-        if math.isinf(v):
-            return 'float("inf")' if v > 0 else '-float("inf")'
-        return repr(v)
-    if d.is_bool:
-        return repr(bool(value))
-    return repr(int(value))
-
-
 def _ident(op: str, d: dt.DType) -> str:
     if op == "sum":
         return "0.0" if d.is_float else "0"
@@ -70,13 +56,11 @@ def emit_value(src: Source, g: Graph, n: Node, names: dict, idx: dict) -> str:
     if op == "where":
         return f"dl.where({a[0]}, {a[1]}, {a[2]})"
     if op == "cast":
-        if n.inputs[0].op == "const":  # a Python literal has no .to(): make it a typed scalar
-            return f"dl.full((), {_literal(n.inputs[0].attrs['value'], n.dtype)}, dl.{n.dtype.name})"
         return f"({a[0]}).to(dl.{n.dtype.name})"
     if op == "broadcast_to":
         return a[0]
     if op == "const":
-        return _literal(n.attrs["value"], n.dtype)
+        return idx["const"](n)  # a runtime parameter of the constant's dtype (emit.Signature.consts)
     if op == "dim":
         return idx["dim"](n.attrs["sym"])
     if op == "iota":
@@ -185,7 +169,8 @@ def vector_kernel(g: Graph, grp: Group, name: str, sig: Signature) -> KernelText
         return expr, mask, (rr, cc)
 
     names: dict[int, str] = {}
-    idx = {"rows": "rows", "cols": "cols", "dim": lambda s: f"dim{s.id}",
+    cnames = {n.id: f"c{k}" for k, n in enumerate(sig.consts)}
+    idx = {"rows": "rows", "cols": "cols", "dim": lambda s: f"dim{s.id}", "const": lambda n: cnames[n.id],
            "outer": lambda ax: f"o{ax}"}
 
     body_ids = {n.id for n in grp.body()}
@@ -399,7 +384,9 @@ def matmul_kernel(g: Graph, grp: Group, name: str, sig: Signature) -> KernelText
     names = {mm.id: "v_mm"}
     src(f"v_mm = acc.to(dl.{mm.dtype.name})")
     src("mmask = (rm[:, None] < M) & (rn[None, :] < N)")
-    idx = {"rows": "rm", "cols": "rn", "dim": lambda s: f"dim{s.id}", "outer": lambda ax: f"o{ax}"}
+    cnames = {n.id: f"c{k}" for k, n in enumerate(sig.consts)}
+    idx = {"rows": "rm", "cols": "rn", "dim": lambda s: f"dim{s.id}", "outer": lambda ax: f"o{ax}",
+           "const": lambda n: cnames[n.id]}
     for k, x in enumerate(ext):
         lay = Layout(g, x.shape, space)
         terms = [f"o{d} * in{k}_s{d}" for d in range(nb) if lay.present[d]]

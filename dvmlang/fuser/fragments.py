@@ -63,7 +63,7 @@ def _same(k, n, a):
 # ---- free values: constants, sizes, index tiles ----------------------------------------------------------
 
 def _const(k, n, a):
-    return k.constant(n.attrs["value"], n.dtype)
+    return k.graph_constant(n)
 
 
 def _dim(k, n, a):

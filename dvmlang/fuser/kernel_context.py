@@ -58,13 +58,13 @@ class KernelContext:
 
     # ---- plumbing --------------------------------------------------------------------------------------------
     def declare(self, loc) -> None:
-        for p in self.sig.params:
-            if p in ("A", "B") or (p[:2] == "in" and p[2:].isdigit()) or (p[:3] == "out" and p[3:].isdigit()):
-                x = self._tensor_node(p)
-                self.tensor[p] = self.c.param("tensor", p, x.dtype, 1)
+        sig = self.sig
+        for p in sig.params:
+            if sig.is_tensor(p):
+                self.tensor[p] = self.c.param("tensor", p, self._tensor_node(p).dtype, 1)
             else:
-                d = dt.float32 if p.startswith("dim") else dt.int32
-                self.scalar[p] = self.c.param("scalar", p, d, loc=loc)
+                self.scalar[p] = self.c.param("scalar", p, sig.scalar_dtype(p), loc=loc)
+        self.const_param = {n.id: self.scalar[f"c{k}"] for k, n in enumerate(sig.consts)}
 
     def _tensor_node(self, p: str) -> Node:
         sig = self.sig
@@ -225,6 +225,10 @@ class KernelContext:
         else:
             self.c.emit("VDUP", {"rs": v, "dst": self.c.ref(out)}, dtype, loc, writes=[out])
         return out
+
+    def graph_constant(self, n: Node) -> Reg:
+        """A constant of the graph: a runtime scalar parameter (its value is bound per launch)."""
+        return self.const_param[n.id]
 
     def dim_value(self, n: Node) -> Reg:
         return self.scalar[f"dim{n.attrs['sym'].id}"]

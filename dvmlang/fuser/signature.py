@@ -4,6 +4,7 @@ group's values use, and the logical grid. ``Layout`` says how a tensor lines up 
 
 from __future__ import annotations
 
+from .. import dtypes as dt
 from .fusion import Group, is_free
 from .graph import Graph, GraphError, Node
 
@@ -32,7 +33,7 @@ class Layout:
 class Signature:
     """The parameters of a group's kernel and what the runtime binds to them."""
 
-    def __init__(self, params, inputs, outputs, dims, mode, space, arg_dims, int_dims=()):
+    def __init__(self, params, inputs, outputs, dims, mode, space, arg_dims, int_dims=(), consts=()):
         self.params = params  # ordered parameter names
         self.inputs = inputs  # external input nodes, in parameter order
         self.outputs = outputs  # output nodes, in parameter order
@@ -41,6 +42,20 @@ class Signature:
         self.space = space
         self.arg_dims = arg_dims  # per tensor (inputs, then outputs): the dims whose strides are parameters
         self.int_dims = list(int_dims)  # symbols passed as int32 (offsets and bounds of cat and gather)
+        # the graph's constants, passed as runtime scalars of their dtypes (``c<k>``): a kernel is built once for
+        # any values of them (a Python number in a program is a runtime value, not a new kernel)
+        self.consts = list(consts)
+
+    def scalar_dtype(self, name: str):
+        """The dtype of scalar parameter ``name``: a constant's own, float32 for sizes used as numbers, else
+        int32."""
+        if name[0] == "c" and name[1:].isdigit():
+            return self.consts[int(name[1:])].dtype
+        return dt.float32 if name.startswith("dim") else dt.int32
+
+    def is_tensor(self, name: str) -> bool:
+        return name in ("A", "B") or (name[:2] == "in" and name[2:].isdigit()) or \
+            (name[:3] == "out" and name[3:].isdigit())
 
 
 def free_nodes(grp: Group) -> list[Node]:
@@ -56,6 +71,10 @@ def free_nodes(grp: Group) -> list[Node]:
                 free.append(x)
                 stack.extend(x.inputs)
     return sorted(free, key=lambda x: x.id)  # node ids are a topological order
+
+
+def _consts(nodes) -> list:
+    return [n for n in nodes if n.op == "const"]
 
 
 def _dims_needed(nodes) -> list:
@@ -96,9 +115,10 @@ def vector_signature(g: Graph, grp: Group) -> Signature:
             params += [f"{kind}{k}"] + [f"{kind}{k}_s{d}" for d in dims_k]
             arg_dims.append(dims_k)
     int_dims = _int_dims_needed(g, grp.body())
+    consts = _consts(nodes)
     params += ["R", "C"] + (["NCB"] if grp.mode == "tiled" else []) + [f"dim{s.id}" for s in dims] + \
-        [f"idim{s.id}" for s in int_dims] + GRID_PARAMS
-    return Signature(params, ins, outs, dims, grp.mode, space, arg_dims, int_dims)
+        [f"idim{s.id}" for s in int_dims] + [f"c{k}" for k in range(len(consts))] + GRID_PARAMS
+    return Signature(params, ins, outs, dims, grp.mode, space, arg_dims, int_dims, consts)
 
 
 def matmul_parts(g: Graph, grp: Group):
@@ -120,6 +140,7 @@ def matmul_signature(g: Graph, grp: Group) -> Signature:
     if nb > 2:
         raise GraphError("matmul supports at most two batch dimensions")
     dims = _dims_needed(free_nodes(grp) + epilogue)
+    consts = _consts(free_nodes(grp) + epilogue)
     la = Layout(g, a.shape, space[:-2] + (a.shape[-2], a.shape[-1]))
     lb = Layout(g, b.shape, space[:-2] + (b.shape[-2], b.shape[-1]))
     params, arg_dims = [], []
@@ -133,8 +154,9 @@ def matmul_signature(g: Graph, grp: Group) -> Signature:
             dims_k = [d for d in range(r) if lay.present[d] or (kind == "out" and d >= nb)]
             params += [f"{kind}{k}"] + [f"{kind}{k}_s{d}" for d in dims_k]
             arg_dims.append(dims_k)
-    params += ["M", "N", "K", "NBN"] + [f"dim{s.id}" for s in dims] + GRID_PARAMS
-    return Signature(params, [a, b] + ext, outs, dims, "matmul", space, arg_dims)
+    params += ["M", "N", "K", "NBN"] + [f"dim{s.id}" for s in dims] + [f"c{k}" for k in range(len(consts))] + \
+        GRID_PARAMS
+    return Signature(params, [a, b] + ext, outs, dims, "matmul", space, arg_dims, consts=consts)
 
 
 def signature(g: Graph, grp: Group) -> Signature:

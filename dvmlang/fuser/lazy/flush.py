@@ -84,19 +84,6 @@ class _Batch:
             self.session.stats.blocked_intervals.append((t0, time.perf_counter()))
 
 
-class _TimedProgram(Program):
-    """A Program that accounts the host time spent preparing (encoding) its groups."""
-
-    encode_s = 0.0
-
-    def prepare_group(self, *args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return super().prepare_group(*args, **kwargs)
-        finally:
-            self.encode_s += time.perf_counter() - t0
-
-
 class _Programs:
     """Compiled programs by structural key (LRU): a flush with the same structure and size equalities reuses
     the plan and the generated kernels and only encodes for its sizes."""
@@ -114,7 +101,7 @@ class _Programs:
                 self.items.move_to_end(batch.key)
                 return prog, False
         g = _symbolic(batch.nodes, batch.out_nodes, batch.vals, f"lazy{next(self.count)}")
-        prog = _TimedProgram(g, batch.fuse, batch.device.profile, g.name)
+        prog = Program(g, batch.fuse, batch.device.profile, g.name)
         with self.lock:
             self.items[batch.key] = prog
             while len(self.items) > self.capacity:

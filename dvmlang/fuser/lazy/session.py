@@ -21,8 +21,9 @@ from ...npu import default_device
 from ...trace.record import active_session
 from ..backend import Backend
 from ..fusion import FREE, VIEWS
+from ..api import Program
 from ..graph import Graph, GraphError, Node, SymTable
-from .flush import _abandon, _Batch, _note, _run_batch, _structure, _TimedProgram, _wait_value, _WriteBack
+from .flush import _abandon, _Batch, _note, _run_batch, _structure, _wait_value, _WriteBack
 from .memory import _InPlace, _Input, _Pending, _root, _Storage, _Value
 from .runtime import LazyRuntime, current_runtime, install
 from .stats import REASONS, FlushRecord, LazyStats
@@ -436,7 +437,7 @@ class LazySession(Backend):
             outs.append(o)
         g.outputs = list(outs)
         device = self.device or default_device()
-        prog = _TimedProgram(g, True, device.profile, g.name)
+        prog = Program(g, True, device.profile, g.name)
         rec = FlushRecord(len(self.stats.flushes), "unfusible", f"ops.custom({name})", ops=1, outputs=len(outs),
                           background=self.background and not self.eager, new_program=True)
         if not self.eager:

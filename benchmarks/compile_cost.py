@@ -1,0 +1,213 @@
+"""What compiling costs dvmlang: the first call of a fused program, a new shape, a Dynamo recompile.
+
+    python benchmarks/compile_cost.py [--quick] [--only SECTION ...]
+
+Sections (each prints a table; figures are medians of thread CPU time, ``time.thread_time``, with the host's wall
+time beside them; the simulation is stubbed out, so only the host's own work is measured):
+
+* ``first``: the first call of a fused program never seen before (``@dvmlang.graph``: softmax, layernorm,
+  rmsnorm, gelu, matmul + bias + gelu at (64, 1024); the decoder block of ``benchmarks/paper`` at 64 tokens),
+  through the composed path (the default) and the text path (``DVMLANG_FUSER=text``, the design before), measured
+  in the same run: their ratio is the speed-up.
+* ``seen``: the first call of a structure built before, in this process (a new ``@graph`` of the same function)
+  and in a later process (read from the disk cache).
+* ``shape``: a new shape of a fused program (host time per call: bind, plan, encode; no simulation).
+* ``torch``: ``torch.compile(backend="dvmlang", dynamic=True)`` of a 1-layer tiny Llama: dvmlang's share of the
+  first call's CPU, and the kernels built again after a Dynamo recompile.
+* ``stream``: builds after the first call over the paper's 200-request stream (``@graph`` attention and decoder,
+  ``lazy`` decoder layer).
+
+The machine's load average is printed: on a loaded machine read wall times as upper bounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+os.environ.setdefault("DVMLANG_CACHE_DIR", "off")
+
+import dvmlang  # noqa: E402
+from dvmlang.fuser import build as fbuild  # noqa: E402
+from dvmlang.fuser import codegen  # noqa: E402
+from dvmlang.npu import device as npu_device  # noqa: E402
+from paper import ops as pops  # noqa: E402
+from paper.common import stream as request_stream  # noqa: E402
+
+OPERATORS = ["softmax", "layernorm", "rmsnorm", "gelu", "matmul + bias + gelu"]
+
+
+def _stub_simulation():
+    """Replace the device's run with its fit check: only the host's work is timed."""
+    def run_stack(self, stages, name=None, trace=None):
+        for st in stages:
+            for it in st:
+                self._ready(it.bytecode)  # what a launch checks before it runs (the fit, the validation)
+        return None
+    npu_device.Device.run_stack = run_stack
+
+
+def _workload(name):
+    return next(w for w in pops.WORKLOADS if w.name == name)
+
+
+def _forget_builds():
+    fbuild.BUILDS.clear()
+    codegen._BUILT.clear()
+
+
+def _timed(fn, *args):
+    t, c = time.perf_counter(), time.thread_time()
+    fn(*args)
+    return time.thread_time() - c, time.perf_counter() - t
+
+
+def _med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def _path(p):
+    os.environ["DVMLANG_FUSER"] = p
+
+
+def section_first(reps, names):
+    print(f"\nfirst call of a never-seen fused program (ms; {reps} calls each, median)")
+    print(f"{'workload':24} {'composed cpu':>12} {'wall':>8} {'text cpu':>10} {'wall':>8} {'text/composed':>14}")
+    out = {}
+    for name in names:
+        w = _workload(name)
+        args = w.args(np.random.default_rng(0), 64)
+        res = {}
+        for p in ("compose", "text"):
+            _path(p)
+            dvmlang.graph(w.graph, static=w.static)(*args)  # imports and first-use caches of this path
+            cpu, wall = [], []
+            for _ in range(reps):
+                _forget_builds()
+                g = dvmlang.graph(w.graph, static=w.static)
+                c, t = _timed(g, *args)
+                cpu.append(c)
+                wall.append(t)
+            res[p] = (_med(cpu) * 1e3, _med(wall) * 1e3)
+        _path("compose")
+        (cc, cw), (tc, tw) = res["compose"], res["text"]
+        out[name] = res
+        print(f"{name:24} {cc:12.3f} {cw:8.3f} {tc:10.3f} {tw:8.3f} {tc / cc:13.1f}x")
+    return out
+
+
+def section_seen(reps, names):
+    print(f"\nfirst call of a structure built before (ms cpu, median of {reps}; wall in parentheses)")
+    print(f"{'workload':24} {'this process':>16} {'a later process (disk)':>24}")
+    for name in names:
+        w = _workload(name)
+        args = w.args(np.random.default_rng(0), 64)
+        dvmlang.graph(w.graph, static=w.static)(*args)
+        cpu, wall = [], []
+        for _ in range(reps):
+            g = dvmlang.graph(w.graph, static=w.static)
+            c, t = _timed(g, *args)
+            cpu.append(c)
+            wall.append(t)
+        disk = _later_process(name, reps)
+        print(f"{name:24} {_med(cpu) * 1e3:9.3f} ({_med(wall) * 1e3:5.2f}) {disk:>24}")
+
+
+_CHILD = r"""
+import os, sys, time, statistics
+sys.path.insert(0, {bench!r})
+import numpy as np
+import compile_cost as cc
+cc._stub_simulation()
+import dvmlang
+from paper import ops as pops
+w = cc._workload({name!r})
+args = w.args(np.random.default_rng(0), 64)
+warm = dvmlang.graph(lambda x: dvmlang.ops.exp(x) * 3.0 - 1.0)  # imports: another structure
+warm(np.ones((3, 5), np.float32))
+g = dvmlang.graph(w.graph, static=w.static)
+c, t = cc._timed(g, *args)
+(prog,) = g._captured.values()
+info = [k.cache_info() for k in {{id(k): k for k in prog.kernels.values()}}.values()]
+print(c, t, sum(i.builds for i in info), sum(i.loads for i in info))
+"""
+
+
+def _later_process(name, reps):
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, DVMLANG_CACHE_DIR=d, DVMLANG_FUSER="compose")
+        code = _CHILD.format(bench=str(ROOT / "benchmarks"), name=name)
+        first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        if first.returncode:
+            return "failed: " + first.stderr.strip().splitlines()[-1]
+        cpu, wall, loads = [], [], []
+        for _ in range(reps):
+            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+            c, t, b, ld = r.stdout.split()
+            cpu.append(float(c))
+            wall.append(float(t))
+            loads.append((int(b), int(ld)))
+        b, ld = loads[-1]
+        return f"{_med(cpu) * 1e3:7.3f} ({_med(wall) * 1e3:5.2f}) {b} built, {ld} read"
+
+
+def section_shape(reps, names):
+    print("\na new shape of a fused program, host time per call (us, median over new lengths; simulation stubbed)")
+    print(f"{'workload':24} {'composed cpu':>12} {'wall':>8} {'text cpu':>10} {'wall':>8}")
+    stream = [L for L in dict.fromkeys(request_stream(200))][1:1 + 2 * reps]
+    for name in names:
+        w = _workload(name)
+        res = {}
+        for p in ("compose", "text"):
+            _path(p)
+            rng = np.random.default_rng(0)
+            g = dvmlang.graph(w.graph, static=w.static)
+            g(*w.args(rng, 64))
+            cpu, wall = [], []
+            for L in stream:
+                args = w.args(rng, L)
+                c, t = _timed(g, *args)
+                cpu.append(c)
+                wall.append(t)
+            res[p] = (_med(cpu) * 1e6, _med(wall) * 1e6)
+        _path("compose")
+        print(f"{name:24} {res['compose'][0]:12.1f} {res['compose'][1]:8.1f} {res['text'][0]:10.1f} "
+              f"{res['text'][1]:8.1f}")
+
+
+def _load():
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+SECTIONS = {"first": section_first, "seen": section_seen, "shape": section_shape}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--only", nargs="*", choices=sorted(SECTIONS), help="the sections to run (default: all)")
+    a = ap.parse_args(argv)
+    _stub_simulation()
+    reps = 5 if a.quick else 15
+    print(f"dvmlang compile cost; load average {_load():.2f} on {os.cpu_count()} cores")
+    names = OPERATORS + ["decoder block"]
+    for s in a.only or list(SECTIONS):
+        SECTIONS[s](reps, names)
+    print(f"\nload average at the end {_load():.2f}")
+
+
+if __name__ == "__main__":
+    main()
