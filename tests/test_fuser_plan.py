@@ -274,12 +274,33 @@ def test_a_symbolic_row_beyond_its_row_block_runs_the_split_plan_without_rebuild
     assert prog.fallbacks == 3  # 2000, 5000 and 3000 outgrew the row block (DESIGN_SIZE, 256) the row plan built
 
 
-def test_a_size_one_dim_is_a_new_signature(rng):
+def test_a_size_one_dim_that_nothing_broadcasts_is_a_size_like_any_other(rng):
     g = dvmlang.graph(lambda x: ops.softmax(x))
-    for shape in [(4, 9), (7, 33), (1, 9), (1, 40)]:
+    for shape in [(4, 9), (7, 33), (1, 9), (1, 40), (5, 1)]:
         x = rng.standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(g(x), np_softmax(x), rtol=1e-5, atol=1e-7)
-    assert g.stats.captures == 2  # (s0, s1) and (1, s1): a size-1 dim broadcasts, so it is part of the signature
+    assert g.stats.captures == 1 and g.stats.builds == 1  # one program and one kernel for every length, 1 included
+
+
+def test_a_size_one_dim_that_broadcasts_gets_a_capture_of_its_own(rng):
+    g = dvmlang.graph(lambda x, y: x * y + 1.0)
+    a, b = rng.standard_normal((6, 8)).astype(np.float32), rng.standard_normal((6, 8)).astype(np.float32)
+    np.testing.assert_allclose(g(a, b), a * b + 1, rtol=1e-6)
+    row = rng.standard_normal((1, 8)).astype(np.float32)  # broadcasts against b: the deduced rows equality fails
+    np.testing.assert_allclose(g(row, b), row * b + 1, rtol=1e-6)
+    np.testing.assert_allclose(g(row, row), row * row + 1, rtol=1e-6)  # (1, 1) rows: the generic capture takes it
+    np.testing.assert_allclose(g(row[:, :1], b), row[:, :1] * b + 1, rtol=1e-6)
+    assert g.stats.captures == 3  # the generic one; (1, s) with (s, s); (1, 1) with (s, s)
+
+
+def test_a_function_that_reads_a_size_as_a_number_keeps_size_one_dims_specialised(rng):
+    def f(x):
+        return ops.squeeze(x, 0) * 2.0 if x.shape[0] == 1 else ops.sum(x, axis=0) * 2.0
+    g = dvmlang.graph(f)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    np.testing.assert_allclose(g(x), x.sum(0) * 2, rtol=1e-5)
+    np.testing.assert_allclose(g(x[:1]), x[0] * 2, rtol=1e-5)  # the capture with its 1 decides the branch
+    assert g.stats.captures == 2
 
 
 # ---- launches, stacking, traces -------------------------------------------------------------------------------
@@ -534,9 +555,13 @@ def test_a_reduction_over_a_size_one_dim_keeps_its_own_iteration_space():
         got = dvmlang.graph(fn)(x, r)
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, b, rtol=1e-6)
-    reasons = [s for fn in (f, g, h) for s in dvmlang.graph(fn).explain(x, r).reasons()]
-    assert sum("would change what they reduce" in s for s in reasons) == 2
-    assert any("the reduction runs over the last dim of (s0, 1) (size 1), not over the columns" in s for s in reasons)
+    # f and h broadcast r's size-1 dim against x's columns: their captures keep it a 1 (api._program). g never
+    # broadcasts it, so its size-1 dim is a symbol of the generic capture, which cannot prove the two spaces equal
+    reasons = {fn.__name__: dvmlang.graph(fn).explain(x, r).reasons() for fn in (f, g, h)}
+    assert any("would change what they reduce" in s for s in reasons["f"])
+    assert any("iteration spaces cannot be proven equal" in s for s in reasons["g"])
+    assert any("the reduction runs over the last dim of (s0, 1) (size 1), not over the columns" in s
+               for s in reasons["h"])
 
 
 def test_a_matmul_epilogue_may_read_the_matmul_operands(rng):

@@ -123,7 +123,9 @@ def test_random_programs_fused_equal_unfused_and_numpy(prog, shapes, seed):
             close(f, ref)
             close(u, ref)
             close(f, u.astype(np.float64))
-    assert fused.stats.captures == 1 and unfused.stats.captures == 1
+    # one capture, and one more with r's and w's size-1 dims as 1s when the program broadcasts them (the generic
+    # capture then fails to bind them)
+    assert fused.stats.captures <= 2 and unfused.stats.captures <= 2
 
 
 SMALL_UB = dvmlang.npu.Device(profile={"ub_bytes": 32 * 1024})

@@ -31,6 +31,7 @@ from .fusion import Group, Plan, canonicalize, plan
 from .graph import Graph, GraphError, GraphValue, Node, Tracer
 
 _capture_lock = threading.RLock()
+_MISSING = object()
 
 
 @dataclass
@@ -96,9 +97,10 @@ class Program:
         return p
 
     def run(self, inputs: dict[int, np.ndarray], device, session=None, values: dict | None = None,
-            encode_only: bool = False) -> Run:
-        """Execute on ``inputs`` (input node id -> array). ``values`` may preset arrays for outputs. With
-        ``encode_only`` nothing runs: the record is None and ``launches`` the stacked launch's items."""
+            encode_only: bool = False, consts: dict | None = None) -> Run:
+        """Execute on ``inputs`` (input node id -> array). ``values`` may preset arrays for outputs; ``consts`` gives
+        constants other values than the graph's (const node id -> value: a lazy program reused for another flush).
+        With ``encode_only`` nothing runs: the record is None and ``launches`` the stacked launch's items."""
         env = self.bind(inputs)
         chosen = self.choose(env, device.profile)
         if chosen is not self.plan:
@@ -108,7 +110,7 @@ class Program:
         launch = self._launches.get(id(chosen))
         if launch is None:
             launch = self._launches[id(chosen)] = ProgramLaunch(self, chosen)
-        record, launches = launch.replay(env, values, device, session, encode_only)
+        record, launches = launch.replay(env, values, device, session, encode_only, consts)
         for o in self.graph.outputs:
             values[o.id] = _materialise(o, values, env)
         return Run(values, record, launches)
@@ -142,12 +144,16 @@ class Program:
         self._tiles[key] = t
         return t
 
-def _signature(args, static: dict, names, fn=None):
-    """The capture key of a call: the arguments' structure, per array its dtype and which dims are 1 or static
-    (their sizes), per constant its value, and the arrays ``fn`` closes over (captured_args). (Dtypes are
-    checked when a new key is captured.)"""
-    key = tuple(ca.key_of(name, a, static, name) for name, a in zip(names, args))
+def _signature(args, static: dict, names, fn=None, ones: bool = True):
+    """The capture key of a call: the arguments' structure, per array its dtype and its static dims' sizes (and,
+    with ``ones``, which dims are 1), per constant its value, and the arrays ``fn`` closes over (captured_args).
+    (Dtypes are checked when a new key is captured.)"""
+    key = tuple(ca.key_of(name, a, static, name, ones) for name, a in zip(names, args))
     return key + (ca.closure_key(fn),) if fn is not None else key
+
+
+def _has_ones(args) -> bool:
+    return any(1 in a.shape for arr in args for _, _, a in ca.leaves("", arr))
 
 
 @user_frames_methods
@@ -163,7 +169,8 @@ class GraphFunction:
         self.name = name or fn.__name__
         self.signature = inspect.signature(fn)
         self.names = list(self.signature.parameters)
-        self._captured: dict = {}
+        self._captured: dict = {}  # signature -> Program (None: the generic capture cannot serve it)
+        self._generic_ok: dict = {}  # signature with its size-1 dims -> whether the generic capture takes it
         self.stats = GraphStats()
         self.last_launch = None
 
@@ -195,16 +202,47 @@ class GraphFunction:
         return self._program(self._arguments(args, kwargs))
 
     def _program(self, args) -> Program:
-        """The captured Program for arguments in parameter order (``_arguments``), captured on first use."""
-        key = _signature(args, self.static, self.names, self.fn)
-        cap = self._captured.get(key)
-        if cap is None:
-            cap = self._capture(args)
-            self._captured[key] = cap
-            self.stats.captures += 1
-        return cap
+        """The captured Program for arguments in parameter order (``_arguments``), captured on first use.
 
-    def _capture(self, args) -> Program:
+        A size of 1 is a size like any other: the *generic* capture (every non-static dim a symbol) serves a call
+        whose size-1 dims it can take. It cannot when an operation broadcasts one of them (a deduced equality
+        fails at binding) or the function compared a size with a number while capturing (its Python may have
+        chosen by it), nor when capturing with symbols fails (``squeeze`` of a dim not proven 1): then the call
+        runs the capture with its size-1 dims as 1s, keyed by which dims are 1."""
+        key = _signature(args, self.static, self.names, self.fn, ones=False)
+        cap = self._captured.get(key, _MISSING)
+        if cap is _MISSING:
+            try:
+                cap = self._capture(args, generic=True)
+            except GraphError:
+                if not _has_ones(args):
+                    raise
+                cap = None
+            else:
+                self.stats.captures += 1
+            self._captured[key] = cap
+        if cap is not None and not (cap.compared_sizes and _has_ones(args)):
+            if not _has_ones(args):
+                return cap
+            ok = self._generic_ok.get(key1 := _signature(args, self.static, self.names, self.fn))
+            if ok is None:
+                try:
+                    cap.bind(self._inputs(cap, args))
+                    ok = True
+                except GraphError:
+                    ok = False
+                self._generic_ok[key1] = ok
+            if ok:
+                return cap
+        key1 = _signature(args, self.static, self.names, self.fn)
+        spec = self._captured.get(("ones", key1))
+        if spec is None:
+            spec = self._capture(args)
+            self._captured[("ones", key1)] = spec
+            self.stats.captures += 1
+        return spec
+
+    def _capture(self, args, generic: bool = False) -> Program:
         if len(args) != len(self.names):
             raise GraphError(f"`{self.name}` takes {len(self.names)} arguments ({', '.join(self.names)}), "
                              f"got {len(args)}")
@@ -218,7 +256,7 @@ class GraphFunction:
                 static = self.static.get(path_name, ())
                 shape = []
                 for i, s in enumerate(arr.shape):
-                    if s == 1:
+                    if s == 1 and not generic:
                         shape.append(1)
                     elif i in static:
                         shape.append(int(s))
@@ -244,6 +282,7 @@ class GraphFunction:
             g.outputs.append(o.node)
         prog = Program(g, self.fuse, (self.device or default_device()).profile, self.name, self.stats)
         prog.arg_paths = [paths.get(n) for n in g.inputs]  # None: an array the function closes over
+        prog.compared_sizes = g.syms.compared
         return prog
 
     def _inputs(self, prog: Program, args) -> dict:

@@ -83,7 +83,9 @@ def _loc_key(loc):
 def structure_key(g: Graph, grp: Group, sig: sg.Signature, tiles, profile) -> tuple:
     """What a composed build depends on, without the group's name: the operations in order with their dtypes,
     attributes, operands (numbered within the group), layouts over the iteration space and source lines; the
-    inputs and outputs; the symbols as the group numbers them; the tiles; the profile."""
+    inputs and outputs; the tiles; the profile. Sizes are runtime parameters, so a symbol's identity counts only
+    where the kernel reads it as a value (a size used as a number, a cat's offsets, a gather's bound): two
+    programs whose sizes happen to coincide differently share their builds."""
     syms: dict[int, int] = {}
 
     def sym(d):
@@ -92,13 +94,17 @@ def structure_key(g: Graph, grp: Group, sig: sg.Signature, tiles, profile) -> tu
             return d
         return ("s", syms.setdefault(d.id, len(syms)))
 
+    def extent(d):
+        d = g.syms.find(d)
+        return d if isinstance(d, int) else "s"
+
     local: dict[int, int] = {}
     space = sig.space
 
     def ref(n: Node):
         return local.setdefault(n.id, len(local))
 
-    parts = [grp.kind, grp.mode, len(space), tuple(sym(d) for d in space), tiles, profile_key(profile)]
+    parts = [grp.kind, grp.mode, len(space), tuple(extent(d) for d in space), tiles, profile_key(profile)]
     for x in sig.inputs:
         parts.append(("in", ref(x), x.dtype.code, tuple(sg.Layout(g, x.shape, space).present)))
     for n in sg.free_nodes(grp) + grp.body():

@@ -39,23 +39,26 @@ def leaves(name: str, a, path=()):
             yield from leaves(f"{name}[{i}]", v, path + (i,))
 
 
-def key_of(name: str, a, static: dict, top: str):
-    """The signature of one argument (recursively through containers)."""
+def key_of(name: str, a, static: dict, top: str, ones: bool = True):
+    """The signature of one argument (recursively through containers); ``ones``: whether a dim of size 1 is part
+    of it (a capture that specialises size-1 dims) or just a size (the generic capture)."""
     a = _array(a)
     if isinstance(a, np.ndarray):
         st = static.get(name)
         if st:
-            dims = tuple(s if (s == 1 or i in st) else -1 for i, s in enumerate(a.shape))
-        else:
+            dims = tuple(s if ((ones and s == 1) or i in st) else -1 for i, s in enumerate(a.shape))
+        elif ones:
             dims = tuple(1 if s == 1 else -1 for s in a.shape)
+        else:
+            dims = (-1,) * a.ndim
         return ("t", a.dtype, dims)
     if isinstance(a, (bool, int, float, str, type(None))) or (isinstance(a, tuple) and _constant(a)):
         return ("s", type(a).__name__, a)  # a constant of the capture, like a constexpr
     if isinstance(a, dict):
-        return ("d", tuple((k, key_of(f"{name}[{k!r}]", v, static, top)) for k, v in a.items()))
+        return ("d", tuple((k, key_of(f"{name}[{k!r}]", v, static, top, ones)) for k, v in a.items()))
     if isinstance(a, (list, tuple)):
         return ("l" if isinstance(a, list) else "u",
-                tuple(key_of(f"{name}[{i}]", v, static, top) for i, v in enumerate(a)))
+                tuple(key_of(f"{name}[{i}]", v, static, top, ones) for i, v in enumerate(a)))
     raise GraphError(f"argument `{name}` must be a numpy array, a number, or lists/tuples/dicts of them, got "
                      f"{type(a).__name__}")
 

@@ -8,12 +8,13 @@ of ``Dim`` (an int, or a symbol class resolved through the graph's union-find).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .. import dtypes as dt
 from .. import opdefs
-from ..errors import DvmError, user_loc
+from ..errors import _PACKAGE_DIR, DvmError, user_loc
 from . import dims
 from .backend import Backend
 from .operators import TensorOperators
@@ -82,6 +83,19 @@ class Sym:
     def __neg__(self):
         return self._arith("-", 0, self)
 
+    def __eq__(self, o):
+        # a function comparing a size with a number while it is captured may choose its operations by it: the
+        # generic capture (size-1 dims as symbols) cannot then serve a call with a dim of 1 (api._program)
+        if o.__class__ is int and self.table is not None and \
+                not sys._getframe(1).f_code.co_filename.startswith(_PACKAGE_DIR):
+            self.table.compared = True
+        return self is o
+
+    def __ne__(self, o):
+        return not self.__eq__(o)
+
+    __hash__ = object.__hash__
+
     def __truediv__(self, o):
         raise GraphError(f"{self.name} / {o!r}: a dimension divides with // (an exact size), not / (a float)")
 
@@ -113,6 +127,7 @@ class SymTable:
         self.derived: dict = {}  # canonical expression -> its symbol (dims.dim_of)
         self.checks: list = []  # (polynomial, polynomial, message): sizes that must be equal at every call
         self.graph_name = graph_name
+        self.compared = False  # user code compared a symbol with a number while capturing (Sym.__eq__)
 
     def new(self, origin: str, expr=None, name: str | None = None) -> Sym:
         s = Sym(len(self.syms), name or f"s{len(self.syms)}", origin, self, expr)

@@ -46,12 +46,22 @@ class GroupLaunch:
         self.tensors = tensors
         self.dims = [_dim_ref(g, s) for s in sig.dims]
         self.int_dims = [_dim_ref(g, s) for s in sig.int_dims]
-        self.consts = [np.array(n.attrs["value"]).astype(n.dtype.np)[()] for n in sig.consts]
+        self.consts = [_typed(n.attrs["value"], n) for n in sig.consts]
         self.mm = None
         if grp.kind == "matmul":
             mm = grp.nodes[0]
             self.mm = (_dim_ref(g, mm.shape[-2]), _dim_ref(g, mm.shape[-1]), _dim_ref(g, mm.inputs[0].shape[-1]))
         self.gather = gk.text is not None and any(n.op == "gather" for n in grp.nodes)
+
+
+    def const_values(self, consts: dict) -> list:
+        """The constants' values with ``consts`` (node id -> value) taking the place of the graph's."""
+        return [_typed(consts[n.id], n) if n.id in consts else v for n, v in zip(self.sig.consts, self.consts)]
+
+
+def _typed(value, n: Node):
+    """A constant as its kernel parameter takes it: a numpy scalar of the node's dtype."""
+    return np.array(value).astype(n.dtype.np)[()]
 
 
 def _dim_ref(g, d):
@@ -69,7 +79,7 @@ class ProgramLaunch:
         self.stages = [[GroupLaunch(prog, p, grp) if grp.kind != "custom" else grp for grp in stage]
                        for stage in p.stages]
 
-    def replay(self, env, values: dict, device, session, encode_only: bool = False):
+    def replay(self, env, values: dict, device, session, encode_only: bool = False, consts: dict | None = None):
         """Run the plan on the call's bound sizes (``env``) and arrays (``values``: input node id -> array; the
         outputs are added): one stacked launch (one launch per kernel for an unfused program). With
         ``encode_only``, (None, the stages of launch items) and nothing runs."""
@@ -87,7 +97,7 @@ class ProgramLaunch:
                 if gl.__class__ is not GroupLaunch:
                     items.extend(_custom(gl, env, values, device, kernel_name(prog.name, gl)))
                     continue
-                item = self._group(gl, env, size, values, device)
+                item = self._group(gl, env, size, values, device, consts)
                 if item is not None:
                     items.append(item)
             if items:
@@ -102,7 +112,7 @@ class ProgramLaunch:
         records = [device.run_stack([[item]], name=item.name, trace=session) for st in stages for item in st]
         return _total(prog.name, records), len(records)
 
-    def _group(self, gl: GroupLaunch, env, size, values, device):
+    def _group(self, gl: GroupLaunch, env, size, values, device, consts=None):
         empty = True
         for oid, shape, npdt in gl.outs:
             arr = values.get(oid)
@@ -144,7 +154,7 @@ class ProgramLaunch:
             args += [float(size(d)) for d in gl.dims]
             args += [size(d) for d in gl.int_dims]
             cores = profile.vector_cores
-        args += gl.consts
+        args += gl.consts if consts is None else gl.const_values(consts)
         total = grid[0] * grid[1] * grid[2]
         args += [grid[0], grid[1], total]  # the logical grid, looped over by at most one program per core
         launch_grid = (max(1, min(total, cores)), 1, 1)

@@ -117,7 +117,7 @@ def _attr_key(n: Node, tok) -> tuple:
     if op == "permute":
         return tuple(a["perm"])
     if op == "const":
-        return (type(a["value"]).__name__, repr(a["value"]))
+        return (type(a["value"]).__name__,)  # its value is a runtime scalar of the program (bound per flush)
     if op == "dim":
         return (tok(a["sym"]),)
     if op == "iota":
@@ -181,6 +181,7 @@ def _symbolic(nodes: list[Node], out_nodes: list[Node], vals: dict, name: str) -
         if op == "input":
             g.inputs.append(m)
     g.outputs = [new[o.id] for o in out_nodes]
+    g.flush_consts = [new[n.id] for n in nodes if n.op == "const"]  # in flush order: a later flush binds its values
     return g
 
 
@@ -203,7 +204,9 @@ def _execute(b: _Batch) -> None:
             t1 = time.perf_counter()
             prog.encode_s = 0.0
             built = _builds(prog)
-            run = prog.run({n.id: a for n, a in zip(prog.graph.inputs, arrays)}, b.device, b.trace)
+            consts = {c.id: n.attrs["value"] for c, n in zip(getattr(prog.graph, "flush_consts", ()),
+                                                              (n for n in b.nodes if n.op == "const"))}
+            run = prog.run({n.id: a for n, a in zip(prog.graph.inputs, arrays)}, b.device, b.trace, consts=consts)
             run_s = time.perf_counter() - t1
             enc = prog.encode_s
             rec.builds = _builds(prog) - built
