@@ -28,9 +28,10 @@ def np_block(x, w, b):
 
 
 def kernels(gf):
-    """The generated kernels of a graph function's (single) capture."""
-    (prog,) = gf._captured.values()
-    return list({id(kt): kt for kt in prog.kernels.values()}.values())
+    """The kernels of a graph function's (single) capture's fused plan (its split plan's are built ahead too)."""
+    (prog,) = [p for p in gf._captured.values() if p is not None]
+    return list({id(kt): kt for kt in (prog.kernel(prog.plan, grp) for grp in prog.plan.groups
+                                       if grp.kind != "custom")}.values())
 
 
 def launch_names(gf, *args):
@@ -274,12 +275,27 @@ def test_a_symbolic_row_beyond_its_row_block_runs_the_split_plan_without_rebuild
     assert prog.fallbacks == 3  # 2000, 5000 and 3000 outgrew the row block (DESIGN_SIZE, 256) the row plan built
 
 
+def test_the_split_plan_is_built_ahead_so_a_row_outgrowing_its_block_only_encodes(rng, monkeypatch):
+    monkeypatch.setenv("DVMLANG_BUILD_AHEAD", "0")  # ahead, but on this thread: the counts are deterministic
+    sm = dvmlang.graph(lambda x: ops.softmax(x, axis=-1) * 2.0)
+    x = rng.standard_normal((8, 40)).astype(np.float32)
+    sm(x)
+    after_first = sm.stats.builds
+    assert after_first > 1  # the row plan's kernel and the split plan's, built after the first call
+    for cols in (300, 2000, 5000, 270):
+        x = rng.standard_normal((8, cols)).astype(np.float32)
+        e = np.exp(x - x.max(-1, keepdims=True))
+        np.testing.assert_allclose(sm(x), 2 * e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+    assert sm.stats.fallbacks == 4 and sm.stats.builds == after_first  # the longer rows only encoded
+
+
 def test_a_size_one_dim_that_nothing_broadcasts_is_a_size_like_any_other(rng):
     g = dvmlang.graph(lambda x: ops.softmax(x))
     for shape in [(4, 9), (7, 33), (1, 9), (1, 40), (5, 1)]:
         x = rng.standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(g(x), np_softmax(x), rtol=1e-5, atol=1e-7)
-    assert g.stats.captures == 1 and g.stats.builds == 1  # one program and one kernel for every length, 1 included
+    assert g.stats.captures == 1  # one program for every length, 1 included
+    assert [k.cache_info().builds for k in kernels(g)] == [1]  # and one kernel
 
 
 def test_a_size_one_dim_that_broadcasts_gets_a_capture_of_its_own(rng):

@@ -25,7 +25,7 @@ from . import captured_args as ca
 from . import dims as _dims
 from . import foreign
 from . import tiling as tl
-from .build import GroupKernel
+from .build import Ahead, GroupKernel
 from .launch import ProgramLaunch, _materialise, kernel_name
 from .fusion import Group, Plan, canonicalize, plan
 from .graph import Graph, GraphError, GraphValue, Node, Tracer
@@ -78,6 +78,7 @@ class Program:
         self._launches: dict = {}  # id(plan) -> its ProgramLaunch
         self.encode_s = 0.0  # host seconds spent preparing launches (building, binding arguments, encoding)
         self.stats = stats  # where the kernels count their builds and encodes too (a GraphStats), or None
+        self._ahead = Ahead()  # the split plan's kernels, built off the critical path after the first call
 
     def bind(self, inputs: dict[int, np.ndarray]):
         if self._binder is None:
@@ -105,6 +106,9 @@ class Program:
         chosen = self.choose(env, device.profile)
         if chosen is not self.plan:
             self.fallbacks += 1
+            self._ahead.wait()  # (the split plan's kernels are being built ahead: take them when they are ready)
+        elif self.plan.fallback is not None and not self._ahead.started:
+            self._ahead.start(self._build_split_plan, env, device.profile)
         values = dict(values or {})
         values.update(inputs)
         launch = self._launches.get(id(chosen))
@@ -114,6 +118,26 @@ class Program:
         for o in self.graph.outputs:
             values[o.id] = _materialise(o, values, env)
         return Run(values, record, launches)
+
+    def _build_split_plan(self, env, profile) -> None:
+        """Build the split plan's kernels for the lengths it will run (a guarded row just past the row block the
+        fused plan was built with), so that the call whose row outgrows the block only encodes."""
+        p, fb = self.plan, self.plan.fallback
+        values = dict(env.values)
+        for grp in p.groups:
+            if grp.mode == "row" and grp.guard is not None:
+                kept = self._tiles.get(self.kernel(p, grp).key)
+                root = env.roots[self.graph.syms.find(grp.space[-1]).id]
+                if kept is not None:
+                    values[root] = max(values[root], kept.bc + 1)
+        ahead = _Env(self.graph, values, env.roots)
+        for grp in fb.groups:
+            if grp.kind == "custom":
+                continue
+            gk = self.kernel(fb, grp)
+            if gk.text is None:
+                t = self.tiles(fb, grp, ahead, profile)
+                gk.build(t if grp.kind == "matmul" else (t.br, t.bc), profile)
 
     def kernel(self, p: Plan, grp: Group) -> GroupKernel:
         key = (id(p), grp.id)

@@ -15,6 +15,7 @@ processes).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import OrderedDict
 
@@ -42,6 +43,39 @@ def fuser_path() -> str:
     if p not in ("compose", "text"):
         raise GraphError(f"DVMLANG_FUSER must be `compose` or `text`, got `{p}`")
     return p
+
+
+class Ahead:
+    """Work done ahead of need on a background thread (``DVMLANG_BUILD_AHEAD=0``: at once, on the caller's
+    thread). ``wait`` returns when it is done; an error in it is left to the caller who needs the work to meet
+    again (it builds what is missing itself)."""
+
+    __slots__ = ("started", "thread")
+
+    def __init__(self):
+        self.started = False
+        self.thread = None
+
+    def start(self, fn, *args) -> None:
+        self.started = True
+
+        def work():
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - the call that needs the work builds it and reports any error
+                pass
+
+        if os.environ.get("DVMLANG_BUILD_AHEAD", "1") == "0":
+            work()
+            return
+        self.thread = threading.Thread(target=work, name="dvmlang-build-ahead", daemon=True)
+        self.thread.start()
+
+    def wait(self) -> None:
+        t = self.thread
+        if t is not None:
+            t.join()
+            self.thread = None
 
 
 class ComposedBuild:
