@@ -80,6 +80,17 @@ def version() -> str:
     return _version
 
 
+_PROFILE_KEYS: dict = {}
+
+
+def profile_key(profile) -> str:
+    """A profile's fields as text (the same in every process), made once per profile object."""
+    k = _PROFILE_KEYS.get(id(profile))
+    if k is None or k[0] is not profile:
+        k = _PROFILE_KEYS[id(profile)] = (profile, repr(profile))
+    return k[1]
+
+
 def _folder() -> Path | None:
     r = root()
     return None if r is None else r / "builds" / version()
@@ -200,7 +211,7 @@ def _write(kind: str, text: str, header: dict, words: array) -> None:
     folder = _folder()
     if folder is None:
         return
-    head = json.dumps({"kind": kind, "key": text, **header}, separators=(",", ":")).encode()
+    head = json.dumps({**header, "entry": kind, "key": text}, separators=(",", ":")).encode()
     body = struct.pack("<I", len(head)) + head + words.tobytes()
     data = _HEAD.pack(MAGIC, FORMAT, zlib.crc32(body)) + body
     path = _path(folder, text)
@@ -236,7 +247,7 @@ def load(kind: str, key) -> tuple[dict, array] | None:
         (n,) = struct.unpack_from("<I", body)
         head = json.loads(body[4:4 + n].decode())
         raw = body[4 + n:]
-        if not isinstance(head, dict) or head.get("kind") != kind or head.get("key") != text or len(raw) % 8:
+        if not isinstance(head, dict) or head.get("entry") != kind or head.get("key") != text or len(raw) % 8:
             return None
         words = array("Q")
         words.frombytes(raw)

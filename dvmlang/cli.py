@@ -257,6 +257,21 @@ def cmd_disasm(args) -> int:
     return 0
 
 
+def cmd_cache(args) -> int:
+    from . import cache
+    if args.clear:
+        print(f"removed {cache.clear()} build(s) from {cache.root()}")
+        return 0
+    i = cache.info()
+    if i["root"] is None:
+        print("the disk cache is off (DVMLANG_CACHE_DIR=off)")
+        return 0
+    print(f"builds on disk: {i['root']} (DVMLANG_CACHE_DIR overrides it)")
+    print(f"  this version ({i['version']}): {i['entries']} build(s), {i['bytes'] / 1024:.1f} KiB")
+    print(f"  all versions: {i['all_entries']} build(s), {i['all_bytes'] / 1024:.1f} KiB")
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (plus the hint to ask for --help) and exit status 2."""
 
@@ -313,6 +328,11 @@ def main(argv=None) -> int:
     d.add_argument("file", help="a .dvmb file (kernel.export(...) or Bytecode.save(...) writes one)")
     d.add_argument("--no-source", action="store_true", help="do not interleave kernel source lines")
     d.set_defaults(func=cmd_disasm)
+    c = sub.add_parser("cache", help="show (or clear) the builds kept on disk",
+                       description="Show where the disk cache of builds is (DVMLANG_CACHE_DIR, default "
+                                   "~/.cache/dvmlang) and what it holds; --clear removes every build in it.")
+    c.add_argument("--clear", action="store_true", help="remove every build (all versions)")
+    c.set_defaults(func=cmd_cache)
     args = parser.parse_args(argv)
     if args.command != "trace" and script_args:
         parser.error(f"`--` passes arguments to a traced script; `{args.command}` takes none")

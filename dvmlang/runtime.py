@@ -77,22 +77,32 @@ class LastLaunch(NamedTuple):
 
 
 class Build:
-    """One specialisation of a kernel: its IR, instruction template and instance encoder."""
+    """One specialisation of a kernel: its IR, instruction template and instance encoder. ``parts`` makes it from
+    a build read from the disk cache (``kernel_cache``): (global reads, template, params, written params); its
+    IR is then made again only if asked for (``Kernel.ir``)."""
 
-    def __init__(self, kernel: "Kernel", specs: tuple[ParamSpec, ...], profile):
-        from .frontend.build import build_ir
+    def __init__(self, kernel: "Kernel", specs: tuple[ParamSpec, ...], profile, parts=None):
         from .vm.bytecode import Encoder
-        from .vm.lower import lower
         self.profile = profile
-        self.fn, ctx = build_ir(kernel.source, specs)
-        self.global_reads = list(ctx.global_reads.values())
-        self.template = lower(self.fn, profile)
-        ub = self.template.footprint.get("ub", 0)
-        self.template.double_buffer = profile.double_buffer and 2 * ub <= profile.ub_bytes
-        self.params = list(self.fn.params)
+        self.warnings: list = []  # (message, file, line) of the performance warnings the build raised
+        self.callees: list = []  # the KernelSources the build inlined
+        if parts is None:
+            from .frontend.build import build_ir
+            from .vm.lower import lower
+            self.fn, ctx = build_ir(kernel.source, specs)
+            self.warnings = ctx.warnings  # (the disk cache shows them again when it serves the build)
+            self.callees = list(ctx.callees.values())
+            self.global_reads = list(ctx.global_reads.values())
+            self.template = lower(self.fn, profile)
+            ub = self.template.footprint.get("ub", 0)
+            self.template.double_buffer = profile.double_buffer and 2 * ub <= profile.ub_bytes
+            self.params = list(self.fn.params)
+            self.written = _written_params(self.fn)
+        else:
+            self.fn = None
+            self.global_reads, self.template, self.params, self.written = parts
         # hidden parameters a tl.pointer_type cast added (frontend/blockptr.py): a heap and its base per dtype
         self.heaps = [i for i, p in enumerate(self.params) if hasattr(p, "pointer_tables")]
-        self.written = _written_params(self.fn)
         sources = _embedded_sources(self.template.debug)
         target = TargetInfo(profile.name, profile.vector_cores, profile.cube_cores, profile.ub_bytes,
                             profile.l1_bytes, profile.l0a_bytes, profile.l0b_bytes, profile.l0c_bytes)
@@ -207,8 +217,16 @@ class Kernel(KernelFunction):
         b = self._builds.get(bkey)
         if b is not None and b.profile is profile and (not b.global_reads or b.still_valid()):
             return b
-        b = Build(self, specs, profile)
-        self.stats.builds += 1
+        from . import kernel_cache
+        loaded = kernel_cache.load(self, specs, profile)
+        if loaded is None:
+            b = Build(self, specs, profile)
+            self.stats.builds += 1
+            kernel_cache.store(self, specs, profile, b)
+        else:
+            b = Build(self, specs, profile, parts=loaded[0])
+            b.warnings = loaded[1]
+            self.stats.loads += 1
         self._builds[bkey] = b
         return b
 
@@ -448,7 +466,11 @@ class Kernel(KernelFunction):
         from .npu.device import default_device
         device = device or default_device()
         _, specs = self._bind(args, split_launch_options(self.__name__, self.source.params, kwargs))
-        return print_function(self._build(specs, device.profile).fn)
+        b = self._build(specs, device.profile)
+        if b.fn is None:  # read from the disk cache: the IR is made again
+            from .frontend.build import build_ir
+            b.fn = build_ir(self.source, specs)[0]
+        return print_function(b.fn)
 
     @user_frames
     def build_for(self, *args, device=None, **kwargs) -> Build:

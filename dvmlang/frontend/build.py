@@ -57,9 +57,10 @@ def build_ir(src: KernelSource, specs: tuple[ParamSpec, ...]) -> tuple[Function,
     def on_gather(op, reason):
         loc = op.loc
         what = "load" if op.kind == "load" else "store"
-        warnings.warn_explicit(f"{what} in kernel `{src.name}` becomes a gather/scatter because {reason}; "
-                               "element-wise addressing is much slower than a DMA",
-                               PerformanceWarning, loc.file if loc else src.file, loc.line if loc else 0)
+        note = (f"{what} in kernel `{src.name}` becomes a gather/scatter because {reason}; element-wise "
+                "addressing is much slower than a DMA", loc.file if loc else src.file, loc.line if loc else 0)
+        ctx.warnings.append(note)
+        warnings.warn_explicit(note[0], PerformanceWarning, note[1], note[2])
 
     run_default_pipeline(fn, on_gather)
     return fn, ctx

@@ -117,6 +117,7 @@ class CallsMixin:
 
     def inline(self, kernel, args, kwargs, node):
         src = kernel.source
+        self.build.callees[id(src)] = src
         if len(self.call_chain) > 32:
             raise self.error(CompilationError, node, "kernel calls nest more than 32 deep",
                              "a kernel cannot call itself recursively")

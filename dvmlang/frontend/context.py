@@ -30,6 +30,8 @@ class BuildContext:
         self.unrolled = 0  # body copies dl.static_range has unrolled so far (dry runs not counted)
         self.unrolling: list[int] = []  # the iteration counts of the static_range loops being unrolled
         self.global_reads: dict[tuple, GlobalRead] = {}  # (id(namespace), name) -> what was read
+        self.callees: dict[int, object] = {}  # id -> the KernelSource of every kernel inlined (calls, combines)
+        self.warnings: list[tuple] = []  # (message, file, line) of the performance warnings the build raised
         self.static_prints: list[str] = []
 
     @contextlib.contextmanager

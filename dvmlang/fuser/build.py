@@ -99,17 +99,6 @@ def _sources(debug) -> dict:
     return _embedded_sources(debug)
 
 
-_PROFILE_KEYS: dict = {}
-
-
-def profile_key(profile) -> str:
-    """A profile's fields as text (the same in every process), made once per profile object."""
-    k = _PROFILE_KEYS.get(id(profile))
-    if k is None or k[0] is not profile:
-        k = _PROFILE_KEYS[id(profile)] = (profile, repr(profile))
-    return k[1]
-
-
 def _loc_key(loc):
     return None if loc is None else (loc.file, loc.line, loc.col)
 
@@ -138,7 +127,7 @@ def structure_key(g: Graph, grp: Group, sig: sg.Signature, tiles, profile) -> tu
     def ref(n: Node):
         return local.setdefault(n.id, len(local))
 
-    parts = [grp.kind, grp.mode, len(space), tuple(extent(d) for d in space), tiles, profile_key(profile)]
+    parts = [grp.kind, grp.mode, len(space), tuple(extent(d) for d in space), tiles, cache.profile_key(profile)]
     for x in sig.inputs:
         parts.append(("in", ref(x), x.dtype.code, tuple(sg.Layout(g, x.shape, space).present)))
     for n in sg.free_nodes(grp) + grp.body():

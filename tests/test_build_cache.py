@@ -1,0 +1,220 @@
+"""Builds kept by content: shared in memory, and on disk for later processes (dvmlang/cache.py,
+dvmlang/kernel_cache.py, dvmlang/fuser/build.py). A damaged, truncated, foreign or stale entry is a miss and
+is built again, never trusted."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dvmlang
+import dvmlang.language as dl
+import dvmlang.ops as ops
+from dvmlang import cache
+from dvmlang.fuser import build as fbuild
+
+ROOT = Path(__file__).resolve().parent.parent
+SCALE = 3.0
+
+
+@dvmlang.kernel
+def scaled(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    m = offs < n
+    dl.store(out_ptr + offs, dl.load(x_ptr + offs, mask=m) * SCALE, mask=m)
+
+
+@pytest.fixture
+def disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("DVMLANG_CACHE_DIR", str(tmp_path))
+    fbuild.BUILDS.clear()
+    yield tmp_path
+    cache.flush()
+
+
+def _entries(root) -> list[Path]:
+    cache.flush()
+    return sorted(Path(root).rglob("*.dvmbuild"))
+
+
+def _fresh_kernel():
+    """The same kernel as a new object (what a later process has): it shares no in-memory build."""
+    return dvmlang.kernel(scaled.fn)
+
+
+def _run_kernel(k):
+    x = np.arange(100, dtype=np.float32)
+    out = np.zeros_like(x)
+    k[(4,)](x, out, 100, BLOCK=32)
+    np.testing.assert_array_equal(out, x * SCALE)
+    return k.cache_info()
+
+
+def test_a_kernel_built_once_is_read_back_by_another_kernel_object(disk):
+    first = _run_kernel(_fresh_kernel())
+    assert first.builds == 1 and first.loads == 0
+    assert len(_entries(disk)) == 1
+    again = _run_kernel(_fresh_kernel())
+    assert again.builds == 0 and again.loads == 1
+
+
+def test_a_fused_program_is_read_back_when_no_build_is_in_memory(disk):
+    fn = lambda x: ops.exp(x) * 2.0 + 1.0  # noqa: E731 - (the source lines are part of a build's key)
+    g = dvmlang.graph(fn)
+    x = np.random.default_rng(0).standard_normal((5, 40)).astype(np.float32)
+    want = g(x)
+    assert g.stats.builds == 1 and len(_entries(disk)) >= 1
+    fbuild.BUILDS.clear()
+    h = dvmlang.graph(fn)
+    np.testing.assert_array_equal(h(x), want)
+    assert h.stats.builds == 0 and h.stats.loads == 1
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "garbage", "foreign"])
+def test_a_damaged_entry_is_a_miss_and_is_rewritten(disk, damage):
+    _run_kernel(_fresh_kernel())
+    (entry,) = _entries(disk)
+    data = bytearray(entry.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x40
+    elif damage == "truncate":
+        data = data[: len(data) // 3]
+    elif damage == "empty":
+        data = b""
+    elif damage == "garbage":
+        data = os.urandom(len(data))
+    else:  # a whole, valid entry of another key under this key's name (a hash collision or a copied file)
+        other = dvmlang.kernel(scaled.fn)
+        x = np.arange(10, dtype=np.float32)
+        other[(1,)](x, np.zeros_like(x), 10, BLOCK=16)
+        (a, b) = _entries(disk)
+        data = (b if a == entry else a).read_bytes()
+    entry.write_bytes(bytes(data))
+    info = _run_kernel(_fresh_kernel())
+    assert info.builds == 1 and info.loads == 0
+    assert _run_kernel(_fresh_kernel()).loads == 1  # rewritten whole
+
+
+def test_another_version_does_not_read_the_entries(disk, monkeypatch):
+    _run_kernel(_fresh_kernel())
+    monkeypatch.setattr(cache, "_version", "0.0.0-other")  # another dvmlang, ISA table or build path
+    info = _run_kernel(_fresh_kernel())
+    assert info.builds == 1 and info.loads == 0
+    assert len({p.parent.name for p in _entries(disk)}) == 2
+
+
+def test_a_changed_global_is_a_miss(disk, monkeypatch):
+    _run_kernel(_fresh_kernel())
+    monkeypatch.setitem(globals(), "SCALE", 5.0)
+    k = _fresh_kernel()
+    x = np.arange(100, dtype=np.float32)
+    out = np.zeros_like(x)
+    k[(4,)](x, out, 100, BLOCK=32)
+    np.testing.assert_array_equal(out, x * 5.0)
+    assert k.cache_info().builds == 1
+
+
+def _module(tmp_path, name, factor) -> Path:
+    p = tmp_path / f"{name}.py"
+    p.write_text(textwrap.dedent(f"""
+        import dvmlang
+        import dvmlang.language as dl
+
+        @dvmlang.kernel
+        def helper(v):
+            return v * {factor}
+
+        @dvmlang.kernel
+        def k(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
+            offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+            m = offs < n
+            dl.store(out_ptr + offs, helper(dl.load(x_ptr + offs, mask=m)), mask=m)
+    """))
+    return p
+
+
+_CHILD = """
+import sys, numpy as np
+sys.path.insert(0, {dir!r})
+import {name} as m
+x = np.arange(50, dtype=np.float32)
+out = np.zeros_like(x)
+m.k[(2,)](x, out, 50, BLOCK=32)
+assert np.array_equal(out, x * {factor}), out
+i = m.k.cache_info()
+print(i.builds, i.loads)
+"""
+
+
+def _child(tmp_path, name, factor):
+    code = _CHILD.format(dir=str(tmp_path), name=name, factor=factor)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0, r.stderr
+    return tuple(int(v) for v in r.stdout.split())
+
+
+def test_later_processes_read_a_build_and_a_changed_callee_is_a_miss(disk, tmp_path):
+    src = tmp_path / "mods"
+    src.mkdir()
+    _module(src, "kmod", 2.0)
+    assert _child(src, "kmod", 2.0) == (1, 0)
+    assert _child(src, "kmod", 2.0) == (0, 1)  # another process reads it
+    _module(src, "kmod", 3.0)  # the inlined helper changed: the entry no longer holds
+    assert _child(src, "kmod", 3.0) == (1, 0)
+
+
+def test_two_processes_writing_one_key_leave_one_whole_entry(disk, tmp_path):
+    src = tmp_path / "mods2"
+    src.mkdir()
+    _module(src, "kmod2", 4.0)
+    code = _CHILD.format(dir=str(src), name="kmod2", factor=4.0)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+             for _ in range(3)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+    entries = _entries(disk)
+    assert len(entries) == 1 and not list(Path(disk).rglob("*.tmp"))
+    assert _child(src, "kmod2", 4.0) == (0, 1)
+
+
+def test_threads_writing_one_key_leave_one_whole_entry(disk):
+    words = np.arange(64, dtype=np.uint64)
+    from array import array
+    w = array("Q", words.tobytes())
+    threads = [threading.Thread(target=cache.store, args=("test", ("one key",), {"n": i}, w)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (entry,) = _entries(disk)
+    head, got = cache.load("test", ("one key",))
+    assert head["n"] in range(8) and list(got) == list(w)
+
+
+def test_the_disk_cache_can_be_turned_off_and_cleared(disk, monkeypatch):
+    _run_kernel(_fresh_kernel())
+    assert len(_entries(disk)) == 1
+    assert cache.info()["entries"] == 1
+    assert cache.clear() == 1 and _entries(disk) == []
+    monkeypatch.setenv("DVMLANG_CACHE_DIR", "off")
+    info = _run_kernel(_fresh_kernel())
+    assert info.builds == 1 and _entries(disk) == []
+
+
+def test_the_cache_command_shows_and_clears(disk):
+    _run_kernel(_fresh_kernel())
+    cache.flush()
+    r = subprocess.run([sys.executable, "-m", "dvmlang.cli", "cache"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0 and str(disk) in r.stdout and "1 build" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "dvmlang.cli", "cache", "--clear"], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0 and "removed 1" in r.stdout and _entries(disk) == []
