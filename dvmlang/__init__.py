@@ -27,6 +27,28 @@ from .vm.bytecode import Bytecode
 from ._version import __version__  # noqa: F401 - dvmlang.__version__
 
 
+def _preload() -> None:
+    """Import what the first build and launch need (the validator, the kernel frontend, the IR passes), so that
+    a process's first call does not pay for it. Runs on a background thread after ``import dvmlang``
+    (``DVMLANG_PRELOAD=0``: not at all)."""
+    import importlib
+    for name in ("dvmlang.vm.validator", "dvmlang.kernel_cache", "dvmlang.frontend.build", "dvmlang.ir.verifier"):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the call that needs the module imports it and reports any error
+            return
+
+
+def _start_preload() -> None:
+    import os
+    import threading
+    if os.environ.get("DVMLANG_PRELOAD", "1") != "0":
+        threading.Thread(target=_preload, name="dvmlang-preload", daemon=True).start()
+
+
+_start_preload()
+
+
 def trace(max_events: int | None = 2_000_000, sample: int = 1, summary_only: bool = False) -> _Session:
     """Record every launch made inside ``with dvmlang.trace() as t:`` (see ``t.launches``, ``t.print()``)."""
     return _Session(max_events=max_events, sample=sample, summary_only=summary_only)

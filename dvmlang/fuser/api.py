@@ -193,6 +193,14 @@ class GraphFunction:
         self.name = name or fn.__name__
         self.signature = inspect.signature(fn)
         self.names = list(self.signature.parameters)
+        # the trailing parameters' defaults, when every parameter is positional and those have defaults
+        tail = []
+        for p in reversed(self.signature.parameters.values()):
+            if p.kind is not p.POSITIONAL_OR_KEYWORD or p.default is p.empty:
+                break
+            tail.insert(0, p.default)
+        plain = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in self.signature.parameters.values())
+        self._tail = tuple(tail) if plain and tail else None
         self._captured: dict = {}  # signature -> Program (None: the generic capture cannot serve it)
         self._generic_ok: dict = {}  # signature with its size-1 dims -> whether the generic capture takes it
         self.stats = GraphStats()
@@ -215,6 +223,8 @@ class GraphFunction:
             kwargs = {k: np.asarray(v) if isinstance(v, np.generic) else v for k, v in kwargs.items()}
         if not kwargs and len(args) == len(self.names):
             return args
+        if not kwargs and self._tail is not None and len(self.names) - len(self._tail) <= len(args) < len(self.names):
+            return args + self._tail[len(args) - len(self.names):]  # trailing defaults
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -312,14 +322,24 @@ class GraphFunction:
     def _inputs(self, prog: Program, args) -> dict:
         out = {}
         for n, where in zip(prog.graph.inputs, prog.arg_paths):
-            out[n.id] = prog.graph.closures[n] if where is None else ca.fetch(args, *where)
+            if where is None:
+                out[n.id] = prog.graph.closures[n]
+            elif not where[1]:
+                out[n.id] = ca._array(args[where[0]])  # (an argument itself, the common case)
+            else:
+                out[n.id] = ca.fetch(args, *where)
         return out
 
     # ---- calls -----------------------------------------------------------------------------------------
     def __call__(self, *args, device=None, **kwargs):
         device = device or self.device or default_device()
-        like = foreign.first_torch((args, kwargs))  # torch in, torch out
-        args = self._arguments(args, kwargs, like is not None)
+        if not kwargs and all([a.__class__ is np.ndarray for a in args]):  # numpy arrays: nothing to convert
+            like = None
+            if len(args) != len(self.names):
+                args = self._arguments(args, kwargs, False)
+        else:
+            like = foreign.first_torch((args, kwargs))  # torch in, torch out
+            args = self._arguments(args, kwargs, like is not None)
         prog = self._program(args)
         inputs = self._inputs(prog, args)
         before = prog.fallbacks

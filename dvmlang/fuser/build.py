@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import cache
 from .. import dtypes as dt
-from ..runtime import CacheInfo, _alias_groups
+from ..runtime import CacheInfo
 from ..vm.bytecode import Encoder
 from ..vm.container import ParamInfo, TargetInfo
 from . import emit
@@ -81,7 +81,7 @@ class Ahead:
 class ComposedBuild:
     """A composed kernel: its template and encoder, and the parameters' records."""
 
-    __slots__ = ("template", "encoder", "infos", "scalar_kinds")
+    __slots__ = ("template", "encoder", "infos", "int_args")
 
     def __init__(self, template, infos: list[ParamInfo], profile):
         self.template = template
@@ -91,7 +91,7 @@ class ComposedBuild:
         target = TargetInfo(profile.name, profile.vector_cores, profile.cube_cores, profile.ub_bytes,
                             profile.l1_bytes, profile.l0a_bytes, profile.l0b_bytes, profile.l0c_bytes)
         self.encoder = Encoder(template, infos, target, _sources(template.debug), validate=False)
-        self.scalar_kinds = [(i, p.dtype) for i, p in enumerate(infos) if p.kind == "scalar"]
+        self.int_args = [i for i, p in enumerate(infos) if p.kind == "scalar" and p.dtype is dt.int32]
 
 
 def _sources(debug) -> dict:
@@ -253,9 +253,9 @@ class GroupKernel:
             return sig.inputs[int(p[2:]) + (2 if sig.mode == "matmul" else 0)].dtype
         return sig.outputs[int(p[3:])].dtype
 
-    def prepare(self, tiles, grid, args, device):
+    def prepare(self, tiles, grid, args, device, tensor_at=None):
         """(bytecode, param index -> flat array, alias groups) of one launch: ``args`` in parameter order (flat
-        arrays for tensors, numbers for scalars)."""
+        arrays for tensors, numbers for scalars; ``tensor_at``: the tensors' positions, when the caller knows)."""
         if self.text is not None:
             names = ("BM", "BN", "BK") if self.sig.mode == "matmul" else ("BR", "BC")
             st = self.text.kernel.stats
@@ -265,24 +265,22 @@ class GroupKernel:
                 self.sink.builds += st.builds - before[0]
                 self.sink.encodes += st.encodes - before[1]
             return bc, flat, alias
-        b = self.build(tiles, device.profile)
-        arrays = {}
-        scal = []
-        sizes = []
-        for i, a in enumerate(args):
-            if a.__class__ is np.ndarray:
-                arrays[i] = a
-                sizes.append(a.shape[0])
-            else:
-                scal.append(a)
-        ikey = (tiles, grid, tuple(scal), tuple(sizes), id(device.profile))
+        b = self._builds.get(tiles)
+        if b is None or b.encoder.target.name != device.profile.name:
+            b = self.build(tiles, device.profile)
+        if tensor_at is None:
+            tensor_at = [i for i, a in enumerate(args) if a.__class__ is np.ndarray]
+        arrays = {i: args[i] for i in tensor_at}
+        # the instance: by the scalars (sizes, strides, constants) and the arrays' lengths (their places in GM)
+        ikey = (tiles, grid, tuple([a.shape[0] if a.__class__ is np.ndarray else a for a in args]),
+                id(device.profile))
         bc = self._instances.get(ikey)
         if bc is None:
-            for i, d in b.scalar_kinds:
-                v = args[i]
-                if d is dt.int32 and not -(1 << 31) <= v < (1 << 31):
-                    raise GraphError(f"kernel `{self.name}`: the size argument {self.sig.params[i]} = {v} does not fit "
-                                     "int32")
+            ints = [args[i] for i in b.int_args]
+            if ints and (max(ints) >= 1 << 31 or min(ints) < -(1 << 31)):
+                i = next(i for i in b.int_args if not -(1 << 31) <= args[i] < 1 << 31)
+                raise GraphError(f"kernel `{self.name}`: the size argument {self.sig.params[i]} = {args[i]} does not "
+                                 "fit int32")
             t0 = time.perf_counter()
             bc = b.encoder.encode_values(args, grid)
             bc.encode_s = time.perf_counter() - t0
@@ -293,7 +291,34 @@ class GroupKernel:
             if len(self._instances) > MAX_INSTANCES:
                 self._instances.popitem(last=False)
         else:
-            self._instances.move_to_end(ikey)
             self.stats.hits += 1
         self.stats.launches += 1
-        return bc, arrays, _alias_groups(arrays)
+        return bc, arrays, alias_groups(arrays)
+
+
+def alias_groups(arrays: dict) -> dict:
+    """Which of a launch's arrays may share memory (param index -> the index of its group): arrays over distinct
+    buffers are their own groups; only arrays over one buffer are compared (``np.may_share_memory``)."""
+    by_root: dict = {}
+    for i, a in arrays.items():
+        root = a
+        while True:
+            b = root.base
+            if b is None:
+                key = id(root)
+                break
+            if b.__class__ is np.ndarray:
+                root = b
+                continue
+            key = id(b)  # an array over a buffer of another kind: arrays over that buffer are compared
+            break
+        by_root.setdefault(key, []).append(i)
+    if len(by_root) == len(arrays):
+        return {i: i for i in arrays}
+    group = {i: i for i in arrays}
+    for members in by_root.values():
+        for j, a in enumerate(members):
+            for b in members[j + 1:]:
+                if group[b] == b and np.may_share_memory(arrays[a], arrays[b]):
+                    group[b] = group[a]
+    return group

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import PerformanceWarning
 from ..npu import LaunchRecord
+from . import tiling as tl
 from .fusion import VIEWS, Group, Plan
 from .graph import GraphError, Node, Sym
 
@@ -27,7 +28,7 @@ class GroupLaunch:
     """One group's launch in a plan: what a call needs beyond the call's sizes."""
 
     __slots__ = ("grp", "gk", "sig", "kind", "mode", "space", "outs", "tensors", "dims", "int_dims", "consts",
-                 "mm", "gather")
+                 "mm", "gather", "tensor_at")
 
     def __init__(self, prog, p: Plan, grp: Group):
         g = prog.graph
@@ -52,6 +53,11 @@ class GroupLaunch:
             mm = grp.nodes[0]
             self.mm = (_dim_ref(g, mm.shape[-2]), _dim_ref(g, mm.shape[-1]), _dim_ref(g, mm.inputs[0].shape[-1]))
         self.gather = gk.text is not None and any(n.op == "gather" for n in grp.nodes)
+        at, k = [], 0
+        for _, _, arg_dims in tensors:  # where the flat arrays are among the arguments
+            at.append(k)
+            k += 1 + len(arg_dims)
+        self.tensor_at = tuple(at)
 
 
     def const_values(self, consts: dict) -> list:
@@ -130,9 +136,10 @@ class ProgramLaunch:
             args.append(flat)
             args += [strides[d] for d in arg_dims]
         profile = device.profile
+        kept = prog._tiles.get(gl.gk.key)
         if gl.kind == "matmul":
             m, n_, k = size(gl.mm[0]), size(gl.mm[1]), size(gl.mm[2])
-            tiles = prog.tiles(self.plan, gl.grp, env, profile)
+            tiles = kept if kept is not None else prog.tiles(self.plan, gl.grp, env, profile)
             bm, bn, _ = tiles
             nbn = -(-n_ // bn)
             batch = space[:-2]
@@ -142,7 +149,12 @@ class ProgramLaunch:
             cores = profile.cube_cores
         else:
             r = len(space)
-            t = prog.tiles(self.plan, gl.grp, env, profile)
+            if kept is not None and kept.fits:  # the tiles kept since the first call, at this call's sizes
+                t = tl.vector_tiles(gl.grp, space, profile, kept)
+                if t.br != kept.br or t.bc != kept.bc:
+                    prog._tiles[gl.gk.key] = t
+            else:
+                t = prog.tiles(self.plan, gl.grp, env, profile)
             if not t.fits:
                 raise GraphError(f"group {gl.grp.name}: a row of {space[-1]} elements does not fit UB")
             tiles = (t.br, t.bc)
@@ -161,9 +173,9 @@ class ProgramLaunch:
         if gl.gather:
             with warnings.catch_warnings():  # the table load is a gather by design (ops.gather)
                 warnings.filterwarnings("ignore", message=r".*becomes a gather/scatter", category=PerformanceWarning)
-                bc, flat, alias = gl.gk.prepare(tiles, launch_grid, args, device)
+                bc, flat, alias = gl.gk.prepare(tiles, launch_grid, args, device, gl.tensor_at)
         else:
-            bc, flat, alias = gl.gk.prepare(tiles, launch_grid, args, device)
+            bc, flat, alias = gl.gk.prepare(tiles, launch_grid, args, device, gl.tensor_at)
         return StackItem(bc, flat, gl.gk.name, alias)
 
 

@@ -192,6 +192,8 @@ class Bytecode:
         if b is None:
             d = self.__dict__
             enc = d.get("_encoder")
+            if enc is not None and d["_code_bytes"] is None:
+                d["_code_bytes"] = self.code.tobytes() if enc._little else _swapped(self.code)
             b = self._bytes = _serialise(self) if enc is None else enc.container(d["_table"], d["_grid"],
                                                                                   d["_code_bytes"])
         return b
@@ -537,7 +539,7 @@ class Encoder:
         fields["_table"] = table
         fields["_grid"] = grid
         fields["code"] = code
-        fields["_code_bytes"] = code.tobytes() if self._little else _swapped(code)
+        fields["_code_bytes"] = None  # (made from ``code``, which no one changes, when the bytes are asked for)
         fields["decoded"] = self.decoded
         return bc
 
