@@ -185,6 +185,72 @@ def section_shape(reps, names):
               f"{res['text'][1]:8.1f}")
 
 
+def section_torch(reps, names):
+    """dvmlang's share of torch.compile's first call of a 1-layer tiny Llama (the paper's model level), and the
+    kernels built again after a Dynamo recompile (a new 0/1 specialisation: length 1) and after a second
+    compile of the same model (torch._dynamo.reset(), as a new process or serving restart would)."""
+    try:
+        import torch
+        from paper import models
+    except ImportError:
+        print("\ntorch is not installed: the torch section is left out")
+        return
+    import dvmlang.torch as dtorch
+    from dvmlang.torch import partition
+    torch.set_num_threads(1)
+    spent = {"dvmlang": 0.0}
+
+    def timed(fn):
+        def wrapper(*a, **k):
+            c = time.thread_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent["dvmlang"] += time.thread_time() - c
+        return wrapper
+
+    partition.CompiledGraph.__init__ = timed(partition.CompiledGraph.__init__)
+    partition.CompiledGraph.__call__ = timed(partition.CompiledGraph.__call__)
+    s = models.SETTINGS["full"]
+    print("\ntorch.compile(backend='dvmlang', dynamic=True) of a 1-layer tiny Llama (hidden 256), simulation stubbed")
+    print(f"{'call':44} {'all cpu ms':>11} {'dvmlang cpu ms':>15} {'builds':>7} {'encodes':>8}")
+    for label, length, reset in (("first call, length 40", 40, True), ("a new length (64)", 64, False),
+                                 ("a Dynamo recompile (length 1)", 1, False),
+                                 ("the model compiled again (dynamo reset)", 40, True)):
+        if reset:
+            torch._dynamo.reset()
+            model = models.build("llama", s)
+            compiled = torch.compile(model, backend="dvmlang", dynamic=True)
+        ids = models.ids_for(length, s.vocab)
+        before = dtorch.stats()
+        spent["dvmlang"] = 0.0
+        c = time.thread_time()
+        with torch.no_grad():
+            compiled(ids)
+        total = time.thread_time() - c
+        after = dtorch.stats()
+        print(f"{label:44} {total * 1e3:11.1f} {spent['dvmlang'] * 1e3:15.1f} "
+              f"{after['builds'] - before['builds']:7d} {after['encodes'] - before['encodes']:8d}")
+
+
+def section_stream(reps, names):
+    """Builds after the first call over the paper's 200-request stream."""
+    stream = request_stream(200)
+    print(f"\nbuilds over the 200-request stream ({len(set(stream))} lengths) after each program's first call")
+    print(f"{'workload':24} {'builds at the first call':>25} {'builds after it':>16}")
+    for name in ("softmax", "attention", "decoder block"):
+        w = _workload(name)
+        os.environ["DVMLANG_BUILD_AHEAD"] = "0"  # (the split plan built at the first call: counted there)
+        g = dvmlang.graph(w.graph, static=w.static)
+        rng = np.random.default_rng(0)
+        g(*w.args(rng, stream[0]))
+        first = g.stats.builds
+        for L in stream[1:]:
+            g(*w.args(rng, L))
+        os.environ.pop("DVMLANG_BUILD_AHEAD")
+        print(f"{name:24} {first:25d} {g.stats.builds - first:16d}")
+
+
 def _load():
     try:
         return os.getloadavg()[0]
@@ -192,7 +258,8 @@ def _load():
         return float("nan")
 
 
-SECTIONS = {"first": section_first, "seen": section_seen, "shape": section_shape}
+SECTIONS = {"first": section_first, "seen": section_seen, "shape": section_shape, "torch": section_torch,
+            "stream": section_stream}
 
 
 def main(argv=None):
