@@ -171,10 +171,11 @@ def store(kind: str, key, header: dict, words: array) -> None:
     file renamed into place); failures are silent: the cache is an optimisation, and a read-only or full disk
     must not fail a build."""
     global _writer
-    if root() is None:
+    folder = _folder()  # where the cache is now (not when the writer gets to it)
+    if folder is None:
         return
     with _lock:
-        _queue.append((kind, key_text(key), header, array("Q", words)))
+        _queue.append((folder, kind, key_text(key), header, array("Q", words)))
         if _writer is None or not _writer.is_alive():
             _writer = threading.Thread(target=_write_queued, name="dvmlang-cache-writer", daemon=True)
             _writer.start()
@@ -207,10 +208,7 @@ def _write_queued() -> None:
 atexit.register(flush, 2.0)
 
 
-def _write(kind: str, text: str, header: dict, words: array) -> None:
-    folder = _folder()
-    if folder is None:
-        return
+def _write(folder: Path, kind: str, text: str, header: dict, words: array) -> None:
     head = json.dumps({**header, "entry": kind, "key": text}, separators=(",", ":")).encode()
     body = struct.pack("<I", len(head)) + head + words.tobytes()
     data = _HEAD.pack(MAGIC, FORMAT, zlib.crc32(body)) + body

@@ -31,14 +31,15 @@ def scaled(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
 
 @pytest.fixture
 def disk(tmp_path, monkeypatch):
+    fbuild.settle()  # builds ahead that earlier tests started go where the cache was then, not here
     monkeypatch.setenv("DVMLANG_CACHE_DIR", str(tmp_path))
     fbuild.BUILDS.clear()
     yield tmp_path
-    cache.flush()
+    cache.flush(timeout=120)
 
 
 def _entries(root) -> list[Path]:
-    cache.flush()
+    cache.flush(timeout=120)  # (the writer thread is slow on a loaded machine)
     return sorted(Path(root).rglob("*.dvmbuild"))
 
 
@@ -211,7 +212,7 @@ def test_the_disk_cache_can_be_turned_off_and_cleared(disk, monkeypatch):
 
 def test_the_cache_command_shows_and_clears(disk):
     _run_kernel(_fresh_kernel())
-    cache.flush()
+    cache.flush(timeout=120)
     r = subprocess.run([sys.executable, "-m", "dvmlang.cli", "cache"], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert r.returncode == 0 and str(disk) in r.stdout and "1 build" in r.stdout

@@ -23,4 +23,4 @@ def test_fusion_doc_examples_run(tmp_path):
     assert "w.shape[0] is 301 but it must equal x.shape[1] = 300" in text
     assert "['f_g0_exp', 'f_g1_custom_scale_rows', 'f_g2_max_sub_exp_sum_truediv']" in text
     # fresh found block's build (the same structure): five shapes, five encodes, no build of its own
-    assert "GraphStats(captures=1, calls=5, launches=5, fallbacks=0, builds=0, loads=0, encodes=5)\n1\n" in text
+    assert "GraphStats(captures=1, calls=5, launches=5, fallbacks=0, builds=0, loads=0, encodes=5, " in text

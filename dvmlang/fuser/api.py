@@ -37,8 +37,9 @@ _MISSING = object()
 @dataclass
 class GraphStats:
     """What a ``@dvmlang.graph`` did: captures (symbolic signatures), calls, launches, calls that ran a split plan
-    (fallbacks), and its kernels' builds (made here; a structure built before, in this process or read from
-    disk, is not a build), builds read from the disk cache (loads) and encodes (instances for new shapes)."""
+    (fallbacks), and its kernels' builds made by calls (a structure built before, in this process or read from
+    disk, is not a build), builds read from the disk cache (loads), encodes (instances for new shapes) and builds
+    made ahead of need (a split plan's, on a background thread)."""
 
     captures: int = 0
     calls: int = 0
@@ -47,6 +48,7 @@ class GraphStats:
     builds: int = 0
     loads: int = 0
     encodes: int = 0
+    built_ahead: int = 0  # builds made before a call needed them (a split plan's, after the first call)
 
 
 class Run(NamedTuple):
@@ -137,7 +139,7 @@ class Program:
             gk = self.kernel(fb, grp)
             if gk.text is None:
                 t = self.tiles(fb, grp, ahead, profile)
-                gk.build(t if grp.kind == "matmul" else (t.br, t.bc), profile)
+                gk.build(t if grp.kind == "matmul" else (t.br, t.bc), profile, ahead=True)
 
     def kernel(self, p: Plan, grp: Group) -> GroupKernel:
         key = (id(p), grp.id)

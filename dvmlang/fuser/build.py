@@ -15,6 +15,7 @@ processes).
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
 from collections import OrderedDict
@@ -46,36 +47,66 @@ def fuser_path() -> str:
 
 
 class Ahead:
-    """Work done ahead of need on a background thread (``DVMLANG_BUILD_AHEAD=0``: at once, on the caller's
-    thread). ``wait`` returns when it is done; an error in it is left to the caller who needs the work to meet
-    again (it builds what is missing itself)."""
+    """Work done ahead of need, on the process's background worker (one daemon thread, started once: handing it
+    work is putting it in a queue, so the call that hands it over does not wait for a thread to start).
+    ``DVMLANG_BUILD_AHEAD=0``: done at once, on the caller's thread. ``wait`` returns when it is done; an error
+    in it is left to the call that needs the work (it builds what is missing itself and reports any error)."""
 
-    __slots__ = ("started", "thread")
+    __slots__ = ("started", "done")
 
     def __init__(self):
         self.started = False
-        self.thread = None
+        self.done = None
 
     def start(self, fn, *args) -> None:
         self.started = True
-
-        def work():
-            try:
-                fn(*args)
-            except Exception:  # noqa: BLE001 - the call that needs the work builds it and reports any error
-                pass
-
         if os.environ.get("DVMLANG_BUILD_AHEAD", "1") == "0":
-            work()
+            _quietly(fn, args)
             return
-        self.thread = threading.Thread(target=work, name="dvmlang-build-ahead", daemon=True)
-        self.thread.start()
+        self.done = threading.Event()
+        _WORK.put((fn, args, self.done))
+        _worker()
 
     def wait(self) -> None:
-        t = self.thread
-        if t is not None:
-            t.join()
-            self.thread = None
+        done = self.done
+        if done is not None:
+            done.wait()
+            self.done = None
+
+
+def settle() -> None:
+    """Wait until the background worker has done everything handed to it so far."""
+    if _WORKER and _WORKER[0].is_alive():
+        done = threading.Event()
+        _WORK.put((lambda: None, (), done))
+        done.wait()
+
+
+def _quietly(fn, args) -> None:
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - the call that needs the work builds it and reports any error
+        pass
+
+
+_WORK: queue.SimpleQueue = queue.SimpleQueue()
+_WORKER: list = []
+
+
+def _worker() -> None:
+    if _WORKER and _WORKER[0].is_alive():
+        return
+
+    def run():
+        while True:
+            fn, args, done = _WORK.get()
+            _quietly(fn, args)
+            done.set()
+            time.sleep(0)  # let the caller's thread run between pieces of work
+
+    t = threading.Thread(target=run, name="dvmlang-build-ahead", daemon=True)
+    _WORKER[:] = [t]
+    t.start()
 
 
 class ComposedBuild:
@@ -206,7 +237,9 @@ class GroupKernel:
             return self.text.kernel.cache_info()
         return self.stats
 
-    def build(self, tiles, profile) -> ComposedBuild:
+    def build(self, tiles, profile, ahead: bool = False) -> ComposedBuild:
+        """The build for ``tiles``: this kernel's, else one of the same structure in memory or on disk, else a new
+        one. ``ahead``: built before any call needs it (counted apart from the builds calls made)."""
         b = self._builds.get(tiles)
         if b is not None and b.encoder.target.name == profile.name:
             return b
@@ -224,7 +257,10 @@ class GroupKernel:
                         [p.kind, p.name, p.dtype.code, p.rank] for p in b.infos]}, template.words)
                 self.stats.builds += 1
                 if self.sink is not None:
-                    self.sink.builds += 1
+                    if ahead:
+                        self.sink.built_ahead += 1
+                    else:
+                        self.sink.builds += 1
             else:
                 self.stats.loads += 1
                 if self.sink is not None:

@@ -391,9 +391,9 @@ class Encoder:
         self.relocs = sorted(list(template.relocs) + [(w, 1, p) for w, p, _ in template.scalar_slots])
         self.layouts = template.layouts
         self._words = array("Q", template.words)
-        self._head = C.header(self.flags)
-        self._pre = b"".join([C.section("target", C.encode_target(target)),
-                              C.section("symbols", C.encode_symbols(strings))])
+        self._template = template
+        self._sid = sid
+        self._pre = None  # the sections every instance's container shares: made when bytes are first asked for
         self._param_head = C.uleb(len(params))
         self._param_pre = [(p.kind == "tensor", bytes([0 if p.kind == "tensor" else 1]) + C.uleb(sid[p.name]) +
                             bytes([p.dtype.code, p.rank]), p.dtype.itemsize, p.name, p.dtype) for p in params]
@@ -419,18 +419,6 @@ class Encoder:
         self._param_tail = fixed
         self._params_fixed = [None if p.kind == "tensor" else ParamInfo("scalar", p.name, p.dtype) for p in params]
         self._entries: OrderedDict = OrderedDict()  # (dtype, shape, byte strides, ...) -> _tensor_entry(...)
-        self._mid = C.section("layouts", C.encode_layouts(template.layouts)) + bytes([C.SECTION_IDS["kernels"]])
-        self._kernel_head = b"\x01" + C.uleb(sid[template.name])
-        self._kernel_tail = (C.uleb(0) + C.uleb(len(template.words)) + C.uleb(len(template.reg_types)) +
-                             bytes(d.code for d in template.reg_types) +
-                             b"".join(C.uleb(template.footprint.get(s, 0)) for s in C.SPACES) +
-                             bytes([int(template.double_buffer) | (int(template.kind == "mix") << 1)]))
-        self._code_hdr = bytes([C.SECTION_IDS["code"]]) + C.uleb(8 * len(template.words))
-        self._post = (C.section("relocs", C.encode_relocs(self.relocs)) +
-                      C.section("debug", C.encode_debug(self.debug, sid, bool(self.debug.sources))))
-        self._checksum_hdr = bytes([C.SECTION_IDS["checksum"]]) + C.uleb(4)
-        self._head_pre = self._head + self._pre
-        self._pre_crc = zlib.crc32(self._head_pre)  # the checksum runs on from the static prefix
         self._kernel = KernelInfo(template.name, (1, 1, 1), 0, len(template.words), list(template.reg_types),
                                   {s: template.footprint.get(s, 0) for s in C.SPACES}, template.double_buffer,
                                   template.kind == "mix")
@@ -555,8 +543,29 @@ class Encoder:
                                             k.double_buffer, k.mix)
         return info
 
+    def _sections(self) -> None:
+        """The container sections every instance shares (made once, when an instance's bytes are first asked
+        for: a launch never asks)."""
+        template, sid, target = self._template, self._sid, self.target
+        self._pre = b"".join([C.section("target", C.encode_target(target)),
+                              C.section("symbols", C.encode_symbols(self.strings))])
+        self._mid = C.section("layouts", C.encode_layouts(template.layouts)) + bytes([C.SECTION_IDS["kernels"]])
+        self._kernel_head = b"\x01" + C.uleb(sid[template.name])
+        self._kernel_tail = (C.uleb(0) + C.uleb(len(template.words)) + C.uleb(len(template.reg_types)) +
+                             bytes(d.code for d in template.reg_types) +
+                             b"".join(C.uleb(template.footprint.get(s, 0)) for s in C.SPACES) +
+                             bytes([int(template.double_buffer) | (int(template.kind == "mix") << 1)]))
+        self._code_hdr = bytes([C.SECTION_IDS["code"]]) + C.uleb(8 * len(template.words))
+        self._post = (C.section("relocs", C.encode_relocs(self.relocs)) +
+                      C.section("debug", C.encode_debug(self.debug, sid, bool(self.debug.sources))))
+        self._checksum_hdr = bytes([C.SECTION_IDS["checksum"]]) + C.uleb(4)
+        self._head_pre = C.header(self.flags) + self._pre
+        self._pre_crc = zlib.crc32(self._head_pre)  # the checksum runs on from the static prefix
+
     def container(self, parts, grid, code_bytes) -> bytes:
         """The container bytes of one instance (``_instance``)."""
+        if self._pre is None:
+            self._sections()
         if parts.__class__ is not list:  # the tensors' keys (``encode_values``): the table is written now
             parts = self.table(parts)
         ptab = b"".join(parts)

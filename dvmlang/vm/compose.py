@@ -20,6 +20,8 @@ fuser (``fuser/emit``); this module knows nothing of graphs.
 
 from __future__ import annotations
 
+import heapq
+
 from ..errors import ResourceError
 from . import isa
 from .lower.alloc import ADDR_LIMIT, _linear_scan
@@ -284,7 +286,8 @@ class Composer:
                     x.end = le
 
     def _number_registers(self) -> list:
-        """Linear scan over the registers' lifetimes, one dtype per register number."""
+        """Linear scan over the registers' lifetimes, one dtype per register number (a heap of the live ones by
+        the end of their lifetimes)."""
         end_all = self.pos + 1
         items = []
         for r in self.regs:
@@ -295,16 +298,13 @@ class Composer:
         items.sort(key=lambda t: (t[0], t[1]))
         types: list = []
         free: dict = {}
-        active: list = []
+        active: list = []  # heap of (end, number, dtype code)
         for s, e, r in items:
-            still = []
-            for a in active:
-                if a[0] < s:
-                    free.setdefault(a[1].dtype.code, []).append(a[1].num)
-                else:
-                    still.append(a)
-            active = still
-            pool = free.get(r.dtype.code)
+            while active and active[0][0] < s:
+                _, num, code = heapq.heappop(active)
+                free.setdefault(code, []).append(num)
+            code = r.dtype.code
+            pool = free.get(code)
             if pool:
                 r.num = pool.pop()
             else:
@@ -312,7 +312,7 @@ class Composer:
                 if r.num >= MAX_REGS:
                     raise ResourceError(f"kernel `{self.name}` needs more than {MAX_REGS} scalar registers")
                 types.append(r.dtype)
-            active.append((e, r))
+            heapq.heappush(active, (e, r.num, code))
         for r in self.regs:
             if r.num < 0:
                 r.num = 0  # never used
