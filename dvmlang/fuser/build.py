@@ -289,9 +289,11 @@ class GroupKernel:
             return sig.inputs[int(p[2:]) + (2 if sig.mode == "matmul" else 0)].dtype
         return sig.outputs[int(p[3:])].dtype
 
-    def prepare(self, tiles, grid, args, device, tensor_at=None):
+    def prepare(self, tiles, grid, args, device, tensor_at=None, bases=None):
         """(bytecode, param index -> flat array, alias groups) of one launch: ``args`` in parameter order (flat
-        arrays for tensors, numbers for scalars; ``tensor_at``: the tensors' positions, when the caller knows)."""
+        arrays for tensors, numbers for scalars; ``tensor_at``: the tensors' positions, when the caller knows;
+        ``bases``: per tensor, what it is stored in, when the caller knows: tensors over different ones cannot
+        share memory)."""
         if self.text is not None:
             names = ("BM", "BN", "BK") if self.sig.mode == "matmul" else ("BR", "BC")
             st = self.text.kernel.stats
@@ -329,14 +331,18 @@ class GroupKernel:
         else:
             self.stats.hits += 1
         self.stats.launches += 1
-        return bc, arrays, alias_groups(arrays)
+        return bc, arrays, alias_groups(arrays, bases)
 
 
-def alias_groups(arrays: dict) -> dict:
+def alias_groups(arrays: dict, bases=None) -> dict:
     """Which of a launch's arrays may share memory (param index -> the index of its group): arrays over distinct
-    buffers are their own groups; only arrays over one buffer are compared (``np.may_share_memory``)."""
+    buffers are their own groups; only arrays over one buffer are compared (``np.may_share_memory``). ``bases``
+    (per array, in order, what it is stored in) says which can share a buffer, without looking."""
     by_root: dict = {}
-    for i, a in arrays.items():
+    if bases is not None:
+        for (i, a), b in zip(arrays.items(), bases):
+            by_root.setdefault(b, []).append(i)
+    for i, a in (arrays.items() if bases is None else ()):
         root = a
         while True:
             b = root.base

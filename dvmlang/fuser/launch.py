@@ -28,7 +28,7 @@ class GroupLaunch:
     """One group's launch in a plan: what a call needs beyond the call's sizes."""
 
     __slots__ = ("grp", "gk", "sig", "kind", "mode", "space", "outs", "tensors", "dims", "int_dims", "consts",
-                 "mm", "gather", "tensor_at")
+                 "mm", "gather", "tensor_at", "bases")
 
     def __init__(self, prog, p: Plan, grp: Group):
         g = prog.graph
@@ -43,7 +43,7 @@ class GroupLaunch:
         for j, x in enumerate(sig.inputs + sig.outputs):
             operand = grp.kind == "matmul" and j < 2
             own = tuple(_dim_ref(g, d) for d in x.shape[-2:]) if operand else None
-            tensors.append((x, own, sig.arg_dims[j]))
+            tensors.append((x, own, sig.arg_dims[j], x.op not in VIEWS and x.op != "broadcast_to"))
         self.tensors = tensors
         self.dims = [_dim_ref(g, s) for s in sig.dims]
         self.int_dims = [_dim_ref(g, s) for s in sig.int_dims]
@@ -54,15 +54,24 @@ class GroupLaunch:
             self.mm = (_dim_ref(g, mm.shape[-2]), _dim_ref(g, mm.shape[-1]), _dim_ref(g, mm.inputs[0].shape[-1]))
         self.gather = gk.text is not None and any(n.op == "gather" for n in grp.nodes)
         at, k = [], 0
-        for _, _, arg_dims in tensors:  # where the flat arrays are among the arguments
+        for _, _, arg_dims, _ in tensors:  # where the flat arrays are among the arguments
             at.append(k)
             k += 1 + len(arg_dims)
         self.tensor_at = tuple(at)
+        # what each tensor parameter is stored in (the node under its views): parameters over different nodes
+        # cannot share memory, unless both nodes are inputs the caller passed over one buffer
+        self.bases = tuple(_base(x).id for x, _, _, _ in tensors)
 
 
     def const_values(self, consts: dict) -> list:
         """The constants' values with ``consts`` (node id -> value) taking the place of the graph's."""
         return [_typed(consts[n.id], n) if n.id in consts else v for n, v in zip(self.sig.consts, self.consts)]
+
+
+def _base(n: Node) -> Node:
+    while n.op in VIEWS:
+        n = n.inputs[0]
+    return n
 
 
 def _typed(value, n: Node):
@@ -71,9 +80,10 @@ def _typed(value, n: Node):
 
 
 def _dim_ref(g, d):
-    """A dimension as a launch reads it: an int, or the root id of its symbol's class (``_Env.values`` key)."""
+    """A dimension as a launch reads it: a size (>= 0), or ~ the root id of its symbol's class (``_Env.values``
+    key) for a symbol."""
     d = g.syms.find(d)
-    return d if isinstance(d, int) else ("s", d.id)
+    return d if isinstance(d, int) else ~d.id
 
 
 class ProgramLaunch:
@@ -93,9 +103,10 @@ class ProgramLaunch:
         sv = env.values
 
         def size(d):
-            return d if d.__class__ is int else sv[d[1]]
+            return d if d >= 0 else sv[~d]
 
         t0 = time.perf_counter()
+        classes = _input_classes(prog.graph.inputs, values)
         stages = []
         for stage in self.stages:
             items = []
@@ -103,7 +114,7 @@ class ProgramLaunch:
                 if gl.__class__ is not GroupLaunch:
                     items.extend(_custom(gl, env, values, device, kernel_name(prog.name, gl)))
                     continue
-                item = self._group(gl, env, size, values, device, consts)
+                item = self._group(gl, env, size, values, device, consts, classes)
                 if item is not None:
                     items.append(item)
             if items:
@@ -118,7 +129,7 @@ class ProgramLaunch:
         records = [device.run_stack([[item]], name=item.name, trace=session) for st in stages for item in st]
         return _total(prog.name, records), len(records)
 
-    def _group(self, gl: GroupLaunch, env, size, values, device, consts=None):
+    def _group(self, gl: GroupLaunch, env, size, values, device, consts=None, classes=None):
         empty = True
         for oid, shape, npdt in gl.outs:
             arr = values.get(oid)
@@ -129,8 +140,18 @@ class ProgramLaunch:
             return None  # nothing to compute (a size-0 dim): no launch
         prog = self.prog
         space = tuple([size(d) for d in gl.space])
+        r = len(space)
         args = []
-        for x, own, arg_dims in gl.tensors:
+        for x, own, arg_dims, plain in gl.tensors:
+            arr = values.get(x.id) if plain else None
+            if arr is not None and arr.base is None and arr.ndim == r and own is None and arr.flags.c_contiguous:
+                # an array of the iteration space's rank, over its own memory (outputs, most inputs): its flat
+                # view and its strides in elements (0 along a dim of 1, which it does not vary along)
+                args.append(arr.reshape(-1))
+                item = arr.itemsize
+                shape, st = arr.shape, arr.strides
+                args += [0 if shape[d] == 1 else st[d] // item for d in arg_dims]
+                continue
             shape = space if own is None else space[:-2] + (size(own[0]), size(own[1]))
             flat, strides = _addressing(x, values, env, shape)
             args.append(flat)
@@ -148,7 +169,6 @@ class ProgramLaunch:
             args += [float(size(d)) for d in gl.dims]
             cores = profile.cube_cores
         else:
-            r = len(space)
             if kept is not None and kept.fits:  # the tiles kept since the first call, at this call's sizes
                 t = tl.vector_tiles(gl.grp, space, profile, kept)
                 if t.br != kept.br or t.bc != kept.bc:
@@ -175,7 +195,8 @@ class ProgramLaunch:
                 warnings.filterwarnings("ignore", message=r".*becomes a gather/scatter", category=PerformanceWarning)
                 bc, flat, alias = gl.gk.prepare(tiles, launch_grid, args, device, gl.tensor_at)
         else:
-            bc, flat, alias = gl.gk.prepare(tiles, launch_grid, args, device, gl.tensor_at)
+            bases = gl.bases if not classes else tuple([classes.get(b, b) for b in gl.bases])
+            bc, flat, alias = gl.gk.prepare(tiles, launch_grid, args, device, gl.tensor_at, bases)
         return StackItem(bc, flat, gl.gk.name, alias)
 
 
@@ -186,6 +207,23 @@ class StackItem(NamedTuple):
     arrays: list
     name: str
     alias: object
+
+
+def _input_classes(inputs, values) -> dict:
+    """For inputs the caller passed over one buffer (the same array twice, two views of one array): input node
+    id -> the id of the first of them; empty when every input has a buffer of its own (the common case)."""
+    roots: dict = {}
+    out: dict = {}
+    for n in inputs:
+        a = values[n.id]
+        root = a
+        while root.base is not None and root.base.__class__ is np.ndarray:
+            root = root.base
+        key = id(root) if root.base is None else id(root.base)
+        first = roots.setdefault(key, n.id)
+        if first != n.id:
+            out[n.id] = first
+    return out
 
 
 def _custom(grp: Group, env, values, device, name: str) -> list[StackItem]:
@@ -261,9 +299,66 @@ def _computed(n: Node) -> bool:
     return n.op != "input"
 
 
+def _c_contiguous(shape, strides) -> bool:
+    expect = 1
+    for d in range(len(shape) - 1, -1, -1):
+        if shape[d] != 1:
+            if strides[d] != expect:
+                return False
+            expect *= shape[d]
+    return True
+
+
+def _view_address(n: Node, values, env):
+    """(root array, offset in elements, shape, strides in elements) of a stored value reached through views of an
+    array over its own memory, by arithmetic on the chain of views (no numpy view is made, no data pointer
+    read); None when the chain starts from a view the caller made, or a reshape is not a view (the numpy way
+    then)."""
+    arr = values.get(n.id)
+    if arr is not None:
+        if arr.base is not None or not arr.flags.c_contiguous:
+            return None
+        item = arr.itemsize
+        return arr, 0, arr.shape, tuple([s // item for s in arr.strides])
+    if n.op not in VIEWS:
+        return None
+    b = _view_address(n.inputs[0], values, env)
+    if b is None:
+        return None
+    root, off, shape, strides = b
+    if n.op == "slice":
+        a, step = n.attrs["axis"], n.attrs["step"]
+        if step < 1:
+            return None
+        off += env.value(n.attrs["start"]) * strides[a]
+        shape = shape[:a] + (env.value(n.shape[a]),) + shape[a + 1:]
+        strides = strides[:a] + (strides[a] * step,) + strides[a + 1:]
+    elif n.op == "permute":
+        p = n.attrs["perm"]
+        shape, strides = tuple([shape[i] for i in p]), tuple([strides[i] for i in p])
+    else:  # a reshape is a view of a chain whose elements are in memory order
+        if not _c_contiguous(shape, strides):
+            return None
+        shape = tuple([env.value(d) for d in n.shape])
+        st, acc = [], 1
+        for d in reversed(shape):
+            st.append(acc)
+            acc *= d
+        strides = tuple(reversed(st))
+    return root, off, shape, strides
+
+
 def _addressing(n: Node, values, env, space):
     """(flat array starting at the value's first element, strides along the iteration space) of a stored
     value: a contiguous array is passed as it is; a view as its root array from the view's first element."""
+    va = _view_address(n, values, env)
+    if va is not None:
+        root, off, shape, strides = va
+        flat = root.reshape(-1)
+        if off:
+            flat = flat[off:]
+        pad = len(space) - len(shape)
+        return flat, [0] * pad + [0 if d == 1 else st for d, st in zip(shape, strides)]
     arr = _materialise(n, values, env)
     item = arr.itemsize
     if arr.base is None and arr.flags.c_contiguous:
