@@ -67,7 +67,8 @@ class Program:
     flushed pending graph)."""
 
     def __init__(self, graph: Graph, fuse: bool, profile, name: str | None = None, stats=None):
-        canonicalize(graph)
+        from .build import fuser_path
+        canonicalize(graph, profile.vector_cores if fuse and fuser_path() == "compose" else None)
         self.graph = graph
         self.fuse = fuse
         self.name = name or graph.name

@@ -108,8 +108,14 @@ class Plan:
     fallback: "Plan | None" = None
 
 
-def canonicalize(g: Graph) -> None:
-    """Rewrite every reduction into reductions over the last dimension with keepdims, plus views."""
+SPLIT_MIN = 1 << 16  # a whole-tensor reduction of at least this many elements (or of a symbolic count) is split
+
+
+def canonicalize(g: Graph, parts: int | None = None) -> None:
+    """Rewrite every reduction into reductions over the last dimension with keepdims, plus views. With ``parts``
+    (the vector cores), a reduction of a whole tensor (one row: every other dim is 1) of a symbolic or large
+    count is split: ``parts`` programs each reduce a chunk of it into a partial (a ``reduce`` with ``split``),
+    and a second reduction combines the partials, so it runs on every core instead of one."""
     g.prune()
     new_nodes: list[Node] = []
     replace: dict[int, Node] = {}
@@ -146,6 +152,12 @@ def canonicalize(g: Graph) -> None:
                 cur = add(Node("permute", [cur], tuple(red_shape[i] for i in inv), n.dtype, {"perm": inv}, loc=n.loc))
                 shape[ax] = 1
             else:
+                extent = g.syms.find(shape[ax])
+                one_row = all(isinstance(g.syms.find(d), int) and g.syms.find(d) == 1 for d in shape[:-1])
+                if parts and cur is x and one_row and (not isinstance(extent, int) or extent >= SPLIT_MIN):
+                    cur = add(Node("reduce", [cur], tuple(shape[:-1]) + (parts,), n.dtype,
+                                   {"op": n.attrs["op"], "axes": (r - 1,), "keepdims": True, "split": parts},
+                                   loc=n.loc))
                 shape[ax] = 1
                 cur = add(Node("reduce", [cur], tuple(shape), n.dtype, {"op": n.attrs["op"], "axes": (r - 1,),
                                                                        "keepdims": True}, loc=n.loc))
@@ -247,7 +259,7 @@ def _desc(n: Node) -> str:
 
 SPLIT_REASON = ("a reduction's result is consumed inside its group; this is the split plan, used when a row does "
                 "not fit UB")
-MODE_RANK = {"tiled": 0, "loop": 1, "row": 2, "matmul": 3}
+MODE_RANK = {"tiled": 0, "loop": 1, "split": 1.5, "row": 2, "matmul": 3}
 
 
 class Planner:
@@ -407,13 +419,13 @@ class Planner:
         if chosen is None:
             grp = self.new_group("vector", n, space)
             if n.op == "reduce" or n.op in SCANS:
-                grp.mode = "loop"
+                grp.mode = "split" if n.attrs.get("split") else "loop"
             self._recompute(grp, n, split_from)
             return
         chosen.space = change.space_of(chosen)
         chosen.mode = max(chosen.mode, change.mode or chosen.mode,
-                          "loop" if n.op == "reduce" or n.op in SCANS else "tiled",
-                          key=MODE_RANK.__getitem__)
+                          ("split" if n.attrs.get("split") else "loop") if n.op == "reduce" or n.op in SCANS
+                          else "tiled", key=MODE_RANK.__getitem__)
         if change.guard is not None:
             chosen.guard = change.guard
         self.put(chosen, n)
@@ -509,6 +521,10 @@ class Planner:
                         f"shape {g.shape_text(n.shape)}"), GroupChange()
             return self._check_inputs(grp, n, mm.shape), GroupChange()
         # vector group
+        split = n.attrs.get("split") or any(x.attrs.get("split") for x in grp.nodes if x.op == "reduce")
+        if split and (n.op in SCANS or any(x.op in SCANS for x in grp.nodes)):
+            return ("a whole-tensor reduction split across the cores and a running scan do not share a kernel (each "
+                    "program reduces a chunk; a scan runs along whole rows)"), GroupChange()
         change = GroupChange()
         gs = grp.space
         same = _same_shape(g, space, gs)

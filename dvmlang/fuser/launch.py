@@ -184,6 +184,8 @@ class ProgramLaunch:
             args += [space[-2] if r >= 2 else 1, space[-1] if r >= 1 else 1]
             if gl.mode == "tiled":
                 args.append(t.ncb)
+            elif gl.mode == "split":
+                args.append(-(-space[-1] // t.grid[0]))  # CH: the columns each of the partials reduces
             args += [float(size(d)) for d in gl.dims]
             args += [size(d) for d in gl.int_dims]
             cores = profile.vector_cores
