@@ -24,6 +24,23 @@ class DvmlangProcessGroup(dist.ProcessGroup):
     def __init__(self, comm: Communicator):
         super().__init__(comm.rank, comm.size)
         self.comm = comm
+        self._name = ""
+        self._desc = ""
+
+    # torch keeps a group's name on its C++ backends; a group written in Python keeps its own
+    def _set_group_name(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def group_name(self) -> str:
+        return self._name
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._desc = desc
+
+    @property
+    def group_desc(self) -> str:
+        return self._desc
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return "dvmlang"
