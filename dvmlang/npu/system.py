@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import CollectiveTimeout, DeviceError, DvmError, OutOfMemory, PeerError
 from . import collectives as coll
+from . import shmem
 from .device import Device
 from .profile import get_profile
 from .topology import get_topology
@@ -144,9 +145,24 @@ class SystemDevice(Device):
         self._launch_fits(name or bc.kernels[0].name, arrays)
         self._dependencies(arrays.values())
         start = self.clock_us
-        rec = super().run(bc, arrays, trace=trace, name=name, alias_groups=alias_groups)
+        with shmem.launching(self, bc) as ctx:
+            rec = super().run(bc, arrays, trace=trace, name=name, alias_groups=alias_groups)
         self._ran(rec, start)
+        if ctx.sent:
+            self._sent(ctx, rec, start)
         return rec
+
+    def _sent(self, ctx, rec, start: float) -> None:
+        """What a launch stored into and signalled on its peers, as a record of the links it used."""
+        transfers = [coll.Transfer(self.rank, peer, nb, self.system.topology.fabric(self.rank, peer).name, start,
+                                   self.clock_us, 0) for peer, nb in sorted(ctx.sent.items())]
+        r = coll.CommRecord("remote", rec.name, (self.rank, *sorted(ctx.sent)), int(sum(ctx.sent.values())), start,
+                            self.clock_us, 0.0, [(f"kernel {rec.name}", start, self.clock_us)], transfers,
+                            seq=len(self.system.records) + 1, tag="kernel")
+        self.comm_bytes += r.nbytes
+        self.events.append(("comm", r))
+        self.system.records.append(r)
+        note_comm(r)
 
     def run_stack(self, stages, *, name, trace=None):
         for stage in stages:
@@ -213,6 +229,7 @@ class System:
         self._failed: dict = {}
         self._finished: set = set()
         self._slots: dict = {}
+        self._symmetric: dict = {}  # data address -> (symmetric buffer, rank)
 
     def __len__(self) -> int:
         return len(self.devices)
@@ -332,6 +349,14 @@ class System:
         ranks = self._ranks(ranks, None)
         self.schedule(coll.plan("barrier", ranks, self.topology), ranks)
 
+    def symmetric(self, shape, dtype="float32", *, name: str | None = None, fill=0) -> "shmem.Symmetric":
+        """A buffer on every device (resident in each one's HBM): ``buf[rank]`` is rank's array. Kernels that
+        communicate (``dl.remote_store``, ``dl.signal``, ``dl.wait``) take their rank's array of such buffers."""
+        sym = shmem.Symmetric(self, shape, dtype, name or f"symmetric{len(self._symmetric) // max(1, len(self))}",
+                              fill)
+        shmem.register(self, sym)
+        return sym
+
     def time_collective(self, op: str, nbytes: int, *, ranks=None, **kw) -> coll.CommRecord:
         """The record of ``op`` of ``nbytes`` among ``ranks`` started at time 0, without data or clocks: what the
         calibration compares with published figures (``nbytes`` as ``collectives.plan`` defines it)."""
@@ -387,24 +412,30 @@ class System:
         return [results[r] for r in ranks]
 
     def _changed(self) -> None:
-        """Something a blocked rank may wait for happened (call with ``_cond`` held)."""
+        """Something a blocked rank may wait for happened (a rank thread calls it with ``_cond`` held; off the
+        ranks' threads nobody waits)."""
         self._epoch += 1
-        self._cond.notify_all()
+        if self._cond._is_owned():
+            self._cond.notify_all()
 
-    def block(self, rank: int, ready, what: str, peers, timeout_s: float | None = None):
+    def block(self, rank: int, ready, what: str, peers, timeout_s: float | None = None, finished: bool = True):
         """Wait (``_cond`` held, on a rank's thread) until ``ready()`` is true. Raises ``PeerError`` when a peer it
-        waits for failed or finished, a ``DeviceError`` when every running rank waits (a deadlock), and
+        waits for failed (or, with ``finished``, ended), a ``DeviceError`` when every running rank waits (a
+        deadlock) or the caller is no rank of ``spmd`` (nothing else can run while it waits), and
         ``CollectiveTimeout`` after ``timeout_s``."""
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         while True:
             if ready():
                 self._waiting.pop(rank, None)
                 return
+            if rank not in self._running or not self._cond._is_owned():
+                raise DeviceError(f"rank {rank}: {what}, but nothing else runs while it waits\nhint: run the ranks "
+                                  "side by side with system.spmd(fn) (or dvmlang.torch.distributed.run)")
             for p in peers:
                 if p in self._failed and p != rank:
                     raise PeerError(f"rank {rank}: {what} cannot complete: rank {p} failed: "
                                     f"{type(self._failed[p]).__name__}: {str(self._failed[p]).splitlines()[0]}")
-                if p in self._finished and p != rank:
+                if finished and p in self._finished and p != rank:
                     raise PeerError(f"rank {rank}: {what} cannot complete: rank {p} finished without taking part")
             self._waiting[rank] = (self._epoch, what)
             if self._running and all(self._waiting.get(r, (None,))[0] == self._epoch for r in self._running):

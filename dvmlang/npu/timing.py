@@ -24,7 +24,7 @@ import numpy as np
 from ..vm import isa
 
 N_PIPES = isa.N_PIPES
-TRANSFERS = frozenset(("dma", "gather", "atomic"))  # cost kinds that move data over the core's GM port
+TRANSFERS = frozenset(("dma", "gather", "atomic", "remote"))  # cost kinds that move data over the core's GM port
 
 
 # ---- the cost formulas, one per Cost.kind ----------------------------------------------------------------
@@ -114,10 +114,20 @@ def _cube(p, k, *, M, N, K, wide, B=1):
     return B * (p.cube_startup + math.ceil(M / 16) * math.ceil(N / 16) * math.ceil(K / 16) * factor)
 
 
+def _remote(p, k, *, nbytes, rate, latency):
+    """A transfer to a peer device: ``rate`` the core's share of the link in bytes per cycle, ``latency`` the
+    link's per-transfer latency in cycles (npu.shmem works both out from the system's topology)."""
+    return latency + nbytes / rate
+
+
+def _wait(p, k, *, cycles):
+    return cycles
+
+
 COSTS = {"scalar": _scalar, "branch": _branch, "vector": _vector, "reduce": _reduce, "dma": _dma,
          "gather": _gather, "atomic": _atomic, "mte1": _mte1, "cube": _cube, "handoff": _handoff, "fill": _fill,
          "sync": _sync,
-         "scalar_gm": _scalar_gm, "print": _print}
+         "scalar_gm": _scalar_gm, "print": _print, "remote": _remote, "wait": _wait}
 
 
 def formula(profile, cost: isa.Cost):

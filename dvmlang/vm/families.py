@@ -517,6 +517,37 @@ def _mmad(v, d):
         v.fail(d, "L0C accumulates in float32 or int32", "float32/int32", dd.name)
 
 
+def _remote_store(v, d):
+    o = d.vals
+    tdt = v.tensor(d)
+    sd, ss = v.tile(d, "src")
+    od, os_ = v.tile(d, "offsets")
+    v.same(d, "tile dtype", sd, tdt)
+    if not od.is_int:
+        v.fail(d, "offsets must be integers", "an integer dtype", od.name)
+    v.same(d, "offsets shape", os_, ss)
+    if o["masked"]:
+        kd, ks = v.tile(d, "mask")
+        v.same(d, "mask dtype", kd, dt.bool_)
+        v.same(d, "mask shape", ks, ss)
+    v.sop(d, "peer")
+    v.gm(d, o["tensor"])
+
+
+def _signal_wait(v, d):
+    o = d.vals
+    tdt = v.tensor(d)
+    if not tdt.is_int:
+        v.fail(d, "signal tensors hold integers", "an integer tensor", tdt.name)
+    if d.ins.name == "SIGNAL" and o["op"] >= len(isa.SIGNAL_OPS):
+        v.fail(d, "unknown signal op", f"< {len(isa.SIGNAL_OPS)}", str(o["op"]))
+    if d.ins.name == "WAIT_SIGNAL" and o["cc"] >= len(isa.CC_NAMES):
+        v.fail(d, "unknown comparison", f"< {len(isa.CC_NAMES)}", str(o["cc"]))
+    for n in ("offset", "value") + (("peer",) if d.ins.name == "SIGNAL" else ()):
+        v.sop(d, n)
+    v.gm(d, o["tensor"])
+
+
 # ---- the records ----------------------------------------------------------------------------------------------
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
@@ -606,6 +637,14 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                               "match; bitwise ops need integers; the address word has a relocation"),
     Family("copy_space", _copy_space, "both tiles inside the footprints of their memory spaces, equal shapes "
                                       "(equal dtypes for the plain copies)"),
+    Family("remote_store", _remote_store, "src has the tensor's dtype; offsets is an integer tile of src's shape; "
+                                          "a mask (when `masked`) is int1 of that shape; `peer` is an integer "
+                                          "operand; the address word has a relocation"),
+    Family("signal", _signal_wait, "`tensor` names an integer tensor parameter; `op` is 0 (set) or 1 (add); offset, "
+                                   "peer and value are integer operands; the address word has a relocation",
+           typed=False),
+    Family("wait_signal", _signal_wait, "`tensor` names an integer tensor parameter; `cc` is 0-5; offset and value "
+                                        "are integer operands; the address word has a relocation", typed=False),
     Family("mmad", _mmad, "a in L0A is (M, K), b in L0B is (K, N), dst in L0C is (M, N), or all three carry "
                           "one leading batch dim B; a and b share a dtype; dst is float32 or int32"),
 )}
