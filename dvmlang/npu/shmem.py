@@ -73,6 +73,7 @@ class Launching:
         self.programs = programs
         self.active = max(1, min(programs, self.cores))
         self.sent: dict = {}  # peer -> bytes
+        self._landed: dict = {}  # peer -> program id -> cycle its latest remote store there is carried by
         self.name = k.name
 
     def us(self, cycles):
@@ -99,18 +100,40 @@ class Launching:
         return sym
 
     def link(self, peer: int):
-        """(bytes per cycle one core gets towards ``peer``, the link's latency in cycles). A mesh gives each peer its
-        own link, a port is shared by everything the device sends: the device's outbound bandwidth split over its
-        active cores, at most one link (or the port) per core."""
-        topo = self.system.topology
-        fab = topo.fabric(self.rank, peer)
-        if fab.kind == "mesh":
-            peers = sum(1 for r in range(len(self.system)) if r != self.rank and topo.fabric(self.rank, r) is fab)
-            total = fab.bytes_per_s * max(1, peers)
-        else:
-            total = fab.bytes_per_s
-        per_core = min(fab.bytes_per_s, total / self.active)
-        return per_core / self.clock_hz, fab.latency_us * 1e-6 * self.clock_hz
+        """(the link a transfer to ``peer`` queues on, its sustained rate in bytes per us, its latency in us): a mesh
+        gives each peer its own link, a port is one per device for everything it sends."""
+        fab = self.system.topology.fabric(self.rank, peer)
+        key = (fab.name, self.rank, peer) if fab.kind == "mesh" else (fab.name, self.rank, "out")
+        return key, fab.bytes_per_s * 1e-6, fab.latency_us
+
+    def send(self, peer: int, start_cycles, nbytes):
+        """Queue transfers to ``peer`` (one per program: when each starts, in the program's cycles, and its bytes)
+        on the link, first come first served, each at the link's sustained rate: when each is carried, in cycles.
+        The link is the system's, so the launches of every rank that use it share it. (The core does not wait for
+        the link: what it has pushed out waits in the fabric; a signal after it waits for it to land.)"""
+        key, rate, _ = self.link(peer)
+        start = np.asarray(start_cycles, dtype=np.float64).reshape(-1)
+        nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64).reshape(-1), start.shape)
+        t = self.us(start)
+        done = np.empty_like(t)
+        free = self.system.link_free.get(key, 0.0)
+        for i in np.argsort(t, kind="stable"):
+            s = max(t[i], free)
+            free = done[i] = s + nb[i] / rate
+        self.system.link_free[key] = free
+        self.sent[peer] = self.sent.get(peer, 0.0) + float(nb.sum())
+        return self.cycles(done)
+
+    def land(self, peer: int, pids, done) -> None:
+        """Programs ``pids``' stores to ``peer`` are carried by ``done`` (cycles, one each)."""
+        seen = self._landed.setdefault(peer, {})
+        for p, t in zip(np.asarray(pids).reshape(-1).tolist(), np.broadcast_to(done, (len(np.atleast_1d(pids)),))):
+            seen[p] = max(seen.get(p, 0.0), float(t))
+
+    def landed(self, peer: int, pids) -> np.ndarray:
+        """When programs ``pids``' stores to ``peer`` so far are carried (cycles; 0 for none)."""
+        seen = self._landed.get(peer, {})
+        return np.array([seen.get(p, 0.0) for p in np.asarray(pids).reshape(-1).tolist()])
 
 
 def context() -> Launching:

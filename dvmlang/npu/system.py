@@ -230,6 +230,7 @@ class System:
         self._finished: set = set()
         self._slots: dict = {}
         self._symmetric: dict = {}  # data address -> (symmetric buffer, rank)
+        self.link_free: dict = {}  # link -> when (us) the kernels' remote transfers queued on it are done
 
     def __len__(self) -> int:
         return len(self.devices)

@@ -24,7 +24,8 @@ import numpy as np
 from ..vm import isa
 
 N_PIPES = isa.N_PIPES
-TRANSFERS = frozenset(("dma", "gather", "atomic", "remote"))  # cost kinds that move data over the core's GM port
+TRANSFERS = frozenset(("dma", "gather", "atomic"))  # cost kinds that move data over the core's GM port
+REMOTE = frozenset(("remote",))  # transfers to a peer device: a link's rate bounds them, not the GM port
 
 
 # ---- the cost formulas, one per Cost.kind ----------------------------------------------------------------
@@ -141,7 +142,7 @@ def latency(profile, cost: isa.Cost):
     through GM, the GM round trip's latency and the cross-core flag."""
     if cost.kind == "handoff":
         return 0 if profile.l0c_to_ub else profile.dma_latency + profile.handoff_flag_cycles
-    return profile.dma_latency if cost.kind in TRANSFERS else 0
+    return profile.dma_latency if cost.kind in TRANSFERS or cost.kind in REMOTE else 0
 
 
 def uses_port(cost: isa.Cost, profile=None) -> bool:

@@ -106,9 +106,9 @@ class Cost:
             "sync": "1 cycle (events complete in the pipe's order)",
             "scalar_gm": "scalar_gm_latency (the scalar unit reads global memory)",
             "print": "0 cycles (a debug aid the hardware does not have)",
-            "remote": "bytes / link rate (the fabric's sustained rate to the peer, shared by the active cores); "
-                      "the peer sees it dma_latency + the link's latency later (a signal follows the program's "
-                      "earlier remote stores on MTE3)",
+            "remote": "bytes / rate, the core pushing the data out at its DMA rate (at most the link's); the link "
+                      "carries the transfers of all cores in turn at its sustained rate, and a signal reaches the peer "
+                      "dma_latency + the link's latency after the program's earlier stores there have been carried",
             "wait": "until the awaited signal arrives (0 cycles when it already has)",
         }[self.kind]
 

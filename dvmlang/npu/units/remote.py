@@ -19,7 +19,6 @@ from ..timing import _total
 from .memory import _elements, _moved
 from .registry import builds
 
-_MTE3 = int(isa.Pipe.MTE3)
 _CMP = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
         "ne": np.not_equal}
 
@@ -29,10 +28,26 @@ def _sop(m, d, name):
     return (lambda b: b.regs[x]) if is_reg else (lambda b: x)
 
 
-def _start(b, pipe: int, dispatch: int, port: bool):
-    """When a step on ``pipe`` would start (before events it waits for): what ``timing.advance`` works out."""
-    s = np.maximum(b.t_issue + dispatch, b.pipe_free[pipe])
-    return np.maximum(s, b.port_free) if port else s
+def _start(b, step, dispatch: int):
+    """When ``step`` will start: its pipe free, the scalar unit's issue, the event it waits for, as
+    ``timing.advance`` works it out (a remote step's time depends on it: it ends when the link or the signal
+    allows)."""
+    s = np.maximum(b.t_issue + dispatch, b.pipe_free[step.pipe])
+    if step.port:
+        s = np.maximum(s, b.port_free)
+    if step.wait_key is not None:
+        f = b.flags.get(step.wait_key)
+        if f is not None:
+            s = np.maximum(s, f)
+    return s
+
+
+def _step(m, d, make):
+    """The step of ``d`` whose function ``make(step)`` returns (the function reads its own step's timing)."""
+    holder = []
+    step = m.step(d, lambda b, L: holder[0](b, L), None)
+    holder.append(make(step))
+    return step
 
 
 def _per_program(x, n: int) -> np.ndarray:
@@ -48,39 +63,42 @@ def remote_store(m, d):
     peer_of = _sop(m, d, "peer")
     t = d.vals["tensor"]
     cost = m.formula(d)
-    item = dd.itemsize
 
-    def fn(b, L):
+    def make(step):
+        return lambda b, L: fn(b, L, step)
+
+    def fn(b, L, step):
         ctx = context()
         g, off, msk = elements(b, L)
         src = np.broadcast_to(rs(b, L), off.shape)
         peers = _per_program(peer_of(b), b.n)
-        sym = None
-        cycles = np.zeros(b.n)
-        cnt, nbytes = _moved(b, g, msk)
+        _, nbytes = _moved(b, g, msk)
         nbytes = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), (b.n,))
+        start = np.broadcast_to(_start(b, step, L.profile.scalar_dispatch), (b.n,))
+        cycles = np.zeros(b.n)
+        sym = None
         for peer in np.unique(peers):
             peer = int(peer)
             sym = sym or ctx.peer_array(g, peer, "dl.remote_store")
             rows = np.nonzero(peers == peer)[0]
+            if not 0 <= peer < len(sym):
+                ctx.peer_array(g, peer, "dl.remote_store")  # (raises: no such rank)
             target = sym.arrays[peer].reshape(-1)
             if peer == ctx.rank:
                 materialise_views(b, L, t)
-            for i in rows:
+            for i in rows:  # program order
                 keep = msk[i]
                 target[off[i][keep]] = src[i][keep]
-            sent = float(nbytes[rows].sum())
-            if peer != ctx.rank:
-                ctx.sent[peer] = ctx.sent.get(peer, 0.0) + sent
-                rate, _ = ctx.link(peer)
-                cycles[rows] = cost(nbytes=nbytes[rows], rate=rate, latency=0.0)
-            else:
-                cycles[rows] = cost(nbytes=nbytes[rows], rate=L.rates.write(t, _total(nbytes[rows], len(rows))),
-                                    latency=0.0)
+            if peer == ctx.rank:  # into this device's own memory
+                rate = L.rates.write(t, _total(nbytes[rows], len(rows)))
+            else:  # the core pushes the tile out at its DMA rate (at most the link's); the link carries it
+                rate = min(L.profile.mte_bytes_per_cycle, ctx.link(peer)[1] / ctx.clock_hz * 1e6)
+                ctx.land(peer, b.pids[rows] if b.n > 1 else b.pids, ctx.send(peer, start[rows], nbytes[rows]))
+            cycles[rows] = cost(nbytes=nbytes[rows], rate=rate, latency=0.0)
         b.bytes_written += nbytes if b.n > 1 else float(nbytes[0])
         first = cycles[0]
-        return first if (cycles == first).all() else cycles
-    return m.step(d, fn, None)
+        return float(first) if (cycles == first).all() else cycles
+    return _step(m, d, make)
 
 
 @builds("signal")
@@ -88,10 +106,12 @@ def signal(m, d):
     t = d.vals["tensor"]
     op = isa.SIGNAL_OPS[d.vals["op"]]
     off_of, peer_of, val_of = (_sop(m, d, n) for n in ("offset", "peer", "value"))
-    cost = m.formula(d)
     pc = d.pc
 
-    def fn(b, L):
+    def make(step):
+        return lambda b, L: fn(b, L, step)
+
+    def fn(b, L, step):
         ctx = context()
         g = L.arrays[t]
         offs, peers, vals = (_per_program(f(b), b.n) for f in (off_of, peer_of, val_of))
@@ -99,24 +119,32 @@ def signal(m, d):
             bad = int(offs[(offs < 0) | (offs >= g.size)][0])
             raise LaunchError(f"kernel `{L.name}`: dl.signal flag {bad} is outside the {g.size} flags of its "
                               f"tensor{L.where(pc)}")
-        rates = [ctx.link(int(p)) if int(p) != ctx.rank else (1e9, 0.0) for p in peers]
-        busy = cost(nbytes=g.itemsize, rate=min(r for r, _ in rates), latency=0.0)
-        start = _start(b, _MTE3, L.profile.scalar_dispatch, True)
-        arrive = ctx.us(np.broadcast_to(start, (b.n,)) + busy + L.profile.dma_latency +
-                        np.array([lat for _, lat in rates]))
+        start = np.broadcast_to(_start(b, step, L.profile.scalar_dispatch), (b.n,))
+        done = start + 1.0
+        arrive = np.empty(b.n)
         sym = ctx.peer_array(g, int(peers[0]), "dl.signal")
-        for i in range(b.n):  # program order: every program's flag, as the programs would
+        for peer in np.unique(peers):
+            peer = int(peer)
+            if not 0 <= peer < len(sym):
+                ctx.peer_array(g, peer, "dl.signal")  # (raises: no such rank)
+            rows = np.nonzero(peers == peer)[0]
+            # a flag is a few bytes: it goes between the packets of bulk transfers, not behind them (it follows
+            # this program's own stores, which its pipe has finished)
+            arrive[rows] = ctx.us(done[rows] + L.profile.dma_latency)
+            if peer != ctx.rank:  # after the program's earlier stores to the peer have landed
+                landed = ctx.landed(peer, b.pids[rows] if b.n > 1 else b.pids)
+                arrive[rows] = np.maximum(arrive[rows], ctx.us(landed)) + ctx.link(peer)[2]
+                ctx.sent[peer] = ctx.sent.get(peer, 0.0) + g.itemsize * len(rows)
+        for i in range(b.n):  # program order: every program's flag, as the programs would set them
             p, o = int(peers[i]), int(offs[i])
-            if not 0 <= p < len(sym):
-                ctx.peer_array(g, p, "dl.signal")  # (raises: no such rank)
             flags = sym.arrays[p].reshape(-1)
             flags[o] = vals[i] if op == "set" else flags[o] + vals[i]
             sym.times[p][o] = max(sym.times[p][o], float(arrive[i]))
-            if p != ctx.rank:
-                ctx.sent[p] = ctx.sent.get(p, 0.0) + g.itemsize
         ctx.system._changed()
-        return busy
-    return m.step(d, fn, None)
+        cycles = done - start
+        first = cycles[0]
+        return float(first) if (cycles == first).all() else cycles
+    return _step(m, d, make)
 
 
 @builds("wait_signal")
@@ -126,7 +154,10 @@ def wait_signal(m, d):
     off_of, val_of = _sop(m, d, "offset"), _sop(m, d, "value")
     pc = d.pc
 
-    def fn(b, L):
+    def make(step):
+        return lambda b, L: fn(b, L, step)
+
+    def fn(b, L, step):
         ctx = context()
         if ctx.programs > ctx.cores:
             raise LaunchError(f"kernel `{L.name}` waits for signals, so all its programs must run at once, but its "
@@ -143,9 +174,9 @@ def wait_signal(m, d):
                 f"`{sym.name}` to be {isa.CC_NAMES[d.vals['cc']]} {sorted(set(vals.tolist()))[:4]}")
         others = [r for r in range(len(sym)) if r != ctx.rank]
         ctx.system.block(ctx.rank, lambda: bool(cmp(flags[offs], vals).all()), what, others, finished=False)
-        start = _start(b, 0, L.profile.scalar_dispatch, False)
+        start = _start(b, step, L.profile.scalar_dispatch)
         arrived = ctx.cycles(sym.times[ctx.rank][offs])
         cycles = np.maximum(arrived - start, 0.0) + 1.0
         first = cycles[0]
         return float(first) if (cycles == first).all() else cycles
-    return m.step(d, fn, None)
+    return _step(m, d, make)

@@ -1,7 +1,9 @@
 """Instruction selection for communication between devices (``dl.remote_store``, ``dl.signal``, ``dl.wait``):
 REMOTE_STORE by an offsets tile (any pointer tile: a peer's tensor is reached element by element, as a scatter
-is), SIGNAL and WAIT_SIGNAL on one flag. Their GM effects are declared on the tensor, so the synchronisation pass
-orders them with the kernel's own accesses to it."""
+is), SIGNAL and WAIT_SIGNAL on one flag. A remote store declares a write of its tensor (it may be this device's own
+copy), so the synchronisation pass orders the kernel's later accesses after it; a signal follows the stores on
+their pipe, and a wait holds the scalar unit, so everything after it issues once it is over: neither needs an
+event."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def _signal(ctx, op):
     t = op.attrs["tensor"]
     vals = {"op": isa.SIGNAL_OPS.index(op.attrs["op"]), "tensor": t, "gm": 0, "offset": ctx.sop(offset),
             "peer": ctx.sop(peer), "value": ctx.sop(value)}
-    e = ctx.emit(BY_NAME["SIGNAL"], vals, offset.dtype, op.loc, writes=[("gm", t, 0)])
+    e = ctx.emit(BY_NAME["SIGNAL"], vals, offset.dtype, op.loc)
     e.reloc_param = t
 
 
@@ -37,7 +39,7 @@ def _wait(ctx, op):
     t = op.attrs["tensor"]
     vals = {"cc": isa.CC_NAMES.index(op.attrs["cc"]), "tensor": t, "gm": 0, "offset": ctx.sop(offset),
             "value": ctx.sop(value)}
-    e = ctx.emit(BY_NAME["WAIT_SIGNAL"], vals, offset.dtype, op.loc, reads=[("gm", t, 0)])
+    e = ctx.emit(BY_NAME["WAIT_SIGNAL"], vals, offset.dtype, op.loc)
     e.reloc_param = t
 
 
