@@ -71,6 +71,7 @@ class CommRecord:
     transfers: list = field(default_factory=list)
     seq: int = 0
     tag: str = ""
+    topology: object = None  # the topology it ran on (what its links are)
 
     @property
     def time_us(self) -> float:
@@ -96,7 +97,8 @@ class CommRecord:
         busiest link's (or port's) bytes at the sustained rate, and its reduction; a collective larger than the
         topology's buffer repeats its steps once per loop. The launch of the task comes first."""
         t = start_us + topology.launch_us
-        rec = cls(plan.op, plan.algorithm, plan.ranks, plan.nbytes, start_us, t, 0.0, seq=seq, tag=tag)
+        rec = cls(plan.op, plan.algorithm, plan.ranks, plan.nbytes, start_us, t, 0.0, seq=seq, tag=tag,
+                  topology=topology)
         bound = 0.0
         for i, ph in enumerate(plan.phases):
             move, line, fabrics = _busiest(ph.transfers, topology)

@@ -73,6 +73,7 @@ class Launching:
         self.programs = programs
         self.active = max(1, min(programs, self.cores))
         self.sent: dict = {}  # peer -> bytes
+        self.window: dict = {}  # peer -> (first, last) us the link carried this launch's transfers
         self._landed: dict = {}  # peer -> program id -> cycle its latest remote store there is carried by
         self.name = k.name
 
@@ -117,10 +118,14 @@ class Launching:
         t = self.us(start)
         done = np.empty_like(t)
         free = self.system.link_free.get(key, 0.0)
+        first = np.inf
         for i in np.argsort(t, kind="stable"):
             s = max(t[i], free)
+            first = min(first, s)
             free = done[i] = s + nb[i] / rate
         self.system.link_free[key] = free
+        lo, hi = self.window.get(peer, (np.inf, 0.0))
+        self.window[peer] = (min(lo, first), max(hi, free))
         self.sent[peer] = self.sent.get(peer, 0.0) + float(nb.sum())
         return self.cycles(done)
 

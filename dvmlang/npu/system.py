@@ -154,11 +154,14 @@ class SystemDevice(Device):
 
     def _sent(self, ctx, rec, start: float) -> None:
         """What a launch stored into and signalled on its peers, as a record of the links it used."""
-        transfers = [coll.Transfer(self.rank, peer, nb, self.system.topology.fabric(self.rank, peer).name, start,
-                                   self.clock_us, 0) for peer, nb in sorted(ctx.sent.items())]
+        transfers = []
+        for peer, nb in sorted(ctx.sent.items()):
+            lo, hi = ctx.window.get(peer, (start, self.clock_us))  # (flags alone: over the whole launch)
+            transfers.append(coll.Transfer(self.rank, peer, nb, self.system.topology.fabric(self.rank, peer).name,
+                                           lo, hi, 0))
         r = coll.CommRecord("remote", rec.name, (self.rank, *sorted(ctx.sent)), int(sum(ctx.sent.values())), start,
                             self.clock_us, 0.0, [(f"kernel {rec.name}", start, self.clock_us)], transfers,
-                            seq=len(self.system.records) + 1, tag="kernel")
+                            seq=len(self.system.records) + 1, tag="kernel", topology=self.system.topology)
         self.comm_bytes += r.nbytes
         self.events.append(("comm", r))
         self.system.records.append(r)
@@ -175,6 +178,7 @@ class SystemDevice(Device):
         return rec
 
     def _ran(self, rec, start: float) -> None:
+        rec.rank, rec.start_us = self.rank, start  # (where and when it ran: the system trace reads them)
         self.clock_us = start + rec.time_us
         self.events.append(("launch", rec, start, self.clock_us))
 

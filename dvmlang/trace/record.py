@@ -376,10 +376,17 @@ class Session:
         all. Options: ``cycles=(lo, hi)``, ``cores=4`` or ``cores=[0, 5]``, ``width=100``, ``kernel=NAME``,
         ``top=8`` (hot spots), ``labels=("A", "B")`` (compare)."""
         from .views import render
+        if view == "comm":
+            options.setdefault("records", self.comm)
         render(self.launches, view, console=console, **options)
 
     def save_chrome(self, path):
-        """Write every recorded launch as a Chrome trace JSON that Perfetto opens; returns the path."""
+        """Write every recorded launch as a Chrome trace JSON that Perfetto opens; returns the path. A session
+        that recorded collectives of simulated systems writes those instead: a process per device and the links
+        (``trace.system_chrome``)."""
+        if self.comm:
+            from .system_chrome import save_records_chrome
+            return save_records_chrome(self.comm, self.launches, path)
         from .chrome import save_chrome
         return save_chrome(self.launches, path)
 
