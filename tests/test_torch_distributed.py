@@ -162,6 +162,22 @@ def test_a_rank_that_fails_gives_every_other_rank_a_clear_error():
         assert "rank 2 failed: ValueError: rank 2 ran out of luck" in seen[rank]
 
 
+def test_dtensor_runs_on_the_backend():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    def fn(rank):
+        mesh = init_device_mesh("cpu", (2,))
+        a = torch.arange(16, dtype=torch.float32).reshape(4, 4)
+        da = distribute_tensor(a, mesh, [Shard(0)])
+        db = distribute_tensor(torch.eye(4) * 2, mesh, [Replicate()])
+        return (da @ db).full_tensor(), da.sum().full_tensor()
+
+    for prod, total in run(fn, 2):
+        torch.testing.assert_close(prod, torch.arange(16, dtype=torch.float32).reshape(4, 4) * 2)
+        assert total.item() == 120.0
+
+
 def test_megatron_tensor_parallel_llama_matches_the_single_device_model():
     ex = _example("tp_llama")
     rows = ex.run(ranks=(2, 4))  # (8 ranks: the gallery and the torchrun instructions)

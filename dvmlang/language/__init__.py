@@ -7,7 +7,8 @@ called anywhere else, a kernel-only function raises ``DvmError`` saying so.
 One module per family: ``core`` (dtypes, program ids, creation, casts, loop iterators), ``shape``,
 ``elementwise`` (the math functions, generated from the op vocabulary's unary rows), ``reductions``
 (reductions, scans, sorting, ``dot``), ``scaled`` (``dot_scaled``), ``memory``, ``debug`` (compile-time
-checks, printing, hints), ``random``; ``math`` is Triton's ``tl.math`` namespace.
+checks, printing, hints), ``random``, ``shmem`` (communication between the NPUs of a system: ``remote_store``,
+``signal``, ``wait``); ``math`` is Triton's ``tl.math`` namespace.
 """
 
 from ..frontend.values import block_pointer, constexpr, pointer, tensor

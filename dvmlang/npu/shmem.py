@@ -125,7 +125,7 @@ class Launching:
             free = done[i] = s + nb[i] / rate
         self.system.link_free[key] = free
         lo, hi = self.window.get(peer, (np.inf, 0.0))
-        self.window[peer] = (min(lo, first), max(hi, free))
+        self.window[peer] = (float(min(lo, first)), float(max(hi, free)))
         self.sent[peer] = self.sent.get(peer, 0.0) + float(nb.sum())
         return self.cycles(done)
 
