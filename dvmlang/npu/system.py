@@ -173,8 +173,11 @@ class SystemDevice(Device):
                 self._launch_fits(kname, arrays)
                 self._dependencies(arrays.values())
         start = self.clock_us
-        rec = super().run_stack(stages, name=name, trace=trace)
+        with shmem.launching(self, stages[0][0][0]) as ctx:
+            rec = super().run_stack(stages, name=name, trace=trace)
         self._ran(rec, start)
+        if ctx.sent:
+            self._sent(ctx, rec, start)
         return rec
 
     def _ran(self, rec, start: float) -> None:
@@ -444,6 +447,9 @@ class System:
                     raise PeerError(f"rank {rank}: {what} cannot complete: rank {p} finished without taking part")
             self._waiting[rank] = (self._epoch, what)
             if self._running and all(self._waiting.get(r, (None,))[0] == self._epoch for r in self._running):
+                if self._running == {rank} and self._finished:
+                    raise PeerError(f"rank {rank}: {what} cannot complete: every other rank has ended "
+                                    f"({', '.join(f'rank {r}' for r in sorted(self._finished))})")
                 waits = "; ".join(f"rank {r} waits for {self._waiting[r][1]}" for r in sorted(self._running))
                 raise DeviceError(f"deadlock: every running rank is waiting and none can go on: {waits}\n"
                                   "hint: a kernel that waits for a signal needs the rank that sends it running "

@@ -70,6 +70,14 @@ class StoreTransport:
     def _await(self, keys: dict, what: str) -> dict:
         """Wait for ``keys`` (key -> group rank) and read them; a failure a peer posted, a peer that finished, or
         the timeout ends the wait with an error naming the ranks."""
+        try:
+            return self._poll(keys, what)
+        except (RuntimeError, OSError) as e:  # the store went away (its host, rank 0 or torchrun's agent, ended)
+            raise PeerError(f"{self._name(self.rank)}: {what} cannot complete: the rendezvous store is gone "
+                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); the process hosting "
+                            "it (rank 0 under env://, the torchrun agent) may have ended") from None
+
+    def _poll(self, keys: dict, what: str) -> dict:
         got: dict = {}
         left = dict(keys)
         deadline = time.monotonic() + self.timeout_s
