@@ -74,6 +74,7 @@ def check(grads, weights, want_grads, want_weights, who):
 
 
 def run(verbose=False):
+    torch._dynamo.reset()  # (what dynamo compiled earlier in this process would make the ranks compile again)
     want_grads, want_weights = reference()
     results = dvt.distributed.run(ddp_step, RANKS, RANKS)
     for rank, (grads, weights, clock, comm) in enumerate(results):

@@ -42,6 +42,7 @@ def tp_forward(rank: int, ids):
 
 
 def run(ranks=RANKS, verbose=False):
+    torch._dynamo.reset()  # (what dynamo compiled earlier in this process would make the ranks compile again)
     ids = inputs()
     with torch.no_grad():
         want = tl.reference()(ids)
