@@ -113,6 +113,15 @@ def device():
     return sysm[dist.get_rank()]
 
 
+def synchronize() -> float:
+    """This rank's compute stream waits for everything its communication stream has issued (what
+    ``torch.cuda.synchronize`` is to a GPU: DDP's all-reduces are futures torch waits for outside the simulated
+    device); returns the rank's clock."""
+    dev = device()
+    dev.clock_us = max(dev.clock_us, dev.comm_free_us)
+    return dev.clock_us
+
+
 def system() -> System:
     """The system this rank's device belongs to (in a process of its own, the other devices are never used)."""
     sysm = getattr(_THREAD, "system", None) or _PROCESS["system"]

@@ -1,8 +1,8 @@
 """Data parallelism on simulated NPUs: one training step of the tiny Llama under ``DistributedDataParallel`` over 2
 ranks, each compiling the model with ``torch.compile(backend="dvmlang")`` on a simulated NPU of its own and taking
-half of the batch. DDP all-reduces the gradients bucket by bucket (issued while the backward pass goes on: the
-simulated communication stream overlaps the compute one); every rank's gradients must equal the single-device
-model's on the whole batch, and so must the weights after the optimizer step.
+half of the batch. DDP all-reduces the gradients (issued from its backward hooks without waiting: they run on the
+simulated NPU's communication stream); every rank's gradients must equal the single-device model's on the whole
+batch, and so must the weights after the optimizer step.
 
     python examples/multi_npu/ddp_train.py                       # ranks as threads
     torchrun --nproc-per-node 2 examples/multi_npu/ddp_train.py  # ranks as processes
@@ -62,8 +62,8 @@ def ddp_step(rank: int, world: int):
     loss_of(compiled, ids[mine], targets[mine]).backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     opt.step()
-    dev = dvt.distributed.device()
-    return grads, {n: p.detach().clone() for n, p in model.named_parameters()}, dev.clock_us, dvt.stats()["comm_us"]
+    clock = dvt.distributed.synchronize()  # (the step's time includes its all-reduces)
+    return grads, {n: p.detach().clone() for n, p in model.named_parameters()}, clock, dvt.stats()["comm_us"]
 
 
 def check(grads, weights, want_grads, want_weights, who):
