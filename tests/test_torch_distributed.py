@@ -71,6 +71,15 @@ def test_collectives_follow_torch_s_semantics():
             r = torch.zeros(2)
             dist.recv(r, src=0)
             out["recv"] = r
+        red = torch.full((2,), float(rank + 1))
+        dist.reduce(red, dst=1)
+        out["reduce"] = red
+        gl = [torch.zeros(1) for _ in range(4)] if rank == 2 else None
+        dist.gather(torch.tensor([float(rank)]), gl, dst=2)
+        out["gather"] = gl
+        sc = torch.zeros(2)
+        dist.scatter(sc, [torch.full((2,), 10.0 + i) for i in range(4)] if rank == 0 else None, src=0)
+        out["scatter"] = sc
         dist.barrier()
         out["stats"] = dvt.stats()
         return out
@@ -92,6 +101,9 @@ def test_collectives_follow_torch_s_semantics():
         assert got.tolist() == want
         assert out["stats"]["comm_us"] > 0 and out["stats"]["comm_bytes"] > 0
     torch.testing.assert_close(res[3]["recv"], torch.tensor([1.5, 2.5]))
+    assert res[1]["reduce"].tolist() == [10.0, 10.0] and res[0]["reduce"].tolist() == [1.0, 1.0]
+    assert [t.item() for t in res[2]["gather"]] == [0.0, 1.0, 2.0, 3.0]
+    assert [out["scatter"].tolist() for out in res] == [[10.0 + r] * 2 for r in range(4)]
 
 
 def test_subgroups_and_waiting_on_async_work():
