@@ -1,10 +1,6 @@
 """Kernels that communicate (dl.remote_store, dl.signal, dl.wait): their results against numpy, their timing
 (a wait lasts until the signal's simulated arrival), the bytecode they make, and every misuse's error."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -13,8 +9,8 @@ import dvmlang.language as dl
 from dvmlang.errors import DeviceError, DvmError, KernelTypeError, LaunchError, PeerError
 from dvmlang.npu import System
 from dvmlang.vm.disasm import disassemble
+from multi_npu_examples import load as load_example
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @dvmlang.kernel
@@ -145,16 +141,7 @@ def test_language_errors_name_the_misuse():
         bad_cmp[(1,)](np.zeros(8, np.int32), device=s[0])
 
 
-def _example(name):
-    path = ROOT / "examples" / "multi_npu" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"dvmlang_multi_npu_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_the_fused_matmul_reduce_scatter_beats_the_separate_kernel_and_collective():
-    ex = _example("matmul_reduce_scatter")
+    ex = load_example("matmul_reduce_scatter")
     t_sep, t_fused = ex.run()  # each checked against numpy inside
     assert t_fused < 0.8 * t_sep

@@ -5,7 +5,6 @@ error on every rank, and ranks in processes joined by torch's TCP rendezvous wor
 Ranks run as threads (dvmlang.torch.distributed.run) except in the process test at the end, which starts two
 processes on the loopback interface, bounded in time."""
 
-import importlib.util
 import json
 import os
 import socket
@@ -21,18 +20,10 @@ import torch.distributed as dist  # noqa: E402
 import dvmlang.torch as dvt  # noqa: E402
 from dvmlang.errors import CollectiveMismatch, PeerError  # noqa: E402
 from dvmlang.npu import System  # noqa: E402
+from multi_npu_examples import load as load_example  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 run = dvt.distributed.run
-
-
-def _example(name):
-    path = ROOT / "examples" / "multi_npu" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"dvmlang_multi_npu_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_collectives_follow_torch_s_semantics():
@@ -191,14 +182,14 @@ def test_dtensor_runs_on_the_backend():
 
 
 def test_megatron_tensor_parallel_llama_matches_the_single_device_model():
-    ex = _example("tp_llama")
+    ex = load_example("tp_llama")
     rows = ex.run(ranks=(2,))  # (4 and 8 ranks: the gallery, benchmarks/multi_npu.py, the torchrun instructions)
     for n, clock, comm_us, comm_bytes, _ in rows:
         assert clock > comm_us > 0 and comm_bytes > 0
 
 
 def test_ddp_training_step_matches_the_single_device_step():
-    ex = _example("ddp_train")
+    ex = load_example("ddp_train")
     for clock, comm in ex.run():
         assert clock > comm > 0
 

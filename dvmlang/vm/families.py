@@ -462,6 +462,8 @@ def _gather_scatter(v, d):
         is_reg, r = sop_parts(o["pad"])
         if is_reg and (r >= len(v.regs) or v.regs[r] is not tdt):
             v.fail(d, "pad register must hold the tensor's dtype")
+    if fam == "remote_store":
+        v.sop(d, "peer")
     v.gm(d, o["tensor"])
 
 
@@ -515,23 +517,6 @@ def _mmad(v, d):
     v.same(d, "operand dtype", ad, bd)
     if dd not in (dt.float32, dt.int32):
         v.fail(d, "L0C accumulates in float32 or int32", "float32/int32", dd.name)
-
-
-def _remote_store(v, d):
-    o = d.vals
-    tdt = v.tensor(d)
-    sd, ss = v.tile(d, "src")
-    od, os_ = v.tile(d, "offsets")
-    v.same(d, "tile dtype", sd, tdt)
-    if not od.is_int:
-        v.fail(d, "offsets must be integers", "an integer dtype", od.name)
-    v.same(d, "offsets shape", os_, ss)
-    if o["masked"]:
-        kd, ks = v.tile(d, "mask")
-        v.same(d, "mask dtype", kd, dt.bool_)
-        v.same(d, "mask shape", ks, ss)
-    v.sop(d, "peer")
-    v.gm(d, o["tensor"])
 
 
 def _signal_wait(v, d):
@@ -637,7 +622,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                               "match; bitwise ops need integers; the address word has a relocation"),
     Family("copy_space", _copy_space, "both tiles inside the footprints of their memory spaces, equal shapes "
                                       "(equal dtypes for the plain copies)"),
-    Family("remote_store", _remote_store, "src has the tensor's dtype; offsets is an integer tile of src's shape; "
+    Family("remote_store", _gather_scatter, "src has the tensor's dtype; offsets is an integer tile of src's shape; "
                                           "a mask (when `masked`) is int1 of that shape; `peer` is an integer "
                                           "operand; the address word has a relocation"),
     Family("signal", _signal_wait, "`tensor` names an integer tensor parameter; `op` is 0 (set) or 1 (add); offset, "

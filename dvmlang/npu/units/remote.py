@@ -50,6 +50,12 @@ def _step(m, d, make):
     return step
 
 
+def _by_peer(peers: np.ndarray):
+    """(peer, the batch rows that address it) for every peer the batch's programs name, lowest first."""
+    for peer in np.unique(peers):
+        yield int(peer), np.nonzero(peers == peer)[0]
+
+
 def _per_program(x, n: int) -> np.ndarray:
     a = np.asarray(x)
     return np.broadcast_to(a.reshape(-1) if a.ndim else a, (n,)).astype(np.int64)
@@ -77,10 +83,8 @@ def remote_store(m, d):
         start = np.broadcast_to(_start(b, step, L.profile.scalar_dispatch), (b.n,))
         cycles = np.zeros(b.n)
         sym = None
-        for peer in np.unique(peers):
-            peer = int(peer)
+        for peer, rows in _by_peer(peers):
             sym = sym or ctx.peer_array(g, peer, "dl.remote_store")
-            rows = np.nonzero(peers == peer)[0]
             if not 0 <= peer < len(sym):
                 ctx.peer_array(g, peer, "dl.remote_store")  # (raises: no such rank)
             target = sym.arrays[peer].reshape(-1)
@@ -123,11 +127,9 @@ def signal(m, d):
         done = start + 1.0
         arrive = np.empty(b.n)
         sym = ctx.peer_array(g, int(peers[0]), "dl.signal")
-        for peer in np.unique(peers):
-            peer = int(peer)
+        for peer, rows in _by_peer(peers):
             if not 0 <= peer < len(sym):
                 ctx.peer_array(g, peer, "dl.signal")  # (raises: no such rank)
-            rows = np.nonzero(peers == peer)[0]
             # a flag is a few bytes: it goes between the packets of bulk transfers, not behind them (it follows
             # this program's own stores, which its pipe has finished)
             arrive[rows] = ctx.us(done[rows] + L.profile.dma_latency)
