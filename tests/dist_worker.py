@@ -19,8 +19,8 @@ sys.path.append(str(Path(__file__).resolve().parent.parent / "examples" / "multi
 
 def tp_then_faults():
     """The tensor-parallel forward (a JSON line per rank), then, on a new group with a 3 s timeout, rank 1 stays
-    busy past rank 0's timeout and dies: rank 0's first collective times out naming it, its second gets rank 1's
-    failure (another JSON line)."""
+    busy until rank 0's collective has timed out, and dies: rank 0's first collective times out naming it, its
+    second gets rank 1's failure (another JSON line)."""
     import tiny_llama as tl
     import tp_llama
     dist.init_process_group(backend="dvmlang", init_method="env://")
@@ -33,8 +33,9 @@ def tp_then_faults():
           flush=True)
     dvmlang.torch.distributed.configure(timeout_s=3)
     pair = dist.new_group([0, 1])
-    if rank == 1:
-        time.sleep(6)
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 1:  # busy (waiting on the store, not in a collective) until rank 0 has timed out, then it dies
+        store.wait(["rank0_timed_out"])
         raise RuntimeError("rank 1 broke on purpose")
     got = {}
     t0 = time.monotonic()
@@ -42,6 +43,7 @@ def tp_then_faults():
         dist.all_reduce(torch.ones(4), group=pair)
     except CollectiveTimeout as e:
         got["timeout"], got["timeout_s"] = str(e), time.monotonic() - t0
+    store.set("rank0_timed_out", "1")
     t0 = time.monotonic()
     try:
         dist.all_reduce(torch.ones(4), group=pair)
