@@ -82,6 +82,15 @@ def _run_example(f: Path, args, quiet: bool):
     return ok, skipped, err, t, time.perf_counter() - t0
 
 
+# the gallery's sections after examples/*.py: folder -> title
+SECTIONS = {"triton/": "Triton tutorials", "multi_npu/": "multi-npu (many simulated NPUs)"}
+
+
+def _has_run(path: Path) -> bool:
+    """A gallery example defines ``run()`` (multi_npu/ also holds modules the examples share)."""
+    return "\ndef run(" in path.read_text()
+
+
 def _first_of_each_kernel(launches) -> list:
     seen, out = set(), []
     for launch in launches:
@@ -100,8 +109,12 @@ def cmd_gallery(args) -> int:
     sections = [("", sorted(p for p in d.glob("*.py") if not p.name.startswith("_")))]
     if not args.no_triton and (d / "triton").is_dir():  # Triton's tutorials, ported (examples/triton/README.md)
         sections.append(("triton/", sorted(p for p in (d / "triton").glob("*.py") if not p.name.startswith("_"))))
+    if not args.no_multi_npu and (d / "multi_npu").is_dir():  # systems of simulated NPUs (docs/distributed.md)
+        sections.append(("multi_npu/", sorted(p for p in (d / "multi_npu").glob("*.py")
+                                              if not p.name.startswith("_") and _has_run(p))))
     if args.only:
-        sections = [(pre, [f for f in files if any(o in pre + f.stem for o in args.only)]) for pre, files in sections]
+        sections = [(pre, [f for f in files if any(o in pre + f.stem or o in pre.replace("_", "-") + f.stem
+                                                   for o in args.only)]) for pre, files in sections]
     sections = [(pre, files) for pre, files in sections if files]
     if not sections:
         return _fail("gallery", f"no example in {d} matched {' '.join(args.only)}", 2)
@@ -117,13 +130,14 @@ def cmd_gallery(args) -> int:
             if pre:
                 if len(sections) > 1:
                     table.add_section()
-                table.add_row(Text("Triton tutorials", style="bold"), Text("(torch)"))
+                table.add_row(Text(SECTIONS[pre], style="bold"), Text("(torch)" if pre == "triton/" else ""))
             for f in files:
                 name = pre + f.stem
                 progress.update(task, description=f"running {name}")
-                ok, skipped, err, t, wall = _run_example(f, args, quiet=bool(pre))
+                ok, skipped, err, t, wall = _run_example(f, args, quiet=pre == "triton/")
                 cycles = sum(launch.cycles for launch in t.launches)
                 us = sum(launch.time_us for launch in t.launches)
+                us += sum(r.time_us for r in t.comm if r.op != "remote")  # (a system's collectives, when any)
                 table.add_row(Text(f.stem), Text("skipped" if skipped else "yes" if ok else "NO"), str(len(t.launches)),
                               f"{cycles:,}", f"{us:,.1f} us", f"{wall * 1e3:,.0f} ms")
                 if skipped:
@@ -131,14 +145,14 @@ def cmd_gallery(args) -> int:
                 elif not ok:
                     failures.append((name, err))
                 # a tutorial's trace shows the first launch of each of its kernels (its benchmark launches many)
-                sessions.append((name, _first_of_each_kernel(t.launches) if pre else t.launches))
+                sessions.append((name, _first_of_each_kernel(t.launches) if pre == "triton/" else t.launches, t.comm))
                 progress.advance(task)
     if args.trace:
         from .trace.views import render
-        for name, launches in sessions:
-            if launches:
+        for name, launches, comm in sessions:
+            if launches or (args.view == "comm" and comm):
                 console.rule(Text(name))
-                render(launches, args.view, console=console)
+                render(launches, args.view, console=console, **({"records": comm} if args.view == "comm" else {}))
     console.print(table)
     for name, err in skips:
         console.print(Text(f"skipped {name}: {err}"))
@@ -221,7 +235,7 @@ def cmd_trace(args) -> int:
         finally:
             sys.argv = old_argv
     launches = t.launches
-    if not launches:
+    if not launches and not (args.view == "comm" and t.comm):
         return _fail("trace", f"{script} launched no kernel (nothing to show)")
     if args.kernel:
         names = sorted({launch.name for launch in launches})
@@ -230,10 +244,16 @@ def cmd_trace(args) -> int:
             return _fail("trace", f"no launch of a kernel named {args.kernel!r}; launched: {', '.join(names)}")
     from .trace.views import render
     try:
+        if args.view == "comm":
+            options["records"] = t.comm
         render(launches, args.view, console=console, **options)
         if args.chrome:
-            from .trace.chrome import save_chrome
-            save_chrome(launches, args.chrome)
+            if t.comm:  # systems of NPUs: a process per device, the links, flows from sends to receives
+                from .trace.system_chrome import save_records_chrome
+                save_records_chrome(t.comm, launches, args.chrome)
+            else:
+                from .trace.chrome import save_chrome
+                save_chrome(launches, args.chrome)
             console.print(Text(f"wrote {args.chrome} (open it at https://ui.perfetto.dev)"))
     except DvmError as e:
         return _fail("trace", str(e).splitlines()[0], 2)
@@ -301,6 +321,8 @@ def main(argv=None) -> int:
     g.add_argument("--only", nargs="*", help="run only examples whose name contains one of these")
     g.add_argument("--no-triton", action="store_true",
                    help="skip the Triton tutorials (examples/triton/; they need torch and are skipped without it)")
+    g.add_argument("--no-multi-npu", action="store_true",
+                   help="skip the multi-npu section (examples/multi_npu/: systems of simulated NPUs, torch.distributed)")
     g.add_argument("-v", "--verbose", action="store_true", help="print tracebacks of failing examples")
     g.set_defaults(func=cmd_gallery)
     t = sub.add_parser("trace", help="run a script and show a trace of every launch it makes",
@@ -308,7 +330,8 @@ def main(argv=None) -> int:
                                    "made. Arguments after `--` are passed to the script.",
                        epilog="views: summary (cycles, bandwidth vs roofline, what bounds the kernel), source "
                               "(lines with their share of cycles), timeline (per core and pipe), disasm, table, "
-                              "compare (the first two launches side by side), all.")
+                              "compare (the first two launches side by side), comm (collectives, links and ranks "
+                              "of simulated systems), all.")
     t.add_argument("script", help="the Python script to run")
     t.add_argument("--view", default="summary", choices=VIEWS, help="what to show (default: summary)")
     t.add_argument("--kernel", help="only launches of this kernel")

@@ -242,6 +242,28 @@ class RaceDetected(DeviceError):
     """Debug mode: two programs wrote the same global-memory bytes without atomics."""
 
 
+class OutOfMemory(ResourceError):
+    """A simulated NPU's HBM cannot hold its resident buffers and what a launch or a collective needs: names the
+    device, what was asked for, and the largest buffers it holds."""
+
+
+class CollectiveError(DeviceError):
+    """A collective (or send/recv, or a kernel's wait for a signal) between simulated NPUs could not complete."""
+
+
+class CollectiveMismatch(CollectiveError):
+    """The ranks of a group called different collectives (or one with different shapes, dtypes or reductions) at
+    the same point of their sequence: names each rank's call."""
+
+
+class CollectiveTimeout(CollectiveError):
+    """A collective waited longer than its timeout for a peer: names the ranks that never joined."""
+
+
+class PeerError(CollectiveError):
+    """Another rank of the group failed (or finished) before joining: names it and its error."""
+
+
 class DvmWarning(UserWarning):
     """Base class of dvmlang warnings."""
 

@@ -339,7 +339,7 @@ KINDS: dict[str, frozenset] = {
                      "cat", "slice", "reduce", "scan", "take", "sort", "histogram"), _PURE),
     **dict.fromkeys(("load", "dma_load", "gather", "to_scalar", "dot"), _READ),
     **dict.fromkeys(("store", "dma_store", "scatter", "atomic", "print", "assert", "for", "while", "if", "scope",
-                     "yield", "break", "continue", "return"), frozenset()),
+                     "yield", "break", "continue", "return", "remote_store", "signal", "wait_signal"), frozenset()),
 }
 
 
