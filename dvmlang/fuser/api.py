@@ -27,7 +27,8 @@ from . import foreign
 from . import tiling as tl
 from .build import Ahead, GroupKernel
 from .launch import ProgramLaunch, _materialise, kernel_name
-from .fusion import Group, Plan, canonicalize, plan
+from .canonical import canonicalize
+from .fusion import Group, Plan, plan
 from .graph import Graph, GraphError, GraphValue, Node, Tracer
 
 _capture_lock = threading.RLock()
