@@ -2,16 +2,33 @@
 
 There is one device (index 0), the default ``dvmlang.npu.Device``; its numbers come from its
 ``npu.profile.Profile`` (docs/device.md).
+
+The backend's name is the torch device that tensors for it live on, because that is what packages do with it:
+they call ``getattr(torch, backend)`` for the device module (streams, ``current_device()``, ``synchronize()``)
+and make tensors on ``torch.device(backend)``. The simulated device reads host memory, so the name is
+``"cpu"``; only when Ascend's torch extension (``torch_npu``) is installed, and ``torch.npu`` exists, is it
+``"npu"`` (packages then take their Ascend paths; ``get_active_torch_device()`` stays the CPU, where the
+simulator's tensors live). ``"npu"`` without the extension sent packages to a ``torch.npu`` that does not exist.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 from ...errors import LaunchError
 from ..backends.compiler import GPUTarget
 
-TARGET = GPUTarget("npu", "dvmlang-sim", 32)
+
+def _backend_name() -> str:
+    """``"npu"`` where Ascend's torch extension is importable, else ``"cpu"`` (module docstring)."""
+    try:
+        return "npu" if importlib.util.find_spec("torch_npu") is not None else "cpu"
+    except (ImportError, ValueError):
+        return "cpu"
+
+
+TARGET = GPUTarget(_backend_name(), "dvmlang-sim", 32)
 
 
 def _profile():
@@ -37,6 +54,9 @@ class _Utils:
             "sm_clock_rate": int(p.clock_hz / 1e3),
             "mem_clock_rate": int(p.hbm_bytes_per_s * 8 / (2 * width) / 1e3),
             "mem_bus_width": width,
+            # the keys Ascend's Triton backend reports (packages read them when the backend is "npu")
+            "num_aicore": p.cube_cores,
+            "num_vectorcore": p.vector_cores,
         }
 
 
@@ -68,8 +88,8 @@ class ActiveDriver:
         return TARGET
 
     def get_active_torch_device(self):
-        """``torch.device("cpu")`` when the program has imported torch (tensors live in host memory), else the
-        string ``"cpu"``; torch itself is never imported here."""
+        """``torch.device("cpu")`` when the program has imported torch (the simulated device reads host memory,
+        with or without Ascend's extension), else the string ``"cpu"``; torch itself is never imported here."""
         torch = sys.modules.get("torch")
         return torch.device("cpu") if torch is not None and hasattr(torch, "device") else "cpu"
 
