@@ -17,7 +17,9 @@ from .config import Config
 from .errors import InterpreterError, OutOfResources, TritonError
 from .jit import JITFunction, jit
 from .runtime.autotuner import Autotuner, Heuristics, autotune, heuristics
-from .runtime.jit import KernelInterface, MockTensor, TensorWrapper, reinterpret
+from .compiler.compiler import compile  # noqa: A004 - Triton's name (it raises: kernels compile at launch)
+from .language.core import must_use_result
+from .runtime.jit import KernelInterface, MockTensor, TensorWrapper, constexpr_function, reinterpret
 
 
 def set_allocator(allocator) -> None:
@@ -37,4 +39,4 @@ __all__ = ["jit", "JITFunction", "autotune", "Config", "heuristics", "Autotuner"
            "next_power_of_2", "reinterpret", "TensorWrapper", "CompilationError", "OutOfResources", "TritonError",
            "language", "runtime", "testing", "compiler", "backends", "knobs", "tools", "__version__", "Kernel",
            "DvmError", "ResourceError", "set_allocator", "bind", "unbind", "KernelInterface", "MockTensor",
-           "InterpreterError"]
+           "InterpreterError", "compile", "constexpr_function", "must_use_result"]

@@ -187,6 +187,14 @@ class MockTensor:
         return np.empty(shape or [1], dtype=d.np)
 
 
+def constexpr_function(fn):
+    """Triton's ``@triton.constexpr_function``: a Python function a kernel calls with compile-time arguments. A
+    kernel evaluates any Python function whose arguments are all compile-time values while it compiles, so this
+    returns ``fn`` itself (callable on the host too)."""
+    fn.__triton_constexpr_function__ = True
+    return fn
+
+
 def version_key() -> str:
     """Triton's version key of its compiler: dvmlang's version (a part of Triton's cache keys)."""
     from ... import __version__
@@ -293,4 +301,4 @@ def reinterpret(tensor, dtype):
 
 
 __all__ = ["JITFunction", "KernelInterface", "KernelParam", "MockTensor", "TensorWrapper", "reinterpret",
-           "type_canonicalisation_dict", "version_key"]
+           "type_canonicalisation_dict", "version_key", "constexpr_function"]
