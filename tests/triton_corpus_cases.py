@@ -4,7 +4,6 @@ definition. ``kernels`` names the ``@triton.jit`` functions a case runs."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 import re
 import sys
 import textwrap
@@ -93,8 +94,9 @@ class JITFunction(Kernel, KernelInterface):
     """
 
     def __init__(self, fn, version=None, do_not_specialize=None, do_not_specialize_on_alignment=None, debug=None,
-                 noinline=None, repr=None, launch_metadata=None):  # noqa: A002 - Triton's names
+                 noinline=None, repr=None, launch_metadata=None, strict_loads=False):  # noqa: A002 - Triton's names
         super().__init__(fn)
+        self.strict_loads = bool(strict_loads)
         if isinstance(self.captured, Exception):  # Triton reads the source at decoration, and refuses there
             raise DvmError(f"@triton.jit cannot read the source of `{fn.__name__}` ({self.captured}): kernels must "
                            "be defined in a Python file")
@@ -151,6 +153,13 @@ class JITFunction(Kernel, KernelInterface):
 
     def __getitem__(self, grid):
         return Kernel.__getitem__(self, grid)
+
+    def _encode(self, build, ikey, runtime, grid):
+        bc = super()._encode(build, ikey, runtime, grid)
+        # GPU load semantics (npu/poison.py): a load lane outside its tensor reads poison instead of faulting,
+        # unless triton.jit(strict_loads=True) or DVMLANG_STRICT_LOADS=1 keeps dvmlang's fault
+        bc.gpu_loads = not (self.strict_loads or os.environ.get("DVMLANG_STRICT_LOADS", "") not in ("", "0"))
+        return bc
 
     def warmup(self, *args, grid, device=None, **kwargs):
         """Bind, build and encode one launch without running it (Triton's ``warmup``): a ``CompiledKernel``
