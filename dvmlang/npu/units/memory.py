@@ -241,7 +241,7 @@ def scatter(m, d):
         materialise_views(b, L, t)
         src = np.broadcast_to(rs(b, L), off.shape)
         if getattr(L, "poison_from", None) is not None:
-            poison.check_store(L, b, t, src, pc, msk)
+            poison.check_store(L, b, t, src, d.pc, msk)
         g[off[msk]] = src[msk]
         if L.races is not None:
             L.races.record_elements(b, t, off, msk)
