@@ -86,6 +86,8 @@ class _Planner:
                     self.place(r, buf=self.direct[self.chain_end(r).id])
                 elif k == "dma_load" and self.only_dot_operand(r):
                     self.place(r, "l1")
+                elif (buf := self.dead_operand_buffer(op, r)) is not None:
+                    self.place(r, buf=buf)  # computed in place over an operand that dies here
                 elif k == "broadcast" and self.all_elementwise_users(r):
                     src = op.operands[0]
                     buf = places[src.id].buf
@@ -94,6 +96,28 @@ class _Planner:
                     buf.end = max(buf.end, e)
                 else:
                     self.place(r)
+
+    def dead_operand_buffer(self, op: Op, r: Value) -> Buffer | None:
+        """A UB buffer of an operand of the elementwise ``op`` that is dead after ``op`` (its last use, and the last
+        use of every view of it, is ``op``) and has exactly ``r``'s shape and bytes: ``r`` is computed over it in
+        place (one vector instruction reads each element before it writes it), so a temporary is not counted as
+        live after its last use."""
+        if op.kind not in ELEMENTWISE and op.kind not in ("unary", "cast") or len(op.results) != 1 or \
+                op.attrs.get("bitcast"):
+            return None
+        here = self.live.pos[id(op)]
+        size = nbytes(r.shape, r.dtype)
+        for x in op.operands:
+            p = self.plan.places.get(x.id)
+            if p is None or not isinstance(x.type, TileType) or x.shape != r.shape or \
+                    x.dtype.itemsize != r.dtype.itemsize:
+                continue
+            buf = p.buf
+            if buf.space != "ub" or buf.nbytes != size or buf.end != here or buf.name == "carried" or \
+                    id(buf) in self.plan.alt or any(buf is h for hs in self.plan.homes.values() for h in hs):
+                continue
+            return buf
+        return None
 
     def chain_end(self, v: Value) -> Value:
         """The last DMA of a chain that completes ``v`` in place (``dma_load`` with ``into``), or ``v``."""
