@@ -21,6 +21,7 @@ NO_EFFECT = {
 # dvmlang's own options of triton.jit
 DVMLANG_OPTIONS = {
     "strict_loads": "an out-of-range load lane is a MemoryFault (dvmlang.kernel's rule), not poison as on a GPU",
+    "strict_tiles": "tiles that do not fit UB are a BufferOverflowError (dvmlang.kernel's rule), not strip-mined",
 }
 
 

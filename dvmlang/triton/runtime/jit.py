@@ -94,9 +94,11 @@ class JITFunction(Kernel, KernelInterface):
     """
 
     def __init__(self, fn, version=None, do_not_specialize=None, do_not_specialize_on_alignment=None, debug=None,
-                 noinline=None, repr=None, launch_metadata=None, strict_loads=False):  # noqa: A002 - Triton's names
+                 noinline=None, repr=None, launch_metadata=None, strict_loads=False,
+                 strict_tiles=False):  # noqa: A002 - Triton's names
         super().__init__(fn)
         self.strict_loads = bool(strict_loads)
+        self.split_tiles = not strict_tiles  # GPU-sized blocks run strip-mined (vm/lower/split.py)
         if isinstance(self.captured, Exception):  # Triton reads the source at decoration, and refuses there
             raise DvmError(f"@triton.jit cannot read the source of `{fn.__name__}` ({self.captured}): kernels must "
                            "be defined in a Python file")

@@ -22,6 +22,7 @@ ADDR_LIMIT = (1 << 16) * isa.TILE_ADDR_UNIT
 def allocate_memory(plan: Placement, profile, kernel: str) -> dict[str, int]:
     """Give every buffer its address; returns the high-water mark of each space."""
     spaces = dict(profile.capacities)
+    spaces["ub"] -= getattr(plan, "ub_reserve", 0)  # room the emitters stage in above the tiles (split.py)
     try:
         footprint = _scan_all(plan.buffers, spaces, kernel, profile)
     except ResourceError:
