@@ -33,10 +33,9 @@ def jit(fn=None, **options):
     if unknown:
         raise DvmError(f"triton.jit got {', '.join(f'`{k}`' for k in unknown)}, which Triton's jit does not take; "
                        f"it takes {', '.join([*NO_EFFECT, *DVMLANG_OPTIONS])}")
-    strict = {k: options[k] for k in DVMLANG_OPTIONS if k in options}
     if fn is None:
-        return lambda f: JITFunction(f, **strict)
-    return JITFunction(fn, **strict)
+        return lambda f: JITFunction(f, **options)
+    return JITFunction(fn, **options)
 
 
 __all__ = ["jit", "JITFunction", "NO_EFFECT"]
