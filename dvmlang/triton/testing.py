@@ -176,10 +176,8 @@ def _fmt(v) -> str:
 # ---- perf-model helpers (Triton's matmul perf models and packages' roofline estimates call these) ----------------
 
 def _profile(device=None):
-    from ..npu.device import default_device
-    from .runtime.driver import _check_device
-    _check_device(device)
-    return default_device().profile
+    from .devicefigures import profile
+    return profile(device)
 
 
 def _dtype(dtype, what: str):
@@ -226,10 +224,9 @@ def nvsmi(attrs) -> list:
     ``clocks.memory``/``clocks.max.memory``/``clocks.current.memory`` (MHz: ``get_device_properties``' memory
     clock), ``memory.total`` and ``memory.free`` (MiB of HBM), ``memory.used`` (0), ``count`` (1). Any other
     attribute is a ``DvmError``."""
-    from .runtime.driver import driver
+    from .devicefigures import mem_clock_khz
     p = _profile()
-    props = driver.active.utils.get_device_properties(0)
-    sm, mem, hbm = int(p.clock_hz / 1e6), int(props["mem_clock_rate"] / 1e3), int(p.hbm_bytes // 2**20)
+    sm, mem, hbm = int(p.clock_hz / 1e6), int(mem_clock_khz(p) / 1e3), int(p.hbm_bytes // 2**20)
     table = {"clocks.sm": sm, "clocks.max.sm": sm, "clocks.current.sm": sm, "clocks.mem": mem, "clocks.max.mem": mem,
              "clocks.memory": mem, "clocks.max.memory": mem, "clocks.current.memory": mem, "memory.total": hbm,
              "memory.free": hbm, "memory.used": 0, "count": 1}

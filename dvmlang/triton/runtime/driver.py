@@ -31,9 +31,11 @@ def _backend_name() -> str:
 TARGET = GPUTarget(_backend_name(), "dvmlang-sim", 32)
 
 
+from ..devicefigures import MEM_BUS_WIDTH, check_device as _check_device, mem_clock_khz, profile as _device_profile
+
+
 def _profile():
-    from ...npu.device import default_device
-    return default_device().profile
+    return _device_profile()
 
 
 class _Utils:
@@ -45,25 +47,18 @@ class _Utils:
         ``2 * clock * width / 8`` is the profile's HBM bandwidth."""
         _check_device(device)
         p = _profile()
-        width = 4096
         return {
             "max_shared_mem": p.ub_bytes,
             "max_num_regs": 65536,
             "multiprocessor_count": p.vector_cores,
             "warpSize": TARGET.warp_size,
             "sm_clock_rate": int(p.clock_hz / 1e3),
-            "mem_clock_rate": int(p.hbm_bytes_per_s * 8 / (2 * width) / 1e3),
-            "mem_bus_width": width,
+            "mem_clock_rate": mem_clock_khz(p),
+            "mem_bus_width": MEM_BUS_WIDTH,
             # the keys Ascend's Triton backend reports (packages read them when the backend is "npu")
             "num_aicore": p.cube_cores,
             "num_vectorcore": p.vector_cores,
         }
-
-
-def _check_device(device) -> None:
-    index = getattr(device, "index", device)
-    if index not in (0, None):
-        raise LaunchError(f"device {device!r}: the simulated NPU is the only device, index 0")
 
 
 class ActiveDriver:
