@@ -45,6 +45,9 @@ PACKAGES = {
     "bitsandbytes": ("bitsandbytes==0.50.2", "MIT"),
     "lightning-attn": ("lightning-attn==0.0.5 einops==0.8.2", "MIT"),
     "torchao": ("torchao==0.18.0", "BSD-3-Clause"),
+    # flashinfer imports its own dependencies at import time; they come along (no kernels of theirs run)
+    "flashinfer": ("flashinfer-python==0.7.2.post1 apache-tvm-ffi==0.1.15.post2 nvidia-ml-py requests urllib3 certifi "
+                   "idna charset-normalizer", "Apache-2.0"),
 }
 
 
@@ -62,7 +65,8 @@ def fetch(dest: Path) -> None:
     for archive in sorted(wheels.iterdir()):
         if archive.suffix == ".whl":
             with zipfile.ZipFile(archive) as z:
-                z.extractall(dest, [n for n in z.namelist() if n.endswith(".py") or n.endswith(".json")])
+                native = archive.name.startswith("apache_tvm_ffi")  # its shared library is what it is
+                z.extractall(dest, [n for n in z.namelist() if native or n.endswith(".py") or n.endswith(".json")])
         elif archive.name.endswith(".tar.gz"):
             import tarfile
             with tarfile.open(archive) as t:

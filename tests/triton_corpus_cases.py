@@ -531,3 +531,43 @@ def torchao_int_matmul():
     int_matmul_kernel(a, b, c, config)
     if not torch.equal(c, a.int() @ b.int()):
         raise AssertionError(f"int8 product off in {int((c != a.int() @ b.int()).sum())} elements")
+
+
+@case("liger-kernel", "liger_cross_entropy_kernel")
+def liger_cross_entropy_vocab_32000():
+    # a GPU-sized block: BLOCK_SIZE = 32768 for a 32,000-word vocabulary (its gradient loop holds 256 KiB as
+    # written; strip-mined to fit a core's Unified Buffer)
+    from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
+    x, t = rnd(4, 32000), torch.randint(0, 32000, (4,))
+    check_fwd_bwd(lambda x: LigerCrossEntropyFunction.apply(x, t, None, -100)[0],
+                  lambda x: F.cross_entropy(x, t), x, atol=1e-5)
+
+
+# ---- FlashInfer (flashinfer-ai/flashinfer, Apache-2.0): its Triton kernels for serving ---------------------------
+
+@case("flashinfer", "rms_norm_kernel")
+def flashinfer_rms_norm():
+    from flashinfer.triton.norm import rms_norm
+    x, w = rnd(7, 300), rnd(300)
+    out = torch.empty_like(x)
+    rms_norm(x, w, out, 1e-6)
+    close(out, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, 1e-5, 1e-5, "rms norm")
+
+
+@case("flashinfer", "rms_norm_kernel")
+def flashinfer_rms_norm_add_residual():
+    from flashinfer.triton.norm import rms_norm_add_residual
+    x, r, w = rnd(5, 200), rnd(5, 200), rnd(200)
+    x0, r0 = x.clone(), r.clone()
+    out = torch.empty_like(x)
+    rms_norm_add_residual(x, r, w, 1e-6, x_out=out)
+    s = x0 + r0
+    close(r, s, 1e-6, 1e-6, "residual (r + x)")
+    close(out, s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6) * w, 1e-5, 1e-5, "rms norm of r + x")
+
+
+@case("flashinfer", "silu_and_mul_kernel")
+def flashinfer_silu_and_mul():
+    from flashinfer.triton.activation import silu_and_mul
+    x = rnd(6, 2 * 700)
+    close(silu_and_mul(x), F.silu(x[:, :700]) * x[:, 700:], 1e-5, 1e-5, "silu and mul")
