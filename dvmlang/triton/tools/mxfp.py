@@ -46,8 +46,9 @@ def _rng():
     return np.random.default_rng()
 
 
-class MXFP4Tensor:
-    """fp4 e2m1 codes (``data``: uint8, one code per element)."""
+class _Codes:
+    """What both formats' tensors share: made from float data (converted to codes) or a size (codes drawn by
+    ``random``)."""
 
     def __init__(self, data=None, size=None, device=None):
         self.device = device
@@ -58,7 +59,12 @@ class MXFP4Tensor:
         elif size is not None:
             self.size = tuple(size) if isinstance(size, (tuple, list)) else (size,)
         else:
-            raise DvmError("MXFP4Tensor needs data or size")
+            raise DvmError(f"{type(self).__name__} needs data or size")
+
+
+class MXFP4Tensor(_Codes):
+    """fp4 e2m1 codes (``data``: uint8, one code per element)."""
+
 
     def random(self):
         """Every code equally likely (sign, exponent and mantissa bits drawn independently)."""
@@ -121,19 +127,9 @@ def fp8e8m0_to_float32(scale):
     return _out(bits.view(np.float32))
 
 
-class MXScaleTensor:
+class MXScaleTensor(_Codes):
     """e8m0 block scales (``data``: uint8 biased exponents)."""
 
-    def __init__(self, data=None, size=None, device=None):
-        self.device = device
-        if data is not None:
-            self.device = getattr(data, "device", device)
-            self.data = _out(self._from_float(_np(data).astype(np.float32)), self.device)
-            self.size = tuple(self.data.shape)
-        elif size is not None:
-            self.size = tuple(size) if isinstance(size, (tuple, list)) else (size,)
-        else:
-            raise DvmError("MXScaleTensor needs data or size")
 
     def random(self, low=None, high=None):
         """Exponents drawn uniformly from those of ``low`` .. ``high`` (never the NaN code)."""
