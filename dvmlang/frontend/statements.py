@@ -68,13 +68,11 @@ class StatementsMixin:
         self.assign(node.target, value)
 
     def assign(self, target, value, plain=False):
-        """Bind ``target``. A ``plain`` assignment (``k = 7``, not annotated ``dl.constexpr``) of a number binds a
-        ``number``: Triton's runtime scalar in arithmetic, its value where a compile-time one is needed."""
+        """Bind ``target``. A ``plain`` assignment (``k = 7``, not annotated ``dl.constexpr``) of a bare number binds
+        a ``number``: Triton's runtime scalar in arithmetic, its value where a compile-time one is needed."""
         if isinstance(target, ast.Name):
-            if plain:
-                v = unwrap(value)
-                if v.__class__ in (int, float, bool):
-                    value = number(v)
+            if plain and value.__class__ in (int, float, bool):
+                value = number(value)  # a bare number (a constexpr stays one: dl.constexpr(0.5), a global)
             if is_runtime_value(value):
                 self.origins[id(value)] = (value, self.stmt)
             self.names[target.id] = value

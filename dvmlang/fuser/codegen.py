@@ -93,7 +93,9 @@ def emit_value(src: Source, g: Graph, n: Node, names: dict, idx: dict) -> str:
     if op == "broadcast_to":
         return a[0]
     if op == "const":
-        return _literal(n.attrs["value"], n.dtype)
+        # a constexpr, not a bare number: a name bound to a bare number is Triton's typed runtime scalar
+        # (frontend.values.number); torch's scalars are weakly typed
+        return f"dl.constexpr({_literal(n.attrs['value'], n.dtype)})"
     if op == "dim":
         return idx["dim"](n.attrs["sym"])
     if op == "iota":
