@@ -167,6 +167,16 @@ def _fail(command: str, reason: str, code: int = 1) -> int:
     return code
 
 
+def _print_script_traceback(e: BaseException) -> None:
+    """The script's traceback on stderr, from its first frame (this command's and runpy's frames dropped), as
+    ``python SCRIPT.py`` would print it."""
+    tb = e.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename
+                              or tb.tb_frame.f_code.co_filename.startswith("<frozen runpy")):
+        tb = tb.tb_next
+    sys.stderr.write("".join(traceback.format_exception(type(e), e, tb)))
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
@@ -222,18 +232,25 @@ def cmd_trace(args) -> int:
                           summary_only=args.summary_only, progress=True)
     except DvmError as e:
         return _fail("trace", str(e), 2)
+    if args.triton:
+        from .triton import bind
+        bind()  # `import triton` in the script (and the packages it imports) is dvmlang.triton
     with session as t:
-        old_argv = sys.argv
+        # as `python SCRIPT.py` runs it: argv, the script's folder first on sys.path, __main__
+        old_argv, old_path = sys.argv, list(sys.path)
         sys.argv = [str(script)] + list(args.script_args)
+        sys.path.insert(0, str(script.resolve().parent))
         try:
             runpy.run_path(str(script), run_name="__main__")
         except SystemExit as e:
             if e.code not in (0, None):
                 return _fail("trace", f"{script} exited with status {e.code}")
-        except Exception as e:  # noqa: BLE001 - the script's failure, reported in one line
+        except Exception as e:  # noqa: BLE001 - the script's failure: its traceback, as Python prints it
+            _print_script_traceback(e)
             return _fail("trace", f"{script} failed: {_first_line(e)}")
         finally:
             sys.argv = old_argv
+            sys.path[:] = old_path
     launches = t.launches
     if not launches and not (args.view == "comm" and t.comm):
         return _fail("trace", f"{script} launched no kernel (nothing to show)")
@@ -299,6 +316,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _version() -> str:
+    from . import __version__
+    from .triton import __version__ as triton_api
+    return f"dvmlang {__version__} (Triton API {triton_api}; Python {sys.version.split()[0]})"
+
+
 def main(argv=None) -> int:
     from .trace.views import VIEWS
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -307,6 +330,7 @@ def main(argv=None) -> int:
         cut = argv.index("--")
         argv, script_args = argv[:cut], argv[cut + 1:]
     parser = _Parser(prog="dvmlang", description="dvmlang: NPU kernels on a bytecode VM")
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     g = sub.add_parser("gallery", help="run every example, check it against numpy, and print a table",
                        description="Run every example of the gallery (examples/*.py, each with a run() function), "
@@ -326,8 +350,9 @@ def main(argv=None) -> int:
     g.add_argument("-v", "--verbose", action="store_true", help="print tracebacks of failing examples")
     g.set_defaults(func=cmd_gallery)
     t = sub.add_parser("trace", help="run a script and show a trace of every launch it makes",
-                       description="Run SCRIPT.py (as __main__) with tracing on, then show every kernel launch it "
-                                   "made. Arguments after `--` are passed to the script.",
+                       description="Run SCRIPT.py as `python SCRIPT.py` would (as __main__, its folder first on "
+                                   "sys.path) with tracing on, then show every kernel launch it made; a failing "
+                                   "script's traceback is printed. Arguments after `--` are passed to the script.",
                        epilog="views: summary (cycles, bandwidth vs roofline, what bounds the kernel), source "
                               "(lines with their share of cycles), timeline (per core and pipe), disasm, table, "
                               "compare (the first two launches side by side), comm (collectives, links and ranks "
@@ -343,6 +368,8 @@ def main(argv=None) -> int:
                    help="stop recording rows after this many (-1: no limit; totals stay exact)")
     t.add_argument("--sample", type=int, default=1, help="record the rows of every n-th program only")
     t.add_argument("--summary-only", action="store_true", help="record exact totals but no rows")
+    t.add_argument("--triton", action="store_true",
+                   help="bind `import triton` to dvmlang.triton first (a Triton program runs unedited)")
     t.set_defaults(func=cmd_trace)
     d = sub.add_parser("disasm", help="disassemble a .dvmb file",
                        description="Disassemble a .dvmb bytecode file: line | offset | pipe | OPNAME | operands | "

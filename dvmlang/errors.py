@@ -193,7 +193,16 @@ class VersionError(MalformedBytecodeError):
 
 class ResourceError(DvmError):
     """A kernel's buffers do not fit the on-chip memory (UB, L1, L0A/B/C); the message breaks the
-    footprint down per buffer."""
+    footprint down per buffer. It is also Triton's ``OutOfResources`` (``dvmlang.triton``), so it takes Triton's
+    constructor too: ``ResourceError(required, limit, name)`` says "out of resource: name, Required: ..., Hardware
+    limit: ..." and keeps the three as attributes."""
+
+    def __init__(self, *args):
+        if len(args) == 3 and isinstance(args[2], str) and not isinstance(args[0], str):
+            self.required, self.limit, self.name = args
+            args = (f"out of resource: {self.name}, Required: {self.required}, Hardware limit: {self.limit}. "
+                    "Reducing block sizes or `num_stages` may help.",)
+        super().__init__(*args)
 
 
 class BufferOverflowError(ResourceError, CompilationError):
