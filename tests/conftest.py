@@ -35,6 +35,7 @@ def _own_fused_kernels():
     which earlier test made the same kernel (fuser/build.py shares builds by structure, fuser/codegen.py a
     Kernel by its text)."""
     from dvmlang.fuser import build, codegen
+    build.settle()  # (an earlier test's builds ahead land before the table is emptied, not after)
     codegen._BUILT.clear()
     build.BUILDS.clear()
     yield

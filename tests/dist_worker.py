@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -35,7 +36,7 @@ def tp_then_faults():
     pair = dist.new_group([0, 1])
     store = dist.distributed_c10d._get_default_store()
     if rank == 1:  # busy (waiting on the store, not in a collective) until rank 0 has timed out, then it dies
-        store.wait(["rank0_timed_out"])
+        store.wait(["rank0_timed_out"], timedelta(seconds=120))  # the store's own timeout may be the 3 s above
         raise RuntimeError("rank 1 broke on purpose")
     got = {}
     t0 = time.monotonic()

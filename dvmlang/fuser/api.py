@@ -25,7 +25,9 @@ from . import captured_args as ca
 from . import dims as _dims
 from . import foreign
 from . import tiling as tl
+from . import instance
 from .build import Ahead, GroupKernel
+from .instance import SPLIT
 from .launch import ProgramLaunch, _materialise, kernel_name
 from .canonical import canonicalize
 from .fusion import Group, Plan, plan
@@ -83,6 +85,8 @@ class Program:
         self.encode_s = 0.0  # host seconds spent preparing launches (building, binding arguments, encoding)
         self.stats = stats  # where the kernels count their builds and encodes too (a GraphStats), or None
         self._ahead = Ahead()  # the split plan's kernels, built off the critical path after the first call
+        self._fast: dict = {}  # id(plan) -> its instance function (instance.py), None where it has none
+        self._generic_runs: dict = {}  # id(plan) -> calls the generic path ran (the function is written at 2)
 
     def bind(self, inputs: dict[int, np.ndarray]):
         if self._binder is None:
@@ -105,14 +109,19 @@ class Program:
             encode_only: bool = False, consts: dict | None = None) -> Run:
         """Execute on ``inputs`` (input node id -> array). ``values`` may preset arrays for outputs; ``consts`` gives
         constants other values than the graph's (const node id -> value: a lazy program reused for another flush).
-        With ``encode_only`` nothing runs: the record is None and ``launches`` the stacked launch's items."""
+        With ``encode_only`` nothing runs: the record is None and ``launches`` the stacked launch's items.
+
+        A plan that has run twice has its instance function (instance.py): the call's host work as one
+        straight-line function. It returns None for anything it does not cover, and the generic path runs."""
+        if values is None and not encode_only and self._fast:
+            r = self.run_fast([inputs[n.id] for n in self.graph.inputs], device, session, consts)
+            if r is not None:
+                return r
         env = self.bind(inputs)
         chosen = self.choose(env, device.profile)
         if chosen is not self.plan:
             self.fallbacks += 1
             self._ahead.wait()  # (the split plan's kernels are being built ahead: take them when they are ready)
-        elif self.plan.fallback is not None and not self._ahead.started:
-            self._ahead.start(self._build_split_plan, env, device.profile)
         values = dict(values or {})
         values.update(inputs)
         launch = self._launches.get(id(chosen))
@@ -121,7 +130,36 @@ class Program:
         record, launches = launch.replay(env, values, device, session, encode_only, consts)
         for o in self.graph.outputs:
             values[o.id] = _materialise(o, values, env)
+        if chosen is self.plan and self.plan.fallback is not None and not self._ahead.started:
+            # after the launch, which keeps the row blocks the split plan is built past (not racing it)
+            self._ahead.start(self._build_split_plan, env, device.profile)
+        if not encode_only:
+            self._written(chosen, launch, device.profile)
         return Run(values, record, launches)
+
+    def run_fast(self, arrays: list, device, session=None, consts: dict | None = None) -> Run | None:
+        """``run`` through the plans' instance functions (arrays in the graph's input order), or None: the call
+        needs the generic path."""
+        fn = self._fast.get(id(self.plan))
+        if fn is None:
+            return None
+        r = fn(arrays, device, session, consts)
+        if r is SPLIT:
+            fn = self._fast.get(id(self.plan.fallback))
+            r = fn(arrays, device, session, consts) if fn is not None else None
+        return r
+
+    def _written(self, p: Plan, launch: ProgramLaunch, profile) -> None:
+        """After a generic run of plan ``p``: write its instance function at its second run, or again when the
+        tiles it was written with have changed."""
+        key = id(p)
+        n = self._generic_runs[key] = self._generic_runs.get(key, 0) + 1
+        fn = self._fast.get(key, _MISSING)
+        if fn is _MISSING:
+            if n >= 2:
+                self._fast[key] = instance.generate(self, launch, profile, self._binder, Run, _Env)
+        elif fn is not None and any(self._tiles.get(k) is not t for k, t in fn.kept):
+            self._fast[key] = instance.generate(self, launch, profile, self._binder, Run, _Env)
 
     def _build_split_plan(self, env, profile) -> None:
         """Build the split plan's kernels for the lengths it will run (a guarded row just past the row block the
@@ -207,6 +245,7 @@ class GraphFunction:
         self._tail = tuple(tail) if plain and tail else None
         self._captured: dict = {}  # signature -> Program (None: the generic capture cannot serve it)
         self._generic_ok: dict = {}  # signature with its size-1 dims -> whether the generic capture takes it
+        self._direct: dict = {}  # (dtypes and ranks, closure key) -> (program, where each input comes from)
         self.stats = GraphStats()
         self.last_launch = None
 
@@ -337,8 +376,13 @@ class GraphFunction:
     # ---- calls -----------------------------------------------------------------------------------------
     def __call__(self, *args, device=None, **kwargs):
         device = device or self.device or default_device()
+        raw = args
         if not kwargs and all([a.__class__ is np.ndarray for a in args]):  # numpy arrays: nothing to convert
             like = None
+            if self._direct:
+                r = self._call_direct(args, device)
+                if r is not None:
+                    return r
             if len(args) != len(self.names):
                 args = self._arguments(args, kwargs, False)
         else:
@@ -348,6 +392,8 @@ class GraphFunction:
         inputs = self._inputs(prog, args)
         before = prog.fallbacks
         values, record, launches = prog.run(inputs, device, active_session())
+        if like is None and not kwargs and prog._fast and not self.static:
+            self._remember_direct(prog, args, raw)
         self.stats.calls += 1
         self.stats.launches += launches
         self.stats.fallbacks += prog.fallbacks - before
@@ -356,6 +402,43 @@ class GraphFunction:
         outs = [values[o.id] for o in prog.graph.outputs]
         if like is not None:
             outs = foreign.torch_out(outs, like)
+        return tuple(outs) if prog.graph.output_tuple else outs[0]
+
+    def _direct_key(self, args) -> tuple:
+        return tuple([(a.dtype, a.ndim) for a in args]), ca.closure_key(self.fn)
+
+    def _remember_direct(self, prog: Program, args, raw) -> None:
+        """After a call of numpy arrays (``raw``, positional; ``args`` with the defaults) that the generic capture
+        served: calls with the same dtypes, ranks and closed-over arrays go straight to its instance functions
+        (``_call_direct``). Not for a capture that compared sizes (its size-1 calls have a capture of their own),
+        arrays inside containers or arrays from defaults."""
+        if prog.compared_sizes or not all([a.__class__ is np.ndarray for a in raw]):
+            return
+        if any(w is not None and (w[1] or w[0] >= len(raw)) for w in prog.arg_paths):
+            return
+        if self._captured.get(_signature(args, self.static, self.names, self.fn, ones=False)) is prog:
+            self._direct[self._direct_key(raw)] = (prog, [w[0] if w is not None else prog.graph.closures[n]
+                                                          for n, w in zip(prog.graph.inputs, prog.arg_paths)])
+
+    def _call_direct(self, args, device):
+        """A call of numpy arrays, through the instance functions of the program that served calls like it; None
+        when they cannot take it (the generic path then runs the call)."""
+        d = self._direct.get(self._direct_key(args))
+        if d is None:
+            return None
+        prog, order = d
+        arrays = [args[p] if p.__class__ is int else p for p in order]
+        before = prog.fallbacks
+        r = prog.run_fast(arrays, device, active_session())
+        if r is None:
+            return None
+        values, record, launches = r
+        self.stats.calls += 1
+        self.stats.launches += launches
+        self.stats.fallbacks += prog.fallbacks - before
+        if record is not None:
+            self.last_launch = record
+        outs = [values[o.id] for o in prog.graph.outputs]
         return tuple(outs) if prog.graph.output_tuple else outs[0]
 
     def encode(self, *args, device=None, **kwargs) -> list:

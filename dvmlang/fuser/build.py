@@ -212,6 +212,7 @@ class GroupKernel:
         self.stats = CacheInfo()
         self.sink = sink  # a GraphStats counting this kernel's builds, loads and encodes too, or None
         self.build_s = 0.0  # host seconds spent building (misses only)
+        self.built_ahead = 0  # builds made before a call needed them (``stats.builds`` counts the calls')
         self._builds: dict = {}  # tiles -> ComposedBuild
         self._instances: OrderedDict = OrderedDict()  # (tiles, grid, scalars, sizes) -> Bytecode
         self.text = None  # the text path's KernelText
@@ -255,11 +256,13 @@ class GroupKernel:
                 if cache.root() is not None:
                     cache.store("composed", key, {**cache.template_fields(template), "params": [
                         [p.kind, p.name, p.dtype.code, p.rank] for p in b.infos]}, template.words)
-                self.stats.builds += 1
-                if self.sink is not None:
-                    if ahead:
+                if ahead:  # (not a call's build: counted apart, so "no build after the first call" stays true)
+                    self.built_ahead += 1
+                    if self.sink is not None:
                         self.sink.built_ahead += 1
-                    else:
+                else:
+                    self.stats.builds += 1
+                    if self.sink is not None:
                         self.sink.builds += 1
             else:
                 self.stats.loads += 1

@@ -1,0 +1,501 @@
+"""A plan's instance function: one straight-line Python function per plan of a program that does all of a call's
+host work for a new shape (design §2: a new shape encodes, nothing else).
+
+``ProgramLaunch.replay`` works a call out generically: it walks the groups, their tensors and their dims, looks
+each size up by its symbol, asks the tiling for tiles, and the kernel for its build and instance. Once a plan has
+run (its tiles and builds are known), ``generate`` writes that work for that plan as one function, with the
+structure unrolled and everything that does not depend on the call's sizes a constant:
+
+* bind: each argument's rank, contiguity and sizes; the symbols' classes, derived sizes and deduced checks;
+* the plan's guards (a guarded row that outgrew its block takes the split plan);
+* per group: allocate its outputs, the flat view and the strides of each tensor (arithmetic on the sizes, for
+  values stored by the program and the views over them), the scalars and the grid, the instance from the
+  kernel's instances or its encoder;
+* one stacked launch, and the program's outputs.
+
+Anything the function does not cover returns None before it has changed anything a caller can see (a wrong
+argument, a size of 0, an input that is not C-contiguous, two inputs over one buffer, tiles changed since it was
+written); the generic path then runs the call and reports any error as it always has.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from .build import MAX_INSTANCES, alias_groups
+from .fusion import VIEWS, Plan
+from .graph import GraphError
+from .launch import GroupLaunch, StackItem, _addressing, _input_classes, _materialise
+
+ENABLED = os.environ.get("DVMLANG_INSTANCE_FN", "1") != "0"  # 0: every call takes the generic path
+_POOLS = 4  # sets of intermediate buffers a program keeps (calls on as many threads at once reuse them)
+SPLIT = object()  # what a plan's function returns when the call's sizes take the split plan
+
+
+class _Unsupported(Exception):
+    """The plan has something the generated function does not write (the generic path runs it)."""
+
+
+def _too_big(gk, build, args):
+    i = next(i for i in build.int_args if not -(1 << 31) <= args[i] < 1 << 31)
+    raise GraphError(f"kernel `{gk.name}`: the size argument {gk.sig.params[i]} = {args[i]} does not fit int32")
+
+
+def _encode(gk, build, args, grid, ikey, keys):
+    """A new instance of a group's kernel (the generic ``GroupKernel.prepare`` miss; its int32 check is written
+    inline). ``keys``: per tensor argument (dtype, shape, strides), as ``Encoder.encode_values`` takes them."""
+    t0 = time.perf_counter()
+    bc = build.encoder.encode_values(args, grid, keys)
+    bc.encode_s = time.perf_counter() - t0
+    gk.stats.encodes += 1
+    if gk.sink is not None:
+        gk.sink.encodes += 1
+    inst = gk._instances
+    inst[ikey] = bc
+    if len(inst) > MAX_INSTANCES:
+        inst.popitem(last=False)
+    return bc
+
+
+class _Writer:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.ns: dict = {}
+        self.indent = 1
+
+    def __call__(self, line: str) -> None:
+        self.lines.append("    " * self.indent + line)
+
+    def const(self, name: str, value) -> str:
+        self.ns[name] = value
+        return name
+
+
+def generate(prog, launch, profile, binder, run_type, env_type):
+    """The instance function of ``launch`` (a ``ProgramLaunch``) for ``profile``, or None when the plan has
+    something it does not cover. It takes (arrays in the graph's input order, device, session, consts) and returns
+    a ``Run`` (``run_type``), ``SPLIT`` or None (run the generic path). ``binder``: the program's ``_Binder``;
+    ``env_type``: ``_Env``, for the generic helpers a rare tensor needs."""
+    if not ENABLED:
+        return None
+    try:
+        return _Generator(prog, launch, profile, binder, run_type, env_type).function()
+    except _Unsupported:
+        return None
+
+
+class _Generator:
+    def __init__(self, prog, launch, profile, binder, run_type, env_type):
+        self.prog, self.launch, self.profile = prog, launch, profile
+        self.binder, self.run_type, self.env_type = binder, run_type, env_type
+        self.g = prog.graph
+        self.w = _Writer()
+        self.bound: dict[int, str] = {}  # root symbol id -> its variable
+        self.stored: dict[int, str] = {}  # node id -> the variable of its array
+        self.kept: list = []  # (GroupKernel.key, the tiles written in)
+
+    # ---- sizes -------------------------------------------------------------------------------------------
+    def dim(self, d) -> str:
+        """A dim ref of ``launch`` (a size >= 0, or ~root id) as an expression."""
+        if d >= 0:
+            return str(d)
+        v = self.bound.get(~d)
+        if v is None:
+            raise _Unsupported
+        return v
+
+    def node_dim(self, d) -> str:
+        d = self.g.syms.find(d)
+        return str(d) if isinstance(d, int) else self.dim(~d.id)
+
+    def _poly(self, items, roots) -> str:
+        terms = []
+        for m, c in items:
+            factors = ([str(c)] if c != 1 or not m else []) + [self.bound_of(roots[a]) for a in m]
+            terms.append("*".join(factors))
+        return "(" + (" + ".join(terms) or "0") + ")"
+
+    def bound_of(self, root: int) -> str:
+        v = self.bound.get(root)
+        if v is None:
+            raise _Unsupported
+        return v
+
+    # ---- the function ------------------------------------------------------------------------------------
+    def function(self):
+        prog, w, g = self.prog, self.w, self.g
+        p: Plan = self.launch.plan
+        if not prog.fuse or any(gl.__class__ is not GroupLaunch for st in self.launch.stages for gl in st):
+            raise _Unsupported
+        w.ns.update(np=np, empty=np.empty, StackItem=StackItem, _encode=_encode, _too_big=_too_big,
+                    _addressing=_addressing,
+                    _materialise=_materialise, alias_groups=alias_groups, _input_classes=_input_classes,
+                    perf_counter=time.perf_counter, SPLIT=SPLIT, Run=self.run_type)
+        w.ns["PROFILE"] = self.profile
+        w.ns["PROG"] = prog
+        w("if device.profile is not PROFILE:")
+        w("    return None")
+        self.bind()
+        self.guards(p)
+        w("t0 = perf_counter()")
+        ins = g.inputs
+        w("values = {" + ", ".join(f"{n.id}: a{i}" for i, n in enumerate(ins)) + "}")
+        if len(ins) > 1:
+            w.const("INPUTS", list(ins))
+            w("if _input_classes(INPUTS, values):")
+            w("    return None")
+        for i, n in enumerate(ins):
+            self.stored[n.id] = f"a{i}"
+        self.pooled = self.poolable()
+        if self.pooled:
+            w.const("POOL", [])
+            w.const("FRESH", [np.empty(0, dt) for dt in self.pooled.values()])
+            w("try:")
+            w("    pool = POOL.pop()")
+            w("except IndexError:")
+            w("    pool = FRESH[:]")
+            self.slot = {oid: k for k, oid in enumerate(self.pooled)}
+        self.needs_env = False
+        body_at = len(w.lines)
+        w("stages = []")
+        for k, stage in enumerate(self.launch.stages):
+            w("items = []")
+            for j, gl in enumerate(stage):
+                self.group(f"{k}_{j}", gl)
+            w("stages.append(items)")
+        w("PROG.encode_s += perf_counter() - t0")
+        w("record = device.run_stack(stages, name=NAME, trace=session)")
+        if self.pooled:
+            w(f"if len(POOL) < {_POOLS}:")
+            w("    POOL.append(pool)")
+        w.const("NAME", prog.name)
+        for o in g.outputs:
+            if o.id not in self.stored:
+                self.needs_env = True
+                w.const(f"N{o.id}", o)
+                w(f"values[{o.id}] = _materialise(N{o.id}, values, env)")
+        w("return Run(values, record, 1)")
+        if self.needs_env:
+            w.const("ENV", self.env_type)
+            w.const("G", g)
+            w.const("ROOTS", self.binder.roots)
+            env = "{" + ", ".join(f"{r}: {v}" for r, v in self.bound.items()) + "}"
+            w.lines.insert(body_at, "    " + f"env = ENV(G, {env}, ROOTS)")
+        src = "def instance(arrays, device, session, consts):\n" + "\n".join(w.lines) + "\n"
+        code = compile(src, f"<dvmlang instance {prog.name}>", "exec")
+        exec(code, w.ns)  # noqa: S102 - our own generated code
+        fn = w.ns["instance"]
+        fn.source = src
+        fn.kept = self.kept
+        return fn
+
+    def bind(self) -> None:
+        """The ``_Binder``'s checks, unrolled: any mismatch returns None (the generic binder reports it)."""
+        w, g = self.w, self.g
+        binder = self.binder
+        roots = binder.roots
+        n_in = len(binder.inputs)
+        w(f"if len(arrays) != {n_in}:")
+        w("    return None")
+        if n_in:
+            w(", ".join(f"a{i}" for i in range(n_in)) + ("," if n_in == 1 else "") + " = arrays")
+        for i, (_, rank, dims) in enumerate(binder.inputs):
+            w(f"if a{i}.ndim != {rank} or not a{i}.flags.c_contiguous:")
+            w("    return None")
+            if rank:
+                names = []
+                for axis, static, sym in dims:
+                    names.append(f"d{i}_{axis}")
+                w(", ".join(names) + ("," if rank == 1 else "") + f" = a{i}.shape")
+                for axis, static, sym in dims:
+                    v = f"d{i}_{axis}"
+                    if sym is None:
+                        if static == 0:
+                            raise _Unsupported
+                        w(f"if {v} != {static}:")
+                        w("    return None")
+                        continue
+                    self._set(roots[sym.id], v)
+        for s in binder.derived:
+            kind = s.expr[0]
+            if kind == "poly":
+                e = self._poly(s.expr[1], roots)
+            else:
+                x, y = self._poly(s.expr[1], roots), self._poly(s.expr[2], roots)
+                w(f"if {y} == 0:")
+                w("    return None")
+                e = f"({x} // {y})" if kind == "floordiv" else f"({x} % {y})"
+            tmp = f"v{s.id}"
+            w(f"{tmp} = {e}")
+            w(f"if {tmp} < 0:")
+            w("    return None")
+            self._set(roots[s.id], tmp)
+        for kind, a, b, _ in g.syms.checks:
+            va = self._poly(tuple(a.items()), roots)
+            vb = self._poly(tuple(b.items()), roots)
+            w(f"if {va} {'!=' if kind == 'eq' else '>'} {vb}:")
+            w("    return None")
+        for root, number, _, _ in binder.numbers:
+            if root in self.bound:
+                w(f"if {self.bound[root]} != {number}:")
+                w("    return None")
+        if self.bound:  # a size of 0: nothing to compute in some groups (the generic path skips their launches)
+            w("if 0 in (" + ", ".join(self.bound.values()) + ",):")
+            w("    return None")
+
+    def _set(self, root: int, v: str) -> None:
+        w = self.w
+        prev = self.bound.get(root)
+        if prev is None:
+            name = f"s{root}"
+            w(f"{name} = {v}")
+            self.bound[root] = name
+        else:
+            w(f"if {v} != {prev}:")
+            w("    return None")
+
+    def guards(self, p: Plan) -> None:
+        """The choice ``Program.choose`` makes, for this plan: the fused plan while every guarded row fits the row
+        block it was built with (a kept block holds every row no wider), the split plan otherwise."""
+        prog, w = self.prog, self.w
+        main = prog.plan
+        if main.fallback is None:
+            return
+        conds = []
+        for grp in main.groups:
+            if grp.mode == "row" and grp.guard is not None:
+                kept = prog._tiles.get(prog.kernel(main, grp).key)
+                if kept is None or not kept.fits:
+                    raise _Unsupported
+                conds.append(f"{self.node_dim(grp.space[-1])} > {kept.bc}")
+        cond = " or ".join(conds) or "False"
+        if p is main:
+            w(f"if {cond}:")
+            w("    return SPLIT")
+        else:
+            w(f"if not ({cond}):")
+            w("    return None")
+            w("PROG.fallbacks += 1")
+            w("PROG._ahead.wait()")
+
+    def poolable(self) -> dict:
+        """The values a call stores only for its own later groups (node id -> dtype): no output of the program is
+        one or a view of one, and every group reads them as plain memory (``address``). They live in buffers the
+        program keeps across calls (a caching allocator's job on a device): a call takes a set of them, so calls
+        on several threads never share one, and gives it back when its launch is done."""
+        escape = set()
+        for o in self.g.outputs:
+            n = o
+            escape.add(n.id)
+            while n.op in VIEWS or n.op == "broadcast_to":
+                n = n.inputs[0]
+                escape.add(n.id)
+        outs = {}
+        for stage in self.launch.stages:
+            for gl in stage:
+                for oid, _, npdt in gl.outs:
+                    outs[oid] = np.dtype(npdt)
+        before = dict(self.stored)
+        self.stored.update({oid: "o" for oid in outs})
+        try:
+            for stage in self.launch.stages:
+                for gl in stage:
+                    for x, *_ in gl.tensors:
+                        if self.address(x) is None:  # read the generic way, which looks at its base: not pooled
+                            n = x
+                            escape.add(n.id)
+                            while n.op in VIEWS or n.op == "broadcast_to":
+                                n = n.inputs[0]
+                                escape.add(n.id)
+        finally:
+            self.stored = before
+        return {oid: dt for oid, dt in outs.items() if oid not in escape}
+
+    # ---- a group -----------------------------------------------------------------------------------------
+    def address(self, n):
+        """(array variable, offset, shape, strides) of a value stored by the program or an input, through its
+        views, as expressions; None when it is something else (a broadcast, a reshape of a strided view)."""
+        v = self.stored.get(n.id)
+        if v is not None:
+            shape = [self.node_dim(d) for d in n.shape]
+            return v, "0", shape, _c_strides(shape), True
+        if n.op not in VIEWS:
+            return None
+        b = self.address(n.inputs[0])
+        if b is None:
+            return None
+        root, off, shape, strides, contiguous = b
+        if n.op == "slice":
+            a, step = n.attrs["axis"], n.attrs["step"]
+            if step < 1:
+                return None
+            start = self.node_dim(n.attrs["start"])
+            if start != "0":
+                off = f"({off} + {start}*{strides[a]})" if off != "0" else f"{start}*{strides[a]}"
+            shape = shape[:a] + [self.node_dim(n.shape[a])] + shape[a + 1:]
+            strides = strides[:a] + [strides[a] if step == 1 else f"{strides[a]}*{step}"] + strides[a + 1:]
+            return root, off, shape, strides, False
+        if n.op == "permute":
+            perm = n.attrs["perm"]
+            return (root, off, [shape[i] for i in perm], [strides[i] for i in perm],
+                    contiguous and tuple(perm) == tuple(range(len(perm))))
+        if not contiguous:  # a reshape of a strided view: whether it is one depends on the sizes
+            return None
+        shape = [self.node_dim(d) for d in n.shape]
+        return root, off, shape, _c_strides(shape), True
+
+    def group(self, tag: str, gl: GroupLaunch) -> None:
+        prog, w, profile = self.prog, self.w, self.profile
+        gk = gl.gk
+        if gk.text is not None:
+            raise _Unsupported
+        kept = prog._tiles.get(gk.key)
+        if kept is None:
+            raise _Unsupported
+        w.const(f"GK{tag}", gk)
+        w.const(f"KEPT{tag}", kept)
+        w.const(f"KEY{tag}", gk.key)
+        self.kept.append((gk.key, kept))
+        w(f"if PROG._tiles.get(KEY{tag}) is not KEPT{tag}:")
+        w("    return None")
+        for oid, shape, npdt in gl.outs:
+            if 0 in shape:
+                raise _Unsupported  # (an empty output: the generic path skips the launch)
+            w.const(f"DT{oid}", np.dtype(npdt))
+            dims = ", ".join(self.dim(d) for d in shape) + ("," if len(shape) == 1 else "")
+            k = self.slot.get(oid) if self.pooled else None
+            if k is None:
+                w(f"o{oid} = values[{oid}] = empty(({dims}), DT{oid})")
+            else:  # an intermediate: a piece of the program's buffer for it, grown when a call needs more
+                w(f"n{oid} = {' * '.join(self.dim(d) for d in shape) or '1'}")
+                w(f"b{oid} = pool[{k}]")
+                w(f"if b{oid}.size < n{oid}:")
+                w(f"    b{oid} = pool[{k}] = empty(n{oid} + (n{oid} >> 2), DT{oid})")
+                w(f"o{oid} = values[{oid}] = b{oid}[:n{oid}].reshape(({dims}))")
+            self.stored[oid] = f"o{oid}"
+        space = [self.dim(d) for d in gl.space]
+        r = len(space)
+        args: list[str] = []  # the arguments, in parameter order
+        keys: list[str] = []  # the same with each array's length in its place (the instance key)
+        flats: list[str] = []  # the tensors' flat arrays
+        for k, (x, own, arg_dims, plain) in enumerate(gl.tensors):
+            a = self.address(x)
+            f = f"f{tag}_{k}"
+            if a is None:
+                self.needs_env = True
+                w.const(f"X{tag}_{k}", x)
+                shp = space if own is None else space[:-2] + [self.dim(own[0]), self.dim(own[1])]
+                w(f"{f}, st{tag}_{k} = _addressing(X{tag}_{k}, values, env, ({', '.join(shp)},))")
+                flats.append(f)
+                args.append(f)
+                keys.append(f"{f}.shape[0]")
+                for d in arg_dims:
+                    args.append(f"st{tag}_{k}[{d}]")
+                    keys.append(args[-1])
+                continue
+            root, off, shape, strides, _ = a
+            w(f"{f} = {root}.reshape(-1)" + (f"[{off}:]" if off != "0" else ""))
+            flats.append(f)
+            args.append(f)
+            keys.append(f"{f}.shape[0]")
+            pad = r - len(shape)
+            for d in arg_dims:
+                if d < pad:
+                    e = "0"
+                else:
+                    size, st = shape[d - pad], strides[d - pad]
+                    e = "0" if size == "1" else (st if size.isdigit() else f"({st} if {size} != 1 else 0)")
+                args.append(e)
+                keys.append(e)
+        if gl.kind == "matmul":
+            bm, bn, _ = kept
+            m, n_, kk = (self.dim(d) for d in gl.mm)
+            w(f"nbn{tag} = -(-{n_} // {bn})")
+            batch = space[:-2]
+            g0, g1, g2 = (f"(-(-{m} // {bm})) * nbn{tag}", batch[0] if len(batch) > 0 else "1",
+                          batch[1] if len(batch) > 1 else "1")
+            scal = [m, n_, kk, f"nbn{tag}"] + [f"float({self.dim(d)})" for d in gl.dims]
+            tiles = tuple(kept)
+            cores = profile.cube_cores
+        else:
+            if not kept.fits:
+                raise _Unsupported
+            rows = f"max(1, {space[-2]})" if r >= 2 else "1"
+            cols = f"max(1, {space[-1]})" if r >= 1 else "1"
+            outer = space[:-2] if r >= 2 else []
+            tiles = (kept.br, kept.bc)
+            if gl.mode == "split":
+                g0 = str(kept.grid[0])
+                extra = [f"-(-{space[-1]} // {kept.grid[0]})"]  # CH: the columns each of the partials reduces
+            else:
+                if gl.mode == "row":
+                    w(f"if {cols} > {kept.bc}:")
+                    w("    return None")
+                ncb = "1" if gl.mode in ("row", "loop") else f"-(-{cols} // {kept.bc})"
+                w(f"ncb{tag} = {ncb}")
+                w(f"g{tag} = -(-{rows} // {kept.br}) * ncb{tag}")
+                prod = " * ".join(f"max(1, {d})" for d in outer) if r > 2 else "1"
+                w(f"if g{tag} * {prod} > {profile.max_programs}:")
+                w("    return None")
+                g0 = f"g{tag}"
+                extra = [f"ncb{tag}"] if gl.mode == "tiled" else []
+            g1 = outer[0] if len(outer) > 0 else "1"
+            g2 = outer[1] if len(outer) > 1 else "1"
+            scal = [space[-2] if r >= 2 else "1", space[-1] if r >= 1 else "1"] + extra
+            scal += [f"float({self.dim(d)})" for d in gl.dims] + [self.dim(d) for d in gl.int_dims]
+            cores = profile.vector_cores
+        w(f"G{tag} = ({g0}, {g1}, {g2})")
+        w(f"T{tag} = G{tag}[0] * G{tag}[1] * G{tag}[2]")
+        w.const(f"C{tag}", gl.consts)
+        w.const(f"GL{tag}", gl)
+        w(f"c{tag} = C{tag} if consts is None else GL{tag}.const_values(consts)")
+        tail = [f"G{tag}[0]", f"G{tag}[1]", f"T{tag}"]
+        args += scal
+        keys += scal
+        w(f"args{tag} = [{', '.join(args)}, *c{tag}, {', '.join(tail)}]")
+        w(f"lg{tag} = (max(1, min(T{tag}, {cores})), 1, 1)")
+        build = gk._builds.get(tiles)
+        if build is None or build.encoder.target.name != profile.name:
+            raise _Unsupported
+        w.const(f"B{tag}", build)
+        w.const(f"I{tag}", gk._instances)
+        w.const(f"TILES{tag}", tiles)
+        w(f"ikey{tag} = (TILES{tag}, lg{tag}, ({', '.join(keys)}, *c{tag}, {', '.join(tail)}), {id(profile)})")
+        w(f"bc{tag} = I{tag}.get(ikey{tag})")
+        w(f"if bc{tag} is None:")
+        at = gl.tensor_at
+        if build.int_args:
+            ints = ", ".join(f"args{tag}[{i}]" for i in build.int_args)
+            w(f"    if max({ints},) > 2147483647 or min({ints},) < -2147483648:")
+            w(f"        _too_big(GK{tag}, B{tag}, args{tag})")
+        tk = ["None"] * (max(at) + 1)
+        for i, f in zip(at, flats):
+            tk[i] = f"({f}.dtype, {f}.shape, {f}.strides)"
+        w(f"    bc{tag} = _encode(GK{tag}, B{tag}, args{tag}, lg{tag}, ikey{tag}, ({', '.join(tk)},))")
+        w("else:")
+        w(f"    GK{tag}.stats.hits += 1")
+        w(f"GK{tag}.stats.launches += 1")
+        arrays = "{" + ", ".join(f"{i}: {f}" for i, f in zip(at, flats)) + "}"
+        if len(set(gl.bases)) == len(gl.bases):
+            alias = "{" + ", ".join(f"{i}: {i}" for i in at) + "}"
+        else:
+            w.const(f"BASES{tag}", gl.bases)
+            alias = f"alias_groups(arrs{tag}, BASES{tag})"
+        w(f"arrs{tag} = {arrays}")
+        w(f"items.append(StackItem(bc{tag}, arrs{tag}, {gk.name!r}, {alias}))")
+
+
+def _c_strides(shape: list[str]) -> list[str]:
+    """The strides in elements of a C-contiguous array of ``shape`` (expressions)."""
+    out, acc = [], "1"
+    for d in reversed(shape):
+        out.append(acc)
+        if acc == "1":
+            acc = d
+        elif d != "1":
+            acc = str(int(acc) * int(d)) if acc.isdigit() and d.isdigit() else f"{acc}*{d}"
+    return list(reversed(out))
+

@@ -1,0 +1,129 @@
+"""A plan's generated instance function (fuser/instance.py) is the generic path written out straight: for every
+call it serves, its outputs are bit for bit, and its launches' cycles equal, those of the generic path
+(``instance.ENABLED = False``), on the paper's workloads, on views, on the split plan and on lengths 1 and 3;
+anything it does not cover (a non-contiguous input) falls back to the generic path; its pooled intermediate
+buffers never reach the caller."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dvmlang
+import dvmlang.ops as ops
+from dvmlang.fuser import instance
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from paper import ops as pops  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _enabled():
+    was = instance.ENABLED
+    yield
+    instance.ENABLED = was
+
+
+def _tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _fast_count(g) -> int:
+    return sum(1 for p in g._captured.values() if p is not None for f in p._fast.values() if f)
+
+
+def _compare(fn, make_args, lengths, static=None):
+    """Calls ``fn`` through two graph functions, one with instance functions and one without, and checks that
+    every output and every launch's cycles agree. Returns the first graph function."""
+    fast, generic = dvmlang.graph(fn, static=static), dvmlang.graph(fn, static=static)
+    rng = np.random.default_rng(7)
+    for L in lengths:
+        args = make_args(rng, L)
+        instance.ENABLED = True
+        got = _tuple(fast(*args))
+        rec = fast.last_launch
+        instance.ENABLED = False
+        want = _tuple(generic(*args))
+        ref = generic.last_launch
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            assert a.shape == b.shape and a.dtype == b.dtype, (L, a.shape, b.shape)
+            assert np.array_equal(a, b, equal_nan=True), f"length {L}: the instance function's output differs"
+        assert rec.cycles == ref.cycles, (L, rec.cycles, ref.cycles)
+    return fast
+
+
+LENGTHS = [16, 1, 3, 16, 1, 3, 40, 7, 16, 1]
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "add/mul/cast chain", "reduction (row sum)",
+                                  "transpose", "rotary embedding", "matmul + bias + gelu", "attention"])
+def test_paper_workloads_equal_the_generic_path(name):
+    w = next(w for w in pops.WORKLOADS if w.name == name)
+    g = _compare(w.graph, w.args, LENGTHS, w.static)
+    assert _fast_count(g) >= 1, "no call took the instance function"
+
+
+def test_decoder_block_equals_the_generic_path():
+    w = next(w for w in pops.WORKLOADS if w.name == "decoder block")
+    g = _compare(w.graph, w.args, [5, 1, 3, 5, 1, 9], w.static)
+    assert _fast_count(g) >= 1
+
+
+def _views(x, y):
+    a = ops.transpose(x[1:, :], 0, 1)  # a slice, then a permute
+    b = ops.reshape(y, (y.shape[0] * 2, y.shape[1] // 2))  # a contiguous reshape
+    return ops.exp(a) * 2.0, ops.sum(b, axis=-1)
+
+
+def test_views_equal_the_generic_path():
+    def args(rng, L):
+        return (rng.standard_normal((L + 1, 24)).astype(np.float32),
+                rng.standard_normal((L, 32)).astype(np.float32))
+    g = _compare(_views, args, LENGTHS)
+    assert _fast_count(g) >= 1
+
+
+def test_the_split_plan_equals_the_generic_path():
+    """A row longer than the row block built takes the split plan: the plan's function returns SPLIT and the split
+    plan's own function serves the call."""
+    def args(rng, L):
+        return (rng.standard_normal((4, L)).astype(np.float32),)
+    g = _compare(ops.softmax, args, [8, 300, 8, 300, 1, 2000, 300, 8, 700])
+    assert _fast_count(g) >= 2
+
+
+def test_a_non_contiguous_input_takes_the_generic_path():
+    rng = np.random.default_rng(3)
+    g = dvmlang.graph(ops.softmax)
+    for L in (4, 5, 6):
+        g(rng.standard_normal((L, 32)).astype(np.float32))
+    assert _fast_count(g) >= 1
+    x = rng.standard_normal((9, 64)).astype(np.float32)[:, ::2]  # strided columns
+    x0 = x.copy()
+    got = g(x)
+    e = np.exp(x0 - x0.max(-1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+    assert np.array_equal(x, x0)  # the input is not touched
+
+
+def test_outputs_are_never_pooled_buffers():
+    """Intermediates come from a per-program pool; what a call returns must survive the next calls."""
+    def f(x):
+        h = ops.exp(x) + 1.0  # an intermediate (pooled) ...
+        return ops.sum(h, axis=-1), h * 0.5  # ... and an output computed from it
+    rng = np.random.default_rng(5)
+    g = dvmlang.graph(f)
+    kept = []
+    for L in [6, 6, 6, 7, 6, 7, 6]:
+        x = rng.standard_normal((L, 48)).astype(np.float32)
+        s, h = g(x)
+        kept.append((x, s, s.copy(), h, h.copy()))
+    assert _fast_count(g) >= 1
+    for x, s, s0, h, h0 in kept:
+        assert np.array_equal(s, s0) and np.array_equal(h, h0)  # no later call wrote into an earlier output
+        np.testing.assert_allclose(h, (np.exp(x) + 1.0) * 0.5, rtol=1e-5)
+    ids = {id(a) for _, s, _, h, _ in kept for a in (s, h)}
+    assert len(ids) == 2 * len(kept)
