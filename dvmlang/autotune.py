@@ -22,17 +22,15 @@ a while (``PARALLEL_TUNING_SECONDS``), they run in forked processes, one per cor
 from __future__ import annotations
 
 import ast
-import hashlib
-import json
 import os
 import select
 import time
-from pathlib import Path
 
 import numpy as np
 
 from .errors import ConstexprError, DvmError, LaunchError, ResourceError, user_frames
 from .runtime import Kernel
+from .tuning import auto as _auto
 
 # Config options that shape a launch on a GPU. Each is accepted; docs/triton.md says what it means here.
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -55,6 +53,7 @@ class Config:
         self.num_ctas = num_ctas
         self.maxnreg = maxnreg
         self.pre_hook = pre_hook
+        self.programs = None  # dvmlang's own: {axis: grid size} of a persistent kernel (configs="auto" sets it)
 
     def all_kwargs(self) -> dict:
         """The constexpr values and the launch options that are set, as one dict (Triton's method)."""
@@ -62,7 +61,9 @@ class Config:
         return {**self.kwargs, **opts}
 
     def __repr__(self) -> str:
-        return ", ".join(f"{k}: {v}" for k, v in self.all_kwargs().items())
+        parts = [f"{k}: {v}" for k, v in self.all_kwargs().items()]
+        parts += [f"programs[{a}]: {n}" for a, n in (self.programs or {}).items()]
+        return ", ".join(parts)
 
 
 def _innermost(fn) -> Kernel:
@@ -119,10 +120,6 @@ def heuristics(values: dict):
     return lambda fn: Heuristics(fn, values)
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("DVMLANG_CACHE_DIR") or Path.home() / ".cache" / "dvmlang") / "autotune"
-
-
 def _takes_var_keywords(fn) -> bool:
     import inspect
     try:
@@ -135,7 +132,7 @@ def _same_program_key(c: Config):
     """What names the program a config runs: its constexprs and its pre_hook (which sees only the arguments and
     the constexprs), or None when a value does not hash."""
     try:
-        key = (tuple(sorted(c.kwargs.items())), c.pre_hook)
+        key = (tuple(sorted(c.kwargs.items())), c.pre_hook, tuple(sorted((c.programs or {}).items())))
         hash(key)
     except TypeError:
         return None
@@ -246,12 +243,27 @@ class Autotuner(_Wrapper):
 
     def __init__(self, fn, configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None,
                  pre_hook=None, post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None,
-                 cache_results=True, print_autotuning=None):
+                 cache_results=True, print_autotuning=None, space=None, hints=None, executor=None, budget=None,
+                 explore=None, timeout=None):
         super().__init__(fn)
-        self.configs = list(configs) or [Config({})]
+        # configs="auto" (or None, or [] as Triton-Ascend spells it), or a space= dict: the search builds the
+        # candidates itself (dvmlang/tuning)
+        self.auto = (isinstance(configs, str) and configs == "auto") or configs is None or space is not None or \
+            (isinstance(configs, (list, tuple)) and not configs)
+        if isinstance(configs, str) and configs != "auto":
+            raise LaunchError(f"autotune configs is a list of dvmlang.Config or \"auto\", got {configs!r}")
+        if space is not None and space != "auto" and not isinstance(space, dict):
+            raise LaunchError("autotune space= is \"auto\" or a dict of constexpr name -> values")
+        if hints is not None and not isinstance(hints, dict):
+            raise LaunchError("autotune hints= is a dict of knob name -> a value or a list of values")
+        self.space = space if isinstance(space, dict) else None
+        self.hints = dict(hints or {})
+        self.executor, self.budget, self.explore, self.timeout = executor, budget, explore, timeout
+        self.search = None  # the last automatic search (tuning.search.Result)
+        self.configs = [] if self.auto else list(configs)
         if not all(isinstance(c, Config) for c in self.configs):
             raise LaunchError("autotune configs must be dvmlang.Config objects")
-        self.keys = list(key)
+        self.keys = list(key or [])
         for group, names in (("key", self.keys), ("reset_to_zero", reset_to_zero or []),
                              ("restore_value", restore_value or [])):
             bad = [n for n in names if n not in self.arg_names]
@@ -287,35 +299,32 @@ class Autotuner(_Wrapper):
         parts += [str(v.dtype) for v in named.values() if hasattr(v, "dtype") and hasattr(v, "shape")]
         return tuple(parts)
 
-    def _disk_file(self, device) -> Path:
-        h = hashlib.sha256()
-        for part in (ast.dump(self.kernel.source.tree), repr(device.profile), repr([c.all_kwargs() for c in self.configs])):
-            h.update(part.encode())
-            h.update(b"\0")
-        return _cache_dir() / f"{self.__name__}-{h.hexdigest()[:24]}.json"
+    def _digest(self, device, key, space=None) -> str:
+        """The content address of this tuning (tuning/store.py): kernel source, key, profile, dvmlang version, and
+        the listed configs or the search space."""
+        from . import __version__
+        from .tuning import store
+        parts = {"kernel": ast.dump(self.kernel.source.tree), "name": self.__name__, "key": list(key),
+                 "profile": repr(device.profile), "version": __version__}
+        if space is None:
+            parts["configs"] = [repr(c) for c in self.configs]
+        else:
+            parts["space"] = space
+            parts["search"] = [self.budget, self.explore]
+        return store.digest(parts)
 
     def _disk_lookup(self, device, key):
-        try:
-            data = json.loads(self._disk_file(device).read_text())
-            index = data["entries"][json.dumps(key)]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # no file, another format, or not this key: tune
-        return self.configs[index] if isinstance(index, int) and 0 <= index < len(self.configs) else None
+        from .tuning import store
+        body = store.load(self._digest(device, key))
+        index = body.get("index") if body else None
+        if isinstance(index, int) and 0 <= index < len(self.configs) and body.get("config") == repr(self.configs[index]):
+            return self.configs[index]
+        return None  # no entry, a corrupt or foreign one, or not these configs: tune
 
     def _disk_store(self, device, key, config: Config) -> None:
-        path = self._disk_file(device)
-        try:
-            entries = json.loads(path.read_text()).get("entries", {})
-        except (OSError, ValueError, AttributeError):
-            entries = {}
-        entries[json.dumps(key)] = self.configs.index(config)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"version": 1, "kernel": self.__name__, "entries": entries}))
-            os.replace(tmp, path)
-        except OSError:
-            pass  # a cache that cannot be written only costs a re-tune next time
+        from .tuning import store
+        store.save(self._digest(device, key), {"kernel": self.__name__, "key": list(key),
+                                                "index": self.configs.index(config), "config": repr(config)})
 
     # ---- pruning and timing --------------------------------------------------------------------------------
     def prune_configs(self, named: dict) -> list:
@@ -431,6 +440,8 @@ class Autotuner(_Wrapper):
         named = self._named(args, kwargs)
         key = self._key(named)
         config = self.cache.get(key)
+        if config is None and self.auto:
+            config = _auto.choose(self, grid, args, kwargs, named, key, device)
         if config is None and self.cache_results:
             config = self._disk_lookup(device, key)
         if config is None:
@@ -445,10 +456,16 @@ class Autotuner(_Wrapper):
                               "autotune config; pass each constexpr one way")
         if config.pre_hook is not None:
             config.pre_hook(self._named(args, {**kwargs, **config.kwargs}))
+        if config.programs:
+            from .tuning.trial import grid_with
+            grid = grid_with(grid, config.programs)
         return self.fn.run(grid, *args, **kwargs, **config.kwargs, device=device)
 
-    def report(self, title: str | None = None):
-        """The last tuning as a ``rich`` table: each config, its simulated cycles, the chosen one marked."""
+    def report(self, title: str | None = None, top: int = 12):
+        """The last tuning as a ``rich`` table: each config, its simulated cycles, the chosen one marked (an
+        automatic search: the ``top`` candidates simulated, the model's estimates, the errors)."""
+        if self.auto and self.search is not None:
+            return _auto.table(self, title, top)
         from rich.table import Table
         table = Table(title=title or f"autotuning `{self.__name__}`")
         table.add_column("config")
@@ -460,12 +477,18 @@ class Autotuner(_Wrapper):
         return table
 
 
-def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,
+def autotune(configs="auto", key=(), prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,
              post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None, cache_results=True,
-             print_autotuning=None):
+             print_autotuning=None, *, space=None, hints=None, executor=None, budget=None, explore=None, timeout=None):
     """Decorator: ``@dvmlang.autotune(configs=[...], key=[...])`` above ``@dvmlang.kernel``.
 
+    ``configs="auto"`` (the default; also ``[]``, Triton-Ascend's spelling) or ``space={...}``: the search space
+    is built from the kernel (``dvmlang/tuning``): ``hints`` adds or restricts knobs, ``executor`` runs the
+    candidates (``"local[:N]"``, ``"ray://..."``, ``"serial"``; default ``$DVMLANG_EXECUTOR`` or a local process
+    pool), ``budget``/``explore`` are the parts of the candidates simulated by the model's rank and at random,
+    ``timeout`` bounds one candidate's seconds in a pool.
     ``warmup``, ``rep`` and ``use_cuda_graph`` have no effect: simulated time is the same on every run.
     ``do_bench(fn)`` replaces the cycle count with what it returns for a call of ``fn``."""
     return lambda fn: Autotuner(fn, configs, key, prune_configs_by, reset_to_zero, restore_value, pre_hook,
-                                post_hook, warmup, rep, use_cuda_graph, do_bench, cache_results, print_autotuning)
+                                post_hook, warmup, rep, use_cuda_graph, do_bench, cache_results, print_autotuning,
+                                space, hints, executor, budget, explore, timeout)
