@@ -137,6 +137,7 @@ class _Program:
         free = [0.0] * isa.N_PIPES
         busy = [0.0] * isa.N_PIPES
         port = 0.0
+        port_busy = 0.0
         done = 0.0
         t_issue = 0.0
         flags: dict = {}
@@ -231,6 +232,7 @@ class _Program:
             busy[pipe] += cost
             if uses_port:
                 port = end
+                port_busy += cost
             lat = timing.latency(p, ins.cost)
             if lat:
                 end += lat
@@ -241,7 +243,7 @@ class _Program:
             t_issue = end if pipe == 0 else issue
             i = nxt
         total = max([t_issue, done] + free)
-        return {"cycles": total, "busy": busy, "read": read, "written": written, "steps": steps, "exact": exact}
+        return {"cycles": total, "busy": busy, "steady": max(busy + [port_busy]), "read": read, "written": written, "steps": steps, "exact": exact}
 
     def _imm(self, d):
         dtp = d.dtype
@@ -350,8 +352,16 @@ def estimate(bc, profile, samples: int = SAMPLES) -> Estimate:
     runs = [prog.run(_coords(lin, grid)) for lin in picks]
     T = np.interp(np.arange(P), picks, [r["cycles"] for r in runs]) if len(picks) > 1 else \
         np.full(P, runs[0]["cycles"])
-    # programs on cores: p -> core p % cores, one after another, each after a core's first paying the dispatch
-    per_core = np.bincount(np.arange(P) % cores, weights=T, minlength=min(P, cores))[:active]
+    # programs on cores: p -> core p % cores, one after another, each after a core's first paying the dispatch;
+    # with double buffering a core's next program starts as its pipes free, so after the first each costs its
+    # busiest pipe (or GM port) rather than its whole length
+    if k.double_buffer and profile.double_buffer and P > active:
+        S = np.interp(np.arange(P), picks, [r["steady"] for r in runs]) if len(picks) > 1 else \
+            np.full(P, runs[0]["steady"])
+        cost = np.where(np.arange(P) < active, T, np.minimum(T, S))
+    else:
+        cost = T
+    per_core = np.bincount(np.arange(P) % cores, weights=cost, minlength=min(P, cores))[:active]
     counts = np.bincount(np.arange(P) % cores, minlength=min(P, cores))[:active]
     per_core = per_core + np.maximum(0, counts - 1) * profile.program_dispatch_cycles
     body = float(per_core.max()) if per_core.size else 0.0

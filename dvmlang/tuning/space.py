@@ -7,7 +7,7 @@ A knob is a constexpr parameter the call does not pass, or the grid's persistenc
   or steps a loop (``range(a, b, X)``). Tiles are powers of two (``dl.arange`` needs them). From 16 (one
   32-byte-aligned fp16 row of a cube fractal, so a tile never wastes the 16x16 cube) to 256 in a kernel with
   ``dot`` (L0A/L0B hold 64 KiB: a 128 x 256 fp16 operand), from 1 to the largest power of two whose fp32 tile
-  fits a quarter of UB in a vector kernel. Which combinations fit UB/L1/L0A/L0B/L0C is decided by the
+  fits a quarter of UB in a vector kernel (a loop step from 8: one 32-byte burst of fp32). Which combinations fit UB/L1/L0A/L0B/L0C is decided by the
   compiler: a candidate that does not fit is reported as such and never simulated.
 * **group** — a constexpr named ``GROUP*`` (tutorial 03's ``GROUP_SIZE_M``, the program-id swizzle): 1 to 16.
 * **programs** — a constexpr named ``NUM_SMS``/``NUM_CORES``/``NUM_PROGRAMS``/``NUM_PROGS`` that the call
@@ -75,6 +75,7 @@ class _Uses(ast.NodeVisitor):
 
     def __init__(self):
         self.tile: dict[str, int] = {}  # name -> line of a use as a tile dim or loop step
+        self.steps: set[str] = set()  # names used as a loop step
         self.has_dot = False
         self.pid_vars: dict[str, tuple[str, int]] = {}  # variable -> ("program_id"|"num_programs", axis)
         self.axis_calls: list[tuple[str, object, ast.AST]] = []  # (kind, axis, node)
@@ -110,6 +111,7 @@ class _Uses(ast.NodeVisitor):
             step = it.args[2]
             if isinstance(step, ast.Name) and step.id not in self.pid_vars:
                 self.tile.setdefault(step.id, node.lineno)
+                self.steps.add(step.id)
             start = it.args[0]
             kinds = [self._pid_kind(start), self._pid_kind(step)]
             if kinds[0] and kinds[1] and kinds[0][0] == "program_id" and kinds[1][0] == "num_programs" and \
@@ -207,7 +209,9 @@ def discover(kernel, given: set, hints: dict | None, profile, grid_axes_given: t
         elif name.upper().startswith("GROUP"):
             knobs.append(Knob(name, "group", (1, 2, 4, 8, 16), "a group size (program-id swizzle)"))
         elif name in uses.tile:
-            knobs.append(Knob(name, "tile", _pow2(tile_lo, tile_hi), f"a tile size or loop step ({src.file}:{line})"))
+            # a loop step moves at least one aligned burst of fp32 per trip
+            lo = max(tile_lo, profile.alignment // 4) if name in uses.steps else tile_lo
+            knobs.append(Knob(name, "tile", _pow2(lo, tile_hi), f"a tile size or loop step ({src.file}:{line})"))
         else:
             raise LaunchError(
                 f"autotune(configs=\"auto\") of `{src.name}`: the constexpr `{name}` is not passed and its use does "
