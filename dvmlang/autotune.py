@@ -31,40 +31,8 @@ import numpy as np
 from .errors import ConstexprError, DvmError, LaunchError, ResourceError, user_frames
 from .runtime import Kernel
 from .tuning import auto as _auto
-
-# Config options that shape a launch on a GPU. Each is accepted; docs/triton.md says what it means here.
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
-
-
-class Config:
-    """One candidate: constexpr values (``kwargs``) and launch options, as Triton's ``triton.Config``.
-
-    ``num_warps``, ``num_ctas`` and ``maxnreg`` have no effect on the simulated NPU (a program runs on one
-    core, and its tiles are whole-tile instructions, not threads); ``num_stages`` is recorded but buffering
-    depth is chosen by the compiler. ``pre_hook(nargs)`` runs before each launch with this config."""
-
-    def __init__(self, kwargs: dict, num_warps: int = 4, num_stages: int = 3, num_ctas: int = 1,
-                 maxnreg: int | None = None, pre_hook=None):
-        if not isinstance(kwargs, dict):
-            raise LaunchError(f"Config takes a dict of constexpr values, got {type(kwargs).__name__}")
-        self.kwargs = dict(kwargs)
-        self.num_warps = num_warps
-        self.num_stages = num_stages
-        self.num_ctas = num_ctas
-        self.maxnreg = maxnreg
-        self.pre_hook = pre_hook
-        self.programs = None  # dvmlang's own: {axis: grid size} of a persistent kernel (configs="auto" sets it)
-
-    def all_kwargs(self) -> dict:
-        """The constexpr values and the launch options that are set, as one dict (Triton's method)."""
-        opts = {k: getattr(self, k) for k in LAUNCH_OPTIONS if getattr(self, k) is not None}
-        return {**self.kwargs, **opts}
-
-    def __repr__(self) -> str:
-        parts = [f"{k}: {v}" for k, v in self.all_kwargs().items()]
-        parts += [f"programs[{a}]: {n}" for a, n in (self.programs or {}).items()]
-        return ", ".join(parts)
-
+from .tuning.config import LAUNCH_OPTIONS, Config  # noqa: F401 - dvmlang.autotune.Config
+from .tuning.trial import _trial_session, _writeable_views
 
 def _innermost(fn) -> Kernel:
     """The ``Kernel`` under any stack of autotune/heuristics wrappers."""
@@ -139,24 +107,6 @@ def _same_program_key(c: Config):
     return key
 
 
-def _writeable_views(values) -> list:
-    """Zero-copy numpy views of the writeable arrays among ``values`` (numpy arrays, torch tensors, ...)."""
-    from .args import is_foreign_array, to_numpy
-    views, seen = [], set()
-    for v in values:
-        if hasattr(v.__class__, "__dvm_descriptor__"):
-            v = v.base  # a host TensorDescriptor: the kernel writes through it into its base
-        if is_foreign_array(v):
-            try:
-                v = to_numpy("autotune", "argument", v)
-            except DvmError:
-                continue  # not an array dvmlang can launch with: the launch itself will say so
-        if isinstance(v, np.ndarray) and v.flags.writeable and id(v) not in seen:
-            seen.add(id(v))
-            views.append(v)
-    return views
-
-
 def _fork_map(fn, items: list, workers: int) -> list:
     """``[fn(x) for x in items]`` in forked processes, ``workers`` at a time; ``None`` where a child failed
     (the caller runs that item itself). Each child returns one float through a pipe and exits."""
@@ -218,11 +168,6 @@ def _one_blas_thread() -> None:
 # holds torch and the caches, and two tunings sharing memory bandwidth, cost about 1 s on the 2-core machine this
 # was measured on (benchmarks/autotune_parallel.py: 1.00x at 1024^3, 0.74x at 2048^3).
 PARALLEL_TUNING_SECONDS = 2.0
-
-
-def _trial_session():
-    from .trace.record import Session
-    return Session(max_events=0, summary_only=True)
 
 
 def _key_part(v):
@@ -302,8 +247,10 @@ class Autotuner(_Wrapper):
     def _digest(self, device, key, space=None) -> str:
         """The content address of this tuning (tuning/store.py): kernel source, key, profile, dvmlang version, and
         the listed configs or the search space."""
-        from . import __version__
+        import sys
+
         from .tuning import store
+        __version__ = getattr(sys.modules.get("dvmlang"), "__version__", "")
         parts = {"kernel": ast.dump(self.kernel.source.tree), "name": self.__name__, "key": list(key),
                  "profile": repr(device.profile), "version": __version__}
         if space is None:

@@ -45,7 +45,7 @@ def knobs_of(tuner, grid, named: dict, device) -> list:
 
 
 def _config(values: dict, axis):
-    from ..autotune import Config
+    from .config import Config
     kw = {k: v for k, v in values.items() if k != space.PROGRAMS}
     c = Config(kw)
     if space.PROGRAMS in values:
@@ -55,7 +55,6 @@ def _config(values: dict, axis):
 
 def choose(tuner, grid, args, kwargs, named, key, device):
     """The config for ``key``: from the cache, or by a search. Returns a ``Config``."""
-    from ..autotune import _writeable_views  # noqa: F401 - (trial imports it; the import order is checked here)
     from .executor import Executor, SerialExecutor, get_executor
     from .trial import Trial
     t0 = time.perf_counter()

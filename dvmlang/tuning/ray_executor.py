@@ -18,7 +18,7 @@ import sys
 import time
 
 from ..errors import DvmError
-from .executor import DEFAULT_TIMEOUT, Executor, Outcome, _call, _Progress
+from .base import DEFAULT_TIMEOUT, Executor, Outcome, _call, _Progress
 
 _FN_CACHE: dict = {}  # in a worker: payload object id -> the unpickled function
 

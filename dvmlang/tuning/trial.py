@@ -11,7 +11,31 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import DvmError
 from .space import PROGRAMS
+
+
+def _writeable_views(values) -> list:
+    """Zero-copy numpy views of the writeable arrays among ``values`` (numpy arrays, torch tensors, ...)."""
+    from ..args import is_foreign_array, to_numpy
+    views, seen = [], set()
+    for v in values:
+        if hasattr(v.__class__, "__dvm_descriptor__"):
+            v = v.base  # a host TensorDescriptor: the kernel writes through it into its base
+        if is_foreign_array(v):
+            try:
+                v = to_numpy("autotune", "argument", v)
+            except DvmError:
+                continue  # not an array dvmlang can launch with: the launch itself will say so
+        if isinstance(v, np.ndarray) and v.flags.writeable and id(v) not in seen:
+            seen.add(id(v))
+            views.append(v)
+    return views
+
+
+def _trial_session():
+    from ..trace.record import Session
+    return Session(max_events=0, summary_only=True)
 
 
 def grid_with(grid, programs: dict | None):
@@ -81,7 +105,6 @@ class Trial:
         return estimate(bc, self.profile).cycles
 
     def simulate(self, grid, kw) -> float:
-        from ..autotune import _trial_session, _writeable_views
         device = self._device()
         saved = [(a, a.copy()) for a in _writeable_views((*self.args, *self.kwargs.values()))]
         try:
