@@ -136,6 +136,7 @@ class _Program:
         regs = [0] * max(1, len(self.reg_types))
         free = [0.0] * isa.N_PIPES
         busy = [0.0] * isa.N_PIPES
+        first = [math.inf] * isa.N_PIPES
         port = 0.0
         port_busy = 0.0
         done = 0.0
@@ -230,6 +231,8 @@ class _Program:
             end = start + cost
             free[pipe] = end
             busy[pipe] += cost
+            if start < first[pipe]:
+                first[pipe] = start
             if uses_port:
                 port = end
                 port_busy += cost
@@ -243,7 +246,11 @@ class _Program:
             t_issue = end if pipe == 0 else issue
             i = nxt
         total = max([t_issue, done] + free)
-        return {"cycles": total, "busy": busy, "steady": max(busy + [port_busy]), "read": read, "written": written, "steps": steps, "exact": exact}
+        first[0] = 0.0
+        last = list(free)
+        last[0] = max(last[0], t_issue)
+        return {"cycles": total, "busy": busy, "steady": max(busy + [port_busy]), "first": first, "last": last,
+                "port": port_busy, "read": read, "written": written, "steps": steps, "exact": exact}
 
     def _imm(self, d):
         dtp = d.dtype
@@ -336,6 +343,55 @@ def _coords(lin: int, grid) -> tuple:
     return (lin % g0, (lin // g0) % g1, lin // (g0 * g1))
 
 
+def _interp(picks, values, P):
+    return np.interp(np.arange(P), picks, values) if len(picks) > 1 else np.full(P, values[0])
+
+
+def _compose(runs, picks, T, P, cores, double_buffer, profile):
+    """The device's own placement of programs on cores (``npu.timing._compose``: waves, consecutive programs on
+    a core overlapping where their pipes and double buffering allow, the GM port, the dispatch of every program
+    after a core's first), on the sampled programs' pipe times spread over the grid. None where the device does
+    not offer it."""
+    compose = getattr(timing, "_compose", None)
+    if compose is None:
+        return None
+    first = np.empty((isa.N_PIPES, P))
+    last = np.empty((isa.N_PIPES, P))
+    for q in range(isa.N_PIPES):
+        f = [r["first"][q] for r in runs]
+        if all(math.isinf(x) for x in f):
+            first[q] = np.inf
+        else:
+            first[q] = _interp(picks, [x if math.isfinite(x) else 0.0 for x in f], P)
+        last[q] = _interp(picks, [r["last"][q] for r in runs], P)
+    port = _interp(picks, [r["port"] for r in runs], P)
+    d = profile.program_dispatch_cycles
+    if d and P > cores:
+        T[cores:] += d
+        first[1:, cores:] += d
+        last[:, cores:] += d
+    try:
+        _, core_end = compose(T, first, last, cores, double_buffer, port)
+    except (TypeError, ValueError):
+        return None
+    return float(core_end.max()) if len(core_end) else 0.0
+
+
+def _sequential(runs, picks, T, P, cores, active, k, profile):
+    """Programs on cores, one after another, each after a core's first paying the dispatch; with double buffering
+    a core's next program costs its busiest pipe (or GM port) rather than its whole length."""
+    if k.double_buffer and profile.double_buffer and P > active:
+        S = np.interp(np.arange(P), picks, [r["steady"] for r in runs]) if len(picks) > 1 else \
+            np.full(P, runs[0]["steady"])
+        cost = np.where(np.arange(P) < active, T, np.minimum(T, S))
+    else:
+        cost = T
+    per_core = np.bincount(np.arange(P) % cores, weights=cost, minlength=min(P, cores))[:active]
+    counts = np.bincount(np.arange(P) % cores, minlength=min(P, cores))[:active]
+    per_core = per_core + np.maximum(0, counts - 1) * profile.program_dispatch_cycles
+    return float(per_core.max()) if per_core.size else 0.0
+
+
 def estimate(bc, profile, samples: int = SAMPLES) -> Estimate:
     """The model's estimate of launching the encoded instance ``bc`` (a ``vm.Bytecode``) on ``profile``."""
     bc.validate()
@@ -352,19 +408,9 @@ def estimate(bc, profile, samples: int = SAMPLES) -> Estimate:
     runs = [prog.run(_coords(lin, grid)) for lin in picks]
     T = np.interp(np.arange(P), picks, [r["cycles"] for r in runs]) if len(picks) > 1 else \
         np.full(P, runs[0]["cycles"])
-    # programs on cores: p -> core p % cores, one after another, each after a core's first paying the dispatch;
-    # with double buffering a core's next program starts as its pipes free, so after the first each costs its
-    # busiest pipe (or GM port) rather than its whole length
-    if k.double_buffer and profile.double_buffer and P > active:
-        S = np.interp(np.arange(P), picks, [r["steady"] for r in runs]) if len(picks) > 1 else \
-            np.full(P, runs[0]["steady"])
-        cost = np.where(np.arange(P) < active, T, np.minimum(T, S))
-    else:
-        cost = T
-    per_core = np.bincount(np.arange(P) % cores, weights=cost, minlength=min(P, cores))[:active]
-    counts = np.bincount(np.arange(P) % cores, minlength=min(P, cores))[:active]
-    per_core = per_core + np.maximum(0, counts - 1) * profile.program_dispatch_cycles
-    body = float(per_core.max()) if per_core.size else 0.0
+    body = _compose(runs, picks, T.copy(), P, cores, k.double_buffer and profile.double_buffer, profile)
+    if body is None:
+        body = _sequential(runs, picks, T, P, cores, active, k, profile)
     # what must cross HBM: a tensor that fits L2 once (reads) or as written, a larger one every time
     scale = P / len(runs)
     hbm = 0.0
