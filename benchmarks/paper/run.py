@@ -195,10 +195,12 @@ def _task(item):
         finally:
             ops.WORKLOADS = keep
     from . import models
-    name, system, reqs, n = item[2], item[3], item[4], item[5]
+    name, system, reqs, n, budget = item[2], item[3], item[4], item[5], item[6]
     base = models.SETTINGS["quick" if quick else "full"]
     s = dataclasses.replace(base, requests=n, models=(name,))
-    return models.run(quick, reqs, log=log, settings=s, systems=(system,))
+    # a simulated system stops starting requests before the task's time bound, so its rows so far come back
+    deadline = time.monotonic() + 0.9 * budget if budget else None
+    return models.run(quick, reqs, log=log, settings=s, systems=(system,), deadline=deadline)
 
 
 def run_tasks(args, reqs) -> list[dict]:
@@ -214,9 +216,11 @@ def run_tasks(args, reqs) -> list[dict]:
         else:
             s = models.SETTINGS["quick" if args.quick else "full"]
             n = args.model_requests or (s.requests if args.quick else len(reqs))
-            items += [("model", args.quick, m, system, reqs, n) for m in s.models for system in models.SYSTEMS
-                      if not (system.startswith("inductor") and s.inductor_models is not None
-                              and m not in s.inductor_models)]
+            # the longest tasks first, so that the short ones fill the workers at the end
+            items = [("model", args.quick, m, system, reqs, n, args.budget) for m in s.models
+                     for system in models.SYSTEMS
+                     if not (system.startswith("inductor") and s.inductor_models is not None
+                             and m not in s.inductor_models)] + items
     executor = get_executor(args.executor)
     print(f"{len(items)} tasks on {executor.name} ({executor.workers} workers), each bounded by "
           f"{args.budget or 'no'} s")
@@ -230,10 +234,21 @@ def run_tasks(args, reqs) -> list[dict]:
         what = it[2] if it[0] == "ops" else f"{it[2]} / {it[3]} ({it[5]} requests)"
         if o.ok:
             rows += o.value
-            print(f"  done   {what:48s} {o.seconds:7.1f} s, {len(o.value)} rows")
+            got = len({r["request"] for r in o.value})
+            print(f"  done   {what:48s} {o.seconds:7.1f} s, {len(o.value)} rows, {got} requests")
         else:
             print(f"  FAILED {what:48s} {o.error}")
     print(f"tasks: {sum(o.ok for o in outs)} of {len(items)} done in {time.perf_counter() - t0:.0f} s")
+    # the model level's stream is the prefix of requests every simulated (model, system) task reached
+    done = {}
+    for r in rows:
+        if r["level"] == "model" and r["system"] in ("dvmlang", "per-op eager"):
+            done.setdefault((r["workload"], r["system"]), set()).add(r["request"])
+    if done:
+        reached = min(len(v) for v in done.values())
+        print(f"model level: the first {reached} requests of the stream reached by every model and system "
+              f"({', '.join(f'{w}/{s}: {len(v)}' for (w, s), v in sorted(done.items()))})")
+        rows = [r for r in rows if r["level"] != "model" or r["request"] < reached]
     return rows
 
 
