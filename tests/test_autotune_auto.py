@@ -257,3 +257,35 @@ def test_ray_local_cluster_starts_runs_and_stops_in_bounded_time():
     ''')
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_triton_autotune_with_no_configs_searches():
+    import dvmlang.triton as triton
+    import dvmlang.triton.language as tl
+
+    @triton.autotune(configs=[], key=["n_elements"], executor="serial")
+    @triton.jit
+    def scale(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n_elements) * 2.0, mask=offs < n_elements)
+
+    x = np.arange(5000, dtype=np.float32)
+    out = np.zeros_like(x)
+    scale[lambda meta: (triton.cdiv(5000, meta["BLOCK_SIZE"]),)](x, out, 5000)
+    np.testing.assert_array_equal(out, 2 * x)
+    assert scale.auto and scale.search is not None and "BLOCK_SIZE" in scale.best_config.kwargs
+
+
+def test_an_unclassifiable_constexpr_is_a_clear_error():
+    @dvmlang.kernel
+    def mode(x, out, n, MODE: dl.constexpr):
+        i = dl.arange(0, 16)
+        v = dl.load(x + i, mask=i < n)
+        dl.store(out + i, v * 2 if MODE == 1 else v, mask=i < n)
+    x = np.ones(16, np.float32)
+    with pytest.raises(dvmlang.LaunchError, match="hints=.*MODE"):
+        dvmlang.autotune(key=["n"], executor="serial")(mode)[(1,)](x, np.zeros_like(x), 16)
+    out = np.zeros_like(x)
+    k = dvmlang.autotune(key=["n"], executor="serial", hints={"MODE": [0, 1]})(mode)
+    k[(1,)](x, out, 16)
+    np.testing.assert_array_equal(out, x * (2 if k.best_config.kwargs["MODE"] == 1 else 1))
