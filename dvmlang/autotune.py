@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ast
 import os
-import select
 import time
 
 import numpy as np
@@ -108,60 +107,10 @@ def _same_program_key(c: Config):
 
 
 def _fork_map(fn, items: list, workers: int) -> list:
-    """``[fn(x) for x in items]`` in forked processes, ``workers`` at a time; ``None`` where a child failed
-    (the caller runs that item itself). Each child returns one float through a pipe and exits."""
-    results: list = [None] * len(items)
-    running: dict[int, tuple[int, int]] = {}
-    pending = list(enumerate(items))
-
-    def reap(pid):
-        i, fd = running.pop(pid)
-        with os.fdopen(fd, "rb") as f:
-            data = f.read()  # to EOF: the child has written and exited
-        os.waitpid(pid, 0)  # only our own children: never another part of the program's
-        try:
-            results[i] = float(data.decode()) if data else None
-        except ValueError:
-            results[i] = None
-
-    while pending or running:
-        while pending and len(running) < workers:
-            i, item = pending.pop(0)
-            r, w = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # the child: time one config, report, and leave without running any cleanup
-                os.close(r)
-                _one_blas_thread()
-                try:
-                    msg = repr(float(fn(item))).encode()
-                except BaseException:  # noqa: BLE001 - the parent re-runs it and raises the real error
-                    msg = b""
-                try:
-                    os.write(w, msg)
-                finally:
-                    os._exit(0)
-            os.close(w)
-            running[pid] = (i, r)
-        ready, _, _ = select.select([fd for _, fd in running.values()], [], [])
-        reap(next(pid for pid, (_, fd) in running.items() if fd == ready[0]))
-    return results
-
-
-def _one_blas_thread() -> None:
-    """In a tuning child: one BLAS thread, so that children on different cores do not each start a thread pool
-    that spins on the same cores (numpy's bundled OpenBLAS; nothing happens where it is not found)."""
-    import ctypes
-    import glob
-    for path in glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*")):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for name in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads"):
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                fn(1)
-                return
+    """``[fn(x) for x in items]`` on the local process pool (tuning/executor.py), ``workers`` at a time; ``None``
+    where an item failed (the caller runs that item itself, where its error is raised)."""
+    from .tuning.executor import LocalPool
+    return [o.value if o.ok else None for o in LocalPool(workers).map(fn, items, timeout=None)]
 
 
 # Tune in processes when the configs left would take at least this long one after another: forking a process that
