@@ -55,7 +55,7 @@ def _config(values: dict, axis):
 
 def choose(tuner, grid, args, kwargs, named, key, device):
     """The config for ``key``: from the cache, or by a search. Returns a ``Config``."""
-    from .executor import Executor, SerialExecutor, get_executor
+    from .executor import SerialExecutor, shared
     from .trial import Trial
     t0 = time.perf_counter()
     knobs = knobs_of(tuner, grid, named, device)
@@ -72,7 +72,7 @@ def choose(tuner, grid, args, kwargs, named, key, device):
                 return _config(values, axis)
     cands = space.candidates(knobs)
     serial = (tuner.do_bench is not None or tuner.user_pre_hook is not None or tuner.user_post_hook is not None)
-    executor = SerialExecutor() if serial else get_executor(tuner.executor)
+    executor = SerialExecutor() if serial else shared(tuner.executor)
     trial = Trial(tuner.fn, grid, args, kwargs, tuner.arg_names, tuner.reset_to_zero, device, axis)
     timeout = tuner.timeout if tuner.timeout is not None else float(os.environ.get("DVMLANG_TUNE_TIMEOUT", 120))
     budget = tuner.budget if tuner.budget is not None else search.BUDGET
@@ -90,13 +90,8 @@ def choose(tuner, grid, args, kwargs, named, key, device):
                 raise ResourceError("does not fit (or fails a static_assert)")
             return cost
         trial = run_one
-    owned = not isinstance(tuner.executor, Executor)  # made here from a spec: closed here
-    try:
-        res = search.run(cands, trial, executor, digest, budget=budget, explore=explore, timeout=timeout,
-                         label=f"autotune {tuner.__name__}")
-    finally:
-        if owned:
-            executor.close()
+    res = search.run(cands, trial, executor, digest, budget=budget, explore=explore, timeout=timeout,
+                     label=f"autotune {tuner.__name__}")
     res.seconds = time.perf_counter() - t0
     res.knobs = knobs
     tuner.search = res

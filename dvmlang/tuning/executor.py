@@ -205,10 +205,29 @@ def _one_blas_thread() -> None:
                 return
 
 
+_SHARED: dict = {}  # spec -> the executor shared() made for it (closed when the process exits)
+
+
+def shared(spec=None) -> Executor:
+    """``get_executor(spec)``, made once per spec in this process and reused (a Ray cluster is started once, not
+    per tuning), closed when the process exits."""
+    if isinstance(spec, Executor):
+        return spec
+    if spec is None:
+        spec = os.environ.get("DVMLANG_EXECUTOR") or "local"
+    ex = _SHARED.get(spec)
+    if ex is None:
+        import atexit
+        ex = _SHARED[spec] = get_executor(spec)
+        atexit.register(ex.close)
+    return ex
+
+
 def get_executor(spec=None) -> Executor:
     """An executor from ``spec``: an ``Executor`` (returned as is), ``"serial"``, ``"local"``, ``"local:N"``,
     ``"ray"``, ``"ray://local"``, ``"ray://local:N"``, ``"ray://HOST:PORT"`` or ``"ray:auto"``; None reads
-    ``$DVMLANG_EXECUTOR`` (default ``local``)."""
+    ``$DVMLANG_EXECUTOR`` (default ``local``). The caller closes what it made (``with get_executor(...) as
+    pool``)."""
     if isinstance(spec, Executor):
         return spec
     if spec is None:
