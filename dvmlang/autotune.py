@@ -17,6 +17,12 @@ then the chosen config runs once on the arguments as they were given. The choice
 memory and on disk (``$DVMLANG_CACHE_DIR``, default ``~/.cache/dvmlang``), keyed by the kernel's source,
 the device profile, the configs and the key values. When the first candidate shows that the rest would take
 a while (``PARALLEL_TUNING_SECONDS``), they run in forked processes, one per core; the choice is the same.
+
+Without configs (``configs="auto"``, the default, or ``[]``) the search builds its own space from the kernel,
+ranks it with a cost model and simulates a part of it, through an executor (``dvmlang/tuning``; docs/language.md,
+"Automatic search"):
+
+    @dvmlang.autotune(key=["n"])            # hints={"BLOCK": [256, 1024]}, executor="ray://local:4", ...
 """
 
 from __future__ import annotations
