@@ -9,7 +9,8 @@ layouts, DMA boxes), and it holds its pipe on a small pipe clock that honours th
 port and transfer latency. That gives each sampled program's cycles, instructions and bytes per pipe. The launch:
 programs go to cores round-robin (vector or cube cores), each program after a core's first pays the dispatch,
 programs between samples are interpolated, and the whole launch cannot beat HBM for the bytes that must cross it
-(a tensor that fits L2 crosses once). No tile is computed: a scalar read from memory (``LDG``, ``MOVTS``) is taken
+(a tensor that fits L2 is read from HBM once; what the launch writes to it stays in L2, as the
+device's L2 model keeps it). No tile is computed: a scalar read from memory (``LDG``, ``MOVTS``) is taken
 as 0, and a program that runs longer than ``MAX_STEPS`` instructions is cut there (its estimate is then a lower
 bound, marked ``exact=False``).
 
@@ -422,11 +423,13 @@ def estimate(bc, profile, samples: int = SAMPLES) -> Estimate:
                 totals[t] = totals.get(t, 0.0) + nb * scale
         for t, nb in totals.items():
             gm += nb
-            if t in fits and fits[t]:
+            if not fits.get(t, False):
+                hbm += nb  # larger than L2: every byte crosses HBM
+            elif key == "read":
                 prm = bc.params[t]
-                hbm += min(nb, math.prod(prm.shape or (1,)) * prm.dtype.itemsize)
-            else:
-                hbm += nb
+                hbm += min(nb, math.prod(prm.shape or (1,)) * prm.dtype.itemsize)  # from a cold L2, once
+            elif not profile.l2_across_launches:
+                hbm += nb  # writes go through to HBM (with L2 kept across launches they stay in L2)
     floor = hbm / profile.hbm_bytes_per_cycle
     cycles = max(body, floor) + profile.launch_overhead_cycles
     pipes = {isa.PIPE_NAMES[q]: float(np.mean([r["busy"][q] for r in runs])) for q in range(isa.N_PIPES)}
