@@ -120,7 +120,7 @@ def table(tuner, title=None, top: int = TABLE_TOP):
     res = tuner.search
     n = len(res.rows)
     t = Table(title=title or f"autotuning `{tuner.__name__}`: {n} candidates, {res.fitting} fit, {res.simulated} "
-                             f"simulated ({res.simulated / max(1, n):.0%}) in {getattr(res, 'seconds', 0):.1f} s",
+                             f"simulated ({res.simulated / max(1, n):.0%}) in {res.seconds:.1f} s",
               caption=f"model vs simulator over the simulated: Spearman {res.spearman:.2f}; the model's favourite "
                       f"is simulated #{res.model_pick_rank}, {res.model_pick_ratio:.3f}x the best")
     for c in ("#", "config", "model cycles", "model rank", "simulated cycles", "picked by", ""):

@@ -40,7 +40,8 @@ class Result:
     spearman: float = float("nan")  # the model's ranking against the simulator's, over the simulated candidates
     model_pick_rank: int | None = None  # the simulated rank (1 = best) of the model's favourite
     model_pick_ratio: float = float("nan")  # its simulated cycles over the best's
-    notes: list = field(default_factory=list)
+    seconds: float = 0.0  # the whole tuning's wall time (set by the caller)
+    knobs: list = field(default_factory=list)  # the space's knobs (set by the caller)
 
 
 def spearman(a, b) -> float:
