@@ -11,8 +11,9 @@ multi-row persistent softmax, a persistent layernorm over column blocks, flash a
   model's favourite;
 * the same winner when the candidates come in the reverse order.
 
-``--speedup`` also times one exhaustive sweep serially and on the local process pool (wall seconds, median of
-``--repeats``), and ``--ray N1,N2,..`` on a local Ray cluster of each size.
+``--speedup`` also times one exhaustive sweep serially, on one forked worker (the baseline) and on the local process
+pool (wall seconds, median of ``--repeats`` after a warm-up sweep), and ``--ray N1,N2,..`` on a local Ray cluster of
+each size.
 
     python benchmarks/autotune.py [--quick] [--executor local] [--speedup] [--ray 1,2,4]
 """
@@ -204,15 +205,17 @@ def sweep_timing(a, device, con):
     est = get_executor("serial").map(trial, [("estimate", c) for c in cands])
     fit = [("simulate", cands[i]) for i, o in enumerate(est) if o.ok]
     t = Table(title=f"one exhaustive sweep: {name}, {len(fit)} candidates simulated (wall s, median of {a.repeats})")
-    for col in ("executor", "workers", "wall s", "speed-up"):
+    for col in ("executor", "workers", "wall s", "speed-up over local:1"):
         t.add_column(col, justify="left" if col == "executor" else "right")
-    specs = (["serial", f"local:{os.cpu_count()}"] if a.speedup else ["serial"]) + \
+    # the baseline is one forked worker: the same process conditions as every pool worker (one BLAS thread);
+    # "serial" runs in this process, whose BLAS may start threads that contend for the cores
+    specs = ["serial", "local:1"] + ([f"local:{os.cpu_count()}"] if a.speedup else []) + \
         [f"ray://local:{n}" for n in a.ray.split(",") if n]
     base = None
     for spec in specs:
         ex = get_executor(spec)
         try:
-            ex.map(trial, fit[:2])  # warm: builds cached, a Ray cluster's workers up
+            ex.map(trial, fit)  # warm: builds cached, a Ray cluster's workers up and holding the kernel
             walls, values = [], None
             for _ in range(a.repeats):
                 t0 = time.perf_counter()
@@ -224,8 +227,9 @@ def sweep_timing(a, device, con):
         finally:
             ex.close()
         wall = statistics.median(walls)
-        base = base or wall
-        t.add_row(spec, str(ex.workers), f"{wall:.2f}", f"{base / wall:.2f}x")
+        if spec == "local:1":
+            base = wall
+        t.add_row(spec, str(ex.workers), f"{wall:.2f}", f"{base / wall:.2f}x" if base else "")
     con.print(t)
     con.print(f"load: {os.getloadavg()}")
 

@@ -241,6 +241,8 @@ def test_ray_local_cluster_starts_runs_and_stops_in_bounded_time():
         with get_executor("ray://local:2") as pool:
             outs = pool.map(lambda i: i * i, list(range(6)), timeout=60)
             assert [o.value for o in outs] == [0, 1, 4, 9, 16, 25], outs
+            outs = pool.map(lambda i: time.sleep(60) if i == 1 else i, [0, 1, 2], timeout=2)
+            assert outs[0].value == 0 and outs[2].value == 2 and "timed out" in outs[1].error, outs
             a, b, c, M, N, K = _mm_args()
             k = dvmlang.autotune(key=["M"], hints={{"BM": [32, 64], "BN": [32, 64], "BK": [32]}}, executor=pool,
                                  cache_results=False, budget=2, explore=1)(matmul)

@@ -5,8 +5,10 @@ node on 127.0.0.1, no dashboard) and stops it in ``close()``; ``RayExecutor("ray
 ``RayExecutor("auto")`` joins a running cluster and leaves it running. The sweep's function is pickled once with
 cloudpickle and put in the object store; each task gets it and one item. A dvmlang kernel pickles as its Python
 function (by value when its module is not importable by the workers: a script's ``__main__``), and is rebuilt
-in the worker, where its builds are cached across the sweep's tasks. At most ``workers`` tasks run at once, so
-an item's time bound counts from when it starts; an item that overruns is cancelled (its worker killed).
+in the worker, where its builds are cached across the sweep's tasks. Items go in chunks (about four per worker:
+a Ray round trip costs more than a small item), at most ``workers`` chunks at once; an item past its time bound
+is interrupted in the worker (an interval timer), and a chunk past all its items' bounds is cancelled (its worker
+killed).
 """
 
 from __future__ import annotations
@@ -58,13 +60,40 @@ def _subclasses(cls):
     return out
 
 
-def _run_item(payload_ref_key, payload, item):
+class _ItemTimeout(BaseException):  # not an Exception: the item's own handlers do not catch it
+    pass
+
+
+def _alarm(signum, frame):
+    raise _ItemTimeout()
+
+
+def _run_items(payload_ref_key, payload, items, timeout):
+    """A chunk of items in one task (a Ray round trip costs more than a small item): each item's outcome, each
+    bounded by ``timeout`` seconds with an interval timer where the task runs on the main thread."""
     import pickle
+    import signal
+    import threading
     fn = _FN_CACHE.get(payload_ref_key)
     if fn is None:
         _FN_CACHE.clear()
         fn = _FN_CACHE[payload_ref_key] = pickle.loads(payload)
-    return _call(fn, item)
+    timer = bool(timeout) and threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+    out = []
+    for item in items:
+        if timer:
+            old = signal.signal(signal.SIGALRM, _alarm)
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+        t0 = time.perf_counter()
+        try:
+            out.append(_call(fn, item))
+        except _ItemTimeout:
+            out.append(Outcome(None, f"timed out after {timeout:g} s (interrupted)", time.perf_counter() - t0))
+        finally:
+            if timer:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, old)
+    return out
 
 
 class RayExecutor(Executor):
@@ -92,7 +121,7 @@ class RayExecutor(Executor):
                 ray.init(address=address, log_to_driver=False, configure_logging=False)
         self.workers = max(1, int(workers or ray.cluster_resources().get("CPU", 1)))
         self.name = "ray (local)" if address is None else f"ray ({address})"
-        self._remote = ray.remote(num_cpus=1, max_retries=0)(_run_item)
+        self._remote = ray.remote(num_cpus=1, max_retries=0)(_run_items)
 
     def map(self, fn, items, *, timeout=DEFAULT_TIMEOUT, progress=None, label="sweep"):
         ray = self.ray
@@ -103,32 +132,38 @@ class RayExecutor(Executor):
             return results
         payload = ray.put(dumps(fn))
         key = f"{id(fn)}-{time.time_ns()}"
-        pending = list(range(n))
-        running: dict = {}  # ObjectRef -> (index, deadline)
+        # chunks: about four per worker, so a round trip is paid per chunk and the load still balances
+        size = max(1, n // (4 * self.workers))
+        chunks = [list(range(i, min(n, i + size))) for i in range(0, n, size)]
+        running: dict = {}  # ObjectRef -> (item indices, deadline)
         bar = _Progress(n, label, progress)
         try:
-            while pending or running:
-                while pending and len(running) < self.workers:
-                    i = pending.pop(0)
-                    ref = self._remote.remote(key, payload, items[i])
-                    running[ref] = (i, time.monotonic() + timeout if timeout else None)
+            while chunks or running:
+                while chunks and len(running) < self.workers:
+                    idx = chunks.pop(0)
+                    ref = self._remote.remote(key, payload, [items[i] for i in idx], timeout)
+                    # the chunk's own bound: its items' bounds, and a little for the round trip
+                    running[ref] = (idx, time.monotonic() + timeout * len(idx) + 30.0 if timeout else None)
                 deadlines = [d for _, d in running.values() if d is not None]
                 wait = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
                 done, _ = ray.wait(list(running), num_returns=1, timeout=wait)
                 for ref in done:
-                    i, _ = running.pop(ref)
+                    idx, _ = running.pop(ref)
                     try:
-                        results[i] = ray.get(ref)
-                    except Exception as e:  # noqa: BLE001 - a task that failed outside the item's own code
-                        results[i] = Outcome(None, f"ray task failed: {type(e).__name__}: {str(e).splitlines()[0]}")
-                    bar.advance()
+                        outs = ray.get(ref)
+                    except Exception as e:  # noqa: BLE001 - a task that failed outside the items' own code
+                        outs = [Outcome(None, f"ray task failed: {type(e).__name__}: {str(e).splitlines()[0]}")] * len(idx)
+                    for i, o in zip(idx, outs):
+                        results[i] = o
+                        bar.advance()
                 now = time.monotonic()
-                for ref, (i, d) in list(running.items()):
+                for ref, (idx, d) in list(running.items()):
                     if d is not None and now >= d:
                         ray.cancel(ref, force=True)
                         running.pop(ref)
-                        results[i] = Outcome(None, f"timed out after {timeout:g} s (cancelled)", float(timeout))
-                        bar.advance()
+                        for i in idx:
+                            results[i] = Outcome(None, f"timed out after {timeout:g} s (cancelled)", float(timeout))
+                            bar.advance()
         finally:
             bar.close()
         return results
