@@ -56,7 +56,7 @@ class LocalPool(Executor):
         n = len(items)
         if n == 0:
             return []
-        if not hasattr(os, "fork") or self.workers < 2 or n < 2:
+        if not hasattr(os, "fork"):
             return SerialExecutor().map(fn, items, progress=progress, label=label)
         results: list = [None] * n
         pending = list(range(n))
