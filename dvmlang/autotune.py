@@ -17,54 +17,28 @@ then the chosen config runs once on the arguments as they were given. The choice
 memory and on disk (``$DVMLANG_CACHE_DIR``, default ``~/.cache/dvmlang``), keyed by the kernel's source,
 the device profile, the configs and the key values. When the first candidate shows that the rest would take
 a while (``PARALLEL_TUNING_SECONDS``), they run in forked processes, one per core; the choice is the same.
+
+Without configs (``configs="auto"``, the default, or ``[]``) the search builds its own space from the kernel,
+ranks it with a cost model and simulates a part of it, through an executor (``dvmlang/tuning``; docs/language.md,
+"Automatic search"):
+
+    @dvmlang.autotune(key=["n"])            # hints={"BLOCK": [256, 1024]}, executor="ray://local:4", ...
 """
 
 from __future__ import annotations
 
 import ast
-import hashlib
-import json
 import os
-import select
 import time
-from pathlib import Path
 
 import numpy as np
 
 from .args import LAUNCH_OPTIONS as _LAUNCH_OPTION_NAMES
 from .errors import ConstexprError, DvmError, LaunchError, ResourceError, user_frames
 from .runtime import Kernel
-
-# Config options that shape a launch on a GPU. Each is accepted; docs/triton.md says what it means here.
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
-
-
-class Config:
-    """One candidate: constexpr values (``kwargs``) and launch options, as Triton's ``triton.Config``.
-
-    ``num_warps``, ``num_ctas`` and ``maxnreg`` have no effect on the simulated NPU (a program runs on one
-    core, and its tiles are whole-tile instructions, not threads); ``num_stages`` is recorded but buffering
-    depth is chosen by the compiler. ``pre_hook(nargs)`` runs before each launch with this config."""
-
-    def __init__(self, kwargs: dict, num_warps: int = 4, num_stages: int = 3, num_ctas: int = 1,
-                 maxnreg: int | None = None, pre_hook=None):
-        if not isinstance(kwargs, dict):
-            raise LaunchError(f"Config takes a dict of constexpr values, got {type(kwargs).__name__}")
-        self.kwargs = dict(kwargs)
-        self.num_warps = num_warps
-        self.num_stages = num_stages
-        self.num_ctas = num_ctas
-        self.maxnreg = maxnreg
-        self.pre_hook = pre_hook
-
-    def all_kwargs(self) -> dict:
-        """The constexpr values and the launch options that are set, as one dict (Triton's method)."""
-        opts = {k: getattr(self, k) for k in LAUNCH_OPTIONS if getattr(self, k) is not None}
-        return {**self.kwargs, **opts}
-
-    def __repr__(self) -> str:
-        return ", ".join(f"{k}: {v}" for k, v in self.all_kwargs().items())
-
+from .tuning import auto as _auto
+from .tuning.config import LAUNCH_OPTIONS, Config  # noqa: F401 - dvmlang.autotune.Config
+from .tuning.trial import _trial_session, _writeable_views
 
 def _innermost(fn) -> Kernel:
     """The ``Kernel`` under any stack of autotune/heuristics wrappers."""
@@ -121,10 +95,6 @@ def heuristics(values: dict):
     return lambda fn: Heuristics(fn, values)
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("DVMLANG_CACHE_DIR") or Path.home() / ".cache" / "dvmlang") / "autotune"
-
-
 def _takes_var_keywords(fn) -> bool:
     import inspect
     try:
@@ -137,97 +107,24 @@ def _same_program_key(c: Config):
     """What names the program a config runs: its constexprs and its pre_hook (which sees only the arguments and
     the constexprs), or None when a value does not hash."""
     try:
-        key = (tuple(sorted(c.kwargs.items())), c.pre_hook)
+        key = (tuple(sorted(c.kwargs.items())), c.pre_hook, tuple(sorted((c.programs or {}).items())))
         hash(key)
     except TypeError:
         return None
     return key
 
 
-def _writeable_views(values) -> list:
-    """Zero-copy numpy views of the writeable arrays among ``values`` (numpy arrays, torch tensors, ...)."""
-    from .args import is_foreign_array, to_numpy
-    views, seen = [], set()
-    for v in values:
-        if hasattr(v.__class__, "__dvm_descriptor__"):
-            v = v.base  # a host TensorDescriptor: the kernel writes through it into its base
-        if is_foreign_array(v):
-            try:
-                v = to_numpy("autotune", "argument", v)
-            except DvmError:
-                continue  # not an array dvmlang can launch with: the launch itself will say so
-        if isinstance(v, np.ndarray) and v.flags.writeable and id(v) not in seen:
-            seen.add(id(v))
-            views.append(v)
-    return views
-
-
 def _fork_map(fn, items: list, workers: int) -> list:
-    """``[fn(x) for x in items]`` in forked processes, ``workers`` at a time; ``None`` where a child failed
-    (the caller runs that item itself). Each child returns one float through a pipe and exits."""
-    results: list = [None] * len(items)
-    running: dict[int, tuple[int, int]] = {}
-    pending = list(enumerate(items))
-
-    def reap(pid):
-        i, fd = running.pop(pid)
-        with os.fdopen(fd, "rb") as f:
-            data = f.read()  # to EOF: the child has written and exited
-        os.waitpid(pid, 0)  # only our own children: never another part of the program's
-        try:
-            results[i] = float(data.decode()) if data else None
-        except ValueError:
-            results[i] = None
-
-    while pending or running:
-        while pending and len(running) < workers:
-            i, item = pending.pop(0)
-            r, w = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # the child: time one config, report, and leave without running any cleanup
-                os.close(r)
-                _one_blas_thread()
-                try:
-                    msg = repr(float(fn(item))).encode()
-                except BaseException:  # noqa: BLE001 - the parent re-runs it and raises the real error
-                    msg = b""
-                try:
-                    os.write(w, msg)
-                finally:
-                    os._exit(0)
-            os.close(w)
-            running[pid] = (i, r)
-        ready, _, _ = select.select([fd for _, fd in running.values()], [], [])
-        reap(next(pid for pid, (_, fd) in running.items() if fd == ready[0]))
-    return results
-
-
-def _one_blas_thread() -> None:
-    """In a tuning child: one BLAS thread, so that children on different cores do not each start a thread pool
-    that spins on the same cores (numpy's bundled OpenBLAS; nothing happens where it is not found)."""
-    import ctypes
-    import glob
-    for path in glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*")):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for name in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads"):
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                fn(1)
-                return
+    """``[fn(x) for x in items]`` on the local process pool (tuning/executor.py), ``workers`` at a time; ``None``
+    where an item failed (the caller runs that item itself, where its error is raised)."""
+    from .tuning.executor import LocalPool
+    return [o.value if o.ok else None for o in LocalPool(workers).map(fn, items, timeout=None)]
 
 
 # Tune in processes when the configs left would take at least this long one after another: forking a process that
 # holds torch and the caches, and two tunings sharing memory bandwidth, cost about 1 s on the 2-core machine this
 # was measured on (benchmarks/autotune_parallel.py: 1.00x at 1024^3, 0.74x at 2048^3).
 PARALLEL_TUNING_SECONDS = 2.0
-
-
-def _trial_session():
-    from .trace.record import Session
-    return Session(max_events=0, summary_only=True)
 
 
 def _key_part(v):
@@ -248,12 +145,27 @@ class Autotuner(_Wrapper):
 
     def __init__(self, fn, configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None,
                  pre_hook=None, post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None,
-                 cache_results=True, print_autotuning=None):
+                 cache_results=True, print_autotuning=None, space=None, hints=None, executor=None, budget=None,
+                 explore=None, timeout=None):
         super().__init__(fn)
-        self.configs = list(configs) or [Config({})]
+        # configs="auto" (or None, or [] as Triton-Ascend spells it), or a space= dict: the search builds the
+        # candidates itself (dvmlang/tuning)
+        self.auto = (isinstance(configs, str) and configs == "auto") or configs is None or space is not None or \
+            (isinstance(configs, (list, tuple)) and not configs)
+        if isinstance(configs, str) and configs != "auto":
+            raise LaunchError(f"autotune configs is a list of dvmlang.Config or \"auto\", got {configs!r}")
+        if space is not None and space != "auto" and not isinstance(space, dict):
+            raise LaunchError("autotune space= is \"auto\" or a dict of constexpr name -> values")
+        if hints is not None and not isinstance(hints, dict):
+            raise LaunchError("autotune hints= is a dict of knob name -> a value or a list of values")
+        self.space = space if isinstance(space, dict) else None
+        self.hints = dict(hints or {})
+        self.executor, self.budget, self.explore, self.timeout = executor, budget, explore, timeout
+        self.search = None  # the last automatic search (tuning.search.Result)
+        self.configs = [] if self.auto else list(configs)
         if not all(isinstance(c, Config) for c in self.configs):
             raise LaunchError("autotune configs must be dvmlang.Config objects")
-        self.keys = list(key)
+        self.keys = list(key or [])
         for group, names in (("key", self.keys), ("reset_to_zero", reset_to_zero or []),
                              ("restore_value", restore_value or [])):
             bad = [n for n in names if n not in self.arg_names]
@@ -289,35 +201,34 @@ class Autotuner(_Wrapper):
         parts += [str(v.dtype) for v in named.values() if hasattr(v, "dtype") and hasattr(v, "shape")]
         return tuple(parts)
 
-    def _disk_file(self, device) -> Path:
-        h = hashlib.sha256()
-        for part in (ast.dump(self.kernel.source.tree), repr(device.profile), repr([c.all_kwargs() for c in self.configs])):
-            h.update(part.encode())
-            h.update(b"\0")
-        return _cache_dir() / f"{self.__name__}-{h.hexdigest()[:24]}.json"
+    def _digest(self, device, key, space=None) -> str:
+        """The content address of this tuning (tuning/store.py): kernel source, key, profile, dvmlang version, and
+        the listed configs or the search space."""
+        import sys
+
+        from .tuning import store
+        __version__ = getattr(sys.modules.get("dvmlang"), "__version__", "")
+        parts = {"kernel": ast.dump(self.kernel.source.tree), "name": self.__name__, "key": list(key),
+                 "profile": repr(device.profile), "version": __version__}
+        if space is None:
+            parts["configs"] = [repr(c) for c in self.configs]
+        else:
+            parts["space"] = space
+            parts["search"] = [self.budget, self.explore]
+        return store.digest(parts)
 
     def _disk_lookup(self, device, key):
-        try:
-            data = json.loads(self._disk_file(device).read_text())
-            index = data["entries"][json.dumps(key)]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # no file, another format, or not this key: tune
-        return self.configs[index] if isinstance(index, int) and 0 <= index < len(self.configs) else None
+        from .tuning import store
+        body = store.load(self._digest(device, key))
+        index = body.get("index") if body else None
+        if isinstance(index, int) and 0 <= index < len(self.configs) and body.get("config") == repr(self.configs[index]):
+            return self.configs[index]
+        return None  # no entry, a corrupt or foreign one, or not these configs: tune
 
     def _disk_store(self, device, key, config: Config) -> None:
-        path = self._disk_file(device)
-        try:
-            entries = json.loads(path.read_text()).get("entries", {})
-        except (OSError, ValueError, AttributeError):
-            entries = {}
-        entries[json.dumps(key)] = self.configs.index(config)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"version": 1, "kernel": self.__name__, "entries": entries}))
-            os.replace(tmp, path)
-        except OSError:
-            pass  # a cache that cannot be written only costs a re-tune next time
+        from .tuning import store
+        store.save(self._digest(device, key), {"kernel": self.__name__, "key": list(key),
+                                                "index": self.configs.index(config), "config": repr(config)})
 
     # ---- pruning and timing --------------------------------------------------------------------------------
     def prune_configs(self, named: dict) -> list:
@@ -431,6 +342,9 @@ class Autotuner(_Wrapper):
         from .npu.device import default_device
         device = device or default_device()
         config = self.select(grid, args, kwargs, device)
+        if config.programs:  # an automatic search's persistent grid
+            from .tuning.trial import grid_with
+            grid = grid_with(grid, config.programs)
         return self.fn.run(grid, *args, **kwargs, **config.kwargs, device=device)
 
     def select(self, grid, args, kwargs, device) -> Config:
@@ -439,6 +353,8 @@ class Autotuner(_Wrapper):
         named = self._named(args, kwargs)
         key = self._key(named)
         config = self.cache.get(key)
+        if config is None and self.auto:
+            config = _auto.choose(self, grid, args, kwargs, named, key, device)
         if config is None and self.cache_results:
             config = self._disk_lookup(device, key)
         if config is None:
@@ -455,8 +371,11 @@ class Autotuner(_Wrapper):
             config.pre_hook(self._named(args, {**kwargs, **config.kwargs}))
         return config
 
-    def report(self, title: str | None = None):
-        """The last tuning as a ``rich`` table: each config, its simulated cycles, the chosen one marked."""
+    def report(self, title: str | None = None, top: int = 12):
+        """The last tuning as a ``rich`` table: each config, its simulated cycles, the chosen one marked (an
+        automatic search: the ``top`` candidates simulated, the model's estimates, the errors)."""
+        if self.auto and self.search is not None:
+            return _auto.table(self, title, top)
         from rich.table import Table
         table = Table(title=title or f"autotuning `{self.__name__}`")
         table.add_column("config")
@@ -468,12 +387,18 @@ class Autotuner(_Wrapper):
         return table
 
 
-def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,
+def autotune(configs="auto", key=(), prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,
              post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None, cache_results=True,
-             print_autotuning=None):
+             print_autotuning=None, *, space=None, hints=None, executor=None, budget=None, explore=None, timeout=None):
     """Decorator: ``@dvmlang.autotune(configs=[...], key=[...])`` above ``@dvmlang.kernel``.
 
+    ``configs="auto"`` (the default; also ``[]``, Triton-Ascend's spelling) or ``space={...}``: the search space
+    is built from the kernel (``dvmlang/tuning``): ``hints`` adds or restricts knobs, ``executor`` runs the
+    candidates (``"local[:N]"``, ``"ray://..."``, ``"serial"``; default ``$DVMLANG_EXECUTOR`` or a local process
+    pool), ``budget``/``explore`` are the parts of the candidates simulated by the model's rank and at random,
+    ``timeout`` bounds one candidate's seconds in a pool.
     ``warmup``, ``rep`` and ``use_cuda_graph`` have no effect: simulated time is the same on every run.
     ``do_bench(fn)`` replaces the cycle count with what it returns for a call of ``fn``."""
     return lambda fn: Autotuner(fn, configs, key, prune_configs_by, reset_to_zero, restore_value, pre_hook,
-                                post_hook, warmup, rep, use_cuda_graph, do_bench, cache_results, print_autotuning)
+                                post_hook, warmup, rep, use_cuda_graph, do_bench, cache_results, print_autotuning,
+                                space, hints, executor, budget, explore, timeout)

@@ -93,7 +93,7 @@ def test_one_tuning_per_key_in_memory_and_on_disk(cache_dir):
     again[GRID](x, out, 20_000)
     assert again.tunings == 0 and again.best_config.kwargs == k.cache[k._key({"x_ptr": x, "out_ptr": out,
                                                                                 "n": 20_000})].kwargs
-    assert list(cache_dir.glob("autotune/accumulate-*.json"))
+    assert list(cache_dir.glob("autotune/*.json"))  # content-addressed entries (dvmlang/tuning/store.py)
 
 
 def test_a_corrupt_disk_cache_means_tuning_again(cache_dir):

@@ -170,10 +170,14 @@ def _per_op_call(model):
     return call
 
 
-def _simulated(workload, system, call, reqs, refs, vocab, log) -> list[dict]:
-    """One row per request: the call on the simulated device, timed, checked; compile_s attributed at the end."""
+def _simulated(workload, system, call, reqs, refs, vocab, log, deadline=None) -> list[dict]:
+    """One row per request: the call on the simulated device, timed, checked; compile_s attributed at the end.
+    ``deadline`` (``time.monotonic()``): no request starts after it (the rows stop there)."""
     raw = []
     for i, n in enumerate(reqs):
+        if deadline is not None and time.monotonic() > deadline:
+            log(f"  {workload} {system}: stopped at the deadline after {i} of {len(reqs)} requests")
+            break
         default_device().l2.flush()  # every request starts cold (inputs and weights in HBM)
         dt.reset_stats()
         note, out = "", None
@@ -285,9 +289,10 @@ def _timed(fn, *args):
 # ---- the level --------------------------------------------------------------------------------------------------
 
 def run(quick: bool, stream: list[int], log=print, settings: Settings | None = None,
-        systems: tuple = SYSTEMS) -> list[dict]:
+        systems: tuple = SYSTEMS, deadline: float | None = None) -> list[dict]:
     """Model-level evaluation: one row per (model, system, request) over the first ``settings.requests``
-    requests of ``stream`` (keys as run.py documents, plus ``fallbacks`` and ``note``)."""
+    requests of ``stream`` (keys as run.py documents, plus ``fallbacks`` and ``note``). ``deadline``
+    (``time.monotonic()``): the simulated systems start no request after it."""
     s = settings or SETTINGS["quick" if quick else "full"]
     reqs = [int(n) for n in stream[:s.requests]]
     if not reqs or min(reqs) < 1:
@@ -309,10 +314,10 @@ def run(quick: bool, stream: list[int], log=print, settings: Settings | None = N
             if system == "dvmlang":
                 torch._dynamo.reset()
                 compiled = torch.compile(model, backend="dvmlang", dynamic=True)
-                got = _simulated(name, system, _dvmlang_call(compiled), reqs, refs, s.vocab, log)
+                got = _simulated(name, system, _dvmlang_call(compiled), reqs, refs, s.vocab, log, deadline)
                 torch._dynamo.reset()
             elif system == "per-op eager":
-                got = _simulated(name, system, _per_op_call(model), reqs, refs, s.vocab, log)
+                got = _simulated(name, system, _per_op_call(model), reqs, refs, s.vocab, log, deadline)
             else:
                 got = _inductor(name, model, system == "inductor-dynamic", reqs, refs, s.vocab,
                                 s.inductor_compiles, log)

@@ -1,7 +1,12 @@
 """The DVM paper's evaluation on the simulated NPU: operators, subgraphs and models over a stream of requests
 with dynamic lengths, against per-op eager, shape-generic bucketed kernels and TorchInductor's compile cost.
 
-    python benchmarks/paper/run.py [--quick] [--out DIR]
+    python benchmarks/paper/run.py [--quick] [--out DIR] [--executor SPEC [--budget S] [--model-requests N]]
+
+``--executor`` (``local[:N]``, ``ray://local[:N]``, ``ray://HOST:PORT``; dvmlang/tuning/executor.py) runs the
+workloads as tasks side by side: one per operator/subgraph workload and one per (model, system), each bounded by
+``--budget`` seconds (a task past it is stopped and reported, and the results leave it out); the model level then
+runs the first ``--model-requests`` requests of the stream (default: all of them).
 
 Writes into DIR (default ./paper-results): instances.csv (one row per workload, system and request),
 summary.csv (per workload), levels.csv (per level: the headline figures), stream.csv (the request stream end to
@@ -174,6 +179,79 @@ def knob_rows(lengths: list[int], names: list[str], log) -> list[dict]:
     return out
 
 
+def _task(item):
+    """One task of ``run_tasks``: ("ops", quick, workload, stream) or ("model", quick, model, system, stream,
+    requests): its rows."""
+    import dataclasses
+    kind, quick = item[0], item[1]
+    log = lambda *a: None  # noqa: E731 - a task's progress lines would interleave
+    if kind == "ops":
+        name, reqs = item[2], item[3]
+        keep = ops.WORKLOADS
+        try:
+            ops.WORKLOADS = [w for w in keep if w.name == name]
+            return ops.run(quick, reqs, 1 if quick else 4, log=log,
+                           inductor_workloads=QUICK_INDUCTOR if quick else None)
+        finally:
+            ops.WORKLOADS = keep
+    from . import models
+    name, system, reqs, n, budget = item[2], item[3], item[4], item[5], item[6]
+    base = models.SETTINGS["quick" if quick else "full"]
+    s = dataclasses.replace(base, requests=n, models=(name,))
+    # a simulated system stops starting requests before the task's time bound, so its rows so far come back
+    deadline = time.monotonic() + 0.9 * budget if budget else None
+    return models.run(quick, reqs, log=log, settings=s, systems=(system,), deadline=deadline)
+
+
+def run_tasks(args, reqs) -> list[dict]:
+    """Every workload as a task on ``args.executor``: one per operator/subgraph workload, one per (model,
+    system); a task that fails or passes ``args.budget`` is reported and left out."""
+    from dvmlang.tuning.executor import get_executor
+    items = [("ops", args.quick, w.name, reqs) for w in ops.WORKLOADS]
+    if not args.no_models:
+        try:
+            from . import models
+        except ImportError as e:
+            print(f"model level left out: {e}")
+        else:
+            s = models.SETTINGS["quick" if args.quick else "full"]
+            n = args.model_requests or (s.requests if args.quick else len(reqs))
+            # the longest tasks first, so that the short ones fill the workers at the end
+            items = [("model", args.quick, m, system, reqs, n, args.budget) for m in s.models
+                     for system in models.SYSTEMS
+                     if not (system.startswith("inductor") and s.inductor_models is not None
+                             and m not in s.inductor_models)] + items
+    executor = get_executor(args.executor)
+    print(f"{len(items)} tasks on {executor.name} ({executor.workers} workers), each bounded by "
+          f"{args.budget or 'no'} s")
+    t0 = time.perf_counter()
+    try:
+        outs = executor.map(_task, items, timeout=args.budget, progress=True, label="paper tasks")
+    finally:
+        executor.close()
+    rows = []
+    for it, o in zip(items, outs):
+        what = it[2] if it[0] == "ops" else f"{it[2]} / {it[3]} ({it[5]} requests)"
+        if o.ok:
+            rows += o.value
+            got = len({r["request"] for r in o.value})
+            print(f"  done   {what:48s} {o.seconds:7.1f} s, {len(o.value)} rows, {got} requests")
+        else:
+            print(f"  FAILED {what:48s} {o.error}")
+    print(f"tasks: {sum(o.ok for o in outs)} of {len(items)} done in {time.perf_counter() - t0:.0f} s")
+    # the model level's stream is the prefix of requests every simulated (model, system) task reached
+    done = {}
+    for r in rows:
+        if r["level"] == "model" and r["system"] in ("dvmlang", "per-op eager"):
+            done.setdefault((r["workload"], r["system"]), set()).add(r["request"])
+    if done:
+        reached = min(len(v) for v in done.values())
+        print(f"model level: the first {reached} requests of the stream reached by every model and system "
+              f"({', '.join(f'{w}/{s}: {len(v)}' for (w, s), v in sorted(done.items()))})")
+        rows = [r for r in rows if r["level"] != "model" or r["request"] < reached]
+    return rows
+
+
 def _print_table(title, rows, cols):
     from rich.console import Console
     from rich.table import Table
@@ -196,6 +274,11 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a short stream and fewer Inductor compiles (< 3 min)")
     ap.add_argument("--out", default="paper-results", help="the results folder")
     ap.add_argument("--no-models", action="store_true", help="leave out the model level (transformers)")
+    ap.add_argument("--executor", default=None, help="run the workloads as tasks on this executor (local[:N], "
+                                                     "ray://local[:N], ray://HOST:PORT)")
+    ap.add_argument("--budget", type=float, default=None, help="seconds one task may take (with --executor)")
+    ap.add_argument("--model-requests", type=int, default=None,
+                    help="requests of the stream the model level runs (default: 12, or all with --executor)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     t0 = time.perf_counter()
@@ -203,9 +286,12 @@ def main(argv=None) -> int:
     reqs = common.stream(n)
     print(f"request stream: {n} requests, lengths {min(reqs)}..{max(reqs)}, median {int(np.median(reqs))}, "
           f"{len(set(reqs))} distinct (log-normal, median 64, sigma 1.2, clipped to 1..2048, seed {common.SEED})")
-    rows = ops.run(args.quick, reqs, 1 if args.quick else 4, log=print,
-                   inductor_workloads=QUICK_INDUCTOR if args.quick else None)
-    if not args.no_models:
+    if args.executor:
+        rows = run_tasks(args, reqs)
+    else:
+        rows = ops.run(args.quick, reqs, 1 if args.quick else 4, log=print,
+                       inductor_workloads=QUICK_INDUCTOR if args.quick else None)
+    if not args.no_models and not args.executor:
         try:
             from . import models
         except ImportError as e:  # torch or transformers not installed

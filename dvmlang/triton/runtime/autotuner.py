@@ -47,10 +47,12 @@ class Autotuner(_Autotuner, KernelInterface):
 
     def __init__(self, fn, arg_names, configs, key, reset_to_zero=None, restore_value=None, pre_hook=None,
                  post_hook=None, prune_configs_by=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None,
-                 cache_results=False):
-        configs = list(configs or []) or [Config({}, num_warps=4, num_stages=3, num_ctas=1)]
+                 cache_results=False, **search):
+        # no configs: dvmlang searches the kernel's space (Triton-Ascend's meaning of configs=[]; upstream Triton
+        # runs one default config, which is the search's answer for a kernel with no knob of its own)
+        configs = list(configs or []) or "auto"
         super().__init__(fn, configs, key, prune_configs_by, reset_to_zero, restore_value, pre_hook, post_hook,
-                         warmup, rep, use_cuda_graph, do_bench, cache_results)
+                         warmup, rep, use_cuda_graph, do_bench, cache_results, **search)
         given = list(arg_names)
         if given != self.arg_names[:len(given)]:
             raise LaunchError(f"Autotuner of `{self.__name__}`: arg_names {given} are not the kernel's parameters "
@@ -104,6 +106,9 @@ class Autotuner(_Autotuner, KernelInterface):
             config = self.select(grid, args, kwargs, default_device())
             if self.tunings != tunings:
                 self.bench_time = time.perf_counter() - t0
+            if config.programs:  # an automatic search's persistent grid
+                from ...tuning.trial import grid_with
+                grid = grid_with(grid, config.programs)
             return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **config.all_kwargs())
         finally:
             self.nargs = None
@@ -141,12 +146,15 @@ class Heuristics(_Heuristics, KernelInterface):
 
 
 def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,
-             post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None, cache_results=False):
-    """``@triton.autotune(configs, key, ...)``: an ``Autotuner`` over the decorated kernel (Triton's signature)."""
+             post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None, cache_results=False,
+             **search):
+    """``@triton.autotune(configs, key, ...)``: an ``Autotuner`` over the decorated kernel (Triton's signature).
+    ``configs=[]`` searches the kernel's own space; ``search`` takes ``dvmlang.autotune``'s search keywords
+    (``space``, ``hints``, ``executor``, ``budget``, ``explore``, ``timeout``)."""
     def decorator(fn):
         return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value, pre_hook=pre_hook,
                          post_hook=post_hook, prune_configs_by=prune_configs_by, warmup=warmup, rep=rep,
-                         use_cuda_graph=use_cuda_graph, do_bench=do_bench, cache_results=cache_results)
+                         use_cuda_graph=use_cuda_graph, do_bench=do_bench, cache_results=cache_results, **search)
     return decorator
 
 
