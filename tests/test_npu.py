@@ -163,7 +163,7 @@ def runaway(out_ptr, n):
 
 def test_watchdog_stops_runaway_loops():
     out = np.zeros(1, np.int32)
-    with pytest.raises(dvmlang.WatchdogTimeout, match=r"(?s)more than 5000 instructions.*test_npu.py.*Device\(watchdog=N\)"):
+    with pytest.raises(dvmlang.WatchdogTimeout, match=r"(?s)more than 5,000 instructions.*test_npu.py.*Device\(watchdog=N\)"):
         runaway[(1,)](out, 10, device=Device(watchdog=5000))
     with pytest.raises(dvmlang.DvmError, match="watchdog must be a positive"):
         Device(watchdog=0)

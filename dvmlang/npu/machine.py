@@ -103,6 +103,7 @@ class Machine:
         self.layouts = bc.layouts
         self.index_of_pc: dict[int, int] = {d.pc: i for i, d in enumerate(self.decoded)}
         self.read_again = self._read_again()
+        self.alone = self._alone()
         self.loc_of_pc = loc_lookup(bc)
         # programs may wait on each other's atomics (a lock): how many times they spin depends on which run together
         self.atomics = any(d.ins.family == "atomic" for d in self.decoded)
@@ -111,6 +112,29 @@ class Machine:
         # start they end in one state, which a one-program launch keeps (``Device._one``)
         self.prefix = next((i for i, s in enumerate(self.steps)
                             if not (s.pure and s.kind == "op" and s.set is None and s.wait is None)), len(self.steps))
+
+    def _alone(self) -> frozenset:
+        """(space, address, bytes) of the tile ranges no other tile range of the kernel overlaps: a slot stored
+        at such a range replaces the one there (of the same range) and cuts away nothing else (``state.place``
+        without its scan)."""
+        ranges: dict = {}
+        for d in self.decoded:
+            for f in d.ins.fields:
+                if f.kind != "tile":
+                    continue
+                addr, li = tile_parts(d.vals[f.name])
+                if li >= len(self.layouts):
+                    continue
+                dtp, shape = self.layouts[li]
+                ranges.setdefault(d.ins.spaces[f.name], set()).add((addr, prod(shape) * dtp.itemsize))
+        out = set()
+        for space, rs in ranges.items():
+            rs = sorted(rs)
+            for i, (a, n) in enumerate(rs):
+                lo, hi = a, a + max(n, 1)
+                if all(not (x < hi and lo < x + max(m, 1)) for j, (x, m) in enumerate(rs) if j != i):
+                    out.add((space, a, n))
+        return frozenset(out)
 
     def _read_again(self) -> set[int]:
         """pcs whose UB result is read by two or more later instructions before it is overwritten (a host-speed
@@ -228,6 +252,7 @@ class Machine:
         nbytes = prod(shape) * d.itemsize
         npdt = d.np
         shape = tuple(shape)
+        put = _replace if (space, addr, nbytes) in self.alone else place
 
         def finish(arr):
             if arr.dtype != npdt:
@@ -238,7 +263,7 @@ class Machine:
             return arr
 
         def write(b, arr: np.ndarray, gm=None):
-            place(b.mem[space], addr, nbytes, Slot(finish(arr), nbytes, frozenset((gm,)) if gm is not None else None))
+            put(b.mem[space], addr, nbytes, Slot(finish(arr), nbytes, frozenset((gm,)) if gm is not None else None))
 
         def write_lazy(b, fn, sources, keep=False):
             """Record ``fn(*args)`` as the tile's value, evaluated when first read (or straight into GM)."""
@@ -256,14 +281,15 @@ class Machine:
             slot = Slot(None, nbytes, deps, (fn, args, finish), np.dtype(npdt), rows, shape, keep, depth)
             if depth >= MAX_PENDING_DEPTH:
                 slot.arr  # evaluate now: long chains would otherwise recurse deeply when finally read
-            place(b.mem[space], addr, nbytes, slot)
+            put(b.mem[space], addr, nbytes, slot)
 
         def write_slot(b, slot):
             """Put another space's tile here as it is (pending or not): one value, evaluated at most once."""
-            place(b.mem[space], addr, nbytes, slot)
+            put(b.mem[space], addr, nbytes, slot)
 
         write.lazy = write_lazy
         write.slot = write_slot
+        write.finish = finish  # (the compiled path stores finished values itself: npu/compiled.py)
         return write
 
     @staticmethod
@@ -274,6 +300,11 @@ class Machine:
         if is_reg:
             return lambda b: b.regs[x]
         return lambda b: x
+
+
+def _replace(d: dict, addr: int, nbytes: int, slot) -> None:
+    """``state.place`` for a range no other tile range overlaps (``Machine.alone``)."""
+    d[addr] = slot
 
 
 def loc_lookup(bc):

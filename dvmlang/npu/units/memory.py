@@ -10,9 +10,10 @@ import numpy as np
 
 from ...vm import isa
 from ...vm.decode import sop_parts
+from ...vm.semantics import lift
 from ..bounds import check_elements
-from ..convert import lift
-from ..dma import Windows, atomic, compute_into, descriptor, dma_read, dma_write, pending_windows, store_view
+from ..dma import Windows, compute_into, descriptor, dma_read, dma_write, pending_windows, store_view
+from ..elements import atomic
 from ..state import materialise_views, poison_value, prod
 from ..timing import _total
 from .registry import builds
@@ -131,7 +132,7 @@ def dma_load(m, d):
                 w.lazy(b, arr, [(arr.inverse, None)])  # gathered when read (units/cube.py reads the windows)
             else:
                 w(b, arr, L.alias[t] if gm_view else None)
-        return _transfer(L, b, cost, desc, g, pc, t, False, to_l1)
+        return None if L.untimed else _transfer(L, b, cost, desc, g, pc, t, False, to_l1)
     return m.step(d, fn, None)
 
 
@@ -177,7 +178,7 @@ def dma_store(m, d):
             dma_write(g, desc, shape, r(b, L), b.n)
         if L.races is not None:
             L.races.record_dma(b, t, desc)
-        return _transfer(L, b, cost, desc, g, pc, t, True)
+        return None if L.untimed else _transfer(L, b, cost, desc, g, pc, t, True)
     return m.step(d, fn, None)
 
 
@@ -198,6 +199,8 @@ def gather(m, d):
         pad = lift(pad, len(shape), npdt)
         res = np.where(msk, vals, pad).astype(npdt, copy=False)
         w(b, res)
+        if L.untimed:
+            return None
         cnt, nbytes = _moved(b, g, msk)
         b.bytes_read += nbytes
         return cost(elements=cnt, nbytes=nbytes, rate=L.rates.read(t, _total(nbytes, b.n)))
@@ -219,6 +222,8 @@ def scatter(m, d):
         g[off[msk]] = src[msk]
         if L.races is not None:
             L.races.record_elements(b, t, off, msk)
+        if L.untimed:
+            return None
         cnt, nbytes = _moved(b, g, msk)
         b.bytes_written += nbytes
         return cost(elements=cnt, nbytes=nbytes, rate=L.rates.write(t, _total(nbytes, b.n)))
