@@ -26,13 +26,16 @@ step-by-step path.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from ..errors import DvmError, InvalidBytecodeError
 from ..vm import isa, semantics
 from ..vm import semantics as sem
 from ..vm.decode import sop_parts
-from .state import Slot, place, prod
+from .launch import block_immediates
+from .state import Slot, place_among, prod
 from .timing import advance
 
 END = -1
@@ -132,6 +135,15 @@ def _generate(m, start: int, end: int, mode: str, small: bool = False):
 
     tiles = _Tiles(m, env) if small else None
     head = ["def block(b, L):", "    R = b.regs", "    k = %d" % start]
+    movis = [d for d in m.decoded[start:end] if d.ins.family == "movi"]
+    if len(movis) >= 4:  # the block's immediates read at once (kept with the instance)
+        words = tuple((d.pc + 1, d.dtype.np) for d in movis)
+        env["IMMS"], env["W"] = block_immediates, words
+        env["WI"] = operator.itemgetter(*(w for w, _ in words))
+        head.append("    IM = IMMS(L, W, WI)")
+        movi_at = {d.pc: j for j, d in enumerate(movis)}
+    else:
+        movi_at = {}
     if one:
         head += ["    FR = b.pipe_free; BU = b.pipe_busy; FI = b.pipe_first; FL = b.flags",
                  "    ti = b.t_issue; dn = b.done; pp = b.port_free"]
@@ -141,6 +153,8 @@ def _generate(m, start: int, end: int, mode: str, small: bool = False):
         env[f"ST{s.index}"] = s
         lines = [f"k = {s.index}"]
         expr = semantics.scalar_expr(d) if s.kind == "op" else None
+        if d.pc in movi_at:
+            expr = (f"R[{d.vals['rd']}] = IM[{movi_at[d.pc]}]", {})
         transfer = s.cost is None
         if s.kind in ("set", "wait", "barrier", "jmp") or (s.kind == "op" and s.ins.family == "nop"):
             pass  # no numerics (the step's function does nothing)
@@ -277,7 +291,7 @@ class _Tiles:
         self.local: dict = {}  # (addr, nbytes, dtype) -> (variable, shape)
         self.used = False
         self.n = 0
-        env.update({"sem": sem, "np": np, "Slot": Slot, "place": place, "lift": sem.lift})
+        env.update({"sem": sem, "np": np, "Slot": Slot, "place_among": place_among, "lift": sem.lift})
 
     def forget(self) -> None:
         self.local.clear()
@@ -357,7 +371,8 @@ class _Tiles:
         if ("ub", daddr, nbytes) in m.alone:  # (no other tile range overlaps it: nothing to cut away)
             lines.append(f"MU[{daddr}] = Slot({var}, {nbytes})")
         else:
-            lines.append(f"place(MU, {daddr}, {nbytes}, Slot({var}, {nbytes}))")
+            env[f"ST_{daddr}_{nbytes}"] = m.starts("ub", daddr, nbytes)
+            lines.append(f"place_among(MU, {daddr}, {nbytes}, Slot({var}, {nbytes}), ST_{daddr}_{nbytes})")
         self.used = True
         end = daddr + nbytes
         for key in [k for k in self.local if k[0] < end and daddr < k[0] + k[1]]:

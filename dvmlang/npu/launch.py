@@ -189,6 +189,25 @@ def _int_reading(npdt):
     return (1 << bits) - 1, (1 << (bits - 1)) if d.kind == "i" else 0, d.type
 
 
+def block_immediates(L, words: tuple, fetch) -> tuple:
+    """The immediates of the code words ``words`` ((word index, dtype) of a compiled block's MOVIs, in order;
+    ``fetch``: an ``operator.itemgetter`` of their indices) of launch ``L``'s instance, kept with the instance
+    under the words' values: read once per instance, read again when a word was edited (as ``_imm_reader``
+    does)."""
+    bc = L.bc
+    bits = fetch(bc.code)
+    kept = bc.__dict__.get("_block_imms")
+    if kept is None:
+        kept = bc.__dict__["_block_imms"] = {}
+    hit = kept.get(words)
+    if hit is not None and hit[0] == bits:
+        return hit[1]
+    imm = L.imm
+    values = tuple(imm(w, t) for w, t in words)
+    kept[words] = (bits, values)
+    return values
+
+
 def _imm_reader(bc):
     """word index -> the immediate in that code word as a numpy scalar of ``npdt``. Remembered on the bytecode
     with the word it was read from, so a relaunch reads each immediate once and an edited word is read again."""

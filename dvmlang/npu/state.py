@@ -496,6 +496,25 @@ def place(d: dict, addr: int, nbytes: int, slot: Slot) -> None:
     d[addr] = slot
 
 
+def place_among(d: dict, addr: int, nbytes: int, slot: Slot, starts: tuple) -> None:
+    """``place`` where every slot that can overlap ``[addr, addr + nbytes)`` starts at one of ``starts``
+    (``Machine.starts``: what the kernel's tile ranges allow), scanning them instead of every slot when they are
+    fewer."""
+    if d:
+        old = d.get(addr)
+        if old is None or old.nbytes != nbytes:
+            end = addr + nbytes
+            if len(d) <= len(starts):  # (scan whichever is shorter: the slots, or the starts they may be at)
+                stale = [a for a, s in d.items() if a < end and addr < a + s.nbytes and
+                         not (a == addr and s.nbytes == nbytes)]
+            else:
+                stale = [a for a in starts if a in d and a < end and addr < a + d[a].nbytes and
+                         not (a == addr and d[a].nbytes == nbytes)]
+            for a in stale:
+                _trim(d, a, addr, end)
+    d[addr] = slot
+
+
 def _trim(d: dict, a: int, lo: int, hi: int) -> None:
     """Remove the part [lo, hi) of the slot at ``a``, keeping what lies outside as raw bytes."""
     s = d.pop(a)
