@@ -34,8 +34,21 @@ def _record(rec) -> tuple:
     return tuple(getattr(rec, f) for f in FIELDS) + tuple(_record(m) for m in rec.members)
 
 
-def _copies(arrays: dict) -> dict:
-    return {k: a.copy() for k, a in arrays.items()}
+def _copies(arrays: dict, roots: dict | None = None) -> dict:
+    """``arrays`` on copies of their buffers: arrays that share a buffer (one kernel's output, the next one's
+    input, in a stack) share its copy (``roots``: root id -> its copy, across calls)."""
+    roots = {} if roots is None else roots
+    out = {}
+    for k, a in arrays.items():
+        root = a
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        copy = roots.get(id(root))
+        if copy is None:
+            copy = roots[id(root)] = (root, root.copy())
+        offset = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        out[k] = np.ndarray(a.shape, a.dtype, copy[1], offset, a.strides)
+    return out
 
 
 class Replays:
@@ -68,7 +81,9 @@ class Replays:
 
     def stack(self, stages, name):
         def run(dev):
-            copied = [[(bc, _copies(arrays), kname, alias) for bc, arrays, kname, alias in stage] for stage in stages]
+            roots: dict = {}
+            copied = [[(bc, _copies(arrays, roots), kname, alias) for bc, arrays, kname, alias in stage]
+                      for stage in stages]
             rec = dev.run_stack(copied, name=name)
             return rec, [a for stage in copied for _, arrays, _, _ in stage for a in arrays.values()]
         self.one(run)
@@ -88,7 +103,9 @@ def _captured(name: str, monkeypatch) -> list:
         return run(self, bc, arrays, **kw)
 
     def record_stack(self, stages, **kw):
-        seen.append(("stack", ([[(bc, _copies(a), n, al) for bc, a, n, al in s] for s in stages], kw["name"])))
+        roots: dict = {}
+        seen.append(("stack", ([[(bc, _copies(a, roots), n, al) for bc, a, n, al in s] for s in stages],
+                               kw["name"])))
         return run_stack(self, stages, **kw)
 
     monkeypatch.setattr(Device, "run", record)

@@ -11,12 +11,14 @@ transfers moved (the L2 model still settles every launch with them, so what L2 h
 the roofline that follow, are worked out as before).
 
 Whether a kernel's timing can depend on data is decided once per machine (``fixed``) by following loaded
-values through the code: a register a scalar load (``LDG``, ``MOVTS``) writes, or one computed from such a
-register, is *loaded*; so is a tile a transfer from global memory, a gather or an atomic writes, and one
-computed from a loaded tile or register (tiles are known by their byte ranges, across the whole kernel). The
-timing is fixed when no branch tests a loaded register, no transfer's descriptor reads one, no gather or
-scatter has a loaded mask and the kernel has no atomics (programs that wait on each other's atomics spin as
-often as the programs running with them make them). Traced launches, and devices in debug or race-detection
+values through the code, step by step along every path: a register a scalar load (``LDG``) writes is
+*loaded*, so is a tile a transfer from global memory, a gather or an atomic writes, and a register or tile
+computed from a loaded one (``MOVTS`` of a loaded tile); a register written from values that are not loaded
+is not, whatever it held (tiles are known by their byte ranges). The timing is fixed when no branch tests a
+loaded register (except a device assertion's: its other way traps, so a launch that completes went the same
+way), no transfer's descriptor reads one, no gather or scatter has a loaded mask, and the kernel has no
+atomics (programs that wait on each other's atomics spin as often as the programs running with them make
+them). Traced launches, and devices in debug or race-detection
 mode, are always timed in full. ``Device(timing_cache="check")`` times every launch in full and compares with
 the kept figures (``tests/test_timing_cache.py`` runs the gallery, the Triton tutorials and random kernels
 that way).
@@ -31,6 +33,7 @@ _LOADS_REG = frozenset(("ldg",))  # families whose register result is a value fr
 _LOADS_TILE = frozenset(("dma_load", "gather", "atomic"))  # ... whose tile result is
 _DESCRIPTORS = frozenset(("dma_load", "dma_store", "fix_store"))
 _ELEMENTWISE = frozenset(("gather", "scatter"))
+_READS_DST = frozenset(("mmad", "dma_load"))  # families whose result may keep part of what dst held
 
 
 def fixed(m) -> bool:
@@ -69,6 +72,8 @@ def _operands(m, d):
             r = (d.ins.spaces[f.name], addr, addr + max(1, n) * dtp.itemsize)
             if f.writes:
                 w_tile = r
+                if d.ins.family in _READS_DST:  # (an accumulating MMAD, a load that keeps part of dst)
+                    tiles.append(r)
             else:
                 tiles.append(r)
     return regs, tiles, w_reg, w_tile
@@ -80,32 +85,86 @@ def _overlaps(r, ranges) -> bool:
 
 
 def _fixed(m) -> bool:
+    """A forward dataflow over the machine's steps: which registers and tile ranges hold a loaded value before
+    each step (a register or range is loaded after a step if the step loads it, or computes it from a loaded
+    operand; a register written from operands that are not loaded is not, whatever it held). Fixed when no
+    branch tests a loaded register (unless its other way is a TRAP: a launch that goes on took the same way),
+    no transfer's descriptor reads one and no gather's or scatter's mask is loaded."""
     if m.atomics:
         return False
-    ops = [(d, _operands(m, d)) for d in m.decoded]
-    loaded_regs: set = set()
-    loaded_tiles: list = []
-    changed = True
-    while changed:  # (a fixed point: a loop carries a loaded value back to an earlier instruction)
-        changed = False
-        for d, (regs, tiles, w_reg, w_tile) in ops:
-            fam = d.ins.family
-            loaded = any(r in loaded_regs for r in regs) or any(_overlaps(t, loaded_tiles) for t in tiles)
-            if w_reg is not None and w_reg not in loaded_regs and (loaded or fam in _LOADS_REG):
-                loaded_regs.add(w_reg)
-                changed = True
-            if w_tile is not None and (loaded or fam in _LOADS_TILE) and w_tile not in loaded_tiles:
-                loaded_tiles.append(w_tile)
-                changed = True
-    for d, (regs, _, _, _) in ops:
+    steps, decoded = m.steps, m.decoded
+    n = len(steps)
+    ops = [_operands(m, d) for d in decoded]
+    succ = []
+    for s in steps:
+        if s.kind == "end" or s.ins.family == "trap":
+            succ.append(())
+        elif s.kind == "jmp":
+            succ.append((s.target,))
+        elif s.kind in ("br_z", "br_nz"):
+            succ.append((s.index + 1, s.target))
+        else:
+            succ.append((s.index + 1,))
+    before: list = [None] * n  # (loaded registers, loaded tile ranges) before each step, as far as known
+    before[0] = (frozenset(), frozenset())
+    work = [0]
+    while work:
+        i = work.pop()
+        regs, tiles = before[i]
+        d = decoded[i]
         fam = d.ins.family
-        if fam == "br" and d.vals["rc"] in loaded_regs:
+        r_in, t_in, w_reg, w_tile = ops[i]
+        loaded = any(r in regs for r in r_in) or any(_overlaps(t, tiles) for t in t_in)
+        if w_reg is not None:
+            regs = regs | {w_reg} if (loaded or fam in _LOADS_REG) else regs - {w_reg}
+        if w_tile is not None:
+            if loaded or fam in _LOADS_TILE:
+                tiles = tiles | {w_tile}
+            elif _overlaps(w_tile, tiles):
+                tiles = _cut(tiles, w_tile)  # (what the write covers holds its value now; the rest stays loaded)
+        for j in succ[i]:
+            if j >= n:
+                continue
+            old = before[j]
+            new = (regs, tiles) if old is None else (old[0] | regs, old[1] | tiles)
+            if new != old:
+                before[j] = new
+                work.append(j)
+    for i, d in enumerate(decoded):
+        if before[i] is None:
+            continue  # (never reached)
+        regs, tiles = before[i]
+        fam = d.ins.family
+        r_in = ops[i][0]
+        if fam == "br" and d.vals["rc"] in regs and not any(_traps(steps, j) for j in succ[i]):
             return False
-        if fam in _DESCRIPTORS and any(r in loaded_regs for r in regs):
+        if fam in _DESCRIPTORS and any(r in regs for r in r_in):
             return False
-        if fam in _ELEMENTWISE and d.vals.get("masked") and _overlaps(_mask_range(m, d), loaded_tiles):
+        if fam in _ELEMENTWISE and d.vals.get("masked") and _overlaps(_mask_range(m, d), tiles):
             return False
     return True
+
+
+def _cut(tiles: frozenset, w) -> frozenset:
+    """Loaded tile ranges ``tiles`` after range ``w`` is written with a value that is not loaded: the parts of
+    them outside ``w``."""
+    sp, lo, hi = w
+    out = set()
+    for t in tiles:
+        s, a, b = t
+        if s != sp or b <= lo or hi <= a:
+            out.add(t)
+            continue
+        if a < lo:
+            out.add((s, a, lo))
+        if hi < b:
+            out.add((s, hi, b))
+    return frozenset(out)
+
+
+def _traps(steps, j: int) -> bool:
+    """Whether the step ``j`` a branch goes to traps (a device assertion's failing way)."""
+    return j < len(steps) and steps[j].ins.family == "trap"
 
 
 def _mask_range(m, d):
