@@ -34,7 +34,7 @@ class Launch:
              share) -> dict:
         """The fields every launch of ``kernel`` (a bytecode's ``KernelInfo``) with these options has alike."""
         return {"kernel": kernel, "profile": profile, "debug": debug,
-                "watchdog": watchdog,  # the launch-wide instruction budget (Device(watchdog=N))
+                "watchdog": watchdog,  # the instruction budget of each program (Device(watchdog=N))
                 "name": kernel_name or kernel.name, "loc_of_pc": loc_of_pc or _no_location,
                 "race_detection": race_detection, "rate_constants": Rates.constants(profile, active_cores, share),
                 "untimed": False}
@@ -53,7 +53,7 @@ class Launch:
         self.bc = bc
         self.arrays = arrays
         self.alias = alias
-        self.executed = 0  # instructions run so far, every batch together: what the watchdog counts
+        self.executed = 0  # instructions run so far, one per batch and step (the record's instructions)
         self.imm = _imm_reader(bc)
         if rates is None:
             self.rates = Rates(self.profile, arrays, alias, 0, constants=self.rate_constants)
