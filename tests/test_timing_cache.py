@@ -17,7 +17,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import dvmlang
 from dvmlang.errors import DvmWarning
 from dvmlang.npu.device import Device
 from fuzzing import budget

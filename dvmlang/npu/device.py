@@ -458,7 +458,8 @@ class Device:
                                         kern.grid[1])
                 batch = Batch(pids, kern.grid, m.zero_regs, uniform=True, coords=coords)
                 held = 0
-                for b in execute(steps, batch, L, dispatch, rec, 0, blocks, not m.atomics):
+                # (a traced launch runs its parts as the trace has always shown them: each to its end)
+                for b in execute(steps, batch, L, dispatch, rec, 0, blocks, not m.atomics and rec is None):
                     if untimed:  # (the numerics alone: the timing is the instance's)
                         if probe:
                             held += held_bytes(b)

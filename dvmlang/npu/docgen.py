@@ -169,7 +169,8 @@ body: the programs that left wait there for the last one). Every program compute
 its own registers, tiles and pipe clock: the same results and cycles as the sequential device. The Collatz
 step count of 2,048 programs (a `while` loop of 6 to 259 trips each) runs in a fraction of a second. (In a
 kernel with atomics the parts run one after another to their ends, lowest program id first: a program
-spinning on a lock must not keep the one holding it from running.)
+spinning on a lock must not keep the one holding it from running. A traced launch runs its parts that way
+too, so the trace shows what it always has.)
 
 **The compiled path** (`npu/compiled.py`). A kernel's steps fall into basic blocks (straight-line regions:
 a block starts at the first step, at every branch target and after every branch, jump and END). The second

@@ -8,7 +8,8 @@ sides of an ``if`` meet again where it ends, and the programs of a data-dependen
 however many trips each takes: a loop's exit lies after its body, and the programs that left it wait there
 until the last one leaves. Every program still computes exactly what it would alone, with its own clock. (In a
 kernel with atomics the parts run one after another to their ends instead, lowest program id first: a program
-spinning on a lock must not keep the one holding it from running.)
+spinning on a lock must not keep the one holding it from running. A traced launch runs its parts that way too,
+so its rows and their set -> wait pairs come in the order the trace has always recorded them.)
 
 Each program may run ``watchdog`` instructions (``Device(watchdog=N)``): the budget is per program, counted
 as the program runs them, whatever batch it runs in.
