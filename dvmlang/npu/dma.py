@@ -355,7 +355,7 @@ def _per_program(desc: Desc, n: int):
         yield i, start, ext, st, tuple(slice(l, h) for l, h in zip(lo, hi))
 
 
-PLAN_ELEMENTS = 1 << 20  # a gather plan is made for boxes of up to this many elements in all (16 bytes each)
+PLAN_ELEMENTS = 1 << 16  # a gather plan is made for boxes of up to this many elements in all (24 bytes each)
 
 
 def _gather_plan(desc: Desc, n: int, shape):
