@@ -1157,3 +1157,58 @@ def test_a_grid_of_programs_stores_as_one_program_at_a_time_does(s0, s1):
         for i in range(4):
             want[i * s0 + j * s1:i * s0 + j * s1 + 8] = i * 10 + j
     assert outs[0].tolist() == want.tolist()
+
+
+def _batch_desc(bases, strides, los, his):
+    """A descriptor of ``len(bases)`` programs: per-program bases and boxes, strides shared (the Desc fields
+    the numpy path makes)."""
+    from dvmlang.npu.dma import Desc
+    n = len(bases)
+    d = Desc.__new__(Desc)
+    d.n = n
+    d._ints = d._sizes = d._plan = None
+    d._uniform = False
+    d._windows = None
+    d._grid = False
+    d.base = np.array(bases, np.int64)
+    d.strides = [np.array(s_, np.int64) for s_ in strides]
+    d.lo = [np.array(x, np.int64) for x in los]
+    d.hi = [np.maximum(np.array(x, np.int64), lo) for x, lo in zip(his, d.lo)]
+    count = np.ones(n, np.int64)
+    for h, lo in zip(d.hi, d.lo):
+        count = count * (h - lo)
+    d.count, d.empty = count, count == 0
+    return d
+
+
+@budget(60)
+@given(st.integers(2, 9), st.integers(1, 6), st.integers(1, 7), st.integers(0, 2**31), st.booleans())
+def test_boxes_that_differ_between_programs_are_read_and_written_as_one_indexed_copy(n, rows, cols, seed, gap):
+    """dma._gather_plan (every program's box in one indexed copy) reads and writes what the copy per program
+    (``_per_program``, the plan turned off) does: boxes clipped per program, padding, shared tile rows; a
+    write whose boxes share an element keeps the copy per program (the last program's value stays)."""
+    from dvmlang.npu import dma
+    rng = np.random.default_rng(seed)
+    shape = (rows, cols)
+    pitch = cols + (3 if gap else 0)
+    g = rng.standard_normal(n * rows * pitch + 8).astype(np.float32)
+    bases = [int(x) for x in rng.integers(0, n * rows * pitch - rows * pitch + 1, n)] if gap else \
+        [p * rows * pitch for p in range(n)]
+    los = [rng.integers(0, rows, n), rng.integers(0, cols, n)]
+    his = [rng.integers(0, rows + 1, n), rng.integers(0, cols + 1, n)]
+    outs = []
+    for limit in (dma.PLAN_ELEMENTS, 0):
+        d = _batch_desc(bases, [pitch, 1], los, his)
+        old, dma.PLAN_ELEMENTS = dma.PLAN_ELEMENTS, limit
+        try:
+            got, _ = dma.dma_read(g, d, shape, np.float32, np.float32(-2.5), n)
+            dst = g.copy()
+            src = rng.standard_normal((n,) + shape).astype(np.float32) if limit else outs[0][2]
+            dma.dma_write(dst, _batch_desc(bases, [pitch, 1], los, his), shape, src, n)
+            one = g.copy()
+            dma.dma_write(one, _batch_desc(bases, [pitch, 1], los, his), shape, src[:1], n)
+        finally:
+            dma.PLAN_ELEMENTS = old
+        outs.append((got, dst, src, one))
+    (a, b, _, c), (x, y, _, z) = outs
+    assert a.tobytes() == x.tobytes() and b.tobytes() == y.tobytes() and c.tobytes() == z.tobytes()
