@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from .. import dtypes as dt
+from ..vm.semantics import box_elements
 from .bounds import check_dma
 from .state import Slot, chunks, each_rows, eval_rows
 
@@ -382,14 +383,8 @@ def _gather_plan(desc: Desc, n: int, shape):
             if total > PLAN_ELEMENTS:
                 plan = False
                 break
-            s_idx = np.full((1,) * len(ext), start, dtype=np.int64)
-            d_idx = np.full((1,) * len(ext), i * size, dtype=np.int64)
-            for dim, (e, s_, b_, t_) in enumerate(zip(ext, st, box, tile_st)):
-                ax = np.arange(e, dtype=np.int64).reshape((1,) * dim + (e,) + (1,) * (len(ext) - dim - 1))
-                s_idx = s_idx + ax * s_
-                d_idx = d_idx + (ax + b_.start) * t_
-            src.append(s_idx.reshape(-1))
-            dst.append(d_idx.reshape(-1))
+            src.append(box_elements(start, st, [0] * len(ext), ext))  # (the box's elements: vm.semantics)
+            dst.append(box_elements(i * size, tile_st, [b_.start for b_ in box], [b_.stop for b_ in box]))
         if plan is None:
             s_all = np.concatenate(src) if src else np.zeros(0, np.int64)
             d_all = np.concatenate(dst) if dst else np.zeros(0, np.int64)

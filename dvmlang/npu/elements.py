@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..vm.semantics import atomic_update
+
 
 def store_scalars(g: np.ndarray, idx, val, n: int) -> None:
     """One scalar store by each of ``n`` programs (in program order) at ``idx`` (one offset, or one per
@@ -26,22 +28,7 @@ def atomic(g, op, off, m, src, cmp, want):
         old_full = np.zeros(off.shape, dtype=g.dtype)
     if uniq:
         old = g[idx].copy()
-        if op == "add":
-            new = old + vals
-        elif op == "max":
-            new = np.maximum(old, vals)
-        elif op == "min":
-            new = np.minimum(old, vals)
-        elif op == "xchg":
-            new = vals
-        elif op == "and":
-            new = old & vals
-        elif op == "or":
-            new = old | vals
-        elif op == "xor":
-            new = old ^ vals
-        else:  # cas
-            new = np.where(old == cmp[m], vals, old)
+        new = atomic_update(op, old, vals, cmp[m] if cmp is not None else None)
         g[idx] = new.astype(g.dtype, copy=False)
         if want:
             old_full[m] = old
@@ -57,23 +44,7 @@ def atomic(g, op, off, m, src, cmp, want):
     for j, (i, v) in enumerate(zip(idx.tolist(), vals)):
         o = g[i]
         olds[j] = o
-        if op == "add":
-            g[i] = o + v
-        elif op == "max":
-            g[i] = max(o, v)
-        elif op == "min":
-            g[i] = min(o, v)
-        elif op == "xchg":
-            g[i] = v
-        elif op == "and":
-            g[i] = o & v
-        elif op == "or":
-            g[i] = o | v
-        elif op == "xor":
-            g[i] = o ^ v
-        else:
-            if o == cm[j]:
-                g[i] = v
+        g[i] = atomic_update(op, o, v, cm[j] if cm is not None else None)
     if want:
         old_full[m] = olds
     return old_full

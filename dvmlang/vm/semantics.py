@@ -192,6 +192,91 @@ def vperm_axes(perm: int, rank: int, bits: int) -> tuple:
     return (0,) + tuple(((perm >> (bits * i)) & ((1 << bits) - 1)) + 1 for i in range(rank))
 
 
+# ---- memory and cube ----------------------------------------------------------------------------------------
+
+
+def box_elements(base: int, strides, lo, hi) -> np.ndarray:
+    """DMA_LOAD and DMA_STORE of one program: the tensor elements of its box, ``base + sum(i_d * stride_d)`` for
+    ``lo_d <= i_d < hi_d`` (the box already clipped to the tile), in the box's row-major order; the rest of the
+    tile is the padding (a load) or untouched (a store)."""
+    idx = np.full((1,) * len(strides), base, dtype=np.int64)
+    for d, (s_, l, h) in enumerate(zip(strides, lo, hi)):
+        ax = np.arange(l, h, dtype=np.int64).reshape((1,) * d + (h - l,) + (1,) * (len(strides) - d - 1))
+        idx = idx + ax * s_
+    return idx.reshape(-1)
+
+
+def gathered(g: np.ndarray, off: np.ndarray, mask: np.ndarray, pad, npdt) -> np.ndarray:
+    """GATHER: the elements of tensor ``g`` at ``off`` where ``mask``, ``pad`` elsewhere (masked-off offsets are
+    never read), in the tile's dtype."""
+    return np.where(mask, g[np.where(mask, off, 0)], pad).astype(npdt, copy=False)
+
+
+def scattered(g: np.ndarray, off: np.ndarray, mask: np.ndarray, src: np.ndarray) -> None:
+    """SCATTER: ``src`` stored at ``off`` where ``mask``, in element order (a later element's value stays where two
+    share an offset)."""
+    g[off[mask]] = src[mask]
+
+
+def atomic_update(op: str, old, val, cmp=None):
+    """ATOMIC: what an element holds after the read-modify-write ``op`` (``isa.ATOMIC_OPS``) of ``old`` with
+    ``val`` (cas: ``val`` where ``old == cmp``, else ``old``); the instruction's result, when wanted, is ``old``."""
+    if op == "add":
+        return old + val
+    if op == "max":
+        return np.maximum(old, val)
+    if op == "min":
+        return np.minimum(old, val)
+    if op == "xchg":
+        return val
+    if op == "and":
+        return old & val
+    if op == "or":
+        return old | val
+    if op == "xor":
+        return old ^ val
+    return np.where(old == cmp, val, old)  # cas
+
+
+def accumulate(prod: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """MMAD accumulating: ``prod + c`` (into ``prod`` when ``c`` has its shape or broadcasts to it; each operand
+    order as it always was, for the NaN payloads too)."""
+    if c.shape == prod.shape:
+        return np.add(prod, c, out=prod)
+    if np.broadcast_shapes(c.shape, prod.shape) == prod.shape:
+        return np.add(c, prod, out=prod)
+    return c + prod
+
+
+def mmad(a: np.ndarray, b: np.ndarray, c, acc) -> np.ndarray:
+    """MMAD: ``a @ b`` in the accumulator's dtype ``acc`` (fp32 for fp16/bf16 inputs, int32 for integers), plus
+    the accumulator ``c`` (None: the first product, ``init``); 3-D tiles are a batch of products."""
+    prod = np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False))
+    return prod if c is None else accumulate(prod, c)
+
+
+# ---- the table ------------------------------------------------------------------------------------------------
+
+# Every instruction family -> the function above (or opdefs' row function, ``Instr.fn``) that gives its values, for
+# every reader of the ISA (``tests/test_npu_rooms.py`` checks that the table covers the ISA's families). None:
+# the family computes no value (control flow, events, prints, traps: their meaning is the executor's).
+SEMANTICS = {
+    "nop": None, "end": None, "jmp": None, "br": None, "set": None, "wait": None, "barrier": None, "print": None,
+    "trap": None,
+    "movi": "the immediate's bits read as the row's dtype", "mov": "rd = rs", "pid": "the program's grid coordinate",
+    "nprog": "the grid's size", "tdim": tdim, "sbin": sbin, "sun": sun, "scmp": "isa.COMPARE[cc](ra, rb)",
+    "ssel": ssel, "scast": scast, "movts": "element 0 of the tile", "ldg": "g[offset]", "stg": "g[offset] = rs",
+    "vbin": "Instr.fn(a, b)", "vbins": "Instr.fn(a, lift(rs)) (rev: swapped)", "vun": "Instr.fn(a)",
+    "vcmp": "isa.COMPARE[cc](a, b)", "vcmps": "isa.COMPARE[cc](a, lift(rs)) (rev: swapped)", "vsel": "np.where",
+    "vfma": vfma, "vcast": converted, "vdup": lift, "viota": viota, "vcopy": "a broadcast to the tile",
+    "vreduce": reducer, "vscan": vscan, "vperm": vperm_axes, "vslice": "a[s0:s0 + n0, ...]", "vtake": vtake,
+    "vsort": vsort, "vhist": vhist, "vcat": vcat,
+    "dma_load": box_elements, "dma_store": box_elements, "fix_store": box_elements, "gather": gathered,
+    "scatter": scattered, "atomic": atomic_update, "copy_space": "the tile as it is, in the destination's dtype",
+    "l0c_fill": lift, "mmad": mmad,
+}
+
+
 # ---- the scalar families as Python statements (the compiled path) -------------------------------------------
 
 # binary scalar ops whose Python operator on numpy values of one dtype is the row's numpy function, bit for bit

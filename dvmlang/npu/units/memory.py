@@ -10,6 +10,7 @@ import numpy as np
 
 from ...vm import isa
 from ...vm.decode import sop_parts
+from ...vm import semantics as sem
 from ...vm.semantics import lift
 from ..bounds import check_elements
 from ..dma import Windows, compute_into, descriptor, dma_read, dma_write, pending_windows, store_view
@@ -194,11 +195,8 @@ def gather(m, d):
 
     def fn(b, L):
         g, off, msk = elements(b, L)
-        vals = g[np.where(msk, off, 0)]
         pad = b.regs[pad_v] if pad_reg else pad_v
-        pad = lift(pad, len(shape), npdt)
-        res = np.where(msk, vals, pad).astype(npdt, copy=False)
-        w(b, res)
+        w(b, sem.gathered(g, off, msk, lift(pad, len(shape), npdt), npdt))
         if L.untimed:
             return None
         cnt, nbytes = _moved(b, g, msk)
@@ -218,8 +216,7 @@ def scatter(m, d):
     def fn(b, L):
         g, off, msk = elements(b, L)
         materialise_views(b, L, t)
-        src = np.broadcast_to(rs(b, L), off.shape)
-        g[off[msk]] = src[msk]
+        sem.scattered(g, off, msk, np.broadcast_to(rs(b, L), off.shape))
         if L.races is not None:
             L.races.record_elements(b, t, off, msk)
         if L.untimed:
