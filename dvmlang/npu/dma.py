@@ -360,13 +360,16 @@ PLAN_ELEMENTS = 1 << 16  # a gather plan is made for boxes of up to this many el
 
 
 def _gather_plan(desc: Desc, n: int, shape):
-    """For a descriptor whose boxes differ between the programs (no uniform view of them): (the tensor element
+    """For a descriptor whose boxes differ between the programs (no uniform view of them): [the tensor element
     of every element inside a program's box, in program order; its place in the batch's (n, *shape) tile; its
-    place in one program's tile; whether no element is in two boxes), so that a read or a write is one indexed
-    copy instead of one copy per program. Made once per descriptor (a relaunch finds it with the descriptor);
-    None when the boxes hold more than ``PLAN_ELEMENTS`` elements."""
+    place in one program's tile; whether no element is in two boxes (``_distinct``)], so that a read or a write
+    is one indexed copy instead of one copy per program. Made at the descriptor's second use (a relaunch finds
+    it with the descriptor); None at the first, and when the boxes hold more than ``PLAN_ELEMENTS`` elements."""
     plan = desc._plan
-    if plan is None:
+    if plan is None or plan.__class__ is int:  # (made at the descriptor's second use: a new shape's first launch
+        if plan is None:                     # copies its boxes one by one, a relaunch finds the plan)
+            desc._plan = 1
+            return None
         shape = tuple(shape)
         size = 1
         tile_st = []
@@ -385,12 +388,19 @@ def _gather_plan(desc: Desc, n: int, shape):
                 break
             src.append(box_elements(start, st, [0] * len(ext), ext))  # (the box's elements: vm.semantics)
             dst.append(box_elements(i * size, tile_st, [b_.start for b_ in box], [b_.stop for b_ in box]))
-        if plan is None:
+        if plan is not False:
             s_all = np.concatenate(src) if src else np.zeros(0, np.int64)
             d_all = np.concatenate(dst) if dst else np.zeros(0, np.int64)
-            plan = (s_all, d_all, d_all % max(size, 1), np.unique(s_all).size == s_all.size)
+            plan = [s_all, d_all, d_all % max(size, 1), None]
         desc._plan = plan
     return plan or None
+
+
+def _distinct(plan) -> bool:
+    """Whether no element of a gather plan is in two programs' boxes (worked out once, for a write)."""
+    if plan[3] is None:
+        plan[3] = np.unique(plan[0]).size == plan[0].size
+    return plan[3]
 
 
 # ---- box reads and writes --------------------------------------------------------------------------------
@@ -491,7 +501,7 @@ def dma_write(g: np.ndarray, desc: Desc, shape, src: np.ndarray, n):
             view[...] = src[(slice(None),) + u.box].reshape((n // k, k) + u.ext)
             return
     plan = _gather_plan(desc, n, shape)
-    if plan is not None and plan[3]:  # no element in two boxes: every program's box in one indexed copy
+    if plan is not None and _distinct(plan):  # no element in two boxes: every program's box in one indexed copy
         g[plan[0]] = src.reshape(-1)[plan[1] if rows_src > 1 else plan[2]]
         return
     for i, start, ext, st, box in _per_program(desc, n):
