@@ -5,7 +5,8 @@
              ``torch.compile(model, backend="dvmlang")``: the median host time of a steady call (after three
              warm calls) against torch eager's, calls taken in turn. Eager is timed with torch's own threads and
              with one thread, and the faster of the two is the reference. The ratio's target: at most 5x over the
-             median of the models, at most 2x for a model whose eager call takes 5 ms or more.
+             median of the models, at most 2x for a model whose eager call takes 5 ms or more. ``--inductor``
+             times TorchInductor's steady call too (what another compiled backend's call costs on this CPU).
 * generate   ``model.generate`` of a tiny Llama (vocab 256, hidden 64, 2 layers) with its forward compiled
              (``dynamic=True``), greedy, a prompt of 8 tokens and 32 new ones, after one warm run: host time per
              new token (target <= 10 ms), against eager's.
@@ -16,7 +17,8 @@
 Times are ``time.perf_counter`` (wall: torch's threads work in parallel) and ``time.thread_time``; the machine's
 load is printed with them.
 
-    python benchmarks/model_speed.py [--quick] [--rounds 7] [--only models,generate,collatz,ctrl-c]
+    python benchmarks/model_speed.py [--quick] [--rounds 7] [--only models,generate,collatz,ctrl-c] [--inductor]
+                                     [--models llama,mlp]
 """
 
 from __future__ import annotations
@@ -121,10 +123,12 @@ def _timed(fn, *args) -> tuple[float, float]:
     return time.perf_counter() - w, time.thread_time() - c
 
 
-def bench_models(quick: bool, rounds: int) -> list:
+def bench_models(quick: bool, rounds: int, inductor: bool = False, only=None) -> list:
     rows = []
     threads = torch.get_num_threads()
     for name, (fn, args) in models(quick).items():
+        if only and not any(o in name for o in only):
+            continue
         torch._dynamo.reset()
         compiled = torch.compile(fn, backend="dvmlang")
         with torch.no_grad():
@@ -143,9 +147,18 @@ def bench_models(quick: bool, rounds: int) -> list:
         e = min(statistics.median(w for w, _ in ea), statistics.median(w for w, _ in e1))
         s = dt.stats()
         rows.append((name, d, e, statistics.median(c for _, c in dv), s["fallback_ops"]))
+        ind = ""
+        if inductor:  # TorchInductor's steady call on this CPU: what a compiled backend's call costs here
+            torch._dynamo.reset()
+            ic = torch.compile(fn, backend="inductor")
+            with torch.no_grad():
+                for _ in range(3):
+                    ic(*args)
+                ind = statistics.median(_timed(ic, *args)[0] for _ in range(rounds))
+            ind = f"  inductor {ind * 1e3:7.3f} ms ({ind / e:.1f}x)"
         print(f"{name:34s} dvmlang {d * 1e3:8.2f} ms  eager {e * 1e3:7.3f} ms  {d / e:6.1f}x  "
-              f"(cpu {rows[-1][3] * 1e3:.2f} ms){'  fallbacks ' + str(s['fallback_ops']) if s['fallback_ops'] else ''}",
-              flush=True)
+              f"(cpu {rows[-1][3] * 1e3:.2f} ms){ind}"
+              f"{'  fallbacks ' + str(s['fallback_ops']) if s['fallback_ops'] else ''}", flush=True)
     ratios = [d / e for _, d, e, _, _ in rows]
     big = [(n, d / e) for n, d, e, _, _ in rows if e >= 5e-3]
     print(f"median dvmlang/eager over {len(rows)} models: {statistics.median(ratios):.1f}x (target <= 5x); "
@@ -232,6 +245,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--only", default="models,generate,collatz,ctrl-c")
+    ap.add_argument("--inductor", action="store_true", help="also time TorchInductor's steady call of each model")
+    ap.add_argument("--models", default="", help="comma-separated substrings of the model names to run")
     a = ap.parse_args(argv)
     only = set(a.only.split(","))
     print(f"[{load()}; torch threads {torch.get_num_threads()}]", flush=True)
@@ -242,7 +257,7 @@ def main(argv=None) -> int:
     if "generate" in only:
         bench_generate()
     if "models" in only:
-        bench_models(a.quick, a.rounds)
+        bench_models(a.quick, a.rounds, a.inductor, [m for m in a.models.split(",") if m])
     return 0
 
 
