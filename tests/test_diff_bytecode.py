@@ -11,10 +11,13 @@ program is wrapped in a container (``Bytecode(...).serialise()``) and checked:
 * ``Bytecode.from_bytes`` accepts it or raises a ``BytecodeError``, nothing else;
 * an accepted program re-serialises to the same bytes, and both disassemblers list it without error;
 * it runs on the device to completion or raises a documented ``DeviceError`` (a memory fault, the
-  watchdog, a trap) — never another exception, and never for long: the device's launch-wide watchdog
-  budget is small;
-* a run that completes gives the same outputs on the batched and the one-program-at-a-time device, and a
-  tensor no instruction stores to is never modified (a faulted run included).
+  watchdog, a trap) — never another exception, and never for long: the device's watchdog budget per
+  program is small;
+* the batched device compiled and step by step give the same outputs, cycles and fault (the same message);
+* the batched and the one-program-at-a-time device both complete or both fault; a run that completes gives
+  the same outputs and cycles on both (programs that wait on each other's atomics excepted: how often they
+  spin depends on which programs run together), and a tensor no instruction stores to is never modified (a
+  faulted run included).
 
 The tests in tests/test_fuzz_bytecode.py mutate real programs' bytes; this one reaches instruction mixes
 the compiler never emits. ``DVMLANG_FUZZ_SCALE`` (tests/fuzzing.py) runs it longer.
@@ -47,7 +50,7 @@ from test_bytecode_samples import small_args
 pytestmark = pytest.mark.filterwarnings("ignore::dvmlang.PerformanceWarning", "ignore::dvmlang.DvmWarning")
 
 BAD = 0.02  # the fraction of fields given an arbitrary value of their width
-WATCHDOG = 1500  # the launch-wide instruction budget: a generated loop that does not end stops quickly
+WATCHDOG = 1500  # the instruction budget per program: a generated loop that does not end stops quickly
 DTYPES = (dt.float32, dt.float16, dt.int32, dt.bool_)
 SHAPES = ((64,), (16,), (8,), (1,), (8, 8), (1, 8), (8, 1), (2, 4, 8), (2, 2, 2, 8), (2, 2, 2, 2, 4))
 DMA_SHAPES = {1: (64,), 2: (8, 8), 3: (2, 4, 8), 4: (2, 2, 2, 8), 5: (2, 2, 2, 2, 4)}  # a DMA row's tile, by rank
@@ -308,16 +311,16 @@ def _stored_tensors(bc) -> set[int]:
 
 
 def _run(bc, device, args, trace=False):
-    """(outputs, error) of running ``bc`` on copies of ``args``; with ``trace``, the trace views of a
+    """(outputs, error, cycles) of running ``bc`` on copies of ``args``; with ``trace``, the trace views of a
     completed run are rendered too (they must not fail on any program either)."""
     args = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     try:
         launch = dvmlang.run(bc, *args, device=device, trace=trace)
     except dvmlang.DeviceError as e:
-        return args, e
+        return args, e, None
     if trace:
         render([launch], "all", console=Console(file=io.StringIO(), width=120, color_system=None))
-    return args, None
+    return args, None, launch.cycles
 
 
 def check(data: bytes, trace: bool = False) -> str:
@@ -331,19 +334,22 @@ def check(data: bytes, trace: bool = False) -> str:
     assert bc.serialise() == data
     assert disassemble_bytes(data).ok and "k(" in bc.disassemble()
     args = small_args(bc, np.random.default_rng(7))
-    programs = max(k.grid[0] * k.grid[1] * k.grid[2] for k in bc.kernels)
-    out, err = _run(bc, Device(watchdog=WATCHDOG), args, trace=trace)
+    out, err, cycles = _run(bc, Device(watchdog=WATCHDOG, compiled=False), args, trace=trace)
     for i in set(range(2)) - _stored_tensors(bc):
         assert out[i].tobytes() == args[i].tobytes(), f"tensor {bc.params[i].name} changed but nothing stores to it"
-    if isinstance(err, dvmlang.WatchdogTimeout):  # the budget counts batches: the sequential run may differ
-        return type(err).__name__
-    seq, serr = _run(bc, Device(watchdog=WATCHDOG * programs, sequential=True), args)
+    seq, serr, seq_cycles = _run(bc, Device(watchdog=WATCHDOG, sequential=True), args)
     assert (err is None) == (serr is None), f"batched: {err!r}; sequential: {serr!r}"
+    comp, cerr, comp_cycles = _run(bc, Device(watchdog=WATCHDOG, compiled="always"), args)
+    assert type(cerr) is type(err) and str(cerr) == str(err), f"step by step: {err!r}; compiled: {cerr!r}"
+    assert comp_cycles == cycles and all(a.tobytes() == b.tobytes() for a, b in zip(out, comp)
+                                         if isinstance(a, np.ndarray)), "the compiled device differs"
     if err is not None:
         return type(err).__name__
     for a, b in zip(out, seq):
         if isinstance(a, np.ndarray):
             assert a.tobytes() == b.tobytes(), "batched and sequential runs stored different values"
+    if not any(d.ins.family == "atomic" for decoded in bc.decoded for d in decoded):
+        assert cycles == seq_cycles, f"batched: {cycles} cycles; sequential: {seq_cycles}"
     return "ran"
 
 

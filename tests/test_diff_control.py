@@ -7,9 +7,9 @@ Each random program is a small AST (tuples, below), rendered twice: as kernel so
 registered in-memory file so the frontend can read it) and as a plain-Python oracle written from
 ``docs/language.md``'s semantics: int32 arithmetic wraps, ``range`` is Python's, a loop's ``break`` and
 ``continue`` act on the innermost loop, ``return`` ends the program (stores before it have happened), atomics
-add in any order (integer sums do not depend on it), and ``dl.static_range`` unrolls. The batched device,
-the sequential device and the oracle must agree exactly (int32), and within tolerance for the float32
-accumulator.
+add in any order (integer sums do not depend on it), and ``dl.static_range`` unrolls. The batched device
+(compiled, and step by step), the sequential device and the oracle must agree exactly (int32), and within
+tolerance for the float32 accumulator; the three devices agree on the cycles too.
 """
 
 import contextlib
@@ -24,7 +24,8 @@ import dvmlang
 import dvmlang.language as dl
 from fuzzing import budget, side_by_side
 
-BATCHED = dvmlang.npu.Device()
+BATCHED = dvmlang.npu.Device(compiled="always")  # every straight-line region as generated code, from its first run
+STEPS = dvmlang.npu.Device(compiled=False)  # every instruction step by step
 SEQUENTIAL = dvmlang.npu.Device(sequential=True)
 VARS = ("a", "b")  # loop-carried int32 scalars, initialised before the body
 NVALS = 8  # the loaded-scalar input has this many elements
@@ -326,21 +327,22 @@ def run_device(kernel, device, grid, n, vals):
     fout = np.full(grid, -99.0, np.float32)
     cnt = np.zeros(1, np.int32)
     v = vals.copy()
-    kernel[(grid,)](out, fout, cnt, v, n, device=device)
+    rec = kernel[(grid,)](out, fout, cnt, v, n, device=device)
     np.testing.assert_array_equal(v, vals)  # the input the kernel only loads from is untouched
-    return out, fout, cnt
+    return out, fout, cnt, rec.cycles
 
 
 def check(stmts, grid, n, vals):
     kernel, text = kernel_of(stmts)
     want = oracle(stmts, grid, n, vals)
     runs = []
-    for device, threads in ((BATCHED, False), (SEQUENTIAL, False), (BATCHED, True)):
+    for device, threads in ((BATCHED, False), (SEQUENTIAL, False), (STEPS, False), (BATCHED, True)):
         with side_by_side() if threads else contextlib.nullcontext():
             got = run_device(kernel, device, grid, n, vals)
-        if threads:
-            assert all(np.array_equal(g, r) for g, r in zip(got, runs[0])), \
-                f"the batched device with worker threads differs:\nkernel:\n{text}grid={grid} n={n}"
+        if runs:
+            assert all(np.array_equal(g, r) for g, r in zip(got[:2], runs[0][:2])) and got[3] == runs[0][3], \
+                f"{device} (threads: {threads}) differs from the compiled device: cycles {got[3]} against " \
+                f"{runs[0][3]}\nkernel:\n{text}grid={grid} n={n}"
         runs.append(got)
         for name, g, w in zip(("out", "fout", "cnt"), got, want):
             if name == "fout":

@@ -2,8 +2,9 @@
 
 Each example builds a random expression tree of dl operations (arithmetic, comparisons, bitwise ops, shifts,
 casts, where, float math, maximum/minimum, abs, reductions along an axis) over masked 2-D tile loads of random
-dtypes, runtime scalars and Python literals; writes it out as kernel source; runs it on the batched device and
-on the sequential one (which must agree bit for bit); and compares the stored result with the oracle below.
+dtypes, runtime scalars and Python literals; writes it out as kernel source; runs it on the batched device
+(compiled, and step by step) and on the sequential one, which must agree bit for bit and on cycles; and compares
+the stored result with the oracle below.
 The oracle implements the documented rules itself (Triton's promotion, truncating integer division, C
 remainder, int1 wrap-around, NaN-ignoring reductions, saturating float-to-int casts): it never calls dvmlang's
 promotion. Integer division by zero is documented (0), so it is generated; shift counts are masked into
@@ -347,7 +348,9 @@ def _close(got, ref, t):
     return bool(ok.all())
 
 
-def check_program(seed: int):
+def random_program(seed: int):
+    """The random kernel of ``seed``: (kernel, its text, the launch's arguments, its constexprs, the grid, the
+    expression tree, the output's dtype, the mask of the loaded elements)."""
     rng = np.random.default_rng(seed)
     R, C, P = int(rng.integers(1, 5)), int(rng.integers(1, 12)), int(rng.integers(1, 4))
     nr, nc = int(rng.integers(1, R + 1)), int(rng.integers(1, C + 1))
@@ -363,15 +366,26 @@ def check_program(seed: int):
     out_t = node.t if node.t in ARRAY else "int64"
     expr = node.src if out_t == node.t else f"{node.src}.to(dl.int64)"
     kernel, text = _kernel(expr)
-    results = []
-    for device, threads in ((dvmlang.npu.Device(), False), (dvmlang.npu.Device(sequential=True), False),
-                            (dvmlang.npu.Device(), True)):
-        out = np.full(P * R * C, 7).astype(NP[out_t])
+    out = np.full(P * R * C, 7).astype(NP[out_t])
+    return kernel, text, (*arrays, out, s_int, s_flt, nr, nc), {"R": R, "C": C}, (P,), node, out_t, mask
+
+
+def check_program(seed: int):
+    kernel, text, args, constexprs, grid, node, out_t, mask = random_program(seed)
+    P, R, C = grid[0], constexprs["R"], constexprs["C"]
+    results, cycles = [], []
+    for device, threads in ((dvmlang.npu.Device(compiled="always"), False),
+                            (dvmlang.npu.Device(sequential=True), False), (dvmlang.npu.Device(), True),
+                            (dvmlang.npu.Device(compiled=False), False)):
+        out = args[3].copy()
         with side_by_side() if threads else contextlib.nullcontext():
-            kernel[(P,)](*arrays, out, s_int, s_flt, nr, nc, R=R, C=C, device=device)
+            rec = kernel[grid](*args[:3], out, *args[4:], **constexprs, device=device)
         results.append(out)
-    assert _same(results[0], results[1]), f"batched and sequential devices differ\n{text}"
+        cycles.append(rec.cycles)
+    assert _same(results[0], results[1]), f"compiled and sequential devices differ\n{text}"
     assert _same(results[2], results[1]), f"the batched device with worker threads differs\n{text}"
+    assert _same(results[3], results[1]), f"the step-by-step and sequential devices differ\n{text}"
+    assert len(set(cycles)) == 1, f"the devices' cycles differ: {cycles}\n{text}"
     got = results[0].reshape(P, R, C)
     ref = np.broadcast_to(cast(node.value, node.t, out_t), (P, R, C))
     keep = np.broadcast_to(mask, (P, R, C))

@@ -23,6 +23,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import dvmlang
+from dvmlang.npu import Device
 import dvmlang.ops as ops
 from fuzzing import budget
 
@@ -367,6 +368,16 @@ def differential(spec, steps, seed=0):
     bs, views = fresh()
     pool = run_ops(prog, [dvmlang.tensor(v) for v in views])
     check_all("eager", pool, bs)
+
+    # the compiled device, the step-by-step device and the sequential device agree bit for bit, and on cycles
+    runs = []
+    for device in (Device(compiled="always"), Device(compiled=False), Device(sequential=True)):
+        bs, views = fresh()
+        with device:
+            pool = run_ops(prog, [dvmlang.tensor(v) for v in views])
+        runs.append(([np.asarray(p).tobytes() for p in pool[n_in:]] + [b.tobytes() for b in bs],
+                     device.simulated_cycles))
+    assert runs[0] == runs[1] == runs[2], f"the devices differ (cycles {[r[1] for r in runs]})\n{_text(prog)}"
 
     # lazily, fused (background) and unfused (foreground)
     for kw in ({"background": True}, {"background": False, "fuse": False}):

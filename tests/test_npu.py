@@ -163,7 +163,7 @@ def runaway(out_ptr, n):
 
 def test_watchdog_stops_runaway_loops():
     out = np.zeros(1, np.int32)
-    with pytest.raises(dvmlang.WatchdogTimeout, match=r"(?s)more than 5000 instructions.*test_npu.py.*Device\(watchdog=N\)"):
+    with pytest.raises(dvmlang.WatchdogTimeout, match=r"(?s)more than 5,000 instructions.*test_npu.py.*Device\(watchdog=N\)"):
         runaway[(1,)](out, 10, device=Device(watchdog=5000))
     with pytest.raises(dvmlang.DvmError, match="watchdog must be a positive"):
         Device(watchdog=0)
@@ -1082,13 +1082,16 @@ def test_a_select_in_a_pending_chain_gives_the_bits_of_one_program_at_a_time(n_c
     rng = np.random.default_rng(5)
     x = rng.standard_normal((300, n_cols)).astype(np.float32)
     ys = []
-    for dev, shortcut in ((Device(), True), (Device(sequential=True), True), (Device(), False)):
+    # (step by step: the compiled path runs a small batch's select with np.where; compared last)
+    for dev, shortcut in ((Device(compiled=False), True), (Device(sequential=True, compiled=False), True),
+                          (Device(compiled=False), False), (Device(compiled="always"), None)):
         taken = _counting_as_is(monkeypatch)
-        if not shortcut:
+        if shortcut is False:
             monkeypatch.setattr(vector, "_as_is", lambda *a: False)
         y = np.zeros_like(x)
         ys.append((y, _centred_norm[(300,)](x, y, n_cols, BLOCK=1024, device=dev).cycles))
-        assert any(taken) == (shortcut and n_cols == 1024)
+        if shortcut is not None:
+            assert any(taken) == (shortcut and n_cols == 1024)
     assert all(np.array_equal(y, ys[0][0]) and c == ys[0][1] for y, c in ys)
     d = x - x.mean(axis=1, keepdims=True)
     np.testing.assert_allclose(ys[0][0], d / np.sqrt((d * d).mean(axis=1, keepdims=True) + 1e-5), rtol=1e-4,
@@ -1100,10 +1103,10 @@ def test_a_select_false_everywhere_is_its_second_operand(monkeypatch):
     x = np.random.default_rng(7).standard_normal((40, 256)).astype(np.float32)
     y1, y2 = np.zeros_like(x), np.zeros_like(x)
     taken = _counting_as_is(monkeypatch)
-    r1 = _select_none[(40,)](x, y1, BLOCK=256, device=Device())
+    r1 = _select_none[(40,)](x, y1, BLOCK=256, device=Device(compiled=False))
     assert taken == [True]
     monkeypatch.setattr(vector, "_as_is", lambda *a: False)
-    r2 = _select_none[(40,)](x, y2, BLOCK=256, device=Device())
+    r2 = _select_none[(40,)](x, y2, BLOCK=256, device=Device(compiled=False))
     assert np.array_equal(y1, x + np.float32(1.0)) and np.array_equal(y1, y2) and r1.cycles == r2.cycles
 
 
@@ -1154,3 +1157,61 @@ def test_a_grid_of_programs_stores_as_one_program_at_a_time_does(s0, s1):
         for i in range(4):
             want[i * s0 + j * s1:i * s0 + j * s1 + 8] = i * 10 + j
     assert outs[0].tolist() == want.tolist()
+
+
+def _batch_desc(bases, strides, los, his):
+    """A descriptor of ``len(bases)`` programs: per-program bases and boxes, strides shared (the Desc fields
+    the numpy path makes)."""
+    from dvmlang.npu.dma import Desc
+    n = len(bases)
+    d = Desc.__new__(Desc)
+    d.n = n
+    d._ints = d._sizes = d._plan = None
+    d._uniform = False
+    d._windows = None
+    d._grid = False
+    d.base = np.array(bases, np.int64)
+    d.strides = [np.array(s_, np.int64) for s_ in strides]
+    d.lo = [np.array(x, np.int64) for x in los]
+    d.hi = [np.maximum(np.array(x, np.int64), lo) for x, lo in zip(his, d.lo)]
+    count = np.ones(n, np.int64)
+    for h, lo in zip(d.hi, d.lo):
+        count = count * (h - lo)
+    d.count, d.empty = count, count == 0
+    return d
+
+
+@budget(60)
+@given(st.integers(2, 9), st.integers(1, 6), st.integers(1, 7), st.integers(0, 2**31), st.booleans())
+def test_boxes_that_differ_between_programs_are_read_and_written_as_one_indexed_copy(n, rows, cols, seed, gap):
+    """dma._gather_plan (every program's box in one indexed copy) reads and writes what the copy per program
+    (``_per_program``, the plan turned off) does: boxes clipped per program, padding, shared tile rows; a
+    write whose boxes share an element keeps the copy per program (the last program's value stays)."""
+    from dvmlang.npu import dma
+    rng = np.random.default_rng(seed)
+    shape = (rows, cols)
+    pitch = cols + (3 if gap else 0)
+    g = rng.standard_normal(n * rows * pitch + 8).astype(np.float32)
+    bases = [int(x) for x in rng.integers(0, n * rows * pitch - rows * pitch + 1, n)] if gap else \
+        [p * rows * pitch for p in range(n)]
+    los = [rng.integers(0, rows, n), rng.integers(0, cols, n)]
+    his = [rng.integers(0, rows + 1, n), rng.integers(0, cols + 1, n)]
+    outs = []
+    def desc():  # (used once before: a descriptor's plan is made at its second use)
+        d = _batch_desc(bases, [pitch, 1], los, his)
+        assert dma._gather_plan(d, n, shape) is None
+        return d
+    for limit in (dma.PLAN_ELEMENTS, 0):
+        old, dma.PLAN_ELEMENTS = dma.PLAN_ELEMENTS, limit
+        try:
+            got, _ = dma.dma_read(g, desc(), shape, np.float32, np.float32(-2.5), n)
+            dst = g.copy()
+            src = rng.standard_normal((n,) + shape).astype(np.float32) if limit else outs[0][2]
+            dma.dma_write(dst, desc(), shape, src, n)
+            one = g.copy()
+            dma.dma_write(one, desc(), shape, src[:1], n)
+        finally:
+            dma.PLAN_ELEMENTS = old
+        outs.append((got, dst, src, one))
+    (a, b, _, c), (x, y, _, z) = outs
+    assert a.tobytes() == x.tobytes() and b.tobytes() == y.tobytes() and c.tobytes() == z.tobytes()

@@ -73,10 +73,13 @@ def test_large_launches_on_worker_threads_give_the_calling_threads_bits_and_cycl
     threads(1)
     alone, rec1 = launch(Device())
     off = threads(3)
-    together, rec3 = launch(Device())
+    for _ in range(5):  # (on a loaded machine the calling thread may take every range before a helper wakes)
+        together, rec3 = launch(Device())
+        assert alone.view(np.uint32).tolist() == together.view(np.uint32).tolist()
+        assert rec1.cycles == rec3.cycles and rec1.pipe_busy == rec3.pipe_busy
+        if off:
+            break
     assert off, "no range ran on a worker thread"
-    assert alone.view(np.uint32).tolist() == together.view(np.uint32).tolist()
-    assert rec1.cycles == rec3.cycles and rec1.pipe_busy == rec3.pipe_busy
 
 
 def test_each_range_runs_every_range_once_and_raises_the_first_error(monkeypatch):

@@ -69,3 +69,9 @@ def test_steps_carry_the_facts_the_trace_reads():
         if s.pipe == isa.Pipe.VECTOR and s.facts.tiles:
             biggest = max(t.nbytes for t in s.facts.tiles)
             assert s.facts.repeats == -(-biggest // device.profile.vector_bytes_per_cycle)
+
+
+def test_every_family_has_its_reference_semantics():
+    """vm/semantics.SEMANTICS covers the ISA's families exactly (what an instruction computes, in one place)."""
+    from dvmlang.vm import isa, semantics
+    assert semantics.SEMANTICS.keys() == {ins.family for ins in isa.TABLE}

@@ -1,6 +1,6 @@
 """Untrusted bytecode and resource bounds: a loaded ``.dvmb`` never makes dvmlang read host files, loading
 refuses what is not a regular file, validation work is bounded across kernels, and the watchdog ends a
-runaway launch after a launch-wide instruction budget."""
+runaway launch after an instruction budget per program."""
 
 from __future__ import annotations
 
@@ -212,31 +212,46 @@ def _count_steps(device, bc):
     return calls
 
 
-def test_the_watchdog_budget_is_launch_wide():
+def test_the_watchdog_budget_is_per_program():
+    """Each program may run the budget, whatever batch it runs in: 64 diverging loops that each stay within it run
+    to the end on the batched and the sequential device alike, and a program that runs away ends the launch on
+    both, after at most the budget per program."""
     out = np.zeros(64, np.int32)
-    roomy = Device()
-    diverging_loops[(64,)](out, 40, device=roomy)  # 64 separate loops of 40 iterations: fits the default budget
-    np.testing.assert_array_equal(out, _diverging_reference(40))
-    dev = Device(watchdog=2000)
-    bc = diverging_loops.encode((64,), out, 40)
+    for device in (Device(watchdog=2000), Device(watchdog=2000, sequential=True)):
+        out[:] = 0
+        diverging_loops[(64,)](out, 40, device=device)  # each program runs < 2000; together far more
+        np.testing.assert_array_equal(out, _diverging_reference(40))
+    dev = Device(watchdog=500)
+    bc = runaway.encode((4,), np.zeros(1, np.int32), 10)
     steps = _count_steps(dev, bc)
-    with pytest.raises(dvmlang.WatchdogTimeout, match="the launch executed more than 2000 instructions"):
-        dvmlang.run(bc, out, 40, device=dev)  # each program alone runs < 2000, together far more
-    assert steps[0] <= 2000
+    with pytest.raises(dvmlang.WatchdogTimeout, match="more than 500 instructions"):
+        dvmlang.run(bc, np.zeros(1, np.int32), 10, device=dev)
+    assert steps[0] <= 500  # the four programs run in step: one batch, within one program's budget
+    with pytest.raises(dvmlang.WatchdogTimeout):
+        runaway[(4,)](np.zeros(1, np.int32), 10, device=Device(watchdog=500, sequential=True))
 
 
-def test_a_runaway_kernel_ends_with_kernel_program_and_line():
+def test_a_runaway_kernel_ends_with_kernel_program_line_work_and_how_to_raise_the_budget():
     out = np.zeros(1, np.int32)
     with pytest.raises(dvmlang.WatchdogTimeout) as e:
         runaway[(1,)](out, 10, device=Device(watchdog=500))
     msg = str(e.value)
     assert "kernel `runaway`" in msg and "program(s) [0]" in msg and "more than 500 instructions" in msg
     assert "test_untrusted.py:" in msg and "while i < n" in msg and "Device(watchdog=N)" in msg
+    assert "had run 500 instructions for its 1 program(s)" in msg and "DVMLANG_WATCHDOG=N" in msg
 
 
-def test_the_default_watchdog_budget_is_small():
+def test_the_default_watchdog_budget_is_large_and_set_by_the_environment(monkeypatch):
     from dvmlang.npu.device import DEFAULT_WATCHDOG
-    assert Device().watchdog == DEFAULT_WATCHDOG <= 1 << 20
+    assert Device().watchdog == DEFAULT_WATCHDOG == 1 << 26
+    monkeypatch.setenv("DVMLANG_WATCHDOG", "2**30")
+    assert Device().watchdog == 1 << 30
+    monkeypatch.setenv("DVMLANG_WATCHDOG", "12_345")
+    assert Device().watchdog == 12345 and Device(watchdog=7).watchdog == 7
+    for bad in ("0", "-3", "many"):
+        monkeypatch.setenv("DVMLANG_WATCHDOG", bad)
+        with pytest.raises(dvmlang.DvmError, match="DVMLANG_WATCHDOG must be a positive"):
+            Device()
 
 
 @pytest.mark.parametrize("call", [lambda: dvmlang.Bytecode.load(None), lambda: dvmlang.Bytecode.load(3),
@@ -246,13 +261,3 @@ def test_the_default_watchdog_budget_is_small():
 def test_a_bad_path_or_limits_argument_is_an_argument_error(call):
     with pytest.raises(dvmlang.ArgumentError, match="expects"):
         call()
-
-
-def test_the_sequential_device_gives_each_program_the_budget():
-    """One program at a time: a grid of many short programs is not a runaway, however many there are; a
-    runaway program still ends the launch."""
-    out = np.zeros(64, np.int32)
-    diverging_loops[(64,)](out, 40, device=Device(watchdog=2000, sequential=True))
-    np.testing.assert_array_equal(out, _diverging_reference(40))
-    with pytest.raises(dvmlang.WatchdogTimeout):
-        runaway[(4,)](np.zeros(1, np.int32), 10, device=Device(watchdog=500, sequential=True))

@@ -12,25 +12,28 @@ every launch pays a fixed overhead. This module also holds the launch records an
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields
 
 import numpy as np
 
-from ..errors import (DvmError, InvalidBytecodeError, LaunchError, ResourceError, WatchdogTimeout, render_span,
-                      warn_user)
+from ..errors import DvmError, LaunchError, ResourceError, warn_user
 from ..vm import isa
+from .compiled import compiled as compiled_blocks
+from .execute import execute, run_alone, run_prefix
 from .l2 import L2Cache
 from .launch import Launch, LaunchBase
 from .machine import Machine
 from .profile import Profile, get_profile
 from .state import Batch, held_bytes, programs
-from .timing import _compose, _total, advance, roofline
+from .timing import _compose, _total, roofline
+from .timing_cache import fixed as timing_fixed
 
 N_PIPES = isa.N_PIPES
 PROBE = 64  # programs in the first batch of a large launch, which measures what one holds on the host
-DEFAULT_WATCHDOG = 1 << 18  # instructions per kernel launch: a runaway scalar loop ends within a few seconds
+DEFAULT_WATCHDOG = 1 << 26  # instructions per program (DVMLANG_WATCHDOG=N sets another default): see _watchdog
 PIPE_LABELS = [isa.PIPE_NAMES[isa.Pipe(q)] for q in range(N_PIPES)]
 _MTE2, _MTE3 = int(isa.Pipe.MTE2), int(isa.Pipe.MTE3)
 
@@ -70,6 +73,7 @@ class LaunchRecord:
     writeback_bytes: float = 0.0  # dirty L2 lines of earlier launches this one evicted to HBM
     dispatched: int = 0  # programs that paid profile.program_dispatch_cycles (beyond their core's first)
     unaligned_cycles: float = 0.0  # DMA cycles lost to bursts off their alignment boundary, all programs
+    timing_kept: bool = False  # the timing was the instance's, kept from an earlier launch (docs/device.md)
 
     @classmethod
     def combined(cls, name: str, parts: list, cycles: int, kind: str, launch_overhead: int, profile: Profile,
@@ -165,20 +169,32 @@ class Device:
 
     Options: ``debug`` (poison reads of unwritten on-chip memory are reported; ``"raise"`` makes them
     errors), ``race_detection`` (report programs writing the same GM bytes without atomics),
-    ``watchdog`` (instructions a kernel's launch may execute, all its programs together; an instruction run
-    for a batch of programs counts once: the budget bounds the host's work), ``batch_bytes`` (host working
-    set per batch), ``sequential`` (run one program at a time: the reference path)."""
+    ``watchdog`` (instructions each program may execute, default 2**26 or ``DVMLANG_WATCHDOG``),
+    ``batch_bytes`` (host working set per batch), ``sequential`` (run one program at a time: the reference
+    path), ``compiled`` (run straight-line regions as generated host code once they have run once, the
+    default; ``"always"`` from their first run; False: every instruction step by step), ``timing_cache``
+    (time an instance's launches once when its timing cannot depend on the data, then run the numerics alone:
+    ``timing_cache``; ``"check"`` times every launch and compares; False times every launch)."""
 
-    def __init__(self, profile=None, *, debug=False, race_detection=False, watchdog: int = DEFAULT_WATCHDOG,
-                 batch_bytes: int = 64 << 20, sequential: bool = False):
+    def __init__(self, profile=None, *, debug=False, race_detection=False, watchdog: int | None = None,
+                 batch_bytes: int = 64 << 20, sequential: bool = False, compiled: bool | str = True,
+                 timing_cache: bool | str = True):
         self.profile = get_profile(profile)
         self.debug = debug
         self.race_detection = race_detection
-        if not isinstance(watchdog, int) or watchdog < 1:
-            raise DvmError(f"watchdog must be a positive instruction count, got {watchdog!r}")
+        if watchdog is None:
+            watchdog = _watchdog()
+        if not isinstance(watchdog, int) or isinstance(watchdog, bool) or watchdog < 1:
+            raise DvmError(f"watchdog must be a positive instruction count per program, got {watchdog!r}")
         self.watchdog = watchdog
         self.batch_bytes = batch_bytes
         self.sequential = sequential
+        if compiled not in (True, False, "always"):
+            raise DvmError(f"compiled must be True, False or 'always', got {compiled!r}")
+        self.compiled = compiled
+        if timing_cache not in (True, False, "check"):
+            raise DvmError(f"timing_cache must be True, False or 'check', got {timing_cache!r}")
+        self.timing_cache = timing_cache
         self.l2 = L2Cache(self.profile.l2_bytes)
         self.simulated_cycles = 0  # every launch's cycles and simulated microseconds, summed (for counters
         self.simulated_us = 0.0  # such as dvmlang.torch.stats(), which take differences)
@@ -299,7 +315,17 @@ class Device:
         m = base.machine
         P, cores = base.programs, base.cores
         rec = trace.begin(bc, m, P) if trace is not None else None
+        kept, key = base.timed(L, self.timing_cache if rec is None else False)
+        if L.untimed:  # the instance's timing is known: the numerics alone
+            self._run_batches(m, base.kern, L, cores, P, None)
+            kept.restore(L.rates)
+            record = self._finish(base, L, *kept.figures())[0]
+            record.timing_kept = True
+            base.release(L)
+            return record
         body, busy, bytes_r, bytes_w, instrs, offsets, shift, T = self._run_batches(m, base.kern, L, cores, P, rec)
+        if key is not None:
+            base.keep(L, key, (body, busy, bytes_r, bytes_w, instrs))
         record, stretch = self._finish(base, L, body, busy, bytes_r, bytes_w, instrs)
         if rec is not None:
             if stretch != 1.0:
@@ -316,21 +342,31 @@ class Device:
         L = base.launch(bc, arrays, alias)
         m = base.machine
         dispatch = self.profile.scalar_dispatch
+        kept, key = base.timed(L, self.timing_cache)
         state, k = base.after_prefix, m.prefix
         if state is not None and L.watchdog > k:  # where an earlier launch's prefix ended (_run_prefix)
             L.executed = k
             b = L.parked  # (the batch of the launch L was before, if any: Batch.resume)
             b = b.resume(state) if b is not None else Batch.resumed(state)
         else:
-            b, k = _run_prefix(base, m, L, dispatch)
-        b = _run_alone(m.steps, b, L, dispatch, k)
+            b, k = run_prefix(base, m, L, dispatch)
+        b = run_alone(m.steps, b, L, dispatch, k, self._blocks(m))
         if L.races is not None:
             L.races.check(L)
-        busy = b.pipe_busy
-        end = max(max(b.pipe_free), b.t_issue, b.done)
-        port = busy[_MTE2] + busy[_MTE3]
-        record = self._finish(base, L, end if end >= port else port, busy, _total(b.bytes_read, 1),
-                              _total(b.bytes_written, 1), b.count)[0]
+        if L.untimed:
+            kept.restore(L.rates)
+            figures = kept.figures()
+        else:
+            busy = b.pipe_busy
+            end = max(max(b.pipe_free), b.t_issue, b.done)
+            port = busy[_MTE2] + busy[_MTE3]
+            figures = (end if end >= port else port, busy, _total(b.bytes_read, 1), _total(b.bytes_written, 1),
+                       b.count)
+            if key is not None:
+                base.keep(L, key, figures)
+        record = self._finish(base, L, *figures)[0]
+        if L.untimed:
+            record.timing_kept = True
         b.park()
         L.parked = b
         base.release(L)
@@ -391,23 +427,26 @@ class Device:
                 profile=prof, group=group, start=start,
                 dispatched=max(0, P - cores) if prof.program_dispatch_cycles else 0)
             base = known[key] = LaunchBase(kern, m, prof, options, launch, record, P, cores, overhead, share)
+            base.fixed = not self.debug and not self.race_detection and timing_fixed(m)
         return base
 
     def _run_batches(self, m, kern, L, cores, P, rec):
         """Every program, in batches (the first a probe, see ``_resized``); their pipe clocks placed on
         ``cores``. Returns (body, busy per pipe, bytes read, bytes written, instructions, each program's offset,
-        dispatch shift and length)."""
+        dispatch shift and length); with ``L.untimed``, runs the numerics alone and returns None."""
         prof = self.profile
-        T = np.zeros(P)
-        first = np.full((N_PIPES, P), np.inf)
-        last = np.zeros((N_PIPES, P))
-        busy = np.zeros((N_PIPES, P))
-        issue_end = np.zeros(P)
+        untimed = L.untimed
+        if not untimed:
+            T = np.zeros(P)
+            first = np.full((N_PIPES, P), np.inf)
+            last = np.zeros((N_PIPES, P))
+            busy = np.zeros((N_PIPES, P))
+            issue_end = np.zeros(P)
         bytes_r = 0.0
         bytes_w = 0.0
-        instrs = 0
         dispatch = prof.scalar_dispatch
         steps = m.steps
+        blocks = self._blocks(m) if rec is None else None
         per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
         size = 1 if self.sequential else max(1, min(P, self.batch_bytes // per_prog, 16384))
         # a first batch of PROBE programs measures what a program holds on the host (_resized)
@@ -415,13 +454,16 @@ class Device:
         lo = 0
         with np.errstate(all="ignore"):
             while lo < P:
-                if self.sequential:
-                    L.executed = 0  # one program at a time: each gets the budget; a runaway one ends the launch
                 pids, coords = programs(lo, min(P, lo + (PROBE if probe and lo == 0 else size)), kern.grid[0],
                                         kern.grid[1])
                 batch = Batch(pids, kern.grid, m.zero_regs, uniform=True, coords=coords)
                 held = 0
-                for b in _execute(steps, batch, L, dispatch, rec):
+                # (a traced launch runs its parts as the trace has always shown them: each to its end)
+                for b in execute(steps, batch, L, dispatch, rec, 0, blocks, not m.atomics and rec is None):
+                    if untimed:  # (the numerics alone: the timing is the instance's)
+                        if probe:
+                            held += held_bytes(b)
+                        continue
                     idx = slice(lo, lo + b.n) if b is batch else b.pids  # (the batch whole: its programs in a row)
                     free, b_first, b_busy, t_issue, done = b.clock()
                     end = np.maximum(np.maximum(free.max(axis=0), t_issue), done)
@@ -432,14 +474,16 @@ class Device:
                     issue_end[idx] = t_issue
                     bytes_r += _total(b.bytes_read, 1)
                     bytes_w += _total(b.bytes_written, 1)
-                    instrs += b.count
                     if probe:
                         held += held_bytes(b)
                 if probe and lo == 0:
                     size = self._resized(P, size, per_prog, held, len(pids))
                 lo += len(pids)
+        instrs = L.executed
         if L.races is not None:
             L.races.check(L)
+        if untimed:
+            return None
         # the scalar unit issues for the whole program: it is busy from 0 to the issue end
         first[0] = 0.0
         last[0] = np.maximum(last[0], issue_end)
@@ -448,6 +492,12 @@ class Device:
         offsets, core_end = _compose(T, first, last, cores, kern.double_buffer and prof.double_buffer, port)
         body = float(core_end.max()) if len(core_end) else 0.0
         return body, busy.sum(axis=1).tolist(), bytes_r, bytes_w, instrs, offsets, shift, T
+
+    def _blocks(self, m):
+        """The compiled blocks of machine ``m`` this device runs (None: every step one by one)."""
+        if not self.compiled:
+            return None
+        return compiled_blocks(m, self.compiled == "always")
 
     def _resized(self, P: int, size: int, per_prog: int, held: int, n: int) -> int:
         """The batch size after a first batch of ``n`` programs held ``held`` bytes of host memory at its end. A
@@ -460,6 +510,22 @@ class Device:
         size)."""
         per_prog = max(per_prog // 4, -(-held // n), 1)
         return max(size, min(P, self.batch_bytes // per_prog, 16384))
+
+
+def _watchdog() -> int:
+    """The default instruction budget per program: ``DVMLANG_WATCHDOG`` (a positive integer, or a power of two
+    written ``2**N``) when set, else ``DEFAULT_WATCHDOG``."""
+    raw = os.environ.get("DVMLANG_WATCHDOG")
+    if not raw:
+        return DEFAULT_WATCHDOG
+    text = raw.strip().replace("_", "")
+    try:
+        n = 2 ** int(text[3:]) if text.startswith("2**") else int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise DvmError(f"DVMLANG_WATCHDOG must be a positive instruction count per program (or 2**N), got {raw!r}")
+    return n
 
 
 def _dispatch(T, first, last, cores: int, cycles: int):
@@ -490,156 +556,6 @@ def _split_cores(stage, prof) -> list[int]:
         share = max(1, int(pool * p / max(1, same)))
         out.append(min(share, max(1, pool - (n_same - 1))))
     return out
-
-
-def _watchdog_timeout(L: Launch, s, b: Batch) -> WatchdogTimeout:
-    """The error ending a launch that used up its instruction budget: kernel, programs, pc and source line
-    (as the bytecode embeds it)."""
-    loc = L.loc_of_pc(s.pc)
-    where = ""
-    if loc is not None:
-        span = render_span(loc, L.bc.debug.line_text(loc.file, loc.line))
-        where = f"\n  at {loc}" + (f"\n{span}" if span else "")
-    return WatchdogTimeout(
-        f"kernel `{L.name}`: the launch executed more than {L.watchdog} instructions (a runaway loop?) — program(s) "
-        f"{b.pids[:4].tolist()} stopped at pc {s.pc} ({s.ins.name})" + where +
-        "\nhint: check the loop condition, or raise the limit with dvmlang.npu.Device(watchdog=N)")
-
-
-def _quiet_state():
-    """(numpy's floating-point error state, its value while every error is ignored): since numpy 2 the state is a
-    context variable, so a launch ignores errors by setting it to a value made once (``np.errstate`` makes a new
-    one at each entry). None when that does not hold (numpy 1.x, or a numpy that changed it): then launches
-    use ``np.errstate``."""
-    try:
-        from numpy._core._ufunc_config import _extobj_contextvar as state
-    except ImportError:
-        return None
-    with np.errstate(all="ignore"):
-        quiet = state.get()
-    token = state.set(quiet)
-    try:
-        ok = all(v == "ignore" for v in np.geterr().values())
-    finally:
-        state.reset(token)
-    return (state, quiet) if ok else None
-
-
-_QUIET = _quiet_state()
-
-
-def _run_prefix(base, m, L: Launch, dispatch: int) -> tuple[Batch, int]:
-    """(program 0 alone, the step it goes on from): ``Batch.first`` after the steps of ``m.prefix``, run now,
-    their end state kept in ``base.after_prefix`` for the launches after this one, which start from it. Those
-    steps only set registers from immediates and the instance's fixed facts, so from one start they always
-    end in one state: registers, clock and instruction count. When the watchdog's budget would end within
-    them, they are left to ``_execute``, which stops the launch where it always did."""
-    b = Batch.first(m.zero_regs)
-    k = m.prefix
-    if k == 0 or L.watchdog <= k:
-        return b, 0
-    steps = m.__dict__.get("_prefix_run")
-    if steps is None:  # the prefix and a stop, once per machine (a new instance of a build shares its machine)
-        stop = replace(m.steps[k - 1], fn=_nothing, kind="end", cost=0)
-        stop.advance_one = _no_time
-        steps = m._prefix_run = m.steps[:k] + [stop]
-    _run_alone(steps, b, L, dispatch)
-    b.count -= 1  # (the stop)
-    L.executed -= 1
-    base.after_prefix = b.state()
-    return b, k
-
-
-def _nothing(b, L):
-    return None
-
-
-def _no_time(b, cost, dispatch):
-    return 0.0, 0.0
-
-
-def _run_alone(steps, batch: Batch, L: Launch, dispatch: int, start: int = 0) -> Batch:
-    """Run a batch of one program (which never splits) to its end from step ``start``, untraced, floating-point
-    errors ignored (as every launch runs); returns it."""
-    if _QUIET is None:
-        with np.errstate(all="ignore"):
-            [b] = _execute(steps, batch, L, dispatch, None, start)  # (the one part a one-program batch ends as)
-        return b
-    state, quiet = _QUIET
-    token = state.set(quiet)
-    try:
-        [b] = _execute(steps, batch, L, dispatch, None, start)
-    finally:
-        state.reset(token)
-    return b
-
-
-def _execute(steps, batch: Batch, L: Launch, dispatch: int, rec, start: int = 0):
-    """Run one batch to completion from step ``start``, splitting where programs diverge; yields finished
-    parts."""
-    work = [(start, batch)]
-    limit = L.watchdog
-    left = limit - L.executed  # the budget is the launch's: every batch draws on it
-    while work:
-        i, b = work.pop()
-        one = b.scalar
-        while True:
-            s = steps[i]
-            b.count += 1
-            left -= 1
-            if left < 0:
-                raise _watchdog_timeout(L, s, b)
-            try:
-                r = s.fn(b, L)
-            except DvmError:
-                raise
-            except (ValueError, IndexError, TypeError, OverflowError, MemoryError, FloatingPointError,
-                    ZeroDivisionError, KeyError) as e:
-                raise InvalidBytecodeError(f"{s.ins.name} at pc {s.pc} cannot execute: {e}", section="code",
-                                           offset=s.pc * 8) from None
-            kind = s.kind
-            cost = s.cost  # (a branch's is its row's; a transfer's is what it returned for the batch)
-            if cost is None:
-                cost = r if r is not None else 1
-                if one and cost.__class__ is np.ndarray and cost.size > 1:  # one clock for several programs
-                    c = cost.flat[0]
-                    if (cost == c).all():
-                        cost = c
-                    else:  # their costs differ: a clock each from here on
-                        b.spread()
-                        one = False
-            start, cost = s.advance_one(b, cost, dispatch) if one else advance(s, b, cost, dispatch)
-            if rec is not None:
-                rec.add(s, b, start, cost)
-            if kind == "op" or kind == "set" or kind == "wait" or kind == "barrier":
-                i += 1
-            elif kind == "end":
-                L.executed = limit - left
-                yield b
-                break
-            elif kind == "jmp":
-                i = s.target
-            else:
-                c = r
-                if np.ndim(c) == 0:
-                    take = bool(c) == (kind == "br_nz")
-                    i = s.target if take else i + 1
-                else:
-                    cb = np.asarray(c).astype(bool)
-                    if kind == "br_z":
-                        cb = ~cb
-                    if cb.all():
-                        i = s.target
-                    elif not cb.any():
-                        i += 1
-                    else:
-                        taken = b.subset(cb)
-                        rest = b.subset(~cb)
-                        one = False  # (the parts of a split have a clock each)
-                        parts = [(s.target, taken), (i + 1, rest)]
-                        parts.sort(key=lambda x: -int(x[1].pids[0]))  # lowest program id runs first
-                        work.append(parts[0])
-                        i, b = parts[1]
 
 
 _local = threading.local()

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from .. import dtypes as dt
+from ..vm.semantics import box_elements
 from .bounds import check_dma
 from .state import Slot, chunks, each_rows, eval_rows
 
@@ -19,7 +20,7 @@ class Desc:
     its numpy fields when one is first read: the one-program paths read its Python numbers.)"""
 
     __slots__ = ("base", "strides", "lo", "hi", "count", "bursts", "n", "empty", "checked", "_uniform", "_unaligned",
-                 "_figures", "_windows", "_grid", "_ints", "_sizes", "cycles")
+                 "_figures", "_windows", "_grid", "_ints", "_sizes", "cycles", "_plan")
 
     def __init__(self, b, base, strides, los, his, shape):
         n = b.n
@@ -33,6 +34,7 @@ class Desc:
         self._ints = None  # (base, strides, lo, hi) as Python integers, when _one made the fields from them
         self._sizes = None  # _one's (count, bursts, empty) in Python numbers, and whether the box has a dim
         self.cycles = None  # a transfer's cycles and bytes for its rate, figures and formula: memory._transfer
+        self._plan = None  # _gather_plan's answer, once asked
         if n == 1 and self._one(b, base, strides, los, his, shape):
             return
         self.base = np.asarray(base(b), dtype=np.int64)
@@ -354,6 +356,53 @@ def _per_program(desc: Desc, n: int):
         yield i, start, ext, st, tuple(slice(l, h) for l, h in zip(lo, hi))
 
 
+PLAN_ELEMENTS = 1 << 16  # a gather plan is made for boxes of up to this many elements in all (24 bytes each)
+
+
+def _gather_plan(desc: Desc, n: int, shape):
+    """For a descriptor whose boxes differ between the programs (no uniform view of them): [the tensor element
+    of every element inside a program's box, in program order; its place in the batch's (n, *shape) tile; its
+    place in one program's tile; whether no element is in two boxes (``_distinct``)], so that a read or a write
+    is one indexed copy instead of one copy per program. Made at the descriptor's second use (a relaunch finds
+    it with the descriptor); None at the first, and when the boxes hold more than ``PLAN_ELEMENTS`` elements."""
+    plan = desc._plan
+    if plan is None or plan.__class__ is int:  # (made at the descriptor's second use: a new shape's first launch
+        if plan is None:                     # copies its boxes one by one, a relaunch finds the plan)
+            desc._plan = 1
+            return None
+        shape = tuple(shape)
+        size = 1
+        tile_st = []
+        for e in reversed(shape):
+            tile_st.append(size)
+            size *= e
+        tile_st.reverse()
+        src, dst, total = [], [], 0
+        for i, start, ext, st, box in _per_program(desc, n):
+            k = 1
+            for e in ext:
+                k *= e
+            total += k
+            if total > PLAN_ELEMENTS:
+                plan = False
+                break
+            src.append(box_elements(start, st, [0] * len(ext), ext))  # (the box's elements: vm.semantics)
+            dst.append(box_elements(i * size, tile_st, [b_.start for b_ in box], [b_.stop for b_ in box]))
+        if plan is not False:
+            s_all = np.concatenate(src) if src else np.zeros(0, np.int64)
+            d_all = np.concatenate(dst) if dst else np.zeros(0, np.int64)
+            plan = [s_all, d_all, d_all % max(size, 1), None]
+        desc._plan = plan
+    return plan or None
+
+
+def _distinct(plan) -> bool:
+    """Whether no element of a gather plan is in two programs' boxes (worked out once, for a write)."""
+    if plan[3] is None:
+        plan[3] = np.unique(plan[0]).size == plan[0].size
+    return plan[3]
+
+
 # ---- box reads and writes --------------------------------------------------------------------------------
 
 
@@ -390,6 +439,10 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n, pending=False):
             out[(slice(None),) + u.box] = windows[inverse]
             return out, False
     out = _padded(n, shape, npdt, pad)
+    plan = _gather_plan(desc, n, shape)
+    if plan is not None:  # every program's box in one indexed copy
+        out.reshape(-1)[plan[1]] = g[plan[0]]
+        return out, False
     for i, start, ext, st, box in _per_program(desc, n):
         out[(i,) + box] = _strided(g, start, ext, st)
     return out, False
@@ -447,6 +500,10 @@ def dma_write(g: np.ndarray, desc: Desc, shape, src: np.ndarray, n):
             view = _strided(g, first + u.offset, (n // k, k) + u.ext, (s2, s1) + u.st, writeable=True)
             view[...] = src[(slice(None),) + u.box].reshape((n // k, k) + u.ext)
             return
+    plan = _gather_plan(desc, n, shape)
+    if plan is not None and _distinct(plan):  # no element in two boxes: every program's box in one indexed copy
+        g[plan[0]] = src.reshape(-1)[plan[1] if rows_src > 1 else plan[2]]
+        return
     for i, start, ext, st, box in _per_program(desc, n):
         _strided(g, start, ext, st, writeable=True)[...] = src[(i if rows_src > 1 else 0,) + box]
 
@@ -614,79 +671,3 @@ def _pad_array(rows, shape, npdt, pad) -> np.ndarray:
         return np.broadcast_to(_pad_value(p, npdt), (rows,) + tuple(shape))
     p = p.astype(npdt).reshape((p.shape[0],) + (1,) * len(shape))
     return np.broadcast_to(p, (p.shape[0],) + tuple(shape))
-
-
-# ---- element-wise stores and atomics ---------------------------------------------------------------------
-
-
-def store_scalars(g: np.ndarray, idx, val, n: int) -> None:
-    """One scalar store by each of ``n`` programs (in program order) at ``idx`` (one offset, or one per
-    program). Where several programs store to one element, the last program's value stays: the result of
-    running them one after another, as the sequential device does."""
-    if not np.ndim(idx):
-        g[idx] = val[-1] if np.ndim(val) else val
-        return
-    last = n - 1 - np.unique(idx[::-1], return_index=True)[1]  # each element's last storing program
-    g[idx[last]] = np.broadcast_to(np.asarray(val), (n,))[last]
-
-
-def atomic(g, op, off, m, src, cmp, want):
-    idx = off[m]
-    vals = src[m]
-    old_full = None
-    uniq = len(np.unique(idx)) == len(idx)
-    if want:
-        old_full = np.zeros(off.shape, dtype=g.dtype)
-    if uniq:
-        old = g[idx].copy()
-        if op == "add":
-            new = old + vals
-        elif op == "max":
-            new = np.maximum(old, vals)
-        elif op == "min":
-            new = np.minimum(old, vals)
-        elif op == "xchg":
-            new = vals
-        elif op == "and":
-            new = old & vals
-        elif op == "or":
-            new = old | vals
-        elif op == "xor":
-            new = old ^ vals
-        else:  # cas
-            new = np.where(old == cmp[m], vals, old)
-        g[idx] = new.astype(g.dtype, copy=False)
-        if want:
-            old_full[m] = old
-        return old_full
-    if not want and op in ("add", "max", "min", "and", "or", "xor"):
-        uf = {"add": np.add, "max": np.maximum, "min": np.minimum, "and": np.bitwise_and, "or": np.bitwise_or,
-              "xor": np.bitwise_xor}[op]
-        uf.at(g, idx, vals.astype(g.dtype, copy=False))
-        return None
-    # duplicates with old values wanted (or xchg/cas): element by element, in program order
-    olds = np.empty(len(idx), dtype=g.dtype)
-    cm = cmp[m] if cmp is not None else None
-    for j, (i, v) in enumerate(zip(idx.tolist(), vals)):
-        o = g[i]
-        olds[j] = o
-        if op == "add":
-            g[i] = o + v
-        elif op == "max":
-            g[i] = max(o, v)
-        elif op == "min":
-            g[i] = min(o, v)
-        elif op == "xchg":
-            g[i] = v
-        elif op == "and":
-            g[i] = o & v
-        elif op == "or":
-            g[i] = o | v
-        elif op == "xor":
-            g[i] = o ^ v
-        else:
-            if o == cm[j]:
-                g[i] = v
-    if want:
-        old_full[m] = olds
-    return old_full

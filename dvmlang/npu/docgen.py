@@ -40,9 +40,14 @@ Device(profile=Profile(double_buffer=False))               # custom profiles are
 
 `Device` options: `debug` (poison and report reads of on-chip memory nothing wrote; `"raise"` makes
 them errors), `race_detection` (report two programs writing the same global-memory element without
-atomics), `watchdog` (the instruction budget of one kernel's launch, default 2^18: see *Faults*),
-`sequential` (run one program at a time — the reference path; numerics are identical to the batched
-path), `batch_bytes` (the host working set of one batch of programs).
+atomics), `watchdog` (the instruction budget of each program, default 2^26 or the environment variable
+`DVMLANG_WATCHDOG`: see *Faults*), `sequential` (run one program at a time — the reference path; numerics
+are identical to the batched path), `batch_bytes` (the host working set of one batch of programs),
+`compiled` (run straight-line regions as generated host code once they have run once, the default;
+`"always"` from their first run; `False`: every instruction step by step) and `timing_cache` (time a
+kernel instance's launches once when its timing cannot depend on the data, then run the numerics alone;
+`"check"` times every launch and compares; `False` times every launch). See *Host speed*; none of these
+three changes a result, a cycle or a fault.
 """
 
 MODEL = """\
@@ -126,13 +131,17 @@ casts truncate and saturate (NaN -> 0).
 
 * `MemoryFault` — any access outside its tensor (masked-off elements are never touched, so they cannot
   fault).
-* `WatchdogTimeout` — the launch executed more than `watchdog` instructions (`Device(watchdog=N)`,
-  default 2^18), naming the kernel, the programs, the pc and the source line. The budget is the launch's,
-  all its programs together, and counts instructions as the simulator runs them: one instruction executed
-  for a batch of programs counts once. So it bounds the host's work: a runaway loop ends within seconds
-  however many programs diverge into it, while a kernel of the gallery needs a few thousand. With
-  `sequential=True` the programs run one after another and each has the whole budget (the first runaway
-  one ends the launch), so a large grid of short programs runs there as it does on the batched device. Loops that can never exit are rejected before running (`docs/bytecode.md`).
+* `WatchdogTimeout` — a program executed more than `watchdog` instructions (`Device(watchdog=N)`,
+  default 2^26, or `DVMLANG_WATCHDOG=N` for the devices made without one), naming the kernel, the programs,
+  the pc and the source line, how many instructions the launch ran, and how to raise the budget. The budget
+  is each program's, counted as the program runs its instructions whatever batch it runs in, so the
+  batched, the compiled and the sequential device stop a runaway program alike, and no grid of short
+  programs is refused however large it is. 2^26 instructions is more than any kernel of the gallery, the
+  Triton tutorials or the models of the test suite needs by orders of magnitude (a whole-tensor sum of 2^27
+  elements in one program takes about 2^19). Loops that can never exit are rejected before running
+  (`docs/bytecode.md`). A launch stops at Ctrl-C too (a `KeyboardInterrupt`, within milliseconds: the host
+  checks for it between instructions), with its outputs as a fault leaves them (`docs/language.md`, "What a
+  faulted launch leaves in its outputs"); the device runs the next launch as usual.
 * Debug mode (`Device(debug=True)`): masked loads without `other` fill the masked-off elements with
   poison (NaN for floats, all-ones for integers) instead of 0, and bytecode that reads on-chip memory
   nothing wrote gets poison and a `DvmWarning` (`debug="raise"`: an `UninitializedRead` error).
@@ -146,10 +155,49 @@ casts truncate and saturate (NaN -> 0).
 ## Host speed
 
 The decoder executes each virtual instruction for a whole batch of programs with numpy (values that are
-the same for every program are kept once). A branch whose condition differs between programs splits the
-batch; the parts run on their own, down to one program at a time, with the same numerics. Chains of
-elementwise instructions are evaluated lazily in cache-sized chunks, and a result that is only stored is
-computed straight into the destination array. `benchmarks/sim_throughput.py` measures it against numpy.
+the same for every program are kept once). Chains of elementwise instructions are evaluated lazily in
+cache-sized chunks, and a result that is only stored is computed straight into the destination array.
+`benchmarks/sim_throughput.py` measures it against numpy, `benchmarks/model_speed.py` whole models against
+torch eager.
+
+**Divergent programs.** A branch whose condition differs between the programs of a batch splits it in two
+parts. The parts wait at the instruction they go on from; the part at the lowest instruction runs first,
+until it reaches an instruction another part waits at, where the two merge and go on as one batch
+(`npu/execute.py`). So the two sides of an `if` meet again where it ends, and the programs of a
+data-dependent loop run its body together however many trips each takes (a loop's exit lies after its
+body: the programs that left wait there for the last one). Every program computes what it would alone, with
+its own registers, tiles and pipe clock: the same results and cycles as the sequential device. The Collatz
+step count of 2,048 programs (a `while` loop of 6 to 259 trips each) runs in a fraction of a second. (In a
+kernel with atomics the parts run one after another to their ends, lowest program id first: a program
+spinning on a lock must not keep the one holding it from running. A traced launch runs its parts that way
+too, so the trace shows what it always has.)
+
+**The compiled path** (`npu/compiled.py`). A kernel's steps fall into basic blocks (straight-line regions:
+a block starts at the first step, at every branch target and after every branch, jump and END). The second
+time a block is about to run, its host code is generated once per kernel template and profile and
+compiled: one Python function running every step of the block for a whole batch. Scalar instructions
+become Python statements on the registers, written from their families' reference semantics
+(`vm/semantics.py`: the operators numpy's scalars compute as its ufuncs do, integer division and remainder
+in Python integers with numpy's wrap-around); for a small batch (its largest tile, all programs, at most 256
+KiB) the vector instructions compute their results at once with the family's function and store them, a
+result read again in the block is taken from a local variable; every other instruction calls the step the
+decoder built for it. The block's cycles come from the same cost formulas and the same pipe clock, kept in
+local variables (one clock for programs in step) with `advance_one`'s arithmetic, so the same doubles. An
+instance's values (its immediates, grid and tensors) are read from the launch, so every instance of a build
+shares the code. A block runs only when it fits the watchdog's budget; otherwise its steps run one by one
+and stop where the step-by-step path stops. Traced launches run step by step. The differential generators
+compare the compiled device, the step-by-step device and the sequential device on results, cycles and
+faults.
+
+**Cached timing** (`npu/timing_cache.py`). When nothing a kernel's cycles depend on can come from global
+memory (no branch tests a loaded value, no transfer's descriptor and no gather's mask is computed from one,
+no atomics), every launch of one instance times alike. The first launch is timed in full and what it found
+(the programs' cycles on their cores, pipe times, bytes, instructions, and each tensor's transfer totals) is
+kept with the instance's launch base; later launches run the numerics alone and take the kept figures
+(`LaunchRecord.timing_kept`). L2 still settles every launch with the kept totals, so HBM bytes, hits and
+the roofline follow what L2 holds then. `tests/test_timing_cache.py` replays every launch of the gallery and
+the Triton tutorials, and random kernels, with the kept timing and timed in full, and compares records and
+outputs; `Device(timing_cache="check")` does that comparison on every launch.
 """
 
 

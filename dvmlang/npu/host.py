@@ -10,6 +10,7 @@ counts; default: the machine's cores, at most 8; 1 runs every range on the calli
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import os
 import threading
@@ -93,8 +94,13 @@ def each_range(fn, ranges: list, nbytes: int) -> None:
 
     pool = _executor()
     helpers = [pool.submit(drain) for _ in range(min(THREADS - 1, n - 1))]
-    drain()
-    for h in helpers:
-        h.result()
+    try:
+        drain()
+        for h in helpers:
+            h.result()
+    except BaseException as e:  # (Ctrl-C on this thread: the helpers stop after their range, before it returns)
+        errors.append(e)
+        concurrent.futures.wait(helpers)
+        raise
     if errors:
         raise errors[0]

@@ -10,6 +10,8 @@ import numpy as np
 
 from .races import RaceLog
 from .timing import Rates
+from .timing_cache import Timing
+from .timing_cache import key as timing_key
 
 PRINT_LIMIT = 10_000  # the most device-print lines one launch keeps
 
@@ -32,9 +34,10 @@ class Launch:
              share) -> dict:
         """The fields every launch of ``kernel`` (a bytecode's ``KernelInfo``) with these options has alike."""
         return {"kernel": kernel, "profile": profile, "debug": debug,
-                "watchdog": watchdog,  # the launch-wide instruction budget (Device(watchdog=N))
+                "watchdog": watchdog,  # the instruction budget of each program (Device(watchdog=N))
                 "name": kernel_name or kernel.name, "loc_of_pc": loc_of_pc or _no_location,
-                "race_detection": race_detection, "rate_constants": Rates.constants(profile, active_cores, share)}
+                "race_detection": race_detection, "rate_constants": Rates.constants(profile, active_cores, share),
+                "untimed": False}
 
     @classmethod
     def of(cls, base: dict, bc, arrays: dict, alias: dict) -> "Launch":
@@ -50,7 +53,7 @@ class Launch:
         self.bc = bc
         self.arrays = arrays
         self.alias = alias
-        self.executed = 0  # instructions run so far, every batch together: what the watchdog counts
+        self.executed = 0  # instructions run so far, one per batch and step (the record's instructions)
         self.imm = _imm_reader(bc)
         if rates is None:
             self.rates = Rates(self.profile, arrays, alias, 0, constants=self.rate_constants)
@@ -64,6 +67,7 @@ class Launch:
             if self.diagnostics:
                 self.diagnostics = []
         self.prints_seen = 0
+        self.untimed = False  # run the numerics alone: the timing is the instance's (timing_cache)
         self.races = RaceLog() if self.race_detection else None
 
     def where(self, pc: int) -> str:
@@ -113,7 +117,7 @@ class LaunchBase:
     after the machine's prefix (``after_prefix``, ``Device._one``)."""
 
     __slots__ = ("kern", "machine", "profile", "options", "fields", "record", "programs", "cores", "overhead",
-                 "share", "spare", "after_prefix")
+                 "share", "spare", "after_prefix", "fixed", "timing")
 
     def __init__(self, kern, machine, profile, options: tuple, fields: dict, record: dict, programs: int,
                  cores: int, overhead: int, share: float):
@@ -122,6 +126,8 @@ class LaunchBase:
         self.programs, self.cores, self.overhead, self.share = programs, cores, overhead, share
         self.spare: list = []
         self.after_prefix = None  # a one-program launch's state after its machine's prefix (Device._one)
+        self.fixed = False  # whether its timing is the instance's (timing_cache.fixed; not in debug or race mode)
+        self.timing: dict = {}  # timing_cache.key -> the instance's timing (timing_cache.Timing)
 
     def launch(self, bc, arrays: dict, alias: dict) -> Launch:
         """A launch of ``bc`` on ``arrays``: the spare one reset, or a new one (when another run holds it)."""
@@ -131,6 +137,29 @@ class LaunchBase:
             return Launch.of(self.fields, bc, arrays, alias)
         L._start(bc, arrays, alias, L.rates)
         return L
+
+    def timed(self, L: Launch, mode):
+        """(the kept timing of launch ``L``'s instance, or None; the key it is kept under, or None when it is not
+        kept) for a device whose ``timing_cache`` is ``mode``; sets ``L.untimed`` when the numerics alone run."""
+        if not mode or not self.fixed:
+            L.untimed = False
+            return None, None
+        k = timing_key(L)
+        t = self.timing.get(k)
+        L.untimed = t is not None and mode is True
+        return t, k
+
+    def keep(self, L: Launch, k, figures: tuple) -> None:
+        """Keep the timing a launch timed in full found (``figures``: body, busy, bytes read and written,
+        instructions), or check it against the kept one (``Device(timing_cache="check")``)."""
+        t = Timing(*figures, L.rates)
+        kept = self.timing.get(k)
+        if kept is not None:
+            kept.check(t, L.name)
+        else:
+            if len(self.timing) >= 16:
+                self.timing.clear()
+            self.timing[k] = t
 
     def release(self, L: Launch) -> None:
         """Keep the finished launch ``L`` for the next one, holding none of its arrays (nor anything a record
@@ -158,6 +187,25 @@ def _int_reading(npdt):
         return False
     bits = 8 * d.itemsize
     return (1 << bits) - 1, (1 << (bits - 1)) if d.kind == "i" else 0, d.type
+
+
+def block_immediates(L, words: tuple, fetch) -> tuple:
+    """The immediates of the code words ``words`` ((word index, dtype) of a compiled block's MOVIs, in order;
+    ``fetch``: an ``operator.itemgetter`` of their indices) of launch ``L``'s instance, kept with the instance
+    under the words' values: read once per instance, read again when a word was edited (as ``_imm_reader``
+    does)."""
+    bc = L.bc
+    bits = fetch(bc.code)
+    kept = bc.__dict__.get("_block_imms")
+    if kept is None:
+        kept = bc.__dict__["_block_imms"] = {}
+    hit = kept.get(words)
+    if hit is not None and hit[0] == bits:
+        return hit[1]
+    imm = L.imm
+    values = tuple(imm(w, t) for w, t in words)
+    kept[words] = (bits, values)
+    return values
 
 
 def _imm_reader(bc):

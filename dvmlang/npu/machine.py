@@ -20,7 +20,7 @@ from ..errors import SourceLoc
 from ..vm import isa
 from ..vm.decode import Decoded, sop_parts, tile_parts
 from . import timing
-from .state import MAX_PENDING_DEPTH, Slot, place, prod, read_overlapping, rows_of
+from .state import MAX_PENDING_DEPTH, Slot, place_among, prod, read_overlapping, rows_of
 from .units import BUILDERS
 
 
@@ -103,6 +103,7 @@ class Machine:
         self.layouts = bc.layouts
         self.index_of_pc: dict[int, int] = {d.pc: i for i, d in enumerate(self.decoded)}
         self.read_again = self._read_again()
+        self.alone = self._alone()
         self.loc_of_pc = loc_lookup(bc)
         # programs may wait on each other's atomics (a lock): how many times they spin depends on which run together
         self.atomics = any(d.ins.family == "atomic" for d in self.decoded)
@@ -111,6 +112,55 @@ class Machine:
         # start they end in one state, which a one-program launch keeps (``Device._one``)
         self.prefix = next((i for i, s in enumerate(self.steps)
                             if not (s.pure and s.kind == "op" and s.set is None and s.wait is None)), len(self.steps))
+
+    def _ranges(self) -> tuple[dict, dict]:
+        """(space -> the (address, bytes) of every tile field, space -> the ends of the ranges written)."""
+        ranges: dict = {}
+        ends: dict = {}
+        for d in self.decoded:
+            for f in d.ins.fields:
+                if f.kind != "tile":
+                    continue
+                addr, li = tile_parts(d.vals[f.name])
+                if li >= len(self.layouts):
+                    continue
+                dtp, shape = self.layouts[li]
+                space, n = d.ins.spaces[f.name], prod(shape) * dtp.itemsize
+                ranges.setdefault(space, set()).add((addr, n))
+                if f.writes:
+                    ends.setdefault(space, set()).add(addr + n)
+        return ranges, ends
+
+    def _alone(self) -> frozenset:
+        """(space, address, bytes) of the tile ranges no other tile range of the kernel overlaps: a slot stored
+        at such a range replaces the one there (of the same range) and cuts away nothing else (``state.place``
+        without its scan)."""
+        ranges, _ = self._ranges()
+        out = set()
+        for space, rs in ranges.items():
+            rs = sorted(rs)
+            for i, (a, n) in enumerate(rs):
+                lo, hi = a, a + max(n, 1)
+                if all(not (x < hi and lo < x + max(m, 1)) for j, (x, m) in enumerate(rs) if j != i):
+                    out.add((space, a, n))
+        return frozenset(out)
+
+    def starts(self, space: str, addr: int, nbytes: int) -> tuple:
+        """The addresses a slot overlapping ``[addr, addr + nbytes)`` of ``space`` can start at: every slot lies
+        inside a tile range of the kernel and starts at a tile range's start or at the end of a range written
+        over it (what ``state._trim`` leaves), so these are the starts and written ends inside the tile ranges
+        that overlap it (``state.place_among``)."""
+        key = (space, addr, nbytes)
+        known = self.__dict__.setdefault("_starts", {})
+        out = known.get(key)
+        if out is None:
+            ranges, ends = self._ranges()
+            rs = ranges.get(space, set())
+            marks = {a for a, _ in rs} | ends.get(space, set())
+            hi = addr + max(nbytes, 1)
+            near = [(a, a + max(n, 1)) for a, n in rs if a < hi and addr < a + max(n, 1)]
+            out = known[key] = tuple(sorted(c for c in marks if any(a <= c < e for a, e in near)))
+        return out
 
     def _read_again(self) -> set[int]:
         """pcs whose UB result is read by two or more later instructions before it is overwritten (a host-speed
@@ -228,6 +278,13 @@ class Machine:
         nbytes = prod(shape) * d.itemsize
         npdt = d.np
         shape = tuple(shape)
+        if (space, addr, nbytes) in self.alone:
+            put = _replace
+        else:
+            starts = self.starts(space, addr, nbytes)
+
+            def put(d, addr, nbytes, slot):
+                place_among(d, addr, nbytes, slot, starts)
 
         def finish(arr):
             if arr.dtype != npdt:
@@ -238,7 +295,7 @@ class Machine:
             return arr
 
         def write(b, arr: np.ndarray, gm=None):
-            place(b.mem[space], addr, nbytes, Slot(finish(arr), nbytes, frozenset((gm,)) if gm is not None else None))
+            put(b.mem[space], addr, nbytes, Slot(finish(arr), nbytes, frozenset((gm,)) if gm is not None else None))
 
         def write_lazy(b, fn, sources, keep=False):
             """Record ``fn(*args)`` as the tile's value, evaluated when first read (or straight into GM)."""
@@ -256,14 +313,15 @@ class Machine:
             slot = Slot(None, nbytes, deps, (fn, args, finish), np.dtype(npdt), rows, shape, keep, depth)
             if depth >= MAX_PENDING_DEPTH:
                 slot.arr  # evaluate now: long chains would otherwise recurse deeply when finally read
-            place(b.mem[space], addr, nbytes, slot)
+            put(b.mem[space], addr, nbytes, slot)
 
         def write_slot(b, slot):
             """Put another space's tile here as it is (pending or not): one value, evaluated at most once."""
-            place(b.mem[space], addr, nbytes, slot)
+            put(b.mem[space], addr, nbytes, slot)
 
         write.lazy = write_lazy
         write.slot = write_slot
+        write.finish = finish  # (the compiled path stores finished values itself: npu/compiled.py)
         return write
 
     @staticmethod
@@ -274,6 +332,11 @@ class Machine:
         if is_reg:
             return lambda b: b.regs[x]
         return lambda b: x
+
+
+def _replace(d: dict, addr: int, nbytes: int, slot) -> None:
+    """``state.place`` for a range no other tile range overlaps (``Machine.alone``)."""
+    d[addr] = slot
 
 
 def loc_lookup(bc):

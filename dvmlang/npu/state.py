@@ -193,14 +193,16 @@ class Batch:
     program's pipe clock (issue time, when each pipe frees, events set) and GM traffic."""
 
     __slots__ = ("pids", "coords", "regs", "mem", "n", "count", "t_issue", "pipe_free", "pipe_first", "pipe_busy",
-                 "flags", "print_seq", "bytes_read", "bytes_written", "last_bytes", "done", "port_free", "scalar")
+                 "flags", "print_seq", "bytes_read", "bytes_written", "last_bytes", "done", "port_free", "scalar",
+                 "count_off")
 
     def __init__(self, pids: np.ndarray, grid, zero_regs: tuple, uniform: bool = False, coords=None):
         self.pids = pids
         self.n = n = len(pids)
         self.regs = list(zero_regs)  # steps replace a register's value, never write into it: zeros can be shared
         self.mem = defaultdict(dict)  # space -> addr -> Slot; a space's dict is made when first used
-        self.count = 0
+        self.count = 0  # instructions each program ran (the most any of them ran, with count_off)
+        self.count_off = None  # after parts with different counts merged: each program's count - count (<= 0)
         self.flags: dict = {}
         self.print_seq = 0  # each program's device prints so far: one number while they all printed alike
         self.last_bytes = 0
@@ -249,7 +251,7 @@ class Batch:
     def resumed(cls, state: tuple) -> "Batch":
         """Program 0 alone in ``state`` (``Batch.state``: of one that ran before, or ``first``'s start)."""
         b = cls.__new__(cls)
-        b.pids, b.n, b.scalar, b.coords = FIRST_PID, 1, True, _FIRST_COORDS
+        b.pids, b.n, b.scalar, b.coords, b.count_off = FIRST_PID, 1, True, _FIRST_COORDS, None
         b.mem = defaultdict(dict)
         b.flags = {}
         b.regs, b.pipe_free, b.pipe_first = [], [], []
@@ -311,7 +313,13 @@ class Batch:
                 arr = s.arr[mask] if s.arr.shape[0] == self.n and self.n != 1 else s.arr
                 nd[a] = Slot(arr, s.nbytes, s.gm)
             b.mem[sp] = nd
-        b.count = self.count
+        b.count, b.count_off = self.count, None
+        if self.count_off is not None:
+            off = self.count_off[mask]
+            top = int(off.max())
+            b.count += top
+            if (off != top).any():
+                b.count_off = off - top
         b.t_issue = self.t_issue[mask]
         b.pipe_free = self.pipe_free[:, mask]
         b.pipe_first = self.pipe_first[:, mask]
@@ -324,6 +332,77 @@ class Batch:
         b.done = self.done[mask]
         b.port_free = self.port_free[mask]
         return b
+
+    @staticmethod
+    def merged(a: "Batch", b: "Batch") -> "Batch | None":
+        """Parts ``a`` and ``b`` of a split batch, now at the same step, as one batch (their programs in id
+        order), or None when they do not hold the same tiles and events (then they run on as they are). Every
+        program keeps its own registers, tiles, clock and counts: what each computes is what it would have
+        computed alone."""
+        if a.mem.keys() != b.mem.keys() or a.flags.keys() != b.flags.keys():
+            return None
+        na, nb = a.n, b.n
+        tiles = []
+        for sp, da in a.mem.items():
+            db = b.mem[sp]
+            if da.keys() != db.keys():
+                return None
+            for k, sa in da.items():
+                sb = db[k]
+                if sa.nbytes != sb.nbytes:
+                    return None
+                xa, xb = sa.arr, sb.arr
+                if xa.dtype != xb.dtype or xa.shape[1:] != xb.shape[1:] or xa.shape[0] not in (1, na) or \
+                        xb.shape[0] not in (1, nb):
+                    return None
+                tiles.append((sp, k, sa, xa, xb))
+        pids = np.concatenate((a.pids, b.pids))
+        order = None if a.pids[-1] < b.pids[0] else np.argsort(pids, kind="stable")
+
+        def join(x, y):
+            """Per-program values of both parts (one value, or one row each of their programs, or one row for all
+            of a part's programs), in program order."""
+            x = np.broadcast_to(x, (na,) + np.shape(x)[1:]) if np.ndim(x) else np.full(na, x)
+            y = np.broadcast_to(y, (nb,) + np.shape(y)[1:]) if np.ndim(y) else np.full(nb, y)
+            v = np.concatenate((x, y))
+            return v if order is None else v[order]
+
+        m = Batch.__new__(Batch)
+        m.scalar = False
+        m.pids = pids if order is None else pids[order]
+        m.n = na + nb
+        m.coords = tuple(join(x, y) for x, y in zip(a.coords, b.coords))
+        regs = []
+        for x, y in zip(a.regs, b.regs):
+            if np.ndim(x) == 0 and np.ndim(y) == 0 and (x is y or (np.asarray(x).dtype == np.asarray(y).dtype and
+                                                                  np.asarray(x).tobytes() == np.asarray(y).tobytes())):
+                regs.append(x)  # (the same value for every program of both)
+            else:
+                regs.append(join(np.asarray(x), np.asarray(y)))
+        m.regs = regs
+        m.mem = defaultdict(dict)
+        for sp, k, sa, xa, xb in tiles:
+            if xa is xb and xa.shape[0] == 1:
+                m.mem[sp][k] = Slot(xa, sa.nbytes, sa.gm)  # (one tile both parts share)
+            else:
+                m.mem[sp][k] = Slot(join(xa, xb), sa.nbytes)
+        count = max(a.count, b.count)
+        offs = [np.full(p.n, p.count - count) if p.count_off is None else p.count_off + (p.count - count)
+                for p in (a, b)]
+        m.count = count
+        off = join(offs[0], offs[1])
+        m.count_off = off if (off != 0).any() else None
+        m.t_issue, m.done, m.port_free = (join(getattr(a, f), getattr(b, f)) for f in ("t_issue", "done",
+                                                                                         "port_free"))
+        m.pipe_free, m.pipe_first, m.pipe_busy = (join(getattr(a, f).T, getattr(b, f).T).T.copy()
+                                                  for f in ("pipe_free", "pipe_first", "pipe_busy"))
+        m.flags = {k: join(a.flags[k], b.flags[k]) for k in a.flags}
+        m.print_seq = a.print_seq if np.ndim(a.print_seq) == 0 and np.ndim(b.print_seq) == 0 and \
+            a.print_seq == b.print_seq else join(a.print_seq, b.print_seq)
+        m.bytes_read = join(a.bytes_read, b.bytes_read)
+        m.bytes_written = join(a.bytes_written, b.bytes_written)
+        m.last_bytes = 0
+        return m
 
 
 # a pipe clock at its start: t_issue, done, port_free, and per pipe when it frees, first starts, is busy
@@ -412,6 +491,25 @@ def place(d: dict, addr: int, nbytes: int, slot: Slot) -> None:
             end = addr + nbytes
             stale = [a for a, s in d.items() if a < end and addr < a + s.nbytes and
                      not (a == addr and s.nbytes == nbytes)]
+            for a in stale:
+                _trim(d, a, addr, end)
+    d[addr] = slot
+
+
+def place_among(d: dict, addr: int, nbytes: int, slot: Slot, starts: tuple) -> None:
+    """``place`` where every slot that can overlap ``[addr, addr + nbytes)`` starts at one of ``starts``
+    (``Machine.starts``: what the kernel's tile ranges allow), scanning them instead of every slot when they are
+    fewer."""
+    if d:
+        old = d.get(addr)
+        if old is None or old.nbytes != nbytes:
+            end = addr + nbytes
+            if len(d) <= len(starts):  # (scan whichever is shorter: the slots, or the starts they may be at)
+                stale = [a for a, s in d.items() if a < end and addr < a + s.nbytes and
+                         not (a == addr and s.nbytes == nbytes)]
+            else:
+                stale = [a for a in starts if a in d and a < end and addr < a + d[a].nbytes and
+                         not (a == addr and d[a].nbytes == nbytes)]
             for a in stale:
                 _trim(d, a, addr, end)
     d[addr] = slot

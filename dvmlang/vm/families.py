@@ -7,10 +7,12 @@ function ``rule(v, d)`` over the kernel validator ``v`` (its operand checks ``re
 space the row's field declares), ``sop``,
 ``tensor``, ``gm``, ``target``, ``rtz``, ``same``, ``fail``) and the decoded instruction ``d``, in the spirit of
 WebAssembly's validator (one typing rule per instruction). The other halves of a family live in their own
-layers: the device step each family builds is registered per family by ``dvmlang/npu`` (the VM executes
-nothing), and each row's cost formula is its ``isa.Cost``, which the device's timing model evaluates.
+layers: what each family computes is ``vm.semantics`` (``SEMANTICS``: the functions every executor calls), the
+device step each family builds is registered per family by ``dvmlang/npu`` (the VM executes nothing), and each
+row's cost formula is its ``isa.Cost``, which the device's timing model evaluates.
 
-Adding an instruction family is one record here, one step builder in ``npu`` and its rows in ``isa``
+Adding an instruction family is one record here, its semantics in ``semantics``, one step builder in ``npu`` and
+its rows in ``isa``
 (``docs/architecture.md``, "Add an instruction").
 """
 

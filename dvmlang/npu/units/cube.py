@@ -9,6 +9,7 @@ import threading
 import numpy as np
 
 from ... import dtypes as dt
+from ...vm import semantics as sem
 from ..dma import Windows, pending_windows
 from .registry import builds
 from .vector import fill
@@ -40,10 +41,8 @@ def mmad(m, d):
         a, bt = _operand(ra, b, L), _operand(rb, b, L)
         c = None if init else rd(b, L)
         prod = _grid_product(a, bt, acc, c)
-        if prod is None:
-            prod = np.matmul(_widened(a, acc, ra, b, L), _widened(bt, acc, rb, b, L))
-            if c is not None:
-                prod = _accumulated(prod, c)
+        if prod is None:  # (shared windows are widened window by window, then gathered: the same arrays)
+            prod = sem.mmad(_widened(a, acc, ra, b, L), _widened(bt, acc, rb, b, L), c, acc)
         w(b, prod.astype(acc, copy=False))
     return m.step(d, fn, cost, macs=B * M * K * N)
 
@@ -103,19 +102,8 @@ def _grid_product(a, bt, acc, c=None):
         return None
     out = out.reshape((n, M, N))
     if c is not None:  # (on this thread: BLAS's own threads may still be spinning on the others)
-        out = _accumulated(out, c)
+        out = sem.accumulate(out, c)
     return out
-
-
-def _accumulated(prod: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """The accumulator ``c`` added to the fresh product ``prod``, into ``prod`` when ``c`` has its shape or
-    broadcasts to it (``l0c_fill``'s one tile for every program); each operand order as it always was, for the
-    NaN payloads too."""
-    if c.shape == prod.shape:
-        return np.add(prod, c, out=prod)
-    if np.broadcast_shapes(c.shape, prod.shape) == prod.shape:
-        return np.add(c, prod, out=prod)
-    return c + prod
 
 
 _RECYCLED = threading.local()

@@ -11,10 +11,12 @@ import numpy as np
 from ...vm import isa
 from ...vm.decode import sop_parts
 from ...errors import MemoryFault
+from ...vm import semantics as sem
+from ...vm.semantics import lift
 from .. import poison
 from ..bounds import check_elements
-from ..convert import lift
-from ..dma import Windows, atomic, compute_into, descriptor, dma_read, dma_write, pending_windows, store_view
+from ..dma import Windows, compute_into, descriptor, dma_read, dma_write, pending_windows, store_view
+from ..elements import atomic
 from ..state import materialise_views, poison_value, prod
 from ..timing import _total
 from .registry import builds
@@ -150,7 +152,7 @@ def dma_load(m, d):
                 w.lazy(b, arr, [(arr.inverse, None)])  # gathered when read (units/cube.py reads the windows)
             else:
                 w(b, arr, L.alias[t] if gm_view else None)
-        return _transfer(L, b, cost, desc, g, pc, t, False, to_l1)
+        return None if L.untimed else _transfer(L, b, cost, desc, g, pc, t, False, to_l1)
     return m.step(d, fn, None)
 
 
@@ -200,7 +202,7 @@ def dma_store(m, d):
             dma_write(g, desc, shape, src, b.n)
         if L.races is not None:
             L.races.record_dma(b, t, desc)
-        return _transfer(L, b, cost, desc, g, pc, t, True)
+        return None if L.untimed else _transfer(L, b, cost, desc, g, pc, t, True)
     return m.step(d, fn, None)
 
 
@@ -217,11 +219,13 @@ def gather(m, d):
     def fn(b, L):
         got = elements(b, L, True)
         g, off, msk = got[:3]
-        vals = got[3] if len(got) == 4 else g[np.where(msk, off, 0)]
-        pad = b.regs[pad_v] if pad_reg else pad_v
-        pad = lift(pad, len(shape), npdt)
-        res = np.where(msk, vals, pad).astype(npdt, copy=False)
-        w(b, res)
+        pad = lift(b.regs[pad_v] if pad_reg else pad_v, len(shape), npdt)
+        if len(got) == 4:  # GPU load semantics: out-of-range lanes read poison (npu/poison.py)
+            w(b, np.where(msk, got[3], pad).astype(npdt, copy=False))
+        else:
+            w(b, sem.gathered(g, off, msk, pad, npdt))
+        if L.untimed:
+            return None
         cnt, nbytes = _moved(b, g, msk)
         b.bytes_read += nbytes
         return cost(elements=cnt, nbytes=nbytes, rate=L.rates.read(t, _total(nbytes, b.n)))
@@ -242,9 +246,11 @@ def scatter(m, d):
         src = np.broadcast_to(rs(b, L), off.shape)
         if getattr(L, "poison_from", None) is not None:
             poison.check_store(L, b, t, src, d.pc, msk)
-        g[off[msk]] = src[msk]
+        sem.scattered(g, off, msk, src)
         if L.races is not None:
             L.races.record_elements(b, t, off, msk)
+        if L.untimed:
+            return None
         cnt, nbytes = _moved(b, g, msk)
         b.bytes_written += nbytes
         return cost(elements=cnt, nbytes=nbytes, rate=L.rates.write(t, _total(nbytes, b.n)))

@@ -12,6 +12,7 @@ import numpy as np
 
 from ...errors import LaunchError
 from ...vm import isa
+from ...vm import semantics as sem
 from ...vm.decode import sop_parts
 from ..shmem import context
 from ..state import materialise_views
@@ -91,8 +92,7 @@ def remote_store(m, d):
             if peer == ctx.rank:
                 materialise_views(b, L, t)
             for i in rows:  # program order
-                keep = msk[i]
-                target[off[i][keep]] = src[i][keep]
+                sem.scattered(target, off[i], msk[i], src[i])
             if peer == ctx.rank:  # into this device's own memory
                 rate = L.rates.write(t, _total(nbytes[rows], len(rows)))
             else:  # the core pushes the tile out at its DMA rate (at most the link's); the link carries it
@@ -140,7 +140,7 @@ def signal(m, d):
         for i in range(b.n):  # program order: every program's flag, as the programs would set them
             p, o = int(peers[i]), int(offs[i])
             flags = sym.arrays[p].reshape(-1)
-            flags[o] = vals[i] if op == "set" else flags[o] + vals[i]
+            flags[o] = sem.signal_update(op, flags[o], vals[i])
             sym.times[p][o] = max(sym.times[p][o], float(arrive[i]))
         ctx.system._changed()
         cycles = done - start

@@ -7,10 +7,10 @@ import numpy as np
 
 from ...errors import DeviceError, MemoryFault
 from ...vm import isa
+from ...vm import semantics as sem
 from .. import poison
 from ..bounds import check_bounds
-from ..convert import cast, cast_rtz
-from ..dma import store_scalars
+from ..elements import store_scalars
 from ..state import materialise_views
 from .registry import builds
 
@@ -85,8 +85,7 @@ def tdim(m, d):
 
     def fn(b, L):
         p = L.bc.params[t]
-        v = p.strides[dim] if stride else p.shape[dim]
-        b.regs[rd] = np.array(v).astype(np.int32)[()]
+        b.regs[rd] = sem.tdim(p.shape, p.strides, dim, stride)
     return _pure(m, d, fn)
 
 
@@ -109,19 +108,17 @@ def ssel(m, d):
     rd, rc, ra, rb = (d.vals[k] for k in ("rd", "rc", "ra", "rb"))
 
     def fn(b, L):
-        b.regs[rd] = np.where(b.regs[rc], b.regs[ra], b.regs[rb])
+        b.regs[rd] = sem.ssel(b.regs[rc], b.regs[ra], b.regs[rb])
     return _pure(m, d, fn)
 
 
 @builds("scast")
 def scast(m, d):
-    rd, ra, bitcast = d.vals["rd"], d.vals["ra"], d.vals["bitcast"]
+    rd, ra, bitcast, rtz = d.vals["rd"], d.vals["ra"], d.vals["bitcast"], d.vals["rtz"]
     npdt = d.dtype.np
-    conv = cast_rtz if d.vals["rtz"] else cast
 
     def fn(b, L):
-        v = np.asarray(b.regs[ra])
-        b.regs[rd] = v.view(npdt) if bitcast else conv(v, npdt)
+        b.regs[rd] = sem.scast(b.regs[ra], npdt, bitcast, rtz)
     return _pure(m, d, fn)
 
 
@@ -142,8 +139,7 @@ def sbin(m, d):
     npdt = d.dtype.np
 
     def fn(b, L):
-        r = f(np.asarray(b.regs[ra]), np.asarray(b.regs[rb]))
-        b.regs[rd] = np.asarray(r).astype(npdt, copy=False)
+        b.regs[rd] = sem.sbin(f, npdt, b.regs[ra], b.regs[rb])
     return _pure(m, d, fn)
 
 
@@ -154,8 +150,7 @@ def sun(m, d):
     npdt = d.dtype.np
 
     def fn(b, L):
-        r = f(np.asarray(b.regs[ra]))
-        b.regs[rd] = np.asarray(r).astype(npdt, copy=False)
+        b.regs[rd] = sem.sun(f, npdt, b.regs[ra])
     return _pure(m, d, fn)
 
 

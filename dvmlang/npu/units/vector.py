@@ -9,9 +9,10 @@ import numpy as np
 from ... import dtypes as dt
 from ...errors import DeviceError
 from ...vm import isa
+from ...vm import semantics as sem
 from ...vm.decode import sop_parts
+from ...vm.semantics import lift
 from .. import host
-from ..convert import cast, cast_rtz, lift
 from ..state import Slot, arg_value, chunks, each_rows, eval_rows
 from .registry import builds
 
@@ -144,8 +145,7 @@ def vfma(m, d):
     npdt = d.dtype.np
 
     def fn(b, L):
-        a, x, c = (f(b, L).astype(np.float64) for f in r)
-        w(b, (a * x + c).astype(npdt))
+        w(b, sem.vfma(r[0](b, L), r[1](b, L), r[2](b, L), npdt))
     return m.step(d, fn, _cost(m, d, ("dst",)))
 
 
@@ -154,12 +154,10 @@ def vcast(m, d):
     ra = m.reader(d.vals["a"])
     w = m.writer(d.vals["dst"])
     npdt = d.dtype.np
-    bitcast = d.vals["bitcast"]
-    conv = cast_rtz if d.vals["rtz"] else cast
+    bitcast, rtz = d.vals["bitcast"], d.vals["rtz"]
 
     def fn(b, L):
-        a = ra(b, L)
-        w(b, np.ascontiguousarray(a).view(npdt) if bitcast else conv(a, npdt))
+        w(b, sem.converted(ra(b, L), npdt, bitcast, rtz))
     return m.step(d, fn, _cost(m, d, ("dst", "a")))
 
 
@@ -188,7 +186,7 @@ def viota(m, d):
     _, _, shape = m.layout(d.vals["dst"])
     _, start = sop_parts(d.vals["start"])
     w = m.writer(d.vals["dst"])
-    value = np.arange(start, start + shape[0], dtype=np.int32)[None]
+    value = sem.viota(start, shape[0])
     value.setflags(write=False)
 
     def fn(b, L):
@@ -208,38 +206,16 @@ def vcopy(m, d):
     return m.step(d, fn, _cost(m, d, ("dst",)))
 
 
-_REDUCE = {"sum": np.sum, "max": np.fmax.reduce, "min": np.fmin.reduce, "prod": np.prod, "max_nan": np.max,
-           "min_nan": np.min}
-
-
 @builds("vreduce")
 def vreduce(m, d):
     source = m.reader(d.vals["a"]).source
     w = m.writer(d.vals["dst"])
-    op = isa.REDUCE_OPS[d.vals["op"]]
-    axis = d.vals["axis"] + 1
     _, ad, ashape = m.layout(d.vals["a"])
     _, dd, dshape = m.layout(d.vals["dst"])
-    acc = np.float32 if ad in (dt.float16, dt.bfloat16, dt.float8e4nv, dt.float8e5) else None
+    reduce = sem.reducer(isa.REDUCE_OPS[d.vals["op"]], d.vals["axis"] + 1,
+                         np.float32 if ad in sem.WIDE_REDUCE else None, dd.np, dshape)
     npdt = dd.np
     dshape = tuple(dshape)
-
-    def reduce(a):
-        if op in ("argmax", "argmin"):
-            # Triton ignores NaN: the first index of the NaN-ignoring extreme (0 when every value is NaN)
-            best = (np.fmax if op == "argmax" else np.fmin).reduce(a, axis=axis, keepdims=True)
-            r = np.argmax(a == best, axis=axis).astype(np.int32)
-        elif op == "xor_sum":
-            r = np.bitwise_xor.reduce(a, axis=axis)
-        elif op == "or":
-            r = np.bitwise_or.reduce(a, axis=axis)
-        else:
-            x = a.astype(acc) if acc is not None else a
-            # max and min ignore NaN, as Triton's (maxnum/minnum; all NaN gives NaN); max_nan and min_nan
-            # propagate it, as numpy's
-            r = _REDUCE[op](x, axis=axis)
-            r = r.astype(npdt, copy=False)
-        return r.reshape((r.shape[0],) + dshape)
 
     def fn(b, L):
         a, _ = source(b, L)
@@ -265,14 +241,11 @@ def vreduce(m, d):
     return m.step(d, fn, _cost(m, d, ("a",), n=n))
 
 
-_SCAN = {"sum": np.cumsum, "prod": np.cumprod, "max": np.maximum.accumulate, "min": np.minimum.accumulate}
-
-
 @builds("vscan")
 def vscan(m, d):
     ra = m.reader(d.vals["a"])
     w = m.writer(d.vals["dst"])
-    f = _SCAN[isa.SCAN_OPS[d.vals["op"]]]
+    op = isa.SCAN_OPS[d.vals["op"]]
     axis = d.vals["axis"] + 1
     rev = d.vals["reverse"]
     _, ad, _ = m.layout(d.vals["a"])
@@ -280,14 +253,7 @@ def vscan(m, d):
     npdt = ad.np
 
     def fn(b, L):
-        a = ra(b, L)
-        x = a.astype(acc) if acc is not None else a
-        if rev:
-            x = np.flip(x, axis=axis)
-        r = f(x, axis=axis)
-        if rev:
-            r = np.flip(r, axis=axis)
-        w(b, np.ascontiguousarray(r).astype(npdt, copy=False))
+        w(b, sem.vscan(ra(b, L), op, axis, rev, acc, npdt))
     return m.step(d, fn, _cost(m, d, ("a",), n=_axis_len(m, d)))
 
 
@@ -295,9 +261,7 @@ def vscan(m, d):
 def vperm(m, d):
     ra = m.reader(d.vals["a"])
     w = m.writer(d.vals["dst"])
-    rank = len(m.layout(d.vals["a"])[2])
-    bits = d.ins.extra["perm_bits"]
-    perm = (0,) + tuple(((d.vals["perm"] >> (bits * i)) & ((1 << bits) - 1)) + 1 for i in range(rank))
+    perm = sem.vperm_axes(d.vals["perm"], len(m.layout(d.vals["a"])[2]), d.ins.extra["perm_bits"])
 
     def fn(b, L):
         w(b, np.ascontiguousarray(np.transpose(ra(b, L), perm)))
@@ -333,10 +297,7 @@ def vtake(m, d):
             pids = b.pids[rows] if rows.shape[0] == b.n else b.pids
             raise DeviceError(f"kernel `{L.name}`: gather index {idx[bad].flat[0]} is outside [0, {n}) in "
                               f"programs {pids[:8].tolist()}" + L.where(pc))
-        rows = max(a.shape[0], idx.shape[0])
-        a = np.broadcast_to(a, (rows,) + a.shape[1:])
-        idx = np.broadcast_to(idx.astype(np.intp, copy=False), (rows,) + tuple(dshape))
-        w(b, np.take_along_axis(a, idx, axis=axis))
+        w(b, sem.vtake(a, idx, axis, dshape))
     return m.step(d, fn, _cost(m, d, ("dst", "a")))
 
 
@@ -346,15 +307,10 @@ def vsort(m, d):
     w = m.writer(d.vals["dst"])
     axis = d.vals["axis"] + 1
     desc = d.vals["descending"]
-    _, ad, _ = m.layout(d.vals["a"])
-    exact = np.float32 if ad.np.kind == "V" else None  # bf16/fp8 sort as float32 (exactly), NaN last
+    npdt = m.layout(d.vals["a"])[1].np
 
     def fn(b, L):
-        a = ra(b, L)
-        r = np.sort(a.astype(exact) if exact is not None else a, axis=axis)
-        if desc:
-            r = np.flip(r, axis=axis)
-        w(b, np.ascontiguousarray(r).astype(ad.np, copy=False))
+        w(b, sem.vsort(ra(b, L), axis, desc, npdt))
     return m.step(d, fn, _cost(m, d, ("a",), n=_axis_len(m, d)))
 
 
@@ -370,10 +326,7 @@ def vhist(m, d):
         keep = (a >= 0) & (a < bins)
         if rm is not None:
             keep = keep & rm(b, L)
-        rows = keep.shape[0]
-        a = np.broadcast_to(a, keep.shape)
-        slot = np.arange(rows, dtype=np.int64)[:, None] * bins + np.where(keep, a, 0).astype(np.int64)
-        w(b, np.bincount(slot[keep], minlength=rows * bins).reshape(rows, bins).astype(np.int32))
+        w(b, sem.vhist(a, keep, bins))
     return m.step(d, fn, _cost(m, d, ("a",)))
 
 
@@ -384,9 +337,5 @@ def vcat(m, d):
     axis = d.vals["axis"] + 1
 
     def fn(b, L):
-        x, y = ra(b, L), rb(b, L)
-        rows = max(x.shape[0], y.shape[0])
-        x = np.broadcast_to(x, (rows,) + x.shape[1:])
-        y = np.broadcast_to(y, (rows,) + y.shape[1:])
-        w(b, np.concatenate([x, y], axis=axis))
+        w(b, sem.vcat(ra(b, L), rb(b, L), axis))
     return m.step(d, fn, _cost(m, d, ("dst",)))
