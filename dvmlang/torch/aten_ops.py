@@ -372,7 +372,13 @@ def _split(r, node, x, sizes, dim=0):
 
 @lowers(aten.cat.default)
 def _cat(r, node, tensors, dim=0):
-    vals = [plain(r, r.operand(t)) for t in tensors]
+    rank = len(meta_shape(node))
+    # torch skips legacy empty 1-D operands (a KV cache that starts as torch.tensor([])) and adds nothing for an
+    # operand of size 0 along the dim
+    kept = [t for t in tensors if not (isinstance(t, torch.fx.Node) and
+                                       (meta_shape(t) == [0] and rank != 1 or
+                                        meta_shape(t)[dim % rank] == 0))]
+    vals = [plain(r, r.operand(t)) for t in (kept or tensors[:1])]
     return result(r, node, ops.cat(vals, dim % len(meta_shape(node))))
 
 
@@ -494,9 +500,10 @@ def _any(r, node, x, dims=None, keepdim=False):
 @lowers(aten._softmax.default, aten._log_softmax.default)
 def _softmax(r, node, x, dim, half_to_float=False):
     lv = r.operand(x)
-    ax = unfolded_axis(lv, dim)
     fn = ops.softmax if node.target is aten._softmax.default else ops.log_softmax
-    return result(r, node, fn(lv.v, ax), lv.groups)
+    if len(lv.groups[dim % lv.rank]) != 1:  # along a folded (or unit) dim: on torch's exact shape
+        return result(r, node, fn(plain(r, lv), dim % lv.rank))
+    return result(r, node, fn(lv.v, unfolded_axis(lv, dim)), lv.groups)
 
 
 @lowers(aten.native_layer_norm.default)
@@ -504,6 +511,8 @@ def _layer_norm(r, node, x, normalized_shape, weight, bias, eps):
     if len(normalized_shape) != 1:
         raise Unsupported("layer norm over more than the last dimension")
     lv = r.operand(x)
+    if len(lv.groups[-1]) != 1:
+        lv = LVal(plain(r, lv))  # normalised over a folded (or unit) last dim: on torch's exact shape
     ax = unfolded_axis(lv, -1)
     if ax != lv.v.ndim - 1:
         raise Unsupported("layer norm over a dimension that is not the base's last")
@@ -581,11 +590,12 @@ def _mm(r, node, a, b):
     la, lb = r.operand(a), r.operand(b)
     if len(la.groups[-1]) == 2 and all(len(g) == 1 for g in lb.groups):
         return _mm_folded_k(r, la, lb)
-    if len(la.groups[-1]) != 1 or any(len(g) != 1 for g in lb.groups):
-        raise Unsupported("a matmul whose inner or right-hand dims are folded")
-    if la.v.ndim > 4:
-        raise Unsupported("a matmul with more than two batch dims")
-    v = ops.matmul(la.v, lb.v)
+    if len(la.groups[-1]) > 1 or la.v.ndim > 4:
+        la = LVal(plain(r, la))  # torch's exact (M, K), the fold a derived dim
+    elif any(len(g) == 0 for g in la.groups):
+        # a unit M or K (a batch-1 decode step's (1, 1, K) activation viewed as (1, K)): kept as a dim of 1
+        la = rebase(r, la, [p or [1] for p in parts_of(r, la)], keep_units=True)
+    v = ops.matmul(la.v, plain(r, lb))
     k = la.v.ndim - 1
     return v, (tuple(range(k)), (k,))
 
@@ -612,7 +622,8 @@ def _addmm(r, node, bias, a, b, beta=1, alpha=1):
 def _bmm(r, node, a, b):
     la, lb = r.operand(a), r.operand(b)
     if any(len(g) != 1 for g in la.groups[1:] + lb.groups[1:]):
-        raise Unsupported("a bmm whose matrix dims are folded")
+        # matrix dims torch folded (an einsum's (b, l * h, d)) or unit dims: torch's exact shapes
+        return result(r, node, ops.matmul(plain(r, la), plain(r, lb)))
     pa, pb = parts_of(r, la)[0], parts_of(r, lb)[0]
     if len(pa) != len(pb) and _eq(_prod(pa), _prod(pb)):  # one folds batch * heads, the other names the product
         try:

@@ -25,6 +25,8 @@ aten = torch.ops.aten
 prims = torch.ops.prims
 
 MAX_RANK = 4  # the fuser's vector groups iterate over at most 4 dims (docs/fusion.md, Limits)
+VIEW_RANK = 6  # views (reshape, permute, slice) compute nothing: a kernel reads through a chain of them by strides
+VIEW_OPS = ("reshape", "permute", "slice", "input")
 
 
 class Unsupported(Exception):
@@ -48,22 +50,46 @@ def expr_of(s):
     raise Unsupported(f"size {s!r} is not an int or SymInt")
 
 
+def _atomized(*es):
+    """``es`` (sympy size expressions or ints) as polynomials: every part that is not (a floor division, a
+    remainder) replaced by a symbol of its own, the same part by the same symbol, and the map back."""
+    subs: dict = {}
+
+    def walk(e):
+        if e.is_Number or e.is_Symbol:
+            return e
+        if isinstance(e, (sympy.Add, sympy.Mul)):
+            return e.func(*[walk(a) for a in e.args])
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+            return sympy.Pow(walk(e.base), e.exp)
+        if e not in subs:
+            subs[e] = sympy.Dummy(f"atom{len(subs)}", integer=True, positive=True)
+        return subs[e]
+    out = [e if isinstance(e, int) else walk(sympy.sympify(e)) for e in es]
+    return out, {v: k for k, v in subs.items()}
+
+
 def _eq(a, b) -> bool:
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+    (x, y), _ = _atomized(a, b)
+    return sympy.expand(sympy.sympify(x) - sympy.sympify(y)) == 0
 
 
 def _div(a, b):
-    """a / b when b divides a (as numbers or polynomials), else None."""
+    """a / b when b divides a (as numbers or polynomials, floor divisions as atoms: ``(s//8)**2 / (s//8)``),
+    else None."""
     if isinstance(a, int) and isinstance(b, int):
         return a // b if b and a % b == 0 else None
-    q = sympy.cancel(sympy.sympify(a) / sympy.sympify(b))
+    (x, y), back = _atomized(a, b)
+    q = sympy.cancel(sympy.sympify(x) / sympy.sympify(y))
     num, den = sympy.fraction(q)
     if den != 1 or not q.is_polynomial():
         return None
     q = sympy.expand(q)
-    return int(q) if q.is_number else q
+    if q.is_number:
+        return int(q)
+    return q.xreplace(back) if back else q
 
 
 def _prod(xs):
@@ -123,15 +149,21 @@ class Region:
     def snapshot(self):
         s = self.g.syms
         return (len(self.g.nodes), len(s.syms), dict(s.parent), len(s.deductions), len(self.inputs),
-                dict(self.by_input), dict(self.sym_of), dict(self.expr_of_sym), dict(self.env_input))
+                dict(self.by_input), dict(self.sym_of), dict(self.expr_of_sym), dict(self.env_input),
+                dict(s.derived), len(s.checks))
 
     def rollback(self, snap):
-        n, ns, parent, nd, ni, by_input, sym_of, expr_of_sym, env_input = snap
+        """Undo a failed lowering: its nodes, inputs and every symbol it made, including the hash-consed derived
+        sizes (``SymTable.derived``: a later lowering must never find a symbol that no longer exists) and the
+        size checks it recorded."""
+        n, ns, parent, nd, ni, by_input, sym_of, expr_of_sym, env_input, derived, nc = snap
         s = self.g.syms
         del self.g.nodes[n:]
         del s.syms[ns:]
         s.parent = parent
         del s.deductions[nd:]
+        s.derived = derived
+        del s.checks[nc:]
         del self.inputs[ni:]
         self.g.inputs = [x[1] for x in self.inputs]
         self.by_input, self.sym_of, self.expr_of_sym, self.env_input = by_input, sym_of, expr_of_sym, env_input
@@ -179,23 +211,43 @@ class Region:
         return out
 
     def _derived_expr(self, d):
-        """The sympy expression of a dim the fuser derived (``stop - start`` of a slice): its polynomial over the
-        region's symbols."""
+        """The sympy expression of a dim the fuser derived (``stop - start`` of a slice, ``(s0 - 1) // 2``): its
+        polynomial over the region's symbols, a floor division or remainder as torch's ``FloorDiv``/``PythonMod``."""
         table = self.g.syms
         total = 0
         for mono, c in dims.poly(table, d).items():
             term = c
             for a in mono:
-                e = self.expr_of_sym.get(table.find(table.syms[a]).id)
-                if e is None:
-                    raise Unsupported(f"a size the fuser derived ({table.text(d)}) that torch does not name")
-                term = term * e
+                term = term * self._atom_expr(table.find(table.syms[a]), table, d)
             total = total + term
         total = sympy.expand(total)
         if total.is_number:
             return int(total)
         self.expr_of_sym[d.id] = total
         return total
+
+    def _atom_expr(self, atom, table, whole):
+        e = self.expr_of_sym.get(atom.id) if not isinstance(atom, int) else atom
+        if e is not None:
+            return e
+        if atom.expr is not None and atom.expr[0] in ("floordiv", "mod"):
+            from torch.utils._sympy.functions import FloorDiv, PythonMod
+
+            def of(items):
+                t = 0
+                for mono, c in items:
+                    term = c
+                    for a in mono:
+                        term = term * self._atom_expr(table.find(table.syms[a]), table, whole)
+                    t = t + term
+                return sympy.expand(t)
+            a, b = of(atom.expr[1]), of(atom.expr[2])
+            e = (FloorDiv if atom.expr[0] == "floordiv" else PythonMod)(a, b)
+            self.expr_of_sym[atom.id] = e
+            return e
+        if atom.expr is not None:
+            return self._derived_expr(atom)
+        raise Unsupported(f"a size the fuser derived ({table.text(whole)}) that torch does not name")
 
     def dim_expr(self, e):
         """A fuser Dim for a torch size expression that may be arithmetic on symbols (``s0 - 1``, ``2 * s1``,
@@ -207,11 +259,14 @@ class Region:
         if e.is_Integer:
             return int(e)
         ops_ = {sympy.Add: "+", sympy.Mul: "*"}
-        op = ops_.get(type(e)) or {"FloorDiv": "//", "PythonMod": "%", "Mod": "%"}.get(type(e).__name__)
+        op = ops_.get(type(e)) or {"FloorDiv": "//", "CleanDiv": "//", "PythonMod": "%", "Mod": "%"}.get(
+            type(e).__name__)
+        args = e.args
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+            op, args = "*", [e.base] * int(e.exp)  # (s // 8) ** 2: a product
         if op is None:
             raise Unsupported(f"the size {e} is not a polynomial of the region's symbols")
         acc = None
-        args = e.args
         if op == "+":  # positive terms first, negative ones subtracted: no intermediate size is negative
             args = sorted(args, key=_negative_term)
         for a in args:
@@ -248,8 +303,8 @@ class Region:
                 else:
                     sym = self.sym_of.get(str(e)) or self._new_sym(e, f"{node.name}.shape[{i}]")
                     shape.append(sym)
-            if len(shape) > MAX_RANK:
-                raise Unsupported(f"rank {len(shape)} > {MAX_RANK}")
+            if len(shape) > VIEW_RANK:
+                raise Unsupported(f"rank {len(shape)} > {VIEW_RANK}")
             n = self.g.add(Node("input", [], tuple(shape), d, {"name": node.name}, node.name))
             self._add_input(node, n, "tensor")
             lv = LVal(GraphValue(n, self.g))
@@ -298,8 +353,8 @@ def rebase(r: Region, lv: LVal, parts: list, keep_units: bool = False) -> LVal:
     for p in parts:
         groups.append(tuple(range(len(shape), len(shape) + len(p))))
         shape.extend(r.dim(e) for e in p)
-    if len(shape) > MAX_RANK:
-        raise Unsupported(f"a value of rank {len(shape)} (> {MAX_RANK}) after unfolding torch's folded dims")
+    if len(shape) > VIEW_RANK:
+        raise Unsupported(f"a value of rank {len(shape)} (> {VIEW_RANK}) after unfolding torch's folded dims")
     old = [r.g.syms.find(d) for d in lv.v.shape]
     v = lv.v if old == [r.g.syms.find(d) for d in shape] else ops.reshape(lv.v, tuple(shape))
     return LVal(v, groups)
@@ -412,15 +467,29 @@ def result(r: Region, node, v, groups=None) -> LVal:
         got = parts_of(r, lv)
         if len(got) != len(shape) or not all(_eq(_prod(p), s) for p, s in zip(got, shape)):
             raise Unsupported(f"internal: lowered shape {got} differs from torch's {shape}")
-    if lv.v.ndim > MAX_RANK:
+    if lv.v.ndim > (VIEW_RANK if lv.v.node.op in VIEW_OPS else MAX_RANK):
         raise Unsupported(f"rank {lv.v.ndim} > {MAX_RANK}")
     return lv
 
 
+def check_ranks(r: Region, first: int) -> None:
+    """The nodes a lowering added from ``first`` on: a computation (anything but a view) reads and makes values of
+    rank <= ``MAX_RANK`` (the fuser's iteration spaces); views of rank up to ``VIEW_RANK`` only pass through."""
+    for n in r.g.nodes[first:]:
+        if n.op in VIEW_OPS:
+            continue
+        for x in (n, *n.inputs):
+            if len(x.shape) > MAX_RANK:
+                raise Unsupported(f"a {n.op} of a value of rank {len(x.shape)} (the fuser computes on ranks <= "
+                                  f"{MAX_RANK}; views of rank up to {VIEW_RANK} pass through)")
+
+
 def plain(r: Region, lv: LVal) -> GraphValue:
-    """``lv`` as a fuser value of exactly torch's shape (unit dims in place); unsupported when a dim is folded."""
+    """``lv`` as a fuser value of exactly torch's shape (unit dims in place). A dim torch folded from several
+    becomes one fuser dim, their product (a derived dim where the parts are symbols: a reshape, a view of a stored
+    value)."""
     if any(len(g) > 1 for g in lv.groups):
-        raise Unsupported("an op that needs torch's exact shape, on a dim torch folded from several")
+        return rebase(r, lv, [[_prod(p)] if p else [1] for p in parts_of(r, lv)], keep_units=True).v
     if all(len(g) == 1 for g in lv.groups):
         return lv.v
     return rebase(r, lv, [p or [1] for p in parts_of(r, lv)], keep_units=True).v
@@ -453,15 +522,15 @@ def reduction(r: Region, node, x, dims, keepdim, fn):
     if keepdim:
         return result(r, node, v, lv.groups)
     kept = LVal(v, lv.groups)
-    return result(r, node, rebase(r, kept, [p for t, p in enumerate(parts_of(r, kept)) if t not in tax]).v,
-                  _consecutive([p for t, p in enumerate(parts_of(r, kept)) if t not in tax]))
+    out = rebase(r, kept, [p for t, p in enumerate(parts_of(r, kept)) if t not in tax])
+    return result(r, node, out.v, out.groups)  # rebase's groups: it drops the unit dims of the parts
 
 
 def _reduced_units(r, lv, tax, keepdim):
     if keepdim:
         return lv.v, lv.groups
-    ps = [p for t, p in enumerate(parts_of(r, lv)) if t not in tax]
-    return rebase(r, lv, ps).v, _consecutive(ps)
+    out = rebase(r, lv, [p for t, p in enumerate(parts_of(r, lv)) if t not in tax])
+    return out.v, out.groups
 
 
 def _consecutive(parts) -> list:

@@ -26,7 +26,7 @@ from ..trace.record import active_session
 from . import stats as st
 from .rewrite import rewrite
 from .table import CUSTOM_OPS, LOWERINGS
-from .lower import Late, LVal, Region, Unsupported
+from .lower import Late, LVal, Region, Unsupported, check_ranks
 
 # nodes with no computation of their own: run on the host wherever they are, never counted as fallbacks
 HOST = {operator.getitem, operator.mul, operator.add, operator.sub, operator.floordiv, operator.truediv,
@@ -99,6 +99,7 @@ class CompiledGraph:
                 snap = current.snapshot()
                 try:
                     val = _lower(current, node, fn)
+                    check_ranks(current, snap[0])
                 except Late:
                     current.rollback(snap)
                     current = None  # it reads an eager result computed after the region starts: a new region
@@ -106,6 +107,11 @@ class CompiledGraph:
                 except (Unsupported, DvmError) as e:
                     current.rollback(snap)
                     self._eager(node, made_at, "eager", str(e).splitlines()[0])
+                    break
+                except Exception as e:  # noqa: BLE001 - a bug in a lowering never fails a compile torch can run
+                    current.rollback(snap)
+                    self._eager(node, made_at, "eager", f"internal error in the lowering ({type(e).__name__}: "
+                                f"{(str(e).splitlines() or [''])[0]}); please report it")
                     break
                 current.env[node] = val
                 current.nodes.append(node)
