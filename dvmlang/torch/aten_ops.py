@@ -220,7 +220,41 @@ def _full_like(r, node, x, value, **kw):
 
 @lowers(aten.scalar_tensor.default)
 def _scalar_tensor(r, node, value, **kw):
+    if isinstance(value, torch.fx.Node):  # a graph input (F.interpolate's scale_factor=2.0, a SymFloat)
+        return result(r, node, ops.cast(r.operand(value).v, dvm_dtype(node.meta["val"].dtype)))
     return _const_full(r, node, number(value))
+
+
+@lowers(aten.copy.default)
+def _copy(r, node, dst, src, non_blocking=False):
+    """The functional form of ``dst.copy_(src)`` (a slice assignment, functionalised): ``src`` in ``dst``'s dtype,
+    broadcast to its shape."""
+    shape = [r.dim(e) for e in meta_shape(node)]
+    v = ops.cast(plain(r, r.operand(src)), dvm_dtype(node.meta["val"].dtype))
+    if [r.g.syms.find(d) for d in v.shape] != [r.g.syms.find(d) for d in shape]:
+        v = ops.broadcast_to(v, tuple(shape))
+    else:
+        v = ops.add(v, 0) if v.node.op in ("input", "reshape", "permute", "slice") else v  # a value of its own
+    return result(r, node, v)
+
+
+@lowers(aten.repeat.default)
+def _repeat(r, node, x, repeats):
+    """``x.repeat(*repeats)``: leading dims of 1 added, then along each repeated dim a gather of ``i % n``."""
+    v = plain(r, r.operand(x))
+    repeats = [number(k) for k in repeats]
+    if len(repeats) < v.ndim:
+        raise Unsupported("repeat with fewer repeats than dims")
+    if len(repeats) > v.ndim:
+        v = ops.reshape(v, (1,) * (len(repeats) - v.ndim) + tuple(v.shape))
+    for d, k in enumerate(repeats):
+        if k == 1:
+            continue
+        n = v.shape[d]
+        total = dims.arith(r.g.syms, "*", n, k)
+        i = r.g.node("iota", [], (total,), dt.int32, {"axis": 0})
+        v = ops.index_select(v, d, ops.remainder(i, _size(r, n)))
+    return result(r, node, v)
 
 
 @lowers(aten.zeros.default, aten.zeros_like.default)
@@ -407,32 +441,45 @@ def _gather(r, node, x, dim, index, sparse_grad=False):
     return result(r, node, ops.gather(plain(r, lv), d, plain(r, li)))
 
 
+def _size(r, n):
+    """A size as an int32 value: the number, or the symbol's size at run time (exact below 2^24)."""
+    n = r.g.syms.find(n)
+    return n if isinstance(n, int) else ops.cast(r.g.node("dim", [], (), dt.float32, {"sym": n}), dt.int32)
+
+
 @lowers(aten.index.Tensor)
 def _index(r, node, x, indices):
-    lv = r.operand(x)
-    tens = [i for i in indices if i is not None]
-    if len(tens) == lv.rank > 1 and len(indices) == lv.rank:
-        return _index_all(r, node, lv, indices)
-    if len(tens) != 1:
-        raise Unsupported("advanced indexing with several index tensors that do not index every dim")
-    key = tuple(slice(None) if i is None else plain(r, r.operand(i)) for i in indices)
-    return result(r, node, ops.getitem(plain(r, lv), key))
-
-
-def _index_all(r, node, lv, indices):
-    """``x[i0, i1, ...]`` with an index tensor per dim: the row-major position ``(i0 * n1 + i1) * n2 + ...``
-    (broadcast over the indices, negative indices from the end, as torch) read from the flattened ``x``."""
-    v = plain(r, lv)
-    sizes = list(v.shape)
-    lin = None
-    for k, i in enumerate(indices):
-        iv = plain(r, r.operand(i))
+    """``x[..., i0, i1, ...]`` with integer index tensors on any dims (``None`` where a dim is sliced whole), as
+    torch: the index tensors broadcast together to ``B``; adjacent indexed dims are replaced by ``B`` in place,
+    others put ``B`` first. The indexed dims are merged into one (a view) and read at the row-major position
+    ``(i0 * n1 + i1) * n2 + ...`` (negative indices from the end): one gather."""
+    v = plain(r, r.operand(x))
+    indices = list(indices) + [None] * (v.ndim - len(indices))
+    pos = [k for k, i in enumerate(indices) if i is not None]
+    if not pos:
+        return result(r, node, v)
+    idx = []
+    for k in pos:
+        iv = plain(r, r.operand(indices[k]))
         if iv.dtype.is_float or iv.dtype.is_bool:
-            raise Unsupported("indexing with a float or bool index tensor")
-        iv = ops.where(ops.lt(iv, 0), ops.add(iv, sizes[k]), iv)
-        lin = iv if lin is None else ops.add(ops.mul(lin, sizes[k]), iv)
-    lin = ops.cast(lin, dt.int32)  # a size used as a number is float32: exact below 2^24 elements
-    return result(r, node, ops.index_select(ops.reshape(v, (-1,)), 0, lin))
+            raise Unsupported("indexing with a float or bool index tensor (a mask's positions depend on the data)")
+        idx.append(iv)
+    if pos != list(range(pos[0], pos[0] + len(pos))):  # not adjacent: torch puts the index dims first
+        v = ops.permute(v, tuple(pos) + tuple(k for k in range(v.ndim) if k not in pos))
+        pos = list(range(len(pos)))
+    sizes = [v.shape[k] for k in pos]
+    lin = None
+    for iv, n in zip(idx, sizes):
+        iv = ops.cast(iv, dt.int32)
+        iv = ops.where(ops.lt(iv, 0), ops.add(iv, _size(r, n)), iv)
+        lin = iv if lin is None else ops.add(ops.mul(lin, _size(r, n)), iv)
+    p0 = pos[0]
+    if len(pos) > 1:
+        merged = sizes[0]
+        for n in sizes[1:]:
+            merged = dims.arith(r.g.syms, "*", merged, n)
+        v = ops.reshape(v, tuple(v.shape[:p0]) + (merged,) + tuple(v.shape[p0 + len(pos):]))
+    return result(r, node, ops.index_select(v, p0, lin))
 
 
 @lowers(aten.cumsum.default)
