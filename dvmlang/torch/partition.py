@@ -45,7 +45,8 @@ def op_name(node) -> str:
 
 @dataclass
 class Step:
-    kind: str  # "region" | "eager" | "host" | "eager_views" | "custom" (a dvmlang.torch.custom_op) | "empty"
+    kind: str  # "region" | "eager" | "host" | "eager_views" | "custom" (a dvmlang.torch.custom_op) | "empty" |
+    # "writeback" (an input mutation's copy_ into the caller's buffer)
     nodes: list
     region: Region | None = None
     program: Program | None = None
@@ -82,6 +83,12 @@ class CompiledGraph:
                 continue
             if node.op == "call_function" and node.target in HOST and not _tuple_getitem(node, current):
                 self._eager(node, made_at, "host")
+                continue
+            if node.op == "call_function" and node.target is torch.ops.aten.copy_.default and \
+                    node.args[0].op == "placeholder":
+                # an input mutation's epilogue (batch norm's running statistics, a KV cache written in place): the
+                # value was computed on the NPU; the write into the caller's buffer is a copy on the host
+                self._eager(node, made_at, "writeback")
                 continue
             if node.op == "call_function" and node.target in CUSTOM_OPS:
                 self._eager(node, made_at, "custom")  # a dvmlang.torch.custom_op: its launcher runs dvmlang kernels
@@ -201,7 +208,7 @@ class CompiledGraph:
                     st.STATS.runtime_fallbacks += 1
                     st.STATS.runtime_reasons[step.region.name] = str(e).splitlines()[0]
                     self._run_eager(step.nodes, env, count=True)
-            elif step.kind in ("eager", "host", "eager_views", "custom"):
+            elif step.kind in ("eager", "host", "eager_views", "custom", "writeback"):
                 self._run_eager(step.nodes, env, count=step.kind == "eager")
         out = torch.fx.node.map_arg(self.output_node.args[0], lambda n: env[n])
         return out
