@@ -36,7 +36,7 @@ def _train_check(make, *inputs, dynamic=False):
     for (name, b), c in zip(m.named_buffers(), ref.buffers()):
         np.testing.assert_allclose(b.numpy(), c.numpy(), rtol=RTOL, atol=ATOL, err_msg=name)
     s = D.stats()
-    assert s["fallback_ops"] == {}, s["fallback_ops"]
+    assert s["fallback_ops"] == {}, (s["fallback_ops"], s["runtime_reasons"])
     return s
 
 

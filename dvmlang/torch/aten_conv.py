@@ -160,11 +160,22 @@ def _convolution(r, node, x, weight, bias, stride, padding, dilation, transposed
     return result(r, node, y)
 
 
+def _k(r, value, d=dt.int32):
+    """One constant node per value in a region (a kernel's constants are scalar parameters: shared, not repeated
+    per kernel offset)."""
+    cache = r.__dict__.setdefault("_conv_consts", {})
+    key = (value, d.name)
+    if key not in cache:
+        cache[key] = const(r, value, d)
+    return cache[key]
+
+
 def _col2im(r, pieces, in_sizes, out_sizes, kernel, stride, padding, dilation, take=None):
     """The sum, at each input position, of the pieces (one per kernel offset, each (N, C, L) over the output
     positions, flattened) at the output position that offset maps it to: a gather per offset, masked where the
-    position is not on the stride's grid or falls outside the output. ``take(k, gathered, lin, pos)`` may refine
-    a gathered piece (max pooling keeps it where the saved index is the position)."""
+    position is not on the stride's grid or falls outside the output. ``take(k, lin, pos)`` may refine the mask
+    (max pooling keeps a gradient where the saved index is the position). Per dim and offset along it the output
+    coordinate and its validity are computed once, and shared by the offsets that use them."""
     nd = len(kernel)
     total = 1
     for s in in_sizes:
@@ -173,27 +184,38 @@ def _col2im(r, pieces, in_sizes, out_sizes, kernel, stride, padding, dilation, t
     coords, rest = [], pos
     for i in reversed(range(nd)):  # the input coordinates of each flat position
         n = _size(r, in_sizes[i])
+        n = _k(r, n) if isinstance(n, int) else n
         coords.insert(0, ops.remainder(rest, n) if i else rest)
         rest = ops.floor_divide(rest, n)
+    per_dim = []  # per dim, per offset along it: (valid, clamped output coordinate)
+    for i in range(nd):
+        osz = _size(r, out_sizes[i])
+        osz_c = _k(r, osz) if isinstance(osz, int) else osz
+        last = _k(r, osz - 1) if isinstance(osz, int) else ops.sub(osz, 1)
+        row = []
+        for off in range(kernel[i]):
+            q = ops.sub(coords[i], _k(r, off * dilation[i] - padding[i]))  # h + pad - k * dilation
+            o = ops.floor_divide(q, _k(r, stride[i])) if stride[i] != 1 else q
+            ok = ops.logical_and(ops.ge(q, _k(r, 0)), ops.lt(o, osz_c))
+            if stride[i] != 1:
+                ok = ops.logical_and(ok, ops.eq(ops.remainder(q, _k(r, stride[i])), _k(r, 0)))
+            row.append((ok, ops.cast(ops.minimum(ops.maximum(o, _k(r, 0)), last), dt.int32)))
+        per_dim.append((row, osz_c))
+    zero = None
     acc = None
     for k, offs in enumerate(itertools.product(*[range(kk) for kk in kernel])):
         valid, lin = None, None
         for i, off in enumerate(offs):
-            q = ops.sub(coords[i], off * dilation[i] - padding[i])  # h + pad - k * dilation
-            o = ops.floor_divide(q, stride[i]) if stride[i] != 1 else q
-            osz = _size(r, out_sizes[i])
-            ok = ops.logical_and(ops.ge(q, 0), ops.lt(o, osz))
-            if stride[i] != 1:
-                ok = ops.logical_and(ok, ops.eq(ops.remainder(q, stride[i]), 0))
+            ok, oc = per_dim[i][0][off]
             valid = ok if valid is None else ops.logical_and(valid, ok)
-            oc = ops.cast(ops.minimum(ops.maximum(o, 0), osz - 1 if isinstance(osz, int) else ops.sub(osz, 1)), dt.int32)
-            lin = oc if lin is None else ops.add(ops.mul(lin, osz), oc)
+            lin = oc if lin is None else ops.add(ops.mul(lin, per_dim[i][1]), oc)
         lin = ops.cast(lin, dt.int32)
         p = pieces[k]
         g = ops.gather(p, 2, ops.broadcast_to(lin, (p.shape[0], p.shape[1], total)))
         if take is not None:
             valid = ops.logical_and(valid, take(k, lin, pos))
-        t = ops.where(valid, g, 0.0)
+        zero = zero if zero is not None else _k(r, 0.0, g.dtype)
+        t = ops.where(valid, g, zero)
         acc = t if acc is None else ops.add(acc, t)
     return acc
 
@@ -269,15 +291,9 @@ def _pool_args(r, xv, kernel_size, stride, padding, dilation, out_sizes, ceil_mo
     st = _ints(stride, nd, "stride") if stride not in (None, [], ()) else list(ks)
     pd = _ints(padding, nd, "padding")
     dl = _ints(dilation, nd, "dilation")
-    extra = []
-    for i in range(nd):
-        o, n = out_sizes[i], xv.shape[2 + i]
-        if isinstance(o, int) and isinstance(n, int):
-            extra.append(max(0, (o - 1) * st[i] + (ks[i] - 1) * dl[i] + 1 - n - 2 * pd[i]))
-        elif ceil_mode:
-            raise Unsupported("a pooling with ceil_mode over a symbolic size")
-        else:
-            extra.append(0)
+    # ceil_mode: the last window may run past the padded input; padding by stride - 1 more covers it (each slice
+    # reads only the positions its output needs)
+    extra = [st[i] - 1 if ceil_mode else 0 for i in range(nd)]
     return ks, st, pd, dl, extra
 
 

@@ -109,14 +109,42 @@ def _index_put(r, node, base, indices, values, accumulate=False):
     values``; a 2-d index, as an embedding's backward has, on dim 0 of a matrix); otherwise the last value whose
     index is ``v`` (a 1-d index)."""
     tens = [k for k, t in enumerate(indices) if t is not None]
-    if len(tens) != 1:
-        raise Unsupported("index_put with other than one index tensor")
-    d = tens[0]
+    if not tens:
+        raise Unsupported("index_put without an index tensor")
     b = plain(r, r.operand(base))
-    idx = plain(r, r.operand(indices[d]))
-    if idx.dtype.is_bool or idx.dtype.is_float:
-        raise Unsupported("index_put with a bool or float index")
     vals = ops.cast(plain(r, r.operand(values)), b.dtype)
+    shape = tuple(b.shape)
+    if len(tens) > 1:
+        # several index tensors (the backward of interpolation's x[:, :, ih, iw]) on adjacent dims: those dims
+        # merged into one, indexed at the row-major position, the index and the values' index dims flattened
+        if tens != list(range(tens[0], tens[0] + len(tens))):
+            raise Unsupported("index_put with index tensors on dims that are not adjacent")
+        from .aten_ops import _size
+        d = tens[0]
+        ivs = [plain(r, r.operand(indices[k])) for k in tens]
+        if any(i.dtype.is_bool or i.dtype.is_float for i in ivs):
+            raise Unsupported("index_put with a bool or float index")
+        lin, merged = None, 1
+        for k, iv in zip(tens, ivs):
+            n = b.shape[k]
+            iv = ops.cast(iv, dt.int32)
+            iv = ops.where(ops.lt(iv, 0), ops.add(iv, _size(r, n)), iv)
+            lin = iv if lin is None else ops.add(ops.mul(lin, _size(r, n)), iv)
+            merged = dims.arith(r.g.syms, "*", merged, n)
+        bshape = lin.shape
+        nb = len(bshape)
+        count = 1
+        for x in bshape:
+            count = dims.arith(r.g.syms, "*", count, x)
+        lin = ops.broadcast_to(lin, tuple(vals.shape[d:d + nb])) if nb else lin
+        idx = ops.reshape(lin, (count,))
+        vals = ops.reshape(vals, tuple(vals.shape[:d]) + (count,) + tuple(vals.shape[d + nb:]))
+        b = ops.reshape(b, tuple(b.shape[:d]) + (merged,) + tuple(b.shape[d + len(tens):]))
+    else:
+        d = tens[0]
+        idx = plain(r, r.operand(indices[d]))
+        if idx.dtype.is_bool or idx.dtype.is_float:
+            raise Unsupported("index_put with a bool or float index")
     if vals.ndim != b.ndim - 1 + idx.ndim or b.ndim > 3 or idx.ndim > 2 or (idx.ndim == 2 and (d or b.ndim != 2)):
         raise Unsupported("index_put other than by a 1-d index (or a 2-d one into the rows of a matrix)")
     rows = b.shape[d]
@@ -147,6 +175,8 @@ def _index_put(r, node, base, indices, values, accumulate=False):
         out = ops.where(ops.reshape(hit, (rows,) + (1,) * (b.ndim - 1)), picked, b)
     if d:
         out = ops.permute(out, tuple(perm.index(k) for k in range(b.ndim)))
+    if tuple(out.shape) != shape:
+        out = ops.reshape(out, shape)
     return result(r, node, out)
 
 
