@@ -35,7 +35,7 @@ from ..fuser.lazy import LazyTensor, lazy as dvm_lazy, tensor as dvm_tensor
 import sys
 
 from .stats import STATS  # noqa: F401 (the module itself: the package's `stats` is the function)
-from .table import CUSTOM_OPS, LOWERINGS
+from .table import CUSTOM_OPS, lowering
 from .lower import LVal, Region, Unsupported, dvm_dtype
 from .partition import _layout, to_numpy
 
@@ -297,7 +297,7 @@ class _LazyMode(TorchDispatchMode):
         schema = func._schema
         mutable = schema.is_mutable
         is_view = getattr(func, "is_view", False)
-        fn = LOWERINGS.get(func)
+        fn = lowering(func)
         base = args[0] if args and isinstance(args[0], LazyTorchTensor) else None
         if is_view and (base is None or _settled(base)):
             fn = None  # a view of a torch tensor: taken in torch, it reads nothing

@@ -25,7 +25,7 @@ from ..npu import default_device
 from ..trace.record import active_session
 from . import stats as st
 from .rewrite import rewrite
-from .table import CUSTOM_OPS, LOWERINGS
+from .table import CUSTOM_OPS, LOWERINGS, lowering
 from .lower import Late, LVal, Region, Unsupported, check_ranks
 
 # nodes with no computation of their own: run on the host wherever they are, never counted as fallbacks
@@ -93,7 +93,7 @@ class CompiledGraph:
             if node.op == "call_function" and node.target in CUSTOM_OPS:
                 self._eager(node, made_at, "custom")  # a dvmlang.torch.custom_op: its launcher runs dvmlang kernels
                 continue
-            fn = LOWERINGS.get(node.target) if node.op == "call_function" else None
+            fn = lowering(node.target) if node.op == "call_function" else None
             if fn is None:
                 self._eager(node, made_at, "eager", f"no dvmlang lowering for {op_name(node)}")
                 continue
