@@ -518,12 +518,35 @@ def reduction(r: Region, node, x, dims, keepdim, fn):
     bax = tuple(a for t in tax for a in lv.groups[t])
     if not bax:  # only size-1 dims: nothing to reduce
         return result(r, node, *_reduced_units(r, lv, tax, keepdim))
-    v = fn(lv.v, bax)  # keepdims=True on the base
+    v = fn(lv.v, bax) if lv.v.ndim <= MAX_RANK else _reduce_merged(r, lv.v, bax, fn)  # keepdims on the base
     if keepdim:
         return result(r, node, v, lv.groups)
     kept = LVal(v, lv.groups)
     out = rebase(r, kept, [p for t, p in enumerate(parts_of(r, kept)) if t not in tax])
     return result(r, node, out.v, out.groups)  # rebase's groups: it drops the unit dims of the parts
+
+
+def _reduce_merged(r: Region, v, bax, fn):
+    """A reduction of a value of rank > ``MAX_RANK`` (a view: the backward of grouped-query attention's rank-5
+    expand sums over its repeat dim), as an exact reshape: runs of adjacent dims that are all kept or all reduced
+    merged into one, the reduction on that, the keepdims shape restored by a view."""
+    red = set(bax)
+    runs: list = []
+    for a in range(v.ndim):
+        if runs and (a in red) == (runs[-1][0] in red):
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+    if len(runs) > MAX_RANK:
+        raise Unsupported(f"a reduction of a value of rank {v.ndim} whose kept and reduced dims alternate")
+    shape = []
+    for run in runs:
+        n = 1
+        for a in run:
+            n = dims.arith(r.g.syms, "*", n, v.shape[a])
+        shape.append(n)
+    out = fn(ops.reshape(v, tuple(shape)), tuple(i for i, run in enumerate(runs) if run[0] in red))
+    return ops.reshape(out, tuple(1 if a in red else v.shape[a] for a in range(v.ndim)))
 
 
 def _reduced_units(r, lv, tax, keepdim):
@@ -562,6 +585,12 @@ def const(r, value, d: dt.DType, shape=()):
 
 
 def _const_full(r, node, value):
-    parts = merge_parts(r, [[e] for e in meta_shape(node)])
-    return result(r, node, const(r, value, dvm_dtype(node.meta["val"].dtype), tuple(r.dim(p[0]) for p in parts)))
+    """A constant of torch's shape; its size-1 dims are not base dims (a rank-5 ``zeros`` of a batch-1 backward)."""
+    shape = meta_shape(node)
+    d = dvm_dtype(node.meta["val"].dtype)
+    if not any(_unit(e) for e in shape):
+        return result(r, node, const(r, value, d, tuple(r.dim(e) for e in shape)))
+    big = [e for e in shape if not _unit(e)]
+    c = const(r, value, d, tuple(r.dim(e) for e in big))
+    return result(r, node, c, _consecutive([[] if _unit(e) else [e] for e in shape]))
 
