@@ -144,19 +144,35 @@ class Region:
         self.position = None  # index of the region's step in the plan
         self.env_input: dict = {}  # fuser input node id -> its LVal
         self.made_at: dict = {}  # fx node -> index of the step computing it (shared with the partitioner)
+        self.aliases: list = []  # (expr, expr): sizes torch names differently that the region unified
+
+    def same(self, a, b) -> bool:
+        """Whether torch sizes ``a`` and ``b`` are equal: as polynomials, or unified by ``_assume_equal``."""
+        if _eq(a, b):
+            return True
+        return any((_eq(a, x) and _eq(b, y)) or (_eq(a, y) and _eq(b, x)) for x, y in self.aliases)
+
+    def alias_of(self, e):
+        """Another name of size ``e`` the region unified with it, or None."""
+        for x, y in self.aliases:
+            if _eq(e, x):
+                return y
+            if _eq(e, y):
+                return x
+        return None
 
     # ---- transactions: a failed lowering leaves nothing behind ---------------------------------------------
     def snapshot(self):
         s = self.g.syms
         return (len(self.g.nodes), len(s.syms), dict(s.parent), len(s.deductions), len(self.inputs),
                 dict(self.by_input), dict(self.sym_of), dict(self.expr_of_sym), dict(self.env_input),
-                dict(s.derived), len(s.checks))
+                dict(s.derived), len(s.checks), list(self.aliases))
 
     def rollback(self, snap):
         """Undo a failed lowering: its nodes, inputs and every symbol it made, including the hash-consed derived
         sizes (``SymTable.derived``: a later lowering must never find a symbol that no longer exists) and the
         size checks it recorded."""
-        n, ns, parent, nd, ni, by_input, sym_of, expr_of_sym, env_input, derived, nc = snap
+        n, ns, parent, nd, ni, by_input, sym_of, expr_of_sym, env_input, derived, nc, self.aliases = snap
         s = self.g.syms
         del self.g.nodes[n:]
         del s.syms[ns:]
@@ -380,7 +396,7 @@ def merge_parts(r: Region, parts: list) -> list:
 def view(r: Region, lv: LVal, target: list) -> LVal:
     """``lv`` viewed as ``target`` (torch exprs): refine the base so that every target dim is a run of base dims."""
     src = [e for e in sum(parts_of(r, lv), []) if not (isinstance(e, int) and e == 1)]
-    i, parts = 0, []
+    i, parts, renamed = 0, [], set()
     for t in target:
         if isinstance(t, int) and t == 1:
             parts.append([])  # a size-1 torch dim needs no base dim
@@ -402,6 +418,9 @@ def view(r: Region, lv: LVal, target: list) -> LVal:
                 p.append(rem)
                 src[i] = q
                 rem = 1
+            elif (alt := r.alias_of(b)) is not None and (i, str(alt)) not in renamed:
+                renamed.add((i, str(b)))
+                src[i] = alt  # the same size as torch names it elsewhere (unified, checked per call)
             else:
                 raise Unsupported(f"cannot view {src} as {target}")
         parts.append(p)
@@ -441,7 +460,7 @@ def align(r: Region, node, operands: list):
                 new.append([1] * len(decomp[i]))
             elif len(p) == len(decomp[i]) and all(_eq(a, b) for a, b in zip(p, decomp[i])):
                 new.append(p)
-            elif _eq(_prod(p), _prod(decomp[i])):  # the same size folded another way (4 * s0 vs s0, 4)
+            elif r.same(_prod(p), _prod(decomp[i])):  # the same size folded another way (4 * s0 vs s0, 4)
                 new.append(decomp[i])
             else:
                 raise Unsupported(f"operands fold their dims differently ({p} vs {decomp[i]})")
@@ -465,8 +484,11 @@ def result(r: Region, node, v, groups=None) -> LVal:
             lv = LVal(ops.cast(lv.v, want), lv.groups)
         shape = meta_shape(node)
         got = parts_of(r, lv)
-        if len(got) != len(shape) or not all(_eq(_prod(p), s) for p, s in zip(got, shape)):
+        if len(got) != len(shape):
             raise Unsupported(f"internal: lowered shape {got} differs from torch's {shape}")
+        for p, s in zip(got, shape):
+            if not _eq(_prod(p), s):
+                _assume_equal(r, lv, p, s, got, shape)
     if lv.v.ndim > (VIEW_RANK if lv.v.node.op in VIEW_OPS else MAX_RANK):
         raise Unsupported(f"rank {lv.v.ndim} > {MAX_RANK}")
     return lv
@@ -482,6 +504,20 @@ def check_ranks(r: Region, first: int) -> None:
             if len(x.shape) > MAX_RANK:
                 raise Unsupported(f"a {n.op} of a value of rank {len(x.shape)} (the fuser computes on ranks <= "
                                   f"{MAX_RANK}; views of rank up to {VIEW_RANK} pass through)")
+
+
+def _assume_equal(r: Region, lv: LVal, part, want, got, shape) -> None:
+    """Torch names a size with other symbols than the lowering derived (a loss's labels ``(s38 * s97)`` against its
+    logits' ``(s3 * s88)``, equal whenever torch's op is valid): the two are unified in the fuser, a deduction
+    checked at every call (a call where they differ runs eagerly, where torch raises its own error)."""
+    if isinstance(want, int) and all(isinstance(e, int) for e in part):
+        raise Unsupported(f"internal: lowered shape {got} differs from torch's {shape}")
+    free = getattr(sympy.sympify(want), "free_symbols", set())
+    if any(f not in r.sources and str(f) not in r.sym_of for f in free):
+        raise Unsupported(f"internal: lowered shape {got} differs from torch's {shape}")
+    mine = dims.dim_of(r.g.syms, dims.product(r.g.syms, [r.dim(e) for e in part]))
+    r.aliases.append((sympy.expand(sympy.sympify(_prod(part))), sympy.sympify(want)))
+    r.g.syms.unify(r.dim(want), mine, f"torch's size {want} of a value the lowering sized {_prod(part)}")
 
 
 def plain(r: Region, lv: LVal) -> GraphValue:
