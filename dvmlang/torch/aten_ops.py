@@ -536,10 +536,16 @@ def _var(r, node, x, dims=None, correction=None, keepdim=False):
     return reduction(r, node, x, dims, keepdim, lambda v, ax: ops.var(v, ax, keepdims=True, correction=c))
 
 
-@lowers(aten.any.dim, aten.any.dims)
+@lowers(aten.any.dim, aten.any.dims, aten.any.default)
 def _any(r, node, x, dims=None, keepdim=False):
     return reduction(r, node, x, dims, keepdim,
                      lambda v, ax: ops.ne(ops.max(ops.cast(ops.ne(v, 0), dt.float32), ax, keepdims=True), 0))
+
+
+@lowers(aten.all.dim, aten.all.dims, aten.all.default)
+def _all(r, node, x, dims=None, keepdim=False):
+    return reduction(r, node, x, dims, keepdim,
+                     lambda v, ax: ops.ne(ops.min(ops.cast(ops.ne(v, 0), dt.float32), ax, keepdims=True), 0))
 
 
 # ---- composites -----------------------------------------------------------------------------------------------

@@ -279,11 +279,22 @@ def _scale_of(r, q, scale):
     return ops.rsqrt(r.g.node("dim", [], (), dt.float32, {"sym": e}))
 
 
+def _kv_heads(r, qv, kv):
+    """Grouped-query attention (``enable_gqa``): each key/value head serves ``Hq / Hkv`` query heads in turn, a
+    gather of head ``i // (Hq / Hkv)`` along the head dim."""
+    hq, hk = qv.shape[-3] if qv.ndim >= 3 else 1, kv.shape[-3] if kv.ndim >= 3 else 1
+    if r.g.syms.equal(hq, hk) is True or not (isinstance(hq, int) and isinstance(hk, int)) or hq % hk:
+        return kv
+    i = _iota(r, hq)
+    return ops.index_select(kv, kv.ndim - 3, ops.floor_divide(i, hq // hk))
+
+
 @lowers(aten._scaled_dot_product_flash_attention_for_cpu.default)
 def _flash_fwd(r, node, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
     if dropout_p:
         raise Unsupported("attention with dropout")
     qv, kv, vv = (ops.cast(plain(r, r.operand(t)), dt.float32) for t in (q, k, v))
+    kv, vv = _kv_heads(r, qv, kv), _kv_heads(r, qv, vv)
     s = _scores(r, qv, kv, is_causal, attn_mask, _scale_of(r, qv, scale))
     m = ops.max(s, -1, keepdims=True)
     lse = ops.add(m, ops.log(ops.sum(ops.exp(ops.sub(s, m)), -1, keepdims=True)))
