@@ -2,11 +2,11 @@
 matmul of mixture-of-experts layers (torch's ``_grouped_mm`` and transformers' CPU ``grouped_mm_fallback`` with
 its backward), uninitialised allocations, and a recurrent layer (``mkldnn_rnn_layer``: ``nn.LSTM``).
 
-Sorting is by ranks, written as comparisons (no data-dependent stores): along the sorted dim, element ``i``'s
-rank is the number of elements ordered before it (smaller, or equal and earlier: a stable sort; NaN is the
-largest, as torch), and position ``j`` of the result takes the element whose rank is ``j``. That is an
-``n x n`` tile per row on the vector unit: right for the rows a router or a top-k sampler sorts (experts,
-candidates), not for long rows. The grouped matmul runs every expert's product on the cube, batched over the
+The sorted values are the ISA's ``VSORT`` (the fuser's ``sort`` graph op: a whole row in one tile). The
+indices are ranks, written as comparisons (no data-dependent stores): along the sorted dim, element ``i``'s rank
+is the number of elements ordered before it (smaller, or equal and earlier: a stable sort; NaN is the largest,
+as torch), and position ``j`` takes the index whose rank is ``j``. That is an ``n x n`` tile per row on the
+vector unit: right for the rows a router or a top-k sampler sorts (experts, candidates), not for long rows. The grouped matmul runs every expert's product on the cube, batched over the
 experts, and keeps each row's own expert's.
 """
 
@@ -69,7 +69,8 @@ def _ranks(r, v, descending: bool):
 
 
 def _pick(r, v, rank, k):
-    """Positions 0..k-1 of the order: the values and the indices whose rank is each position."""
+    """Positions 0..k-1 of the order: the values and the indices whose rank is each position (the values by
+    comparisons too; the lowering takes them from ``VSORT``)."""
     n = v.shape[-1]
     pos = r.g.node("iota", [], (1, k), dt.int32, {"axis": 1})
     hit = ops.eq(ops.unsqueeze(rank, -1), pos)  # (..., n, k)
@@ -90,7 +91,11 @@ def _ordered(r, node, x, dim, descending, k=None):
     n = v.shape[-1]
     if not isinstance(n, int):
         raise Unsupported("a sort along a symbolic dim")
-    vals, idx = _pick(r, v, _ranks(r, v, descending), n if k is None else k)
+    k = n if k is None else k
+    _, idx = _pick(r, v, _ranks(r, v, descending), k)
+    vals = ops.sort_values(v, -1, descending)  # the values: one VSORT per row (a graph op in row mode)
+    if k != n:
+        vals = ops.slice(vals, -1 % vals.ndim, 0, k)
     if back is not None:
         vals, idx = ops.permute(vals, back), ops.permute(idx, back)
     mv, mi = node.meta["val"][:2]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 import numpy as np
 import torch
@@ -343,7 +344,10 @@ class _LazyMode(TorchDispatchMode):
         _CURRENT_OP.name = f"an argument of {op_name(func)} (a dvmlang kernel)" if func in CUSTOM_OPS else \
             f"{op_name(func)} runs in torch"
         rargs, rkwargs = tree_map(real, (args, kwargs))
+        t0 = time.perf_counter()
         out = func(*rargs, **rkwargs)
+        if func not in OBSERVE and func not in CUSTOM_OPS:
+            st.STATS.eager_s += time.perf_counter() - t0
         # an op returning one of its (materialised) arguments returns that argument (x.add_(1) is x)
         back = {id(t._real): t for t in lazies if t._real is not None}
         return tree_map(lambda o: back.get(id(o), o) if isinstance(o, torch.Tensor) else o, out)

@@ -225,7 +225,10 @@ class CompiledGraph:
                 continue
             args = torch.fx.node.map_arg(n.args, lambda a: self._host(a, env))
             kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self._host(a, env))
+            t0 = time.perf_counter()
             env[n] = n.target(*args, **kwargs)
+            if count:
+                st.STATS.eager_s += time.perf_counter() - t0
 
     def _host(self, a, env):
         """``a``'s value; a host computation (SymInt arithmetic) a region read symbolically and whose step comes
