@@ -77,6 +77,35 @@ def _windows(r, x, out_sizes, kernel, stride, padding, dilation, value, extra_hi
     return out
 
 
+CHUNK = 8  # kernel offsets per kernel: each reads its own view or gather (a few scalar registers each)
+
+
+def _sum_terms(terms):
+    """The sum of ``terms`` (equal shapes), at most ``CHUNK`` per kernel: the partial sums are joined by a ``cat``
+    (which reads them from memory, so each chunk is a kernel of its own) and reduced (a 7 x 7 kernel's 49 offsets
+    would need more scalar registers than one kernel has)."""
+    if len(terms) <= CHUNK:
+        acc = terms[0]
+        for t in terms[1:]:
+            acc = ops.add(acc, t)
+        return acc
+    parts = [_sum_terms(terms[i:i + CHUNK]) for i in range(0, len(terms), CHUNK)]
+    shape = tuple(parts[0].shape)
+    g = parts[0].graph
+    n = 1
+    for d in shape:
+        n = dims.arith(g.syms, "*", n, d)
+    flat = [ops.reshape(p, (1, n)) for p in parts]  # views of the stored partial sums
+    return ops.reshape(ops.sum(ops.cat(flat, 0), 0), shape)
+
+
+def _cat_chunks(pieces, axis):
+    """``cat(pieces, axis)`` with at most ``CHUNK`` parts per kernel (a cat of cats)."""
+    if len(pieces) <= CHUNK:
+        return ops.cat(pieces, axis) if len(pieces) > 1 else ops.add(pieces[0], 0.0)
+    return _cat_chunks([_cat_chunks(pieces[i:i + CHUNK], axis) for i in range(0, len(pieces), CHUNK)], axis)
+
+
 def _flat(r, v, lead: int):
     """``v`` with its dims from ``lead`` on merged into one (a view of a stored value)."""
     if v.ndim == lead + 1:
@@ -100,7 +129,7 @@ def _cols(r, x, out_sizes, kernel, stride, padding, dilation):
     if all(k == 1 for k in kernel) and all(s == 1 for s in stride) and not any(padding):
         return _flat(r, x, 2)
     pieces = _windows(r, x, out_sizes, kernel, stride, padding, dilation, 0.0)
-    c = ops.cat(pieces, 1) if len(pieces) > 1 else ops.add(pieces[0], 0.0)
+    c = _cat_chunks(pieces, 1)
     return _flat(r, c, 2) if nd else c
 
 
@@ -121,12 +150,8 @@ def _conv(r, x, w, out_sizes, stride, padding, dilation, groups):
                                                                                  {"axis": 0}), m))
         pieces = _windows(r, xv, out_sizes, kernel, stride, padding, dilation, 0.0)
         wk = ops.reshape(w, (o, -1))  # (O, KK)
-        acc = None
-        for k, p in enumerate(pieces):
-            wc = ops.reshape(ops.slice(wk, 1, k, k + 1), (o,) + (1,) * nd)
-            t = ops.mul(p, wc)
-            acc = t if acc is None else ops.add(acc, t)
-        return _flat(r, acc, 2)
+        terms = [ops.mul(p, ops.reshape(ops.slice(wk, 1, k, k + 1), (o,) + (1,) * nd)) for k, p in enumerate(pieces)]
+        return _flat(r, _sum_terms(terms), 2)
     outs = []
     og = o // groups
     for gi in range(groups):
@@ -202,7 +227,7 @@ def _col2im(r, pieces, in_sizes, out_sizes, kernel, stride, padding, dilation, t
             row.append((ok, ops.cast(ops.minimum(ops.maximum(o, _k(r, 0)), last), dt.int32)))
         per_dim.append((row, osz_c))
     zero = None
-    acc = None
+    terms = []
     for k, offs in enumerate(itertools.product(*[range(kk) for kk in kernel])):
         valid, lin = None, None
         for i, off in enumerate(offs):
@@ -215,9 +240,8 @@ def _col2im(r, pieces, in_sizes, out_sizes, kernel, stride, padding, dilation, t
         if take is not None:
             valid = ops.logical_and(valid, take(k, lin, pos))
         zero = zero if zero is not None else _k(r, 0.0, g.dtype)
-        t = ops.where(valid, g, zero)
-        acc = t if acc is None else ops.add(acc, t)
-    return acc
+        terms.append(ops.where(valid, g, zero))
+    return _sum_terms(terms)
 
 
 @lowers(aten.convolution_backward.default)
@@ -359,10 +383,7 @@ def _avg_pool2d(r, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, 
     if any(pd) and not count_include_pad and divisor_override is None:
         raise Unsupported("an average pool with padding not counted")
     pieces = _windows(r, xv, out_sizes, ks, st, pd, dl, 0.0)
-    acc = pieces[0]
-    for p in pieces[1:]:
-        acc = ops.add(acc, p)
-    return result(r, node, ops.div(acc, float(divisor_override or ks[0] * ks[1])))
+    return result(r, node, ops.div(_sum_terms(pieces), float(divisor_override or ks[0] * ks[1])))
 
 
 @lowers(aten._adaptive_avg_pool2d.default)
@@ -376,10 +397,7 @@ def _adaptive_avg_pool2d(r, node, x, output_size):
         raise Unsupported("an adaptive pool whose windows differ in size")
     ks = [n // o for n, o in zip(hw, out)]
     pieces = _windows(r, xv, out, ks, ks, [0, 0], [1, 1], 0.0)
-    acc = pieces[0]
-    for p in pieces[1:]:
-        acc = ops.add(acc, p)
-    return result(r, node, ops.div(acc, float(ks[0] * ks[1])))
+    return result(r, node, ops.div(_sum_terms(pieces), float(ks[0] * ks[1])))
 
 
 # ---- batch norm in training mode ---------------------------------------------------------------------------

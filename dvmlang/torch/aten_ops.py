@@ -171,6 +171,7 @@ def _clamp(r, node, x, min=None, max=None):
 
 
 lowers(aten.clamp_min.default)(lambda r, node, x, m: _clamp(r, node, x, min=m))
+lowers(aten.hardtanh.default)(lambda r, node, x, lo=-1.0, hi=1.0: _clamp(r, node, x, min=lo, max=hi))
 lowers(aten.clamp_max.default)(lambda r, node, x, m: _clamp(r, node, x, max=m))
 
 
@@ -375,9 +376,17 @@ def _slice(r, node, x, dim=0, start=None, end=None, step=1):
     lv = r.operand(x)
     dim = dim % lv.rank
     size = _shape_of(lv, r)[dim]
+    want = meta_shape(node)[dim]
+    if step == 1 and not isinstance(size, int) and _eq(want, size):
+        # torch clamped the bounds to the whole dim (a sliding window's x[s - 4096:] of a short x): no bound is
+        # made a size (a derived size is evaluated at every call, and this one would be negative)
+        return result(r, node, lv.v, lv.groups)
     b0, b1 = _bound(r, start, size), _bound(r, end, size)
     if b0 in (None, 0) and step == 1 and (b1 is None or (isinstance(size, int) and b1 == size)):
         return result(r, node, lv.v, lv.groups)
+    if not isinstance(size, int) and isinstance(b0, int) and b0 < 0 and step == 1 and b1 is None and \
+            not _eq(want, -b0):
+        raise Unsupported(f"a slice from {b0} of a symbolic dim torch sizes {want} (a clamped bound)")
     v = plain(r, lv)
     return result(r, node, ops.slice(v, dim, b0, b1, number(step)))
 
