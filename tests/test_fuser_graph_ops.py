@@ -53,3 +53,10 @@ def test_sort_values_of_ints_along_another_axis_and_a_new_length():
     for rows in (6, 11):  # a symbolic length: the row-mode guard binds per call, no rebuild needed
         x = rng.integers(-50, 50, (rows, 4)).astype(np.int32)
         np.testing.assert_array_equal(f(x), -np.sort(-x, 0))
+
+
+def test_docs_fusion_md_has_the_generated_graph_op_table():
+    from pathlib import Path
+    text = (Path(__file__).resolve().parent.parent / "docs" / "fusion.md").read_text()
+    for row in graph_ops.table_rows():
+        assert row in text, f"docs/fusion.md misses {row!r}: run python -m dvmlang.torch.coverage"
