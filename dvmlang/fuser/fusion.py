@@ -25,10 +25,7 @@ from .graph import Graph, GraphError, Node
 from .graph_ops import FREE, GRAPH_OPS, MEMORY_READ_OPS, ROW_OPS, SCANS, VIEWS, memory_operands_of
 
 EW = opdefs.FUSIBLE | {n for n, op in GRAPH_OPS.items() if op.kind == "elementwise"}
-# the sets below come from the structural op table (graph_ops): free values are copied into every group that uses
-# them; views are never computed; memory reads read some operands from memory at positions of their own (a
-# gathered or shifted index: those operands are stored by their producers, never computed in the same kernel);
-# scans carry a running value along the columns (loop mode) or run in row mode; row ops need a whole row
+# FREE, VIEWS, SCANS, ROW_OPS and the memory reads come from the structural op table (graph_ops: what each means)
 MEMORY_READS = {n: memory_operands_of(n) for n in MEMORY_READ_OPS}
 VECTOR = EW | set(MEMORY_READS) | SCANS | ROW_OPS
 

@@ -24,7 +24,8 @@ import torch
 
 from .. import dtypes as dt
 from ..fuser import dims, ops
-from .aten_ops import _Meta, _size, lowers
+from .aten_ops import _Meta, lowers
+from .aten_scatter import _size
 from .lower import Unsupported, const, meta_shape, number, plain, result
 
 aten = torch.ops.aten

@@ -239,25 +239,6 @@ def _copy(r, node, dst, src, non_blocking=False):
     return result(r, node, v)
 
 
-@lowers(aten.repeat.default)
-def _repeat(r, node, x, repeats):
-    """``x.repeat(*repeats)``: leading dims of 1 added, then along each repeated dim a gather of ``i % n``."""
-    v = plain(r, r.operand(x))
-    repeats = [number(k) for k in repeats]
-    if len(repeats) < v.ndim:
-        raise Unsupported("repeat with fewer repeats than dims")
-    if len(repeats) > v.ndim:
-        v = ops.reshape(v, (1,) * (len(repeats) - v.ndim) + tuple(v.shape))
-    for d, k in enumerate(repeats):
-        if k == 1:
-            continue
-        n = v.shape[d]
-        total = dims.arith(r.g.syms, "*", n, k)
-        i = r.g.node("iota", [], (total,), dt.int32, {"axis": 0})
-        v = ops.index_select(v, d, ops.remainder(i, _size(r, n)))
-    return result(r, node, v)
-
-
 @lowers(aten.zeros.default, aten.zeros_like.default)
 def _zeros(r, node, *a, **kw):
     return _const_full(r, node, 0)
@@ -448,47 +429,6 @@ def _gather(r, node, x, dim, index, sparse_grad=False):
         # both fold the other dims alike (a loss over logits.view(batch * seq, vocab)): gather on the bases
         return result(r, node, ops.gather(lv.v, lv.groups[d][0], li.v), lv.groups)
     return result(r, node, ops.gather(plain(r, lv), d, plain(r, li)))
-
-
-def _size(r, n):
-    """A size as an int32 value: the number, or the symbol's size at run time (exact below 2^24)."""
-    n = r.g.syms.find(n)
-    return n if isinstance(n, int) else ops.cast(r.g.node("dim", [], (), dt.float32, {"sym": n}), dt.int32)
-
-
-@lowers(aten.index.Tensor)
-def _index(r, node, x, indices):
-    """``x[..., i0, i1, ...]`` with integer index tensors on any dims (``None`` where a dim is sliced whole), as
-    torch: the index tensors broadcast together to ``B``; adjacent indexed dims are replaced by ``B`` in place,
-    others put ``B`` first. The indexed dims are merged into one (a view) and read at the row-major position
-    ``(i0 * n1 + i1) * n2 + ...`` (negative indices from the end): one gather."""
-    v = plain(r, r.operand(x))
-    indices = list(indices) + [None] * (v.ndim - len(indices))
-    pos = [k for k, i in enumerate(indices) if i is not None]
-    if not pos:
-        return result(r, node, v)
-    idx = []
-    for k in pos:
-        iv = plain(r, r.operand(indices[k]))
-        if iv.dtype.is_float or iv.dtype.is_bool:
-            raise Unsupported("indexing with a float or bool index tensor (a mask's positions depend on the data)")
-        idx.append(iv)
-    if pos != list(range(pos[0], pos[0] + len(pos))):  # not adjacent: torch puts the index dims first
-        v = ops.permute(v, tuple(pos) + tuple(k for k in range(v.ndim) if k not in pos))
-        pos = list(range(len(pos)))
-    sizes = [v.shape[k] for k in pos]
-    lin = None
-    for iv, n in zip(idx, sizes):
-        iv = ops.cast(iv, dt.int32)
-        iv = ops.where(ops.lt(iv, 0), ops.add(iv, _size(r, n)), iv)
-        lin = iv if lin is None else ops.add(ops.mul(lin, _size(r, n)), iv)
-    p0 = pos[0]
-    if len(pos) > 1:
-        merged = sizes[0]
-        for n in sizes[1:]:
-            merged = dims.arith(r.g.syms, "*", merged, n)
-        v = ops.reshape(v, tuple(v.shape[:p0]) + (merged,) + tuple(v.shape[p0 + len(pos):]))
-    return result(r, node, ops.index_select(v, p0, lin))
 
 
 @lowers(aten.cumsum.default)
