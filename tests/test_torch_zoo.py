@@ -183,3 +183,43 @@ def test_encoder_decoder_training_step():
         def forward(self, ids, labels):
             return self.m(input_ids=ids, labels=labels).loss
     _train(Seq2Seq, torch.randint(2, 64, (2, 7)), torch.randint(2, 64, (2, 5)))
+
+
+def _decoders():
+    return {
+        "llama": lambda: T.LlamaForCausalLM(T.LlamaConfig(
+            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, use_cache=False)),
+        "gpt2": lambda: T.GPT2LMHeadModel(T.GPT2Config(
+            vocab_size=64, n_positions=32, n_embd=32, n_layer=1, n_head=4, use_cache=False, bos_token_id=0,
+            eos_token_id=0, resid_pdrop=0, embd_pdrop=0, attn_pdrop=0)),
+    }
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_decoder_training_with_dynamic_shapes_and_lazy_mode_without_fallback(family):
+    """Training graphs with symbolic batch and length (grouped-query attention's rank-5 backward, a loss whose
+    labels torch sizes with other symbols than its logits), then the same model in lazy mode."""
+    import dvmlang.torch as dvt
+    make = _decoders()[family]
+    m, ref = _twins(lambda: make().train())
+    torch._dynamo.reset()
+    D.reset_stats()
+    c = torch.compile(m, backend="dvmlang", dynamic=True)
+    ids = torch.randint(0, 64, (2, 9))
+    got, want = c(input_ids=ids, labels=ids).loss, ref(input_ids=ids, labels=ids).loss
+    np.testing.assert_allclose(got.item(), want.item(), rtol=RTOL)
+    got.backward()
+    want.backward()
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        if q.grad is not None:
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=RTOL, atol=1e-5, err_msg=name)
+    _no_fallbacks()
+    ref.eval()
+    D.reset_stats()
+    with torch.no_grad():
+        want = ref(ids).logits
+        with dvt.lazy():
+            got = ref(ids).logits.numpy().copy()
+    np.testing.assert_allclose(got, want.numpy(), rtol=RTOL, atol=ATOL)
+    _no_fallbacks()
