@@ -92,6 +92,16 @@ def test_rank_five_views_and_reductions():
     assert s["fallback_ops"] == {}
 
 
+def test_rank_five_elementwise_and_scans_as_exact_reshapes():
+    """A state-space scan's rank-5 intermediates: elementwise work and a cumsum on rank 5 (merged dims)."""
+    s = _run(lambda x, b: torch.sigmoid(x * 2) * b + 1, torch.randn(2, 3, 4, 5, 6), torch.randn(3, 1, 1, 6),
+             dynamic=False)
+    assert s["fallback_ops"] == {}
+    s = _run(lambda a, b: torch.cumsum(torch.exp(a[..., None] * b[:, None]), 2).sum(-1),
+             torch.randn(2, 3, 4, 5), torch.randn(2, 4, 5, 7), dynamic=False)
+    assert s["fallback_ops"] == {}
+
+
 @pytest.mark.parametrize("case", ["sort", "sort_desc", "topk", "histc", "repeat", "copy", "gather_folded"])
 def test_selection_and_copy_ops(case):
     x = torch.randn(3, 8)

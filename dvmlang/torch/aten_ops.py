@@ -434,7 +434,19 @@ def _gather(r, node, x, dim, index, sparse_grad=False):
 @lowers(aten.cumsum.default)
 def _cumsum(r, node, x, dim, dtype=None):
     lv = r.operand(x)
-    return result(r, node, ops.cumsum(plain(r, lv), dim % max(1, lv.rank)))
+    v = plain(r, lv)
+    d = dim % max(1, lv.rank)
+    if v.ndim <= 4:
+        return result(r, node, ops.cumsum(v, d))
+    # rank > 4: the dims before and after the scanned one merged (an exact reshape), scanned, viewed back
+    before, after = 1, 1
+    for k in range(v.ndim):
+        if k < d:
+            before = dims.arith(r.g.syms, "*", before, v.shape[k])
+        elif k > d:
+            after = dims.arith(r.g.syms, "*", after, v.shape[k])
+    c = ops.cumsum(ops.reshape(v, (before, v.shape[d], after)), 1)
+    return result(r, node, ops.reshape(c, tuple(v.shape)))
 
 
 @lowers(aten.argmax.default, aten.argmin.default)

@@ -534,8 +534,47 @@ def plain(r: Region, lv: LVal) -> GraphValue:
 def elementwise(fn):
     def lower(r, node, *args, **kwargs):
         vals, groups = align(r, node, [r.operand(a) for a in args])
+        if max((v.ndim for v in vals if isinstance(v, GraphValue)), default=0) > MAX_RANK:
+            return result(r, node, _merged(r, fn, vals, kwargs), groups)
         return result(r, node, fn(*vals, **kwargs), groups)
     return lower
+
+
+def _merged(r: Region, fn, vals, kwargs):
+    """An elementwise op on values of rank > ``MAX_RANK`` as an exact reshape: adjacent dims along which every
+    operand either varies or broadcasts alike are merged (rank <= 4), the op runs on that, and the result is
+    viewed back in the full shape (a state-space scan's rank-5 intermediates)."""
+    rank = max(v.ndim for v in vals if isinstance(v, GraphValue))
+    syms = r.g.syms
+    tens = [ops.reshape(v, (1,) * (rank - v.ndim) + tuple(v.shape)) if isinstance(v, GraphValue) and v.ndim < rank
+            else v for v in vals]
+    full, pattern = [], []
+    for k in range(rank):
+        d = 1
+        for v in tens:
+            if isinstance(v, GraphValue) and not (isinstance(syms.find(v.shape[k]), int) and syms.find(v.shape[k]) == 1):
+                d = v.shape[k]
+        full.append(d)
+        pattern.append(tuple(isinstance(v, GraphValue) and not (isinstance(syms.find(v.shape[k]), int) and
+                                                              syms.find(v.shape[k]) == 1) for v in tens))
+    runs: list = []
+    for k in range(rank):
+        if runs and pattern[runs[-1][0]] == pattern[k]:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    if len(runs) > MAX_RANK:
+        raise Unsupported(f"an elementwise op on rank {rank} whose operands broadcast along alternating dims")
+
+    def size(run, j):
+        n = 1
+        for k in run:
+            n = dims.arith(syms, "*", n, full[k] if pattern[k][j] else 1)
+        return n
+    merged = [ops.reshape(v, tuple(size(run, j) for run in runs)) if isinstance(v, GraphValue) else v
+              for j, v in enumerate(tens)]
+    out = fn(*merged, **kwargs)
+    return ops.reshape(out, tuple(full))
 
 
 def torch_axes(lv: LVal, dims) -> list[int]:
