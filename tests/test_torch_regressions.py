@@ -127,3 +127,13 @@ def test_stats_report_the_eager_time_of_fallbacks_beside_simulated_time():
     rep = D.explain(lambda x: torch.cummax(x * 2, -1).values + 1, torch.randn(4, 8))
     assert rep.fallback_reasons == {"cummax.default": "no dvmlang lowering for cummax.default"}
     assert "in torch eager on the host (not simulated)" in str(rep)
+
+
+def test_norms_full_reductions_and_float_predicates():
+    f = lambda v: (torch.linalg.vector_norm(v, dim=-1), torch.linalg.vector_norm(v, ord=1, dim=(0, 2)),  # noqa: E731
+                   v.amax() + v.max() - v.min(), torch.isnan(v / v).float(), torch.isinf(1 / v).float(),
+                   torch.fmod(v, 0.3), (v > 0) ^ (v < 0.5))
+    x = torch.randn(2, 8, 6)
+    x[0, 0, 0] = 0.0
+    s = _run(f, x, dynamic=False)
+    assert s["fallback_ops"] == {}

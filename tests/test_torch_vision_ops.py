@@ -94,3 +94,12 @@ def test_interpolate_forward_and_backward(mode):
             kw = {} if mode == "nearest" else {"align_corners": False}
             return torch.nn.functional.interpolate(self.c(x), scale_factor=2.0, mode=mode, **kw)
     _train_check(Up, torch.randn(1, 2, 4, 5))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.nn.Sequential(torch.nn.GroupNorm(4, 8), torch.nn.ELU(), torch.nn.Conv2d(8, 4, 1)),
+    lambda: torch.nn.Sequential(torch.nn.Conv2d(8, 4, 1), torch.nn.AvgPool2d(2), torch.nn.AdaptiveAvgPool2d(1)),
+    lambda: torch.nn.Sequential(torch.nn.Conv2d(8, 4, 1), torch.nn.AdaptiveAvgPool2d(2)),
+], ids=["group_norm_elu", "avg_pool", "adaptive_avg_pool"])
+def test_group_norm_and_average_pools_train(make):
+    _train_check(make, torch.randn(2, 8, 6, 6))

@@ -387,6 +387,60 @@ def _avg_pool2d(r, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, 
     return result(r, node, ops.div(_sum_terms(pieces), float(divisor_override or ks[0] * ks[1])))
 
 
+@lowers(aten.avg_pool2d_backward.default)
+def _avg_pool2d_backward(r, node, grad_out, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override):
+    xv = plain(r, r.operand(x))
+    go = ops.cast(plain(r, r.operand(grad_out)), xv.dtype)
+    if ceil_mode or (any(_ints(padding, 2, "padding")) and not count_include_pad and divisor_override is None):
+        raise Unsupported("an average pool's backward with ceil_mode or uncounted padding")
+    out_sizes = list(go.shape[2:])
+    ks, st, pd, dl, _ = _pool_args(r, xv, kernel_size, stride, padding, 1, out_sizes, False)
+    g = _flat(r, ops.div(go, float(divisor_override or ks[0] * ks[1])), 2)
+    gi = _col2im(r, [g] * (ks[0] * ks[1]), list(xv.shape[2:]), out_sizes, ks, st, pd, dl)
+    return result(r, node, ops.reshape(gi, tuple(xv.shape)))
+
+
+@lowers(aten._adaptive_avg_pool2d_backward.default)
+def _adaptive_avg_pool2d_backward(r, node, grad_out, x):
+    xv = plain(r, r.operand(x))
+    go = ops.cast(plain(r, r.operand(grad_out)), xv.dtype)
+    out = list(go.shape[2:])
+    hw = list(xv.shape[2:])
+    if not all(isinstance(n, int) and isinstance(o, int) and n % o == 0 for n, o in zip(hw, out)):
+        raise Unsupported("an adaptive pool's backward whose windows differ in size")
+    ks = [n // o for n, o in zip(hw, out)]
+    g = _flat(r, ops.div(go, float(ks[0] * ks[1])), 2)
+    gi = _col2im(r, [g] * (ks[0] * ks[1]), hw, out, ks, ks, [0, 0], [1, 1])
+    return result(r, node, ops.reshape(gi, tuple(xv.shape)))
+
+
+@lowers(aten.native_group_norm.default)
+def _group_norm(r, node, x, weight, bias, n, c, hw, groups, eps):
+    """Group norm: the channels in ``groups`` groups, each normalised over its channels and positions (a view
+    (N, G, C / G * HW)), then the per-channel affine. Returns torch's (out, mean, rstd), the last two (N, G)."""
+    xv = plain(r, r.operand(x))
+    g = number(groups)
+    nb, ch = xv.shape[0], xv.shape[1]
+    if not isinstance(ch, int) or ch % g:
+        raise Unsupported("a group norm with a symbolic channel count")
+    rest = 1
+    for d in xv.shape[2:]:
+        rest = dims.arith(r.g.syms, "*", rest, d)
+    v = ops.reshape(ops.cast(xv, dt.float32), (nb, g, dims.arith(r.g.syms, "*", ch // g, rest)))
+    mean = ops.mean(v, -1, keepdims=True)
+    d = ops.sub(v, mean)
+    rstd = ops.rsqrt(ops.add(ops.mean(ops.mul(d, d), -1, keepdims=True), number(eps)))
+    y = ops.reshape(ops.mul(d, rstd), tuple(xv.shape))
+    cshape = (ch,) + (1,) * (xv.ndim - 2)
+    for p, f in ((weight, ops.mul), (bias, ops.add)):
+        if p is not None:
+            y = f(y, ops.reshape(ops.cast(plain(r, r.operand(p)), dt.float32), cshape))
+    metas = node.meta["val"]
+    return (result(r, _Meta(metas[0]), y), result(r, _Meta(metas[1]), ops.reshape(mean, (nb, g))),
+            result(r, _Meta(metas[2]), ops.reshape(rstd, (nb, g))))
+
+
 @lowers(aten._adaptive_avg_pool2d.default)
 def _adaptive_avg_pool2d(r, node, x, output_size):
     xv = plain(r, r.operand(x))

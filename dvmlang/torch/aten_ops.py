@@ -66,6 +66,9 @@ _ew(lambda a, b: ops.where(a, True, ops.ne(b, 0)), aten.logical_or.default)
 _ew(lambda a, b: ops.ne(ops.ne(a, 0), ops.ne(b, 0)), aten.logical_xor.default)
 _ew(lambda a: ops.eq(a, 0), aten.logical_not.default)
 _ew(lambda c, a, b: ops.where(c, a, b), aten.where.self)
+_ew(lambda x: ops.ne(x, x), aten.isnan.default)
+_ew(lambda x: ops.eq(ops.abs(x), float("inf")), aten.isinf.default)
+_ew(lambda a, b: ops.sub(a, ops.mul(ops.trunc(ops.div(a, b)), b)), aten.fmod.Scalar, aten.fmod.Tensor)
 
 
 @lowers(aten.bitwise_not.default)
@@ -73,6 +76,20 @@ def _bitwise_not(r, node, x):
     if node.meta["val"].dtype is not torch.bool:
         raise Unsupported("bitwise_not of integers")
     return elementwise(lambda a: ops.eq(a, 0))(r, node, x)
+
+
+@lowers(aten.elu.default)
+def _elu(r, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    a, sc, si = number(alpha), number(scale), number(input_scale)
+    return elementwise(lambda v: ops.mul(ops.where(ops.gt(v, 0), v, ops.mul(ops.expm1(ops.mul(v, si)), a)), sc)
+                       if sc != 1 else ops.where(ops.gt(v, 0), v, ops.mul(ops.expm1(ops.mul(v, si)), a)))(r, node, x)
+
+
+@lowers(aten.bitwise_xor.Tensor)
+def _bitwise_xor(r, node, a, b):
+    if node.meta["val"].dtype is not torch.bool:
+        raise Unsupported("bitwise xor of integers")
+    return elementwise(lambda x, y: ops.ne(ops.ne(x, 0), ops.ne(y, 0)))(r, node, a, b)
 
 
 @lowers(aten.bitwise_and.Tensor, aten.bitwise_or.Tensor)
@@ -479,6 +496,26 @@ def _mean(r, node, x, dims=None, keepdim=False, dtype=None):
 @lowers(aten.mean.default)
 def _mean_all(r, node, x, dtype=None):
     return reduction(r, node, x, None, False, lambda v, ax: ops.mean(v, ax, keepdims=True))
+
+
+@lowers(aten.max.default, aten.min.default)
+def _max_all(r, node, x):
+    f = ops.max if node.target is aten.max.default else ops.min
+    return reduction(r, node, x, None, False, lambda v, ax: f(v, ax, keepdims=True))
+
+
+@lowers(aten.linalg_vector_norm.default)
+def _vector_norm(r, node, x, ord=2, dim=None, keepdim=False, dtype=None):
+    p = number(ord)
+    if p == 2:
+        fn = lambda v, ax: ops.sqrt(ops.sum(ops.mul(v, v), ax, keepdims=True))  # noqa: E731
+    elif p == 1:
+        fn = lambda v, ax: ops.sum(ops.abs(v), ax, keepdims=True)  # noqa: E731
+    elif p == float("inf"):
+        fn = lambda v, ax: ops.max(ops.abs(v), ax, keepdims=True)  # noqa: E731
+    else:
+        raise Unsupported(f"a vector norm of order {p}")
+    return reduction(r, node, x, dim, keepdim, fn)
 
 
 @lowers(aten.amax.default)
