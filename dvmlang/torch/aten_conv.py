@@ -457,13 +457,13 @@ def _adaptive_avg_pool2d(r, node, x, output_size):
 
 # ---- batch norm in training mode ---------------------------------------------------------------------------
 
-@lowers(aten._native_batch_norm_legit_functional.default, aten._native_batch_norm_legit.default,
-        aten._native_batch_norm_legit.no_stats)
+@lowers(aten._native_batch_norm_legit_functional.default, aten._native_batch_norm_legit.no_stats)
 def _batch_norm_train(r, node, x, weight, bias, running_mean=None, running_var=None, training=True,
                       momentum=0.1, eps=1e-5):
     """Batch norm over (N, *spatial) per channel: the batch's mean and biased variance normalise; the running
     statistics are updated with the unbiased variance (the functional form returns them; the graph's ``copy_``
-    writes them back into the buffers)."""
+    writes them back into the buffers). The in-place form (``_native_batch_norm_legit.default``, which writes the
+    buffers itself) is not lowered: functionalised graphs never have it, and lowering it would drop the writes."""
     if node.target is aten._native_batch_norm_legit.no_stats:  # (x, w, b, training, momentum, eps)
         training, momentum, eps = running_mean, running_var, training
         running_mean = running_var = None
