@@ -12,9 +12,9 @@
     launch = add[(dl.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
 """
 
-from .errors import (ArgumentError, BufferOverflowError, BytecodeError, CompilationError, ConstexprError,
-                     DeviceError, DvmError, DvmWarning, InvalidBytecodeError, IRVerificationError, KernelTypeError,
-                     LaunchError, MalformedBytecodeError, MemoryFault, PerformanceWarning, RaceDetected, ResourceError,
+from .errors import (ArgumentError, BufferOverflowError, BytecodeError, CollectiveError, CollectiveMismatch,
+                     CollectiveTimeout, CompilationError, ConstexprError, DeviceError, DvmError, DvmWarning, InvalidBytecodeError, IRVerificationError, KernelTypeError,
+                     LaunchError, MalformedBytecodeError, MemoryFault, OutOfMemory, PeerError, PerformanceWarning, RaceDetected, ResourceError,
                      UninitializedRead, UnsupportedSyntaxError, VersionError, WatchdogTimeout)
 from . import npu, ops
 from .autotune import Autotuner, Config, Heuristics, autotune, heuristics
@@ -60,6 +60,6 @@ __all__ = [
     "UnsupportedSyntaxError", "KernelTypeError", "ConstexprError", "IRVerificationError", "ArgumentError",
     "LaunchError", "BytecodeError", "MalformedBytecodeError", "InvalidBytecodeError", "VersionError",
     "ResourceError", "BufferOverflowError", "DeviceError", "MemoryFault", "WatchdogTimeout", "UninitializedRead",
-    "RaceDetected",
+    "RaceDetected", "OutOfMemory", "CollectiveError", "CollectiveMismatch", "CollectiveTimeout", "PeerError",
     "DvmWarning", "PerformanceWarning",
 ]

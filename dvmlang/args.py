@@ -376,6 +376,9 @@ def constexpr_value(kname, name, v):
         if d is not None:
             return d
     if not isinstance(v, _CONSTEXPR_TYPES) and not callable(v):
+        d = dt.lookup(v) if type(v).__name__ == "dtype" else None  # a torch dtype, as Triton takes one
+        if d is not None:
+            return d
         raise ArgumentError(f"constexpr `{name}` of `{kname}` must be a compile-time value (int, float, bool, str, "
                             f"dtype, tuple), got {type(v).__name__}")
     return v

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .args import LAUNCH_OPTIONS as _LAUNCH_OPTION_NAMES
 from .errors import ConstexprError, DvmError, LaunchError, ResourceError, user_frames
 from .runtime import Kernel
 
@@ -100,7 +101,8 @@ class Heuristics(_Wrapper):
         super().__init__(fn)
         if not isinstance(values, dict) or not all(callable(v) for v in values.values()):
             raise LaunchError("heuristics takes a dict of parameter name -> function of the arguments dict")
-        unknown = [k for k in values if k not in self.arg_names]
+        # a heuristic may also set a launch option (num_warps, num_stages, ...), as in Triton
+        unknown = [k for k in values if k not in self.arg_names and k not in _LAUNCH_OPTION_NAMES]
         if unknown:
             raise LaunchError(f"heuristics for `{self.__name__}` name {', '.join(map(repr, unknown))}, which "
                               f"{'is not a parameter' if len(unknown) == 1 else 'are not parameters'}; its "
@@ -428,6 +430,12 @@ class Autotuner(_Wrapper):
     def run(self, grid, *args, device=None, **kwargs):
         from .npu.device import default_device
         device = device or default_device()
+        config = self.select(grid, args, kwargs, device)
+        return self.fn.run(grid, *args, **kwargs, **config.kwargs, device=device)
+
+    def select(self, grid, args, kwargs, device) -> Config:
+        """The config for these arguments (tuned, or from a cache), with its ``pre_hook`` run: what ``run``
+        launches with."""
         named = self._named(args, kwargs)
         key = self._key(named)
         config = self.cache.get(key)
@@ -445,7 +453,7 @@ class Autotuner(_Wrapper):
                               "autotune config; pass each constexpr one way")
         if config.pre_hook is not None:
             config.pre_hook(self._named(args, {**kwargs, **config.kwargs}))
-        return self.fn.run(grid, *args, **kwargs, **config.kwargs, device=device)
+        return config
 
     def report(self, title: str | None = None):
         """The last tuning as a ``rich`` table: each config, its simulated cycles, the chosen one marked."""

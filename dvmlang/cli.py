@@ -82,6 +82,15 @@ def _run_example(f: Path, args, quiet: bool):
     return ok, skipped, err, t, time.perf_counter() - t0
 
 
+# the gallery's sections after examples/*.py: folder -> title
+SECTIONS = {"triton/": "Triton tutorials", "multi_npu/": "multi-npu (many simulated NPUs)"}
+
+
+def _has_run(path: Path) -> bool:
+    """A gallery example defines ``run()`` (multi_npu/ also holds modules the examples share)."""
+    return "\ndef run(" in path.read_text()
+
+
 def _first_of_each_kernel(launches) -> list:
     seen, out = set(), []
     for launch in launches:
@@ -100,8 +109,12 @@ def cmd_gallery(args) -> int:
     sections = [("", sorted(p for p in d.glob("*.py") if not p.name.startswith("_")))]
     if not args.no_triton and (d / "triton").is_dir():  # Triton's tutorials, ported (examples/triton/README.md)
         sections.append(("triton/", sorted(p for p in (d / "triton").glob("*.py") if not p.name.startswith("_"))))
+    if not args.no_multi_npu and (d / "multi_npu").is_dir():  # systems of simulated NPUs (docs/distributed.md)
+        sections.append(("multi_npu/", sorted(p for p in (d / "multi_npu").glob("*.py")
+                                              if not p.name.startswith("_") and _has_run(p))))
     if args.only:
-        sections = [(pre, [f for f in files if any(o in pre + f.stem for o in args.only)]) for pre, files in sections]
+        sections = [(pre, [f for f in files if any(o in pre + f.stem or o in pre.replace("_", "-") + f.stem
+                                                   for o in args.only)]) for pre, files in sections]
     sections = [(pre, files) for pre, files in sections if files]
     if not sections:
         return _fail("gallery", f"no example in {d} matched {' '.join(args.only)}", 2)
@@ -117,13 +130,14 @@ def cmd_gallery(args) -> int:
             if pre:
                 if len(sections) > 1:
                     table.add_section()
-                table.add_row(Text("Triton tutorials", style="bold"), Text("(torch)"))
+                table.add_row(Text(SECTIONS[pre], style="bold"), Text("(torch)" if pre == "triton/" else ""))
             for f in files:
                 name = pre + f.stem
                 progress.update(task, description=f"running {name}")
-                ok, skipped, err, t, wall = _run_example(f, args, quiet=bool(pre))
+                ok, skipped, err, t, wall = _run_example(f, args, quiet=pre == "triton/")
                 cycles = sum(launch.cycles for launch in t.launches)
                 us = sum(launch.time_us for launch in t.launches)
+                us += sum(r.time_us for r in t.comm if r.op != "remote")  # (a system's collectives, when any)
                 table.add_row(Text(f.stem), Text("skipped" if skipped else "yes" if ok else "NO"), str(len(t.launches)),
                               f"{cycles:,}", f"{us:,.1f} us", f"{wall * 1e3:,.0f} ms")
                 if skipped:
@@ -131,14 +145,14 @@ def cmd_gallery(args) -> int:
                 elif not ok:
                     failures.append((name, err))
                 # a tutorial's trace shows the first launch of each of its kernels (its benchmark launches many)
-                sessions.append((name, _first_of_each_kernel(t.launches) if pre else t.launches))
+                sessions.append((name, _first_of_each_kernel(t.launches) if pre == "triton/" else t.launches, t.comm))
                 progress.advance(task)
     if args.trace:
         from .trace.views import render
-        for name, launches in sessions:
-            if launches:
+        for name, launches, comm in sessions:
+            if launches or (args.view == "comm" and comm):
                 console.rule(Text(name))
-                render(launches, args.view, console=console)
+                render(launches, args.view, console=console, **({"records": comm} if args.view == "comm" else {}))
     console.print(table)
     for name, err in skips:
         console.print(Text(f"skipped {name}: {err}"))
@@ -151,6 +165,16 @@ def _fail(command: str, reason: str, code: int = 1) -> int:
     """Print a one-line reason on stderr and return the exit status."""
     Console(stderr=True, highlight=False).print(Text(f"dvmlang {command}: {reason}"), soft_wrap=True)
     return code
+
+
+def _print_script_traceback(e: BaseException) -> None:
+    """The script's traceback on stderr, from its first frame (this command's and runpy's frames dropped), as
+    ``python SCRIPT.py`` would print it."""
+    tb = e.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename
+                              or tb.tb_frame.f_code.co_filename.startswith("<frozen runpy")):
+        tb = tb.tb_next
+    sys.stderr.write("".join(traceback.format_exception(type(e), e, tb)))
 
 
 def _first_line(e: BaseException) -> str:
@@ -208,20 +232,27 @@ def cmd_trace(args) -> int:
                           summary_only=args.summary_only, progress=True)
     except DvmError as e:
         return _fail("trace", str(e), 2)
+    if args.triton:
+        from .triton import bind
+        bind()  # `import triton` in the script (and the packages it imports) is dvmlang.triton
     with session as t:
-        old_argv = sys.argv
+        # as `python SCRIPT.py` runs it: argv, the script's folder first on sys.path, __main__
+        old_argv, old_path = sys.argv, list(sys.path)
         sys.argv = [str(script)] + list(args.script_args)
+        sys.path.insert(0, str(script.resolve().parent))
         try:
             runpy.run_path(str(script), run_name="__main__")
         except SystemExit as e:
             if e.code not in (0, None):
                 return _fail("trace", f"{script} exited with status {e.code}")
-        except Exception as e:  # noqa: BLE001 - the script's failure, reported in one line
+        except Exception as e:  # noqa: BLE001 - the script's failure: its traceback, as Python prints it
+            _print_script_traceback(e)
             return _fail("trace", f"{script} failed: {_first_line(e)}")
         finally:
             sys.argv = old_argv
+            sys.path[:] = old_path
     launches = t.launches
-    if not launches:
+    if not launches and not (args.view == "comm" and t.comm):
         return _fail("trace", f"{script} launched no kernel (nothing to show)")
     if args.kernel:
         names = sorted({launch.name for launch in launches})
@@ -230,10 +261,16 @@ def cmd_trace(args) -> int:
             return _fail("trace", f"no launch of a kernel named {args.kernel!r}; launched: {', '.join(names)}")
     from .trace.views import render
     try:
+        if args.view == "comm":
+            options["records"] = t.comm
         render(launches, args.view, console=console, **options)
         if args.chrome:
-            from .trace.chrome import save_chrome
-            save_chrome(launches, args.chrome)
+            if t.comm:  # systems of NPUs: a process per device, the links, flows from sends to receives
+                from .trace.system_chrome import save_records_chrome
+                save_records_chrome(t.comm, launches, args.chrome)
+            else:
+                from .trace.chrome import save_chrome
+                save_chrome(launches, args.chrome)
             console.print(Text(f"wrote {args.chrome} (open it at https://ui.perfetto.dev)"))
     except DvmError as e:
         return _fail("trace", str(e).splitlines()[0], 2)
@@ -279,6 +316,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _version() -> str:
+    from . import __version__
+    from .triton import __version__ as triton_api
+    return f"dvmlang {__version__} (Triton API {triton_api}; Python {sys.version.split()[0]})"
+
+
 def main(argv=None) -> int:
     from .trace.views import VIEWS
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -287,6 +330,7 @@ def main(argv=None) -> int:
         cut = argv.index("--")
         argv, script_args = argv[:cut], argv[cut + 1:]
     parser = _Parser(prog="dvmlang", description="dvmlang: NPU kernels on a bytecode VM")
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     g = sub.add_parser("gallery", help="run every example, check it against numpy, and print a table",
                        description="Run every example of the gallery (examples/*.py, each with a run() function), "
@@ -301,14 +345,18 @@ def main(argv=None) -> int:
     g.add_argument("--only", nargs="*", help="run only examples whose name contains one of these")
     g.add_argument("--no-triton", action="store_true",
                    help="skip the Triton tutorials (examples/triton/; they need torch and are skipped without it)")
+    g.add_argument("--no-multi-npu", action="store_true",
+                   help="skip the multi-npu section (examples/multi_npu/: systems of simulated NPUs, torch.distributed)")
     g.add_argument("-v", "--verbose", action="store_true", help="print tracebacks of failing examples")
     g.set_defaults(func=cmd_gallery)
     t = sub.add_parser("trace", help="run a script and show a trace of every launch it makes",
-                       description="Run SCRIPT.py (as __main__) with tracing on, then show every kernel launch it "
-                                   "made. Arguments after `--` are passed to the script.",
+                       description="Run SCRIPT.py as `python SCRIPT.py` would (as __main__, its folder first on "
+                                   "sys.path) with tracing on, then show every kernel launch it made; a failing "
+                                   "script's traceback is printed. Arguments after `--` are passed to the script.",
                        epilog="views: summary (cycles, bandwidth vs roofline, what bounds the kernel), source "
                               "(lines with their share of cycles), timeline (per core and pipe), disasm, table, "
-                              "compare (the first two launches side by side), all.")
+                              "compare (the first two launches side by side), comm (collectives, links and ranks "
+                              "of simulated systems), all.")
     t.add_argument("script", help="the Python script to run")
     t.add_argument("--view", default="summary", choices=VIEWS, help="what to show (default: summary)")
     t.add_argument("--kernel", help="only launches of this kernel")
@@ -320,6 +368,8 @@ def main(argv=None) -> int:
                    help="stop recording rows after this many (-1: no limit; totals stay exact)")
     t.add_argument("--sample", type=int, default=1, help="record the rows of every n-th program only")
     t.add_argument("--summary-only", action="store_true", help="record exact totals but no rows")
+    t.add_argument("--triton", action="store_true",
+                   help="bind `import triton` to dvmlang.triton first (a Triton program runs unedited)")
     t.set_defaults(func=cmd_trace)
     d = sub.add_parser("disasm", help="disassemble a .dvmb file",
                        description="Disassemble a .dvmb bytecode file: line | offset | pipe | OPNAME | operands | "

@@ -193,7 +193,16 @@ class VersionError(MalformedBytecodeError):
 
 class ResourceError(DvmError):
     """A kernel's buffers do not fit the on-chip memory (UB, L1, L0A/B/C); the message breaks the
-    footprint down per buffer."""
+    footprint down per buffer. It is also Triton's ``OutOfResources`` (``dvmlang.triton``), so it takes Triton's
+    constructor too: ``ResourceError(required, limit, name)`` says "out of resource: name, Required: ..., Hardware
+    limit: ..." and keeps the three as attributes."""
+
+    def __init__(self, *args):
+        if len(args) == 3 and isinstance(args[2], str) and not isinstance(args[0], str):
+            self.required, self.limit, self.name = args
+            args = (f"out of resource: {self.name}, Required: {self.required}, Hardware limit: {self.limit}. "
+                    "Reducing block sizes or `num_stages` may help.",)
+        super().__init__(*args)
 
 
 class BufferOverflowError(ResourceError, CompilationError):
@@ -240,6 +249,28 @@ class UninitializedRead(DeviceError):
 
 class RaceDetected(DeviceError):
     """Debug mode: two programs wrote the same global-memory bytes without atomics."""
+
+
+class OutOfMemory(ResourceError):
+    """A simulated NPU's HBM cannot hold its resident buffers and what a launch or a collective needs: names the
+    device, what was asked for, and the largest buffers it holds."""
+
+
+class CollectiveError(DeviceError):
+    """A collective (or send/recv, or a kernel's wait for a signal) between simulated NPUs could not complete."""
+
+
+class CollectiveMismatch(CollectiveError):
+    """The ranks of a group called different collectives (or one with different shapes, dtypes or reductions) at
+    the same point of their sequence: names each rank's call."""
+
+
+class CollectiveTimeout(CollectiveError):
+    """A collective waited longer than its timeout for a peer: names the ranks that never joined."""
+
+
+class PeerError(CollectiveError):
+    """Another rank of the group failed (or finished) before joining: names it and its error."""
 
 
 class DvmWarning(UserWarning):

@@ -66,7 +66,7 @@ def key(kernel, specs, profile):
     except ValueError:
         return None
     return ("kernel", src.file, src.first_line, _digest(_text(src.file, src.first_line, src.last_line)),
-            tuple(repr(s) for s in spec_key), cache.profile_key(profile))
+            tuple(repr(s) for s in spec_key), cache.profile_key(profile), bool(getattr(kernel, "split_tiles", False)))
 
 
 def store(kernel, specs, profile, build) -> None:

@@ -65,7 +65,8 @@ def _floordiv(a, b):
         with np.errstate(divide="ignore", invalid="ignore"):
             b0 = np.where(b == 0, 1, b)
             return np.where(b == 0, 0, np.floor_divide(a, b0)).astype(np.result_type(a, b), copy=False)
-    return np.floor(np.true_divide(a, b))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.floor_divide(a, b)  # numpy's (and Python's, torch's): 1.0 // 0.1 is 9.0, inf // -100 is nan
 
 
 def _div(a, b):
@@ -339,7 +340,7 @@ KINDS: dict[str, frozenset] = {
                      "cat", "slice", "reduce", "scan", "take", "sort", "histogram"), _PURE),
     **dict.fromkeys(("load", "dma_load", "gather", "to_scalar", "dot"), _READ),
     **dict.fromkeys(("store", "dma_store", "scatter", "atomic", "print", "assert", "for", "while", "if", "scope",
-                     "yield", "break", "continue", "return"), frozenset()),
+                     "yield", "break", "continue", "return", "remote_store", "signal", "wait_signal"), frozenset()),
 }
 
 

@@ -89,11 +89,13 @@ class Build:
         if parts is None:
             from .frontend.build import build_ir
             from .vm.lower import lower
+            from .vm.lower.split import fit
             self.fn, ctx = build_ir(kernel.source, specs)
             self.warnings = ctx.warnings  # (the disk cache shows them again when it serves the build)
             self.callees = list(ctx.callees.values())
             self.global_reads = list(ctx.global_reads.values())
-            self.template = lower(self.fn, profile)
+            # tiles that do not fit UB as written: in place, then (split_tiles) strip-mined (vm/lower/split.py)
+            self.template = fit(self.fn, profile, lower, strip_mine=kernel.split_tiles)
             ub = self.template.footprint.get("ub", 0)
             self.template.double_buffer = profile.double_buffer and 2 * ub <= profile.ub_bytes
             self.params = list(self.fn.params)
@@ -144,6 +146,9 @@ def _embedded_sources(debug) -> dict:
 
 class Kernel(KernelFunction):
     """A ``@dvmlang.kernel`` function. Launch with ``kernel[grid](*args, **constexprs)``."""
+
+    # whether tiles too big for UB may be strip-mined (vm/lower/split.py); else a BufferOverflowError
+    split_tiles = False
 
     def __init__(self, fn):
         if not callable(fn):
@@ -480,16 +485,21 @@ class Kernel(KernelFunction):
         return self._build(specs, device.profile)
 
 
-def kernel(fn=None, **options):
+def kernel(fn=None, *, split_tiles: bool = False, **options):
     """Decorator: ``@dvmlang.kernel`` (or ``@dvmlang.kernel()``) turns a Python function into a dvmlang kernel.
-    It takes no options (``triton.jit`` takes Triton's and says what each does here)."""
+    ``split_tiles=True`` lets loops over blocks too big for on-chip memory run strip-mined (as Triton-layer
+    kernels do) instead of failing with a ``BufferOverflowError``. No other option (``triton.jit`` takes
+    Triton's and says what each does here)."""
     if options:
-        raise DvmError(f"dvmlang.kernel takes no options, got {', '.join(f'`{k}`' for k in options)}; launch "
-                       "options go to the launch (kernel[grid](..., num_warps=4)); Triton's jit options are taken "
-                       "by dvmlang.triton.jit")
-    if fn is None:
-        return lambda f: Kernel(f)
-    return Kernel(fn)
+        raise DvmError(f"dvmlang.kernel takes no options but split_tiles, got {', '.join(f'`{k}`' for k in options)}; "
+                       "launch options go to the launch (kernel[grid](..., num_warps=4)); Triton's jit options are "
+                       "taken by dvmlang.triton.jit")
+
+    def make(f):
+        k = Kernel(f)
+        k.split_tiles = bool(split_tiles)
+        return k
+    return make if fn is None else make(fn)
 
 
 class _Plan:

@@ -98,6 +98,7 @@ def test_a_damaged_entry_is_a_miss_and_is_rewritten(disk, damage):
     entry.write_bytes(bytes(data))
     info = _run_kernel(_fresh_kernel())
     assert info.builds == 1 and info.loads == 0
+    cache.flush(timeout=120)  # (the rewrite is written in the background)
     assert _run_kernel(_fresh_kernel()).loads == 1  # rewritten whole
 
 

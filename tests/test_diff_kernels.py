@@ -118,7 +118,7 @@ def int_binary(op, a, b, t):
 def float_binary(op, a, b):
     with np.errstate(all="ignore"):
         return np.asarray({"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide,
-                           "//": lambda x, y: np.floor(np.true_divide(x, y)), "%": np.fmod,
+                           "//": np.floor_divide, "%": np.fmod,
                            "max": np.fmax, "min": np.fmin, "maxnan": np.maximum, "minnan": np.minimum}[op](a, b))
 
 

@@ -1,6 +1,7 @@
 """Fusion decisions and their reasons, guards, stacking, traces, and the new-shape path of ``@dvmlang.graph``."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -603,3 +604,36 @@ def test_two_graphs_with_the_same_group_share_one_build(rng):
     c(x)
     (kc,) = kernels(c)
     assert kc.cache_info().builds == 1 and kc.builds()[0] is not ba
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min", "mean"])
+def test_a_whole_tensor_reduction_is_split_across_the_cores(rng, op):
+    """A reduction of a whole tensor (one row) of a symbolic or large count runs as per-core partials and a
+    combine (two kernels of one stacked launch), not as one program on one core; chunks that do not divide
+    the count and a tail shorter than a column block are exact."""
+    g = dvmlang.graph(lambda x: getattr(ops, op)(x))
+    for n in (1, 47, 1000, 70_001):
+        x = rng.standard_normal(n).astype(np.float32)
+        want = getattr(np, op)(x.astype(np.float64))
+        np.testing.assert_allclose(g(x), want, rtol=1e-5, atol=1e-5)
+        assert len(g.last_launch.members) == 2 and g.last_launch.members[0].grid[0] > 1
+    one = dvmlang.graph(lambda x: getattr(ops, op)(x), static={"x": (0,)})  # static and small: one kernel
+    np.testing.assert_allclose(one(x[:1000]), getattr(np, op)(x[:1000].astype(np.float64)), rtol=1e-5, atol=1e-5)
+    assert len(one.last_launch.members) == 1
+
+
+def test_a_split_reduction_fuses_its_elementwise_producers_and_beats_one_program(rng):
+    x = rng.standard_normal(1 << 18).astype(np.float32)
+    y = rng.standard_normal(1 << 18).astype(np.float32)
+    fn = lambda a, b: ops.mean((a - b) * (a - b))  # noqa: E731 - a loss
+    g = dvmlang.graph(fn)
+    np.testing.assert_allclose(g(x, y), np.mean((x.astype(np.float64) - y) ** 2), rtol=1e-5)
+    assert [m.name.split("_g")[-1] for m in g.last_launch.members] == ["0_sub_mul_sum", "1_sum_truediv"]
+    with_text = os.environ.get("DVMLANG_FUSER")
+    os.environ["DVMLANG_FUSER"] = "text"  # the text path does not split: one program reduces everything
+    try:
+        one = dvmlang.graph(fn)
+        np.testing.assert_allclose(one(x, y), np.mean((x.astype(np.float64) - y) ** 2), rtol=1e-4)
+    finally:
+        os.environ.pop("DVMLANG_FUSER") if with_text is None else os.environ.__setitem__("DVMLANG_FUSER", with_text)
+    assert len(one.last_launch.members) == 1 and g.last_launch.cycles * 4 < one.last_launch.cycles

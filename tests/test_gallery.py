@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_gallery_passes(capsys):
-    assert main(["gallery", "--no-triton", "--dir", str(ROOT / "examples")]) == 0  # tutorials: below
+    assert main(["gallery", "--no-triton", "--no-multi-npu", "--dir", str(ROOT / "examples")]) == 0  # the rest: below
     out = capsys.readouterr().out
     assert "vector_add" in out and "softmax" in out and "simulated" in out
     assert "Triton tutorials" not in out
@@ -25,6 +25,14 @@ def test_gallery_runs_the_triton_tutorials(capsys):
     assert "Triton tutorials" in out and "07_extern_functions" in out and "11_programmatic" in out
     assert "The maximum difference" not in out  # a tutorial's own output is hidden without -v
     assert "vector_add " not in out
+
+
+def test_gallery_runs_the_multi_npu_section(capsys):
+    assert main(["gallery", "--no-triton", "--dir", str(ROOT / "examples"), "--only", "multi-npu/collectives",
+                 "multi-npu/matmul_reduce_scatter", "--trace", "--view", "comm"]) == 0
+    out = capsys.readouterr().out
+    assert "multi-npu (many" in out and "collectives" in out and "matmul_reduce_scatter" in out
+    assert "all_reduce" in out and "HCCS 0 -> 1" in out and "vector_add" not in out  # the comm view of each
 
 
 def test_gallery_fails_on_a_wrong_example(tmp_path, capsys):

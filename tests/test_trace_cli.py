@@ -100,7 +100,6 @@ def test_trace_limits_reach_the_session(script, capsys):
     (["trace", "{script}", "--cores", "70", "--view", "timeline", "--kernel", "twice"], 0, []),
     (["trace", "{script}", "--cores", "0,70", "--view", "timeline"], 2, ["core 70 does not exist"]),
     (["trace", "{script}", "--sample", "0"], 2, ["sample must be a positive integer"]),
-    (["trace", "{script}", "--", "not-a-number"], 1, ["failed: ValueError"]),
     (["disasm", "no/such/file.dvmb"], 2, ["cannot read"]),
     (["gallery", "--dir", "{empty}"], 2, ["no examples directory"]),
     (["gallery", "--dir", str(ROOT / "examples"), "--only", "zzz"], 2, ["matched zzz"]),
@@ -117,6 +116,54 @@ def test_failures_exit_non_zero_with_one_line(args, code, fragments, script, tmp
     err = capsys.readouterr().err
     if fragments:
         _one_line_error(err, *fragments)
+
+
+def test_a_failing_script_shows_its_traceback_then_one_line(script, capsys):
+    # as `python SCRIPT.py` shows it (issue 36): the script's frames, none of dvmlang trace's or runpy's
+    assert main(["trace", str(script), "--", "not-a-number"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == "Traceback (most recent call last):"
+    assert str(script) in err[1] and "runpy" not in "\n".join(err) and "cli.py" not in "\n".join(err)
+    assert err[-2].startswith("ValueError: invalid literal for int()")
+    assert err[-1].startswith("dvmlang trace: ") and "failed: ValueError" in err[-1]
+
+
+def test_trace_runs_a_script_as_python_does(tmp_path, capsys):
+    # its folder first on sys.path (a helper module beside it imports), __name__ == "__main__", --triton binds
+    # `import triton` to dvmlang.triton
+    (tmp_path / "helper_mod.py").write_text(textwrap.dedent('''
+        import numpy as np
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def inc(x, n, B: tl.constexpr):
+            o = tl.arange(0, B)
+            tl.store(x + o, tl.load(x + o, mask=o < n) + 1, mask=o < n)
+
+        def go():
+            x = np.zeros(5, np.float32)
+            inc[(1,)](x, 5, B=8)
+            return x
+    '''))
+    main_py = tmp_path / "main_script.py"
+    main_py.write_text("import helper_mod\nprint(__name__, helper_mod.go().tolist())\n")
+    try:
+        assert main(["trace", "--triton", "--summary-only", str(main_py)]) == 0
+    finally:
+        import dvmlang.triton
+        dvmlang.triton.unbind()
+    assert "__main__ [1.0, 1.0, 1.0, 1.0, 1.0]" in capsys.readouterr().out
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    import dvmlang
+    import dvmlang.triton
+    out = capsys.readouterr().out
+    assert out.startswith(f"dvmlang {dvmlang.__version__}") and f"Triton API {dvmlang.triton.__version__}" in out
 
 
 def test_a_script_that_launches_nothing_or_exits_non_zero(tmp_path, capsys):

@@ -88,7 +88,9 @@ class ExpressionsMixin:
                 raise self.error(KernelTypeError, node, f"a tensor descriptor has no attribute `{attr}`",
                                  "it has load, store, shape, strides, block_shape and dtype")
             return method(got) if callable(got) else got
-        if attr == "dtype":
+        if attr in ("dtype", "type"):
+            # a pointer's .dtype is its element dtype (docs/triton.md); .type, Triton's pointer or block type,
+            # is given as the same dtype, whose .element_ty and .scalar are itself (ptr.type.element_ty)
             return t.dtype
         if attr == "shape":
             return Shape(t.shape)

@@ -16,7 +16,7 @@ from .carry import kind_of
 from .context import BlockExit, NeedScope, ReturnExit, is_runtime_value
 from .expressions import BINOPS
 from .source import is_constexpr_annotation
-from .values import Undefined, tensor, unwrap
+from .values import Undefined, number, tensor, unwrap
 
 
 class StatementsMixin:
@@ -43,16 +43,17 @@ class StatementsMixin:
     def visit_Assign(self, node):
         value = self.visit(node.value)
         for target in node.targets:
-            self.assign(target, value)
+            self.assign(target, value, plain=True)
 
     def visit_AnnAssign(self, node):
         if node.value is None:
             return None
         value = self.visit(node.value)
-        if is_constexpr_annotation(node.annotation, self.globals) and is_runtime_value(value):
+        annotated = is_constexpr_annotation(node.annotation, self.globals)
+        if annotated and is_runtime_value(value):
             raise self.error(ConstexprError, node, f"`{ast.unparse(node.target)}` is annotated dl.constexpr but "
                              "its value is only known at run time")
-        self.assign(node.target, value)
+        self.assign(node.target, value, plain=not annotated)
 
     def visit_AugAssign(self, node):
         if not isinstance(node.target, ast.Name):
@@ -66,8 +67,12 @@ class StatementsMixin:
         value = self.sem.binary(op, cur, self.visit(node.value))
         self.assign(node.target, value)
 
-    def assign(self, target, value):
+    def assign(self, target, value, plain=False):
+        """Bind ``target``. A ``plain`` assignment (``k = 7``, not annotated ``dl.constexpr``) of a bare number binds
+        a ``number``: Triton's runtime scalar in arithmetic, its value where a compile-time one is needed."""
         if isinstance(target, ast.Name):
+            if plain and value.__class__ in (int, float, bool):
+                value = number(value)  # a bare number (a constexpr stays one: dl.constexpr(0.5), a global)
             if is_runtime_value(value):
                 self.origins[id(value)] = (value, self.stmt)
             self.names[target.id] = value
@@ -81,7 +86,7 @@ class StatementsMixin:
                 raise self.error(KernelTypeError, target, f"cannot unpack {len(value)} values into "
                                  f"{len(target.elts)} names")
             for t, v in zip(target.elts, value):
-                self.assign(t, v)
+                self.assign(t, v, plain)
             return
         if isinstance(target, ast.Subscript):
             raise self.error(UnsupportedSyntaxError, target, "tiles are immutable: element assignment is not "

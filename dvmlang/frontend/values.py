@@ -37,6 +37,27 @@ class constexpr:
         return hash(self.value)
 
 
+class number(constexpr):
+    """A Python number a plain assignment bound to a name inside a kernel (``k = 7``, ``acc = 100``). In Triton
+    such a name is a runtime scalar (int32, int64 beyond int32's range, float32, int1), so its arithmetic is the
+    device's: ``k // -2`` truncates, ``m + 1`` wraps at 2**31, ``3 // (acc % 5)`` compiles. Here it keeps
+    Triton's ``dtype`` and its arithmetic is Triton's, evaluated while compiling (``ArithmeticOps.fold_numbers``:
+    the device's semantics of each op on values of that dtype), so the results are Triton's and stay known at
+    compile time: where a compile-time value is required (a shape, ``arange``, ``static_assert``) its value
+    serves, as the constexpr it also is (dvmlang accepts there what Triton refuses). Met with a runtime value,
+    it is a constant of its dtype, not a weakly typed literal."""
+
+    __slots__ = ("dtype",)
+
+    def __init__(self, value, dtype=None):
+        super().__init__(value)
+        from ..dtypes import scalar_dtype_of_python
+        self.dtype = dtype or scalar_dtype_of_python(self.value)
+
+    def __repr__(self) -> str:
+        return f"number({self.value!r}, {self.dtype.name})"
+
+
 def unwrap(v):
     return v.value if isinstance(v, constexpr) else v
 

@@ -27,7 +27,8 @@ from . import foreign
 from . import tiling as tl
 from .build import Ahead, GroupKernel
 from .launch import ProgramLaunch, _materialise, kernel_name
-from .fusion import Group, Plan, canonicalize, plan
+from .canonical import canonicalize
+from .fusion import Group, Plan, plan
 from .graph import Graph, GraphError, GraphValue, Node, Tracer
 
 _capture_lock = threading.RLock()
@@ -67,7 +68,8 @@ class Program:
     flushed pending graph)."""
 
     def __init__(self, graph: Graph, fuse: bool, profile, name: str | None = None, stats=None):
-        canonicalize(graph)
+        from .build import fuser_path
+        canonicalize(graph, profile.vector_cores if fuse and fuser_path() == "compose" else None)
         self.graph = graph
         self.fuse = fuse
         self.name = name or graph.name

@@ -39,7 +39,7 @@ def _program_coords(k: KernelContext, vp: Reg, outer: int, tiled: bool, loc) -> 
     """pid, the outer coordinates and the block's first row and column of logical program ``vp``."""
     s = k.scalar
     pp = k.per_program
-    pid = k.s_op("mod", vp, s["G0"], dt.int32, loc)
+    pid = pp["pid"] = k.s_op("mod", vp, s["G0"], dt.int32, loc)
     if outer >= 1:
         t = k.s_op("div", vp, s["G0"], dt.int32, loc)
         pp["o0"] = k.s_op("mod", t, s["G1"], dt.int32, loc) if outer == 2 else t
@@ -93,7 +93,15 @@ def _vector_body(k: KernelContext, free: list, vp: Reg, loc) -> None:
     r = len(space)
     outer = r - 2 if r >= 2 else 0
     mode = grp.mode
+    split = mode == "split"  # loop mode over one row in chunks: program pid reduces columns [pid*CH, pid*CH + CH)
     _program_coords(k, vp, outer, mode == "tiled", loc)
+    if split:
+        pid = k.per_program["pid"]
+        k.per_program["row0"] = None
+        k.per_program["rows_left"] = k.scalar["R"]
+        cstart = k.s_op("mul", pid, k.scalar["CH"], dt.int32, loc)
+        cend = k.s_op("minimum", k.s_op("add", cstart, k.scalar["CH"], dt.int32, loc), k.scalar["C"], dt.int32, loc)
+        k.per_program["cbound"] = cend
     ins = sig.inputs
     tile_reads = {i.id for n in grp.body() for i in n.inputs if i not in memory_operands(n)}
     values = k.values
@@ -123,7 +131,7 @@ def _vector_body(k: KernelContext, free: list, vp: Reg, loc) -> None:
     def store(j: int, o: Node):
         k.store(j, o, values[o.id], loc=k.loc(o) or loc)
 
-    if mode != "loop":
+    if mode not in ("loop", "split"):
         load_inputs()
         free_values(False)
         free_values(True)
@@ -157,9 +165,10 @@ def _vector_body(k: KernelContext, free: list, vp: Reg, loc) -> None:
     for n in grp.body():
         if n.id in before:
             compute(n)
-    # the column loop: for c0 in range(0, C, BC)
+    # the column loop: for c0 in range(0, C, BC) (a split group's: over its chunk)
     c0 = k.sreg(dt.int32)
-    c.emit("MOV", {"rd": c0, "rs": k.constant(0, dt.int32)}, dt.int32, loc)
+    c.emit("MOV", {"rd": c0, "rs": cstart if split else k.constant(0, dt.int32)}, dt.int32, loc)
+    bound = cend if split else k.scalar["C"]
     head, exit_ = c.label("col head"), c.label("col exit")
     start = c.loop_begin()
     c.place(head)
@@ -171,10 +180,10 @@ def _vector_body(k: KernelContext, free: list, vp: Reg, loc) -> None:
         values.clear()
         values.update(outer_values)
         cond = k.sreg(dt.bool_)
-        c.emit("SCMP", {"rd": cond, "ra": c0, "rb": k.scalar["C"], "cc": isa.CC_NAMES.index("lt")}, dt.int32, loc)
+        c.emit("SCMP", {"rd": cond, "ra": c0, "rb": bound, "cc": isa.CC_NAMES.index("lt")}, dt.int32, loc)
         c.branch("BRZ", exit_, loc, rc=cond)
         k.per_program["col0"] = c0
-        k.per_program["cols_left"] = k.s_op("sub", k.scalar["C"], c0, dt.int32, loc)
+        k.per_program["cols_left"] = k.s_op("sub", bound, c0, dt.int32, loc)
         load_inputs(along_cols=True)
         free_values(True)
         for n in grp.body():
@@ -200,7 +209,9 @@ def _vector_body(k: KernelContext, free: list, vp: Reg, loc) -> None:
         if n.id in after:
             compute(n)
     for j, o in enumerate(sig.outputs):
-        if o.id in after or o.id in before or o.op == "reduce":
+        if o.op == "reduce" and o.attrs.get("split"):
+            k.store(j, o, values[o.id], loc=k.loc(o) or loc, at=k.per_program["pid"])  # partial pid
+        elif o.id in after or o.id in before or o.op == "reduce":
             store(j, o)
 
 

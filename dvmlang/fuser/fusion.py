@@ -105,104 +105,6 @@ class Plan:
     fallback: "Plan | None" = None
 
 
-def canonicalize(g: Graph) -> None:
-    """Rewrite every reduction into reductions over the last dimension with keepdims, plus views."""
-    g.prune()
-    new_nodes: list[Node] = []
-    replace: dict[int, Node] = {}
-
-    def add(n: Node) -> Node:
-        n.id = -1
-        new_nodes.append(n)
-        return n
-
-    for n in g.nodes:
-        n.inputs = [replace.get(i.id, i) for i in n.inputs]
-        if n.op == "reshape" and not _reshape_is_a_view(n.inputs[0]) and \
-                not _only_unit_dims_change(g, n.inputs[0].shape, n.shape):
-            x = n.inputs[0]
-            n.inputs = [add(Node("broadcast_to", [x], x.shape, x.dtype, {"copy": True}, loc=n.loc))]
-        if n.op != "reduce":
-            new_nodes.append(n)
-            continue
-        x = n.inputs[0]
-        axes = sorted(n.attrs["axes"])
-        cur = x
-        shape = list(x.shape)
-        for ax in reversed(axes):
-            r = len(shape)
-            if ax != r - 1:
-                perm = tuple(i for i in range(r) if i != ax) + (ax,)
-                cur = add(Node("permute", [cur], tuple(shape[i] for i in perm), cur.dtype, {"perm": perm}, loc=n.loc))
-                red_shape = tuple(shape[i] for i in perm[:-1]) + (1,)
-                cur = add(Node("reduce", [cur], red_shape, n.dtype, {"op": n.attrs["op"], "axes": (r - 1,),
-                                                                     "keepdims": True}, loc=n.loc))
-                back = list(range(r - 1))
-                back.insert(ax, r - 1)
-                inv = tuple(back)
-                cur = add(Node("permute", [cur], tuple(red_shape[i] for i in inv), n.dtype, {"perm": inv}, loc=n.loc))
-                shape[ax] = 1
-            else:
-                shape[ax] = 1
-                cur = add(Node("reduce", [cur], tuple(shape), n.dtype, {"op": n.attrs["op"], "axes": (r - 1,),
-                                                                       "keepdims": True}, loc=n.loc))
-        if tuple(cur.shape) != tuple(n.shape):
-            cur = add(Node("reshape", [cur], n.shape, n.dtype, {}, loc=n.loc))
-        replace[n.id] = cur
-    g.outputs = [replace.get(o.id, o) for o in g.outputs]
-    # a free value (a constant, an index tile) that is returned or read from memory is computed by a copy kernel
-    def read_stored(n: Node) -> list:
-        return [n.inputs[0]] if n.op in VIEWS else memory_operands(n)
-    stored = {o.id for o in g.outputs} | {m.id for n in new_nodes for m in read_stored(n)}
-    copies: dict[int, Node] = {}
-    final: list[Node] = []
-    for n in new_nodes:
-        if copies:
-            n.inputs = [copies.get(i.id, i) if i in read_stored(n) else i for i in n.inputs]
-        final.append(n)
-        if n.id in stored and n.id != -1 and is_free(n):
-            c = Node("broadcast_to", [n], n.shape, n.dtype, {"copy": True}, loc=n.loc)
-            c.id = -1
-            copies[n.id] = c
-            final.append(c)
-    g.outputs = [copies.get(o.id, o) for o in g.outputs]
-    new_nodes = final
-    g.nodes = new_nodes
-    for i, n in enumerate(g.nodes):
-        n.id = i
-    outputs = {o.id for o in g.outputs}
-    for n in g.nodes:  # scalar arithmetic on constants and sizes (e.g. 1/sqrt(head size)) is free
-        if n.op in EW and n.rank == 0 and n.inputs and n.id not in outputs and all(is_free(i) for i in n.inputs):
-            n.attrs["free_scalar"] = True
-
-
-def _only_unit_dims_change(g, old, new) -> bool:
-    """Whether a reshape from ``old`` to ``new`` only inserts or removes dims of size 1 (always a numpy view)."""
-    def big(shape):
-        return [d for d in shape if not (isinstance(g.syms.find(d), int) and g.syms.find(d) == 1)]
-    a, b = big(old), big(new)
-    return len(a) == len(b) and all(g.syms.equal(x, y) is True for x, y in zip(a, b))
-
-
-def _reshape_is_a_view(x: Node) -> bool:
-    """Whether a reshape of ``x`` reads its elements in memory order, so it can be a view of a stored value. A
-    value computed in the launch is stored contiguously; a permute that moves a dimension other than a
-    literal 1 makes a reshape of it a gather, which the kernels reading it cannot express as strides (numpy
-    would copy at bind time, before the producer ran): such a reshape gets a copy kernel (``broadcast_to``
-    to the same shape) under it. A reshape of a view of an input stays a view: numpy copies the input's real
-    elements when the launch is bound."""
-    reorders = False
-    while x.op in VIEWS:
-        if x.op == "slice":
-            reorders = True  # a slice of a computed value is not contiguous
-        if x.op == "permute":
-            src = x.inputs[0].shape
-            moved = [d for d in x.attrs["perm"] if not (isinstance(src[d], int) and src[d] == 1)]
-            reorders = reorders or moved != sorted(moved)
-        x = x.inputs[0]
-    return not reorders or x.op == "input"
-
-
 def _same_shape(g: Graph, a, b) -> bool | None:
     if len(a) != len(b):
         return False
@@ -244,7 +146,7 @@ def _desc(n: Node) -> str:
 
 SPLIT_REASON = ("a reduction's result is consumed inside its group; this is the split plan, used when a row does "
                 "not fit UB")
-MODE_RANK = {"tiled": 0, "loop": 1, "row": 2, "matmul": 3}
+MODE_RANK = {"tiled": 0, "loop": 1, "split": 1.5, "row": 2, "matmul": 3}
 
 
 class Planner:
@@ -408,15 +310,15 @@ class Planner:
         if chosen is None:
             grp = self.new_group("vector", n, space)
             if n.op == "reduce" or n.op in SCANS:
-                grp.mode = "loop"
+                grp.mode = "split" if n.attrs.get("split") else "loop"
             if n.op in ROW_OPS:
                 grp.mode, grp.guard = "row", change.guard
             self._recompute(grp, n, split_from)
             return
         chosen.space = change.space_of(chosen)
         chosen.mode = max(chosen.mode, change.mode or chosen.mode,
-                          "loop" if n.op == "reduce" or n.op in SCANS else "tiled",
-                          key=MODE_RANK.__getitem__)
+                          ("split" if n.attrs.get("split") else "loop") if n.op == "reduce" or n.op in SCANS
+                          else "tiled", key=MODE_RANK.__getitem__)
         if change.guard is not None:
             chosen.guard = change.guard
         self.put(chosen, n)
@@ -512,6 +414,10 @@ class Planner:
                         f"shape {g.shape_text(n.shape)}"), GroupChange()
             return self._check_inputs(grp, n, mm.shape), GroupChange()
         # vector group
+        split = n.attrs.get("split") or any(x.attrs.get("split") for x in grp.nodes if x.op == "reduce")
+        if split and (n.op in SCANS or any(x.op in SCANS for x in grp.nodes)):
+            return ("a whole-tensor reduction split across the cores and a running scan do not share a kernel (each "
+                    "program reduces a chunk; a scan runs along whole rows)"), GroupChange()
         change = GroupChange()
         gs = grp.space
         same = _same_shape(g, space, gs)

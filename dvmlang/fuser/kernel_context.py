@@ -274,8 +274,9 @@ class KernelContext:
         return self._memo(axis, make)
 
     def cmask(self) -> Tile:
-        """``cols < C``: the valid columns of the current block (1, BC)."""
-        return self._memo("cmask", lambda: self.compare("lt", self.index_tile("cols"), self.scalar["C"], None,
+        """``cols < C`` (a split group's: ``cols <`` its chunk's end): the valid columns of the current block."""
+        bound = self.per_program.get("cbound") or self.scalar["C"]
+        return self._memo("cmask", lambda: self.compare("lt", self.index_tile("cols"), bound, None,
                                                          self.fallback_loc))
 
     def rmask(self) -> Tile:
@@ -291,8 +292,19 @@ class KernelContext:
         the default box."""
         return self._dma(True, kind, k, x, None, repl or {}, bounds or {}, space, loc)
 
-    def store(self, k: int, n: Node, value, loc=None) -> None:
-        self._dma(False, "out", k, n, value, {}, {}, "ub", loc)
+    def store(self, k: int, n: Node, value, loc=None, at=None) -> None:
+        """Store output ``k`` over the current program's box; ``at``: one element, at this column (a split
+        reduction's partial)."""
+        if at is None:
+            self._dma(False, "out", k, n, value, {}, {}, "ub", loc)
+            return
+        pp = self.per_program
+        saved = (pp.get("col0"), pp["cols_left"], self.bc)
+        pp["col0"], pp["cols_left"], self.bc = at, 1, 1
+        try:
+            self._dma(False, "out", k, n, value, {}, {}, "ub", loc)
+        finally:
+            pp["col0"], pp["cols_left"], self.bc = saved
 
     def _dma(self, is_load, kind, k, x, value, repl, bounds, space, loc):
         c, g = self.c, self.g

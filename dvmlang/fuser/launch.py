@@ -144,13 +144,14 @@ class ProgramLaunch:
         args = []
         for x, own, arg_dims, plain in gl.tensors:
             arr = values.get(x.id) if plain else None
-            if arr is not None and arr.base is None and arr.ndim == r and own is None and arr.flags.c_contiguous:
-                # an array of the iteration space's rank, over its own memory (outputs, most inputs): its flat
-                # view and its strides in elements (0 along a dim of 1, which it does not vary along)
+            if arr is not None and arr.base is None and arr.flags.c_contiguous:
+                # an array over its own memory (outputs, most inputs): its flat view and its strides in elements
+                # along the space's dims, lined up on the right (0 along a dim of 1, which it does not vary along)
                 args.append(arr.reshape(-1))
                 item = arr.itemsize
+                pad = r - arr.ndim
                 shape, st = arr.shape, arr.strides
-                args += [0 if shape[d] == 1 else st[d] // item for d in arg_dims]
+                args += [0 if d < pad or shape[d - pad] == 1 else st[d - pad] // item for d in arg_dims]
                 continue
             shape = space if own is None else space[:-2] + (size(own[0]), size(own[1]))
             flat, strides = _addressing(x, values, env, shape)
@@ -183,6 +184,8 @@ class ProgramLaunch:
             args += [space[-2] if r >= 2 else 1, space[-1] if r >= 1 else 1]
             if gl.mode == "tiled":
                 args.append(t.ncb)
+            elif gl.mode == "split":
+                args.append(-(-space[-1] // t.grid[0]))  # CH: the columns each of the partials reduces
             args += [float(size(d)) for d in gl.dims]
             args += [size(d) for d in gl.int_dims]
             cores = profile.vector_cores

@@ -4,7 +4,7 @@ built from them (``nll_loss``, ``cross_entropy``).
 
 Sizes may be symbols and shape arithmetic (``ops.arange(x.shape[1])``, ``ops.full((b, s // 2), 0.0)``). Index
 tiles (``iota`` nodes) and constants are computed inside every kernel that uses them; one that is returned or
-read through a view is computed by a copy kernel of its own (fusion.canonicalize).
+read through a view is computed by a copy kernel of its own (canonical.canonicalize).
 """
 
 from __future__ import annotations

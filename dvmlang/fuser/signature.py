@@ -116,7 +116,8 @@ def vector_signature(g: Graph, grp: Group) -> Signature:
             arg_dims.append(dims_k)
     int_dims = _int_dims_needed(g, grp.body())
     consts = _consts(nodes)
-    params += ["R", "C"] + (["NCB"] if grp.mode == "tiled" else []) + [f"dim{s.id}" for s in dims] + \
+    params += ["R", "C"] + (["NCB"] if grp.mode == "tiled" else []) + (["CH"] if grp.mode == "split" else []) + \
+        [f"dim{s.id}" for s in dims] + \
         [f"idim{s.id}" for s in int_dims] + [f"c{k}" for k in range(len(consts))] + GRID_PARAMS
     return Signature(params, ins, outs, dims, grp.mode, space, arg_dims, int_dims, consts)
 

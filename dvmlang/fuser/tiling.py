@@ -77,9 +77,21 @@ def row_fits(grp: Group, cols: int, profile) -> bool:
     return _pow2_ceil(max(1, cols)) * live_bytes_per_element(grp) <= tile_budget(profile)
 
 
+def split_parts(grp: Group) -> int:
+    """The number of partials of a split group's whole-tensor reductions (its logical programs)."""
+    return next(n.attrs["split"] for n in grp.nodes if n.op == "reduce" and n.attrs.get("split"))
+
+
 def choose(grp: Group, rows: int, cols: int, outer: int, profile, live_bytes: int) -> Tiling:
     """Tile a vector group over (outer x rows x cols)."""
     budget = tile_budget(profile)
+    if grp.mode == "split":  # one row in chunks: a program per chunk, column blocks as wide as fit
+        parts = split_parts(grp)
+        chunk = _pow2_ceil(max(1, math.ceil(max(1, cols) / parts)))
+        bc = 64
+        while bc * 2 <= min(chunk, 16384) and bc * 2 * live_bytes <= budget:
+            bc *= 2
+        return Tiling(1, bc, (parts, 1, 1), 1)
     cores = profile.vector_cores
     max_programs = profile.max_programs
     rows = max(1, rows)
@@ -127,6 +139,9 @@ def vector_tiles(grp: Group, space: tuple, profile, kept: Tiling | None = None, 
     rows = max(1, space[-2]) if r >= 2 else 1
     cols = max(1, space[-1]) if r >= 1 else 1
     outer = max(1, math.prod(space[:-2])) if r > 2 else 1
+    if grp.mode == "split":
+        return kept if kept is not None else choose(grp, rows, design[-1] if design else cols, outer, profile,
+                                                    live_bytes_per_element(grp))
     if kept is None or not kept.fits or (grp.mode == "row" and cols > kept.bc):
         kept = None
         if design is not None and design != space:

@@ -7,12 +7,13 @@ called anywhere else, a kernel-only function raises ``DvmError`` saying so.
 One module per family: ``core`` (dtypes, program ids, creation, casts, loop iterators), ``shape``,
 ``elementwise`` (the math functions, generated from the op vocabulary's unary rows), ``reductions``
 (reductions, scans, sorting, ``dot``), ``scaled`` (``dot_scaled``), ``memory``, ``debug`` (compile-time
-checks, printing, hints), ``random``; ``math`` is Triton's ``tl.math`` namespace.
+checks, printing, hints), ``random``, ``shmem`` (communication between the NPUs of a system: ``remote_store``,
+``signal``, ``wait``); ``math`` is Triton's ``tl.math`` namespace.
 """
 
 from ..frontend.values import block_pointer, constexpr, pointer, tensor
 from ..frontend.blockptr import tensor_descriptor
-from . import core, debug, elementwise, math, memory, random, reductions, scaled, shape
+from . import core, debug, elementwise, math, memory, random, reductions, scaled, shape, shmem
 from .core import *  # noqa: F403 - the builtins each module lists in its __all__
 from .core import (bfloat16, bool_, builtin, cdiv, dtype, float8e4nv, float8e5, float16, float32, float64, int1, int8,
                    int16, int32, int64, next_power_of_2, range, static_range, uint8, uint16, uint32, uint64)
@@ -24,12 +25,13 @@ from .random import N_ROUNDS_DEFAULT
 from .reductions import *  # noqa: F403
 from .scaled import *  # noqa: F403
 from .shape import *  # noqa: F403
+from .shmem import *  # noqa: F403
 from .core import _item  # noqa: F401 - the function of x.item(), not a dl name
 from .shape import view
 
 __all__ = ["constexpr", "tensor", "pointer", "block_pointer", "tensor_descriptor", "dtype", *core.__all__,
            *shape.__all__, *elementwise.__all__, *reductions.__all__, *scaled.__all__, *memory.__all__, *debug.__all__,
-           *random.__all__, "math"]
+           *random.__all__, *shmem.__all__, "math"]
 
 # `x.<method>(...)` on a kernel value: the dl function it calls, with x as the first argument
 TENSOR_METHODS = {

@@ -136,8 +136,13 @@ def _fault(L, b, t, lane, lo, hi, size, pc):
     loc = L.loc_of_pc(pc)
     raise MemoryFault(f"out-of-bounds access to `{name}` in kernel `{L.name}`: program {pid_text} touched "
                       f"elements [{lo}, {hi}] but `{name}` has {size} elements (valid 0..{size - 1}); mask the access "
-                      "or fix the offsets", kernel=L.name, tensor=name, index_range=(lo, hi), program_id=coords,
+                      "or fix the offsets" + _poison_note(L), kernel=L.name, tensor=name, index_range=(lo, hi), program_id=coords,
                       loc=loc, source=L.bc.debug.line_text(loc.file, loc.line) if loc is not None else None)
+
+
+def _poison_note(L) -> str:
+    origin = getattr(L, "poison_from", None)
+    return f" (this launch read out of range at {origin}: those values were poison)" if origin else ""
 
 
 def _segment_fault(L, b, t, lane, lo, hi, segs, j, pc):

@@ -25,6 +25,7 @@ from ..vm import isa
 
 N_PIPES = isa.N_PIPES
 TRANSFERS = frozenset(("dma", "gather", "atomic"))  # cost kinds that move data over the core's GM port
+REMOTE = frozenset(("remote",))  # transfers to a peer device: a link's rate bounds them, not the GM port
 
 
 # ---- the cost formulas, one per Cost.kind ----------------------------------------------------------------
@@ -114,10 +115,20 @@ def _cube(p, k, *, M, N, K, wide, B=1):
     return B * (p.cube_startup + math.ceil(M / 16) * math.ceil(N / 16) * math.ceil(K / 16) * factor)
 
 
+def _remote(p, k, *, nbytes, rate, latency):
+    """A transfer to a peer device: ``rate`` the core's share of the link in bytes per cycle, ``latency`` the
+    link's per-transfer latency in cycles (npu.shmem works both out from the system's topology)."""
+    return latency + nbytes / rate
+
+
+def _wait(p, k, *, cycles):
+    return cycles
+
+
 COSTS = {"scalar": _scalar, "branch": _branch, "vector": _vector, "reduce": _reduce, "dma": _dma,
          "gather": _gather, "atomic": _atomic, "mte1": _mte1, "cube": _cube, "handoff": _handoff, "fill": _fill,
          "sync": _sync,
-         "scalar_gm": _scalar_gm, "print": _print}
+         "scalar_gm": _scalar_gm, "print": _print, "remote": _remote, "wait": _wait}
 
 
 def formula(profile, cost: isa.Cost):
@@ -131,7 +142,7 @@ def latency(profile, cost: isa.Cost):
     through GM, the GM round trip's latency and the cross-core flag."""
     if cost.kind == "handoff":
         return 0 if profile.l0c_to_ub else profile.dma_latency + profile.handoff_flag_cycles
-    return profile.dma_latency if cost.kind in TRANSFERS else 0
+    return profile.dma_latency if cost.kind in TRANSFERS or cost.kind in REMOTE else 0
 
 
 def uses_port(cost: isa.Cost, profile=None) -> bool:

@@ -26,6 +26,16 @@ STATS = Stats()
 PROGRAMS: list = []  # every dvmlang program the backend made (their kernels' cache info)
 LAST_LAUNCHES: deque = deque(maxlen=4096)  # the latest launch records (examples return them)
 _base = {"builds": 0, "encodes": 0}
+_comm_base: dict = {}  # id(device) -> (comm_us, comm_bytes) at the last reset
+
+
+def _comm() -> tuple:
+    """(simulated us in collectives, bytes sent) of this rank's device since the last reset (zero off a system)."""
+    from ..npu import default_device
+    d = default_device()
+    now = (getattr(d, "comm_us", 0.0), getattr(d, "comm_bytes", 0.0))
+    base = _comm_base.get(id(d), (0.0, 0.0))
+    return now[0] - base[0], now[1] - base[1]
 
 
 def _kernel_totals() -> dict:
@@ -41,8 +51,10 @@ def _kernel_totals() -> dict:
 def stats() -> dict:
     """builds, encodes, launches, fallback_ops (op name -> count), cycles and simulated_us since the last reset,
     eager_fallback_us (the host time of the ops that ran in torch eager instead: not in simulated_us), plus
-    graphs, plans, calls, host_s, runtime_fallbacks (and their reasons)."""
+    graphs, plans, calls, host_s, runtime_fallbacks (and their reasons); on a rank of a ``"dvmlang"`` process
+    group, comm_us (simulated time in its collectives) and comm_bytes (bytes it sent)."""
     k = _kernel_totals()
+    comm_us, comm_bytes = _comm()
     return {
         "builds": k["builds"] - _base["builds"],
         "encodes": k["encodes"] - _base["encodes"],
@@ -59,6 +71,8 @@ def stats() -> dict:
         "host_s": STATS.host_s,
         "runtime_fallbacks": STATS.runtime_fallbacks,
         "runtime_reasons": dict(STATS.runtime_reasons),
+        "comm_us": comm_us,
+        "comm_bytes": comm_bytes,
     }
 
 
@@ -68,6 +82,9 @@ def launches() -> list:
 
 
 def reset_stats() -> None:
+    from ..npu import default_device
+    d = default_device()
+    _comm_base[id(d)] = (getattr(d, "comm_us", 0.0), getattr(d, "comm_bytes", 0.0))
     _base.update(_kernel_totals())
     fresh = Stats()
     for f in fresh.__dataclass_fields__:

@@ -17,6 +17,7 @@ Two kinds of data are kept:
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import threading
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from functools import cached_property
 import numpy as np
 
 from ..errors import DvmError
+from ..npu import system as _npu_system
 from ..vm import isa
 
 ROW_BYTES = 4 + 4 + 8 + 8 + 4  # step, pid, start, dur, nbytes: what one recorded row costs in memory
@@ -344,6 +346,7 @@ class Session:
         self.summary_only = bool(summary_only)
         self.progress = progress
         self.launches: list = []
+        self.comm: list = []  # the collectives of simulated systems while the session was open (npu.system)
         self.events = 0
 
     def begin(self, bc, machine, programs) -> Recorder:
@@ -373,10 +376,17 @@ class Session:
         all. Options: ``cycles=(lo, hi)``, ``cores=4`` or ``cores=[0, 5]``, ``width=100``, ``kernel=NAME``,
         ``top=8`` (hot spots), ``labels=("A", "B")`` (compare)."""
         from .views import render
+        if view == "comm":
+            options.setdefault("records", self.comm)
         render(self.launches, view, console=console, **options)
 
     def save_chrome(self, path):
-        """Write every recorded launch as a Chrome trace JSON that Perfetto opens; returns the path."""
+        """Write every recorded launch as a Chrome trace JSON that Perfetto opens; returns the path. A session
+        that recorded collectives of simulated systems writes those instead: a process per device and the links
+        (``trace.system_chrome``)."""
+        if self.comm:
+            from .system_chrome import save_records_chrome
+            return save_records_chrome(self.comm, self.launches, path)
         from .chrome import save_chrome
         return save_chrome(self.launches, path)
 
@@ -400,3 +410,18 @@ def active_session() -> Session | None:
         return None
     s = _sessions()
     return s[-1] if s else None
+
+
+def _comm_to_sessions(rec) -> None:
+    """A system's collective, recorded by every open session."""
+    for s in {id(x): x for x in list(_OPEN)}.values():  # (a session entered on several rank threads: once)
+        s.comm.append(rec)
+
+
+def _session_here():
+    """The session open on this thread, to be entered on the rank threads a system starts (or a no-op)."""
+    return active_session() or contextlib.nullcontext()
+
+
+_npu_system.COMM_LISTENERS.append(_comm_to_sessions)
+_npu_system.THREAD_CONTEXTS.append(_session_here)

@@ -3,8 +3,9 @@
 ``render(launches, view)`` prints one of: ``summary`` (cycles, bandwidth against the roofline, utilisation,
 what bounds the kernel), ``source`` (the kernel's lines with their share of the cycles and their
 instructions), ``timeline`` (per core, one row per pipe, in block characters), ``disasm`` (the
-disassembly with costs), ``table`` (per-instruction totals), ``compare`` (two launches side by side) or
-``all`` (summary, source, timeline and disasm of every launch).
+disassembly with costs), ``table`` (per-instruction totals), ``compare`` (two launches side by side),
+``comm`` (the collectives and links of simulated systems: ``records=``) or ``all`` (summary, source, timeline
+and disasm of every launch).
 
 Bytecode and user text are always rendered as ``rich.text.Text`` (never markup), so ``ub[0:4096]``
 keeps its brackets. Nothing here depends on the clock or on dict order, so a recording console of fixed
@@ -34,7 +35,7 @@ PER_LAUNCH = {
     "disasm": lambda launch, width, o: disasm_view(launch, width=width),
     "table": lambda launch, width, o: instruction_table(launch, max_rows=o.get("max_rows", 60), width=width),
 }
-VIEWS = (*PER_LAUNCH, "compare", "all")
+VIEWS = (*PER_LAUNCH, "compare", "comm", "all")
 ALL = ("summary", "source", "timeline", "disasm")
 OPTIONS = {
     "cycles": "(start, end) cycle range of the timeline",
@@ -46,6 +47,8 @@ OPTIONS = {
     "pair": "indices of the two launches to compare (default (0, 1))",
     "max_rows": "rows of the instruction table",
     "instructions": "show each line's instructions in the source view (default True)",
+    "records": "the communication records of the comm view (a session's ``comm``, a system's ``records``)",
+    "topology": "the topology the comm view's links belong to (default 910B)",
 }
 
 
@@ -74,6 +77,10 @@ def render(launches, view: str = "summary", console: Console | None = None, **op
     _check_options(options)
     console = console or Console()
     width = options.get("width") or console.width
+    if view == "comm":  # what simulated NPUs said to each other (trace/comm.py): records, not launches
+        from .comm import comm_view
+        console.print(comm_view(options.get("records") or [], options.get("topology")), width=width)
+        return
     if hasattr(launches, "cycles") and hasattr(launches, "grid"):
         launches = [launches]
     launches = list(launches)

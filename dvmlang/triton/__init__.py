@@ -8,16 +8,18 @@ Nothing here imports torch; tensors are duck-typed by the runtime.
 
 from __future__ import annotations
 
-from ..autotune import Autotuner, Heuristics, autotune, heuristics
 from ..errors import CompilationError, DvmError, ResourceError
 from ..language.core import cdiv, next_power_of_2
 from ..runtime import Kernel
 from . import backends, compiler, knobs, language, runtime, testing, tools  # noqa: F401 - Triton's module layout
+from .binding import bind, unbind
 from .config import Config
-from .errors import OutOfResources, TritonError
+from .errors import InterpreterError, OutOfResources, TritonError
 from .jit import JITFunction, jit
-from .runtime.jit import TensorWrapper, reinterpret
-
+from .runtime.autotuner import Autotuner, Heuristics, autotune, heuristics
+from .compiler.compiler import compile  # noqa: A004 - Triton's name (it raises: kernels compile at launch)
+from .language.core import must_use_result
+from .runtime.jit import KernelInterface, MockTensor, TensorWrapper, constexpr_function, reinterpret
 
 
 def set_allocator(allocator) -> None:
@@ -29,9 +31,12 @@ def set_allocator(allocator) -> None:
                        f"{type(allocator).__name__}")
 
 
-__version__ = "3.4.0"  # the Triton release whose API this namespace follows
+# The Triton release whose host API this namespace follows: packages gate kernels and code paths on it (fla on
+# >= 3.4 and >= 3.5.1, FlagGems' launch of compiled kernels on 3.3 to 3.6). docs/triton.md lists the API.
+__version__ = "3.6.0"
 
 __all__ = ["jit", "JITFunction", "autotune", "Config", "heuristics", "Autotuner", "Heuristics", "cdiv",
            "next_power_of_2", "reinterpret", "TensorWrapper", "CompilationError", "OutOfResources", "TritonError",
            "language", "runtime", "testing", "compiler", "backends", "knobs", "tools", "__version__", "Kernel",
-           "DvmError", "ResourceError", "set_allocator"]
+           "DvmError", "ResourceError", "set_allocator", "bind", "unbind", "KernelInterface", "MockTensor",
+           "InterpreterError", "compile", "constexpr_function", "must_use_result"]

@@ -18,17 +18,24 @@ NO_EFFECT = {
 }
 
 
+# dvmlang's own options of triton.jit
+DVMLANG_OPTIONS = {
+    "strict_loads": "an out-of-range load lane is a MemoryFault (dvmlang.kernel's rule), not poison as on a GPU",
+    "strict_tiles": "tiles that do not fit UB are a BufferOverflowError (dvmlang.kernel's rule), not strip-mined",
+}
+
+
 def jit(fn=None, **options):
     """``@triton.jit`` or ``@triton.jit(do_not_specialize=[...], ...)``: a ``JITFunction`` (a ``dvmlang.Kernel``
     whose ``warmup`` gives Triton's ``CompiledKernel``). Every Triton option (``NO_EFFECT``) is accepted and has
     no effect here; any other keyword is an error."""
-    unknown = [k for k in options if k not in NO_EFFECT]
+    unknown = [k for k in options if k not in NO_EFFECT and k not in DVMLANG_OPTIONS]
     if unknown:
         raise DvmError(f"triton.jit got {', '.join(f'`{k}`' for k in unknown)}, which Triton's jit does not take; "
-                       f"it takes {', '.join(NO_EFFECT)}")
+                       f"it takes {', '.join([*NO_EFFECT, *DVMLANG_OPTIONS])}")
     if fn is None:
-        return lambda f: JITFunction(f)
-    return JITFunction(fn)
+        return lambda f: JITFunction(f, **options)
+    return JITFunction(fn, **options)
 
 
 __all__ = ["jit", "JITFunction", "NO_EFFECT"]

@@ -173,10 +173,83 @@ def _fmt(v) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
+# ---- perf-model helpers (Triton's matmul perf models and packages' roofline estimates call these) ----------------
+
+def _profile(device=None):
+    from .devicefigures import profile
+    return profile(device)
+
+
+def _dtype(dtype, what: str):
+    from .. import dtypes as dt
+    d = dt.lookup(dtype)
+    if d is None:
+        raise DvmError(f"{what}: {dtype!r} is not a dtype")
+    return d
+
+
+def get_dram_gbps(device=None) -> float:
+    """The simulated device's HBM bandwidth in GB/s (``Profile.hbm_bytes_per_s``; Triton computes it from the
+    memory clock and bus width, which ``get_device_properties`` reports so that the two agree)."""
+    return _profile(device).hbm_bytes_per_s / 1e9
+
+
+def get_max_tensorcore_tflops(dtype, clock_rate=None, device=None) -> float:
+    """The cube units' peak in TFLOP/s for ``dtype`` operands: every cube core (``Profile.cube_cores``) does
+    ``cube_macs_per_cycle`` multiply-accumulates (2 flops each) per cycle on 16- and 8-bit operands, and
+    ``cube_fp32_factor`` times fewer on 32-bit ones, as the simulator charges them. ``clock_rate`` is in kHz as
+    in Triton (``get_device_properties()["sm_clock_rate"]``); by default the profile's clock."""
+    p = _profile(device)
+    d = _dtype(dtype, "get_max_tensorcore_tflops")
+    if not (d.is_float or d.is_int) or d.itemsize > 4:
+        raise DvmError(f"get_max_tensorcore_tflops: the cube unit does not multiply {d.name}")
+    khz = p.clock_hz / 1e3 if clock_rate is None else clock_rate
+    macs = p.cube_macs_per_cycle / (p.cube_fp32_factor if d.itemsize >= 4 else 1)
+    return p.cube_cores * khz * 2 * macs * 1e-9
+
+
+def get_max_simd_tflops(dtype, clock_rate=None, device=None) -> float:
+    """The vector units' peak in TFLOP/s for ``dtype``: every vector core (``Profile.vector_cores``) does one
+    operation per lane per cycle on ``vector_bytes_per_cycle`` bytes (64 fp32 or 128 fp16 lanes), as the
+    simulator charges an elementwise instruction. ``clock_rate`` in kHz, by default the profile's clock."""
+    p = _profile(device)
+    d = _dtype(dtype, "get_max_simd_tflops")
+    khz = p.clock_hz / 1e3 if clock_rate is None else clock_rate
+    return p.vector_cores * khz * (p.vector_bytes_per_cycle // d.itemsize) * 1e-9
+
+
+def nvsmi(attrs) -> list:
+    """``nvidia-smi --query-gpu=...`` answered by the simulated device for the attributes that have a meaning
+    here: ``clocks.sm``/``clocks.max.sm``/``clocks.current.sm`` (MHz), ``clocks.mem``/``clocks.max.mem``/
+    ``clocks.memory``/``clocks.max.memory``/``clocks.current.memory`` (MHz: ``get_device_properties``' memory
+    clock), ``memory.total`` and ``memory.free`` (MiB of HBM), ``memory.used`` (0), ``count`` (1). Any other
+    attribute is a ``DvmError``."""
+    from .devicefigures import mem_clock_khz
+    p = _profile()
+    sm, mem, hbm = int(p.clock_hz / 1e6), int(mem_clock_khz(p) / 1e3), int(p.hbm_bytes // 2**20)
+    table = {"clocks.sm": sm, "clocks.max.sm": sm, "clocks.current.sm": sm, "clocks.mem": mem, "clocks.max.mem": mem,
+             "clocks.memory": mem, "clocks.max.memory": mem, "clocks.current.memory": mem, "memory.total": hbm,
+             "memory.free": hbm, "memory.used": 0, "count": 1}
+    attrs = [attrs] if isinstance(attrs, str) else list(attrs)
+    unknown = [a for a in attrs if a not in table]
+    if unknown:
+        raise DvmError(f"nvsmi: {', '.join(unknown)} has no meaning on the simulated NPU; it answers "
+                       f"{', '.join(table)}")
+    return [table[a] for a in attrs]
+
+
+@contextlib.contextmanager
+def set_gpu_clock(ref_sm_clock=1350, ref_mem_clock=1215):
+    """Triton locks the GPU's clocks for stable timings and yields its peak (fp16 TFLOP/s, GB/s). Simulated time
+    is stable already: the clocks are the profile's, unchanged, and so are the numbers yielded."""
+    yield get_max_tensorcore_tflops("float16"), get_dram_gbps()
+
+
 def perf_report(benchmarks):
     """Decorator: ``@triton.testing.perf_report(Benchmark(...))`` (or a list of them)."""
     benchmarks = benchmarks if isinstance(benchmarks, (list, tuple)) else [benchmarks]
     return lambda fn: Mark(fn, benchmarks)
 
 
-__all__ = ["do_bench", "do_bench_cudagraph", "assert_close", "Benchmark", "perf_report", "Mark"]
+__all__ = ["do_bench", "do_bench_cudagraph", "assert_close", "Benchmark", "perf_report", "Mark", "get_dram_gbps",
+           "get_max_tensorcore_tflops", "get_max_simd_tflops", "nvsmi", "set_gpu_clock"]

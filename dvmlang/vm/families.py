@@ -462,6 +462,8 @@ def _gather_scatter(v, d):
         is_reg, r = sop_parts(o["pad"])
         if is_reg and (r >= len(v.regs) or v.regs[r] is not tdt):
             v.fail(d, "pad register must hold the tensor's dtype")
+    if fam == "remote_store":
+        v.sop(d, "peer")
     v.gm(d, o["tensor"])
 
 
@@ -515,6 +517,20 @@ def _mmad(v, d):
     v.same(d, "operand dtype", ad, bd)
     if dd not in (dt.float32, dt.int32):
         v.fail(d, "L0C accumulates in float32 or int32", "float32/int32", dd.name)
+
+
+def _signal_wait(v, d):
+    o = d.vals
+    tdt = v.tensor(d)
+    if not tdt.is_int:
+        v.fail(d, "signal tensors hold integers", "an integer tensor", tdt.name)
+    if d.ins.name == "SIGNAL" and o["op"] >= len(isa.SIGNAL_OPS):
+        v.fail(d, "unknown signal op", f"< {len(isa.SIGNAL_OPS)}", str(o["op"]))
+    if d.ins.name == "WAIT_SIGNAL" and o["cc"] >= len(isa.CC_NAMES):
+        v.fail(d, "unknown comparison", f"< {len(isa.CC_NAMES)}", str(o["cc"]))
+    for n in ("offset", "value") + (("peer",) if d.ins.name == "SIGNAL" else ()):
+        v.sop(d, n)
+    v.gm(d, o["tensor"])
 
 
 # ---- the records ----------------------------------------------------------------------------------------------
@@ -606,6 +622,14 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                               "match; bitwise ops need integers; the address word has a relocation"),
     Family("copy_space", _copy_space, "both tiles inside the footprints of their memory spaces, equal shapes "
                                       "(equal dtypes for the plain copies)"),
+    Family("remote_store", _gather_scatter, "src has the tensor's dtype; offsets is an integer tile of src's shape; "
+                                          "a mask (when `masked`) is int1 of that shape; `peer` is an integer "
+                                          "operand; the address word has a relocation"),
+    Family("signal", _signal_wait, "`tensor` names an integer tensor parameter; `op` is 0 (set) or 1 (add); offset, "
+                                   "peer and value are integer operands; the address word has a relocation",
+           typed=False),
+    Family("wait_signal", _signal_wait, "`tensor` names an integer tensor parameter; `cc` is 0-5; offset and value "
+                                        "are integer operands; the address word has a relocation", typed=False),
     Family("mmad", _mmad, "a in L0A is (M, K), b in L0B is (K, N), dst in L0C is (M, N), or all three carry "
                           "one leading batch dim B; a and b share a dtype; dst is float32 or int32"),
 )}

@@ -106,6 +106,10 @@ class Cost:
             "sync": "1 cycle (events complete in the pipe's order)",
             "scalar_gm": "scalar_gm_latency (the scalar unit reads global memory)",
             "print": "0 cycles (a debug aid the hardware does not have)",
+            "remote": "bytes / rate, the core pushing the data out at its DMA rate (at most the link's); the link "
+                      "carries the transfers of all cores in turn at its sustained rate, and a signal reaches the peer "
+                      "dma_latency + the link's latency after the program's earlier stores there have been carried",
+            "wait": "until the awaited signal arrives (0 cycles when it already has)",
         }[self.kind]
 
 
@@ -405,3 +409,20 @@ for _r in (1, 2, 3):
                            [H("tensor", "u8"), H("pad_undef", "flag"), F("dst", "tile", "l1"), F("base", "sop"),
                             F("gm", "gm"), F("pad", "sop")] + _dims(_r) + [H("keep", "flag")], Cost("dma"),
                            f"GM -> L1, rank {_r}, the DMA_LOAD descriptor.", "dma_load", rank=_r)
+
+# Communication between devices (SHMEM-style, docs/distributed.md): a kernel on one NPU of a system stores into,
+# and signals, a symmetric buffer (the same parameter) on a peer NPU, and waits for the signals peers send it.
+# Appended last: every opcode above keeps its bytes.
+_row("REMOTE_STORE", 0x0600, M3, [H("masked", "flag"), H("tensor", "u8"), F("src", "tile"), F("offsets", "tile"),
+                                   F("gm", "gm"), F("mask", "tile"), F("peer", "sop")], Cost("remote"),
+     "UB -> the GM of device `peer`, by an offsets tile into the same (symmetric) tensor there; masked-off elements "
+     "are not written.", "remote_store")
+SIGNAL_OPS = ("set", "add")
+_row("SIGNAL", 0x0601, M3, [H("op", "u4"), H("tensor", "u8"), F("gm", "gm"), F("offset", "sop"), F("peer", "sop"),
+                             F("value", "sop")], Cost("remote"),
+     "Set (or add to) element `offset` of the signal tensor on device `peer`, after this program's earlier remote "
+     "stores (same pipe): the peer may read them once it sees the signal.", "signal")
+_row("WAIT_SIGNAL", 0x0602, S, [H("cc", "cc"), H("tensor", "u8"), F("gm", "gm"), F("offset", "sop"),
+                                 F("value", "sop")], Cost("wait"),
+     "Wait until element `offset` of this device's signal tensor compares `cc` with `value` (ge: it reached the "
+     "value); the instructions after it issue once it holds.", "wait_signal")

@@ -15,7 +15,7 @@ from ... import opdefs
 from ...errors import ConstexprError, KernelTypeError
 from ...ir.builder import broadcast_shapes
 from ..blockptr import pointer_from_table, pointer_type
-from ..values import PY_NUMBER, pointer, tensor, unwrap
+from ..values import PY_NUMBER, number, pointer, tensor, unwrap
 
 # from the op vocabulary: constant folding of Python numbers, spellings, Triton's div_or_mod promotion
 _PY_BINARY = {name: op.fold for name, op in opdefs.BINARY.items() if op.fold}
@@ -57,6 +57,8 @@ class ArithmeticOps:
             return pointer_from_table(self, x, unwrap(dtype))
         dtype = self.dtype_arg(dtype)
         rounding = unwrap(rounding)
+        if rounding is not None and not bitcast and isinstance(unwrap(x), tensor) and unwrap(x).dtype is dtype:
+            return unwrap(x)  # a cast to its own dtype is the value itself, rounding mode or not (Triton's rule)
         if rounding is not None:
             if rounding not in ("rtne", "rtz"):
                 raise KernelTypeError(f"fp_downcast_rounding must be 'rtne' or 'rtz', got {rounding!r}",
@@ -133,7 +135,54 @@ class ArithmeticOps:
                                   hint="make the shapes agree, for example x[:, None] or dl.broadcast_to")
 
     # ---- arithmetic -----------------------------------------------------------------------------------
+    def runtime_numbers(self, *values):
+        """``values`` with each ``number`` (a name bound to a Python number) made a runtime constant of its dtype,
+        as Triton's runtime scalar meets a tensor."""
+        return [self.const(v.value, v.dtype) if v.__class__ is number else v for v in values]
+
+    @staticmethod
+    def _foldable(values) -> bool:
+        """At least one ``number`` and otherwise Python numbers: Triton's runtime arithmetic, done now."""
+        return any(v.__class__ is number for v in values) and \
+            all(v.__class__ is number or unwrap(v).__class__ in (int, float, bool) for v in values)
+
+    def fold_numbers(self, opname: str, values, table) -> number:
+        """``opname`` of ``values`` (``number``s and Python numbers) as the device computes it on scalars of
+        Triton's dtypes: a Python number next to a ``number`` takes its dtype when it fits (weak typing), the
+        dtypes promote as for tensors, integer ``//`` truncates and ``x // 0`` is 0 (the device's ``div``)."""
+        typed = [v.dtype for v in values if v.__class__ is number]
+        dts = []
+        for v in values:
+            if v.__class__ is number:
+                dts.append(v.dtype)
+                continue
+            x, other = unwrap(v), typed[0]
+            if isinstance(x, bool) or (isinstance(x, int) and other.is_int and dt.int_fits(x, other)):
+                dts.append(other)
+            elif isinstance(x, int):
+                dts.append(other if other.is_float else dt.int64)
+            else:
+                dts.append(other if other.is_float else dt.float32)
+        division = opname in _DIVISION
+        res = dts[0]
+        for d in dts[1:]:
+            res = dt.promote(res, d, division)
+        if opname == "truediv" and not res.is_float:
+            res = dt.float32
+        if opname == "floordiv" and res.is_int:
+            opname = "div"
+        args = [np.asarray(unwrap(v), dtype=res.np) for v in values]
+        with np.errstate(all="ignore"):
+            r = np.asarray(table[opname].ref(*args))
+        if table is opdefs.COMPARE:
+            return number(bool(r), dt.bool_)
+        return number(r.astype(res.np).item(), res)
+
     def binary(self, opname: str, a, b):
+        if self._foldable((a, b)) and opname in opdefs.BINARY and not dt.promote(
+                *(x.dtype if x.__class__ is number else dt.scalar_dtype_of_python(unwrap(x)) for x in (a, b))).is_bool:
+            return self.fold_numbers(opname, (a, b), opdefs.BINARY)
+        a, b = self.runtime_numbers(a, b)
         a, b = unwrap(a), unwrap(b)
         if isinstance(a, pointer) or isinstance(b, pointer):
             return self.pointer_arith(opname, a, b)
@@ -191,6 +240,9 @@ class ArithmeticOps:
         return self.cast(tensor(self.b.binary("and", r.handle, self.const(1, u8).handle, u8)), dt.bool_)
 
     def compare(self, opname: str, a, b):
+        if self._foldable((a, b)):
+            return self.fold_numbers(opname, (a, b), opdefs.COMPARE)
+        a, b = self.runtime_numbers(a, b)
         a, b = unwrap(a), unwrap(b)
         if not isinstance(a, tensor) and not isinstance(b, tensor):
             if isinstance(a, pointer) or isinstance(b, pointer):
@@ -219,6 +271,11 @@ class ArithmeticOps:
         return self.compare("ne", x, 0)
 
     def unary(self, opname: str, x):
+        if x.__class__ is number and opname in opdefs.UNARY and opname in ("neg", "invert", "abs") and \
+                not x.dtype.is_bool:
+            with np.errstate(all="ignore"):
+                r = opdefs.UNARY[opname].ref(np.asarray(x.value, dtype=x.dtype.np))
+            return number(np.asarray(r).astype(x.dtype.np).item(), x.dtype)
         x = unwrap(x)
         if not isinstance(x, tensor):
             if isinstance(x, PY_NUMBER):

@@ -6,7 +6,7 @@ table covers the ISA exactly."""
 from __future__ import annotations
 
 from ...vm import isa
-from . import cube, memory, scalar, vector  # noqa: F401 - each module registers its builders
+from . import cube, memory, remote, scalar, vector  # noqa: F401 - each module registers its builders
 from .registry import BUILDERS
 
 

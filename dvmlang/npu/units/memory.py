@@ -10,6 +10,8 @@ import numpy as np
 
 from ...vm import isa
 from ...vm.decode import sop_parts
+from ...errors import MemoryFault
+from .. import poison
 from ..bounds import check_elements
 from ..convert import lift
 from ..dma import Windows, atomic, compute_into, descriptor, dma_read, dma_write, pending_windows, store_view
@@ -40,11 +42,16 @@ def _elements(m, d, shape):
     pc = d.pc
     shape = tuple(shape)
 
-    def read(b, L):
+    def read(b, L, loading=False):
         g = L.arrays[t]
         off = np.broadcast_to(ro(b, L), (b.n,) + shape).astype(np.int64)
         msk = np.broadcast_to(rm(b, L), off.shape) if rm is not None else np.ones(off.shape, bool)
-        check_elements(L, b, t, off, msk, pc, g.size)
+        try:
+            check_elements(L, b, t, off, msk, pc, g.size)
+        except MemoryFault:
+            if not (loading and poison.enabled(L, t)):
+                raise
+            return g, off, msk, poison.element_read(L, b, t, off, msk, pc)  # GPU load semantics
         return g, off, msk
     return read
 
@@ -109,15 +116,27 @@ def dma_load(m, d):
     undef = d.vals.get("pad_undef", 0)
     keep = d.vals.get("keep", 0)
     prev = m.reader(d.vals["dst"], d.ins.spaces["dst"]) if keep else None
-    poison = poison_value(npdt)
+    poisoned = poison_value(npdt)
     to_l1 = d.ins.spaces["dst"] == "l1"
 
     def fn(b, L):
         g = L.arrays[t]
-        desc = descriptor(memo, L, b, t, fields, shape, pc)
+        try:
+            desc = descriptor(memo, L, b, t, fields, shape, pc)
+        except MemoryFault:
+            if not poison.enabled(L, t):
+                raise
+            # GPU load semantics: out-of-range lanes are poison. (descriptor() kept the new descriptor, unchecked, in
+            # the memo before its check raised: the last entry)
+            desc = memo[next(reversed(memo))]
+            pad = b.regs[pad_v] if pad_reg else pad_v
+            old = np.broadcast_to(prev(b, L), (b.n,) + shape) if keep else None
+            arr = poison.box_read(L, b, t, desc, shape, npdt, 0 if keep else pad, pc)
+            w(b, np.where(_box_mask(desc, shape, b.n), arr, old) if keep else arr)
+            return _transfer(L, b, cost, desc, g, pc, t, False, to_l1)
         pad = b.regs[pad_v] if pad_reg else pad_v
         if undef and L.debug:
-            pad = poison  # masked-off elements the kernel gave no value for
+            pad = poisoned  # masked-off elements the kernel gave no value for
         if keep:  # only the box is written: the rest of dst keeps its value (a wrapped or clamped tile's 2nd part)
             old = np.broadcast_to(prev(b, L), (b.n,) + shape)
             if bool(np.all(desc.empty)):
@@ -167,6 +186,7 @@ def dma_store(m, d):
         slot = b.mem["ub"].get(src_addr) if space == "ub" else None  # lazy tiles live in UB
         view = box = None
         if slot is not None and slot.lazy is not None and slot.nbytes == src_bytes and \
+                getattr(L, "poison_from", None) is None and \
                 isinstance(slot.lazy[0], np.ufunc) and slot.dtype == g.dtype and tuple(slot.shape) == shape:
             view, box = store_view(g, desc, shape, b.n, whole=slot.keep)
         if view is not None and compute_into(slot, view, box):
@@ -174,7 +194,10 @@ def dma_store(m, d):
                 slot.arr = view
                 slot.gm = frozenset((L.alias[t],))
         else:
-            dma_write(g, desc, shape, r(b, L), b.n)
+            src = r(b, L)
+            if getattr(L, "poison_from", None) is not None:
+                poison.check_store(L, b, t, np.broadcast_to(src, (b.n,) + shape), pc, _box_mask(desc, shape, b.n))
+            dma_write(g, desc, shape, src, b.n)
         if L.races is not None:
             L.races.record_dma(b, t, desc)
         return _transfer(L, b, cost, desc, g, pc, t, True)
@@ -192,8 +215,9 @@ def gather(m, d):
     npdt = dd.np
 
     def fn(b, L):
-        g, off, msk = elements(b, L)
-        vals = g[np.where(msk, off, 0)]
+        got = elements(b, L, True)
+        g, off, msk = got[:3]
+        vals = got[3] if len(got) == 4 else g[np.where(msk, off, 0)]
         pad = b.regs[pad_v] if pad_reg else pad_v
         pad = lift(pad, len(shape), npdt)
         res = np.where(msk, vals, pad).astype(npdt, copy=False)
@@ -216,6 +240,8 @@ def scatter(m, d):
         g, off, msk = elements(b, L)
         materialise_views(b, L, t)
         src = np.broadcast_to(rs(b, L), off.shape)
+        if getattr(L, "poison_from", None) is not None:
+            poison.check_store(L, b, t, src, d.pc, msk)
         g[off[msk]] = src[msk]
         if L.races is not None:
             L.races.record_elements(b, t, off, msk)

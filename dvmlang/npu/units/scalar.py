@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import DeviceError
+from ...errors import DeviceError, MemoryFault
 from ...vm import isa
+from .. import poison
 from ..bounds import check_bounds
 from ..convert import cast, cast_rtz
 from ..dma import store_scalars
@@ -189,10 +190,18 @@ def _element(m, d):
 def ldg(m, d):
     rd = d.vals["rd"]
     locate = _element(m, d)
+    t = d.vals["tensor"]
+    off = m.sop(d.vals["offset"])
 
     def fn(b, L):
-        g, idx = locate(b, L)
-        v = g[idx]
+        try:
+            g, idx = locate(b, L)
+            v = g[idx]
+        except MemoryFault:
+            if not poison.enabled(L, t):
+                raise
+            g = L.arrays[t]  # GPU load semantics: the value is poison
+            v = poison.scalar_read(L, b, t, np.asarray(off(b)).astype(np.int64), d.pc)
         b.bytes_read += g.itemsize
         b.regs[rd] = v if np.ndim(v) else v
     return _op(m, d, fn)

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class GPUTarget:
-    """Triton's target record. dvmlang's is ``GPUTarget("npu", "dvmlang-sim", 32)``: the warp size is reported
+    """Triton's target record. dvmlang's is ``GPUTarget("cpu", "dvmlang-sim", 32)`` (``"npu"`` where Ascend's torch
+    extension is installed: ``runtime.driver``): the warp size is reported
     for programs that read it and has no effect (a program's tiles are whole-tile instructions)."""
 
     backend: str
@@ -20,6 +21,10 @@ class BaseBackend:
 
     def __init__(self, target: GPUTarget):
         self.target = target
+
+    def hash(self) -> str:
+        """Triton's key of a backend in its caches."""
+        return f"dvmlang-{self.target.backend}-{self.target.arch}"
 
 
 class Language:

@@ -24,8 +24,15 @@ import hashlib
 from dataclasses import dataclass
 
 from ...errors import CompilationError, DvmError, LaunchError
+from ..runtime.cache import triton_key  # noqa: F401 - torch's Inductor imports it from here (older Triton)
 
-ASTSource = None
+ASTSource = None  # Triton's compiler input; torch's Inductor checks for None
+
+
+def make_backend(target):
+    """Triton's backend object for a target: dvmlang has one, the simulated NPU, with nothing to configure."""
+    from ..backends.compiler import BaseBackend
+    return BaseBackend(target)
 
 
 def compile(*_args, **_kwargs):  # noqa: A001 - Triton's name
@@ -79,7 +86,13 @@ class CompiledKernel:
         return lambda *args, **kwargs: self.run(grid, *args, **kwargs)
 
     def run(self, grid, *args, **kwargs):
-        names = self.kernel.source.params
+        src = self.kernel.source
+        names = src.params
+        if len(args) == len(names) - len(src.constexpr_params) and not kwargs:
+            # the runtime parameters only (how Triton 3.7 and later launch a compiled kernel): the constexprs are
+            # the compiled ones
+            runtime = iter(args)
+            args = tuple(self.constexprs.get(n) if n in src.constexpr_params else next(runtime) for n in names)
         given = dict(zip(names, args), **kwargs)
         for name, value in self.constexprs.items():
             if name in given and getattr(given[name], "value", given[name]) != value:
@@ -92,4 +105,4 @@ class CompiledKernel:
                 f"grid {self.bytecode.grid}>")
 
 
-__all__ = ["CompilationError", "CompiledKernel", "KernelMetadata", "compile"]
+__all__ = ["CompilationError", "CompiledKernel", "KernelMetadata", "compile", "make_backend", "triton_key", "ASTSource"]

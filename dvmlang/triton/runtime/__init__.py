@@ -1,12 +1,13 @@
 """``triton.runtime``: ``driver`` (the simulated device as Triton's active driver), ``jit``, ``autotuner``,
-``errors``."""
+``errors``, ``cache``."""
 
-from ...autotune import Autotuner, Heuristics
 from ..config import Config
-from ..errors import InterpreterError, OutOfResources
-from . import autotuner, errors, jit  # noqa: F401
+from . import autotuner, cache, errors, jit  # noqa: F401
+from .autotuner import Autotuner, Heuristics, autotune, heuristics
 from .driver import driver
-from .jit import JITFunction, TensorWrapper, reinterpret
+from .errors import InterpreterError, OutOfResources
+from .jit import JITFunction, KernelInterface, MockTensor, TensorWrapper, reinterpret, version_key
 
-__all__ = ["driver", "Autotuner", "Config", "Heuristics", "JITFunction", "TensorWrapper", "reinterpret",
-           "InterpreterError", "OutOfResources", "autotuner", "errors", "jit"]
+__all__ = ["driver", "Autotuner", "Config", "Heuristics", "autotune", "heuristics", "JITFunction", "KernelInterface",
+           "MockTensor", "TensorWrapper", "reinterpret", "version_key", "InterpreterError", "OutOfResources",
+           "autotuner", "cache", "errors", "jit"]

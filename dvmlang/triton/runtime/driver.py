@@ -2,21 +2,40 @@
 
 There is one device (index 0), the default ``dvmlang.npu.Device``; its numbers come from its
 ``npu.profile.Profile`` (docs/device.md).
+
+The backend's name is the torch device that tensors for it live on, because that is what packages do with it:
+they call ``getattr(torch, backend)`` for the device module (streams, ``current_device()``, ``synchronize()``)
+and make tensors on ``torch.device(backend)``. The simulated device reads host memory, so the name is
+``"cpu"``; only when Ascend's torch extension (``torch_npu``) is installed, and ``torch.npu`` exists, is it
+``"npu"`` (packages then take their Ascend paths; ``get_active_torch_device()`` stays the CPU, where the
+simulator's tensors live). ``"npu"`` without the extension sent packages to a ``torch.npu`` that does not exist.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 from ...errors import LaunchError
 from ..backends.compiler import GPUTarget
 
-TARGET = GPUTarget("npu", "dvmlang-sim", 32)
+
+def _backend_name() -> str:
+    """``"npu"`` where Ascend's torch extension is importable, else ``"cpu"`` (module docstring)."""
+    try:
+        return "npu" if importlib.util.find_spec("torch_npu") is not None else "cpu"
+    except (ImportError, ValueError):
+        return "cpu"
+
+
+TARGET = GPUTarget(_backend_name(), "dvmlang-sim", 32)
+
+
+from ..devicefigures import MEM_BUS_WIDTH, check_device as _check_device, mem_clock_khz, profile as _device_profile
 
 
 def _profile():
-    from ...npu.device import default_device
-    return default_device().profile
+    return _device_profile()
 
 
 class _Utils:
@@ -28,22 +47,18 @@ class _Utils:
         ``2 * clock * width / 8`` is the profile's HBM bandwidth."""
         _check_device(device)
         p = _profile()
-        width = 4096
         return {
             "max_shared_mem": p.ub_bytes,
             "max_num_regs": 65536,
             "multiprocessor_count": p.vector_cores,
             "warpSize": TARGET.warp_size,
             "sm_clock_rate": int(p.clock_hz / 1e3),
-            "mem_clock_rate": int(p.hbm_bytes_per_s * 8 / (2 * width) / 1e3),
-            "mem_bus_width": width,
+            "mem_clock_rate": mem_clock_khz(p),
+            "mem_bus_width": MEM_BUS_WIDTH,
+            # the keys Ascend's Triton backend reports (packages read them when the backend is "npu")
+            "num_aicore": p.cube_cores,
+            "num_vectorcore": p.vector_cores,
         }
-
-
-def _check_device(device) -> None:
-    index = getattr(device, "index", device)
-    if index not in (0, None):
-        raise LaunchError(f"device {device!r}: the simulated NPU is the only device, index 0")
 
 
 class ActiveDriver:
@@ -68,8 +83,8 @@ class ActiveDriver:
         return TARGET
 
     def get_active_torch_device(self):
-        """``torch.device("cpu")`` when the program has imported torch (tensors live in host memory), else the
-        string ``"cpu"``; torch itself is never imported here."""
+        """``torch.device("cpu")`` when the program has imported torch (the simulated device reads host memory,
+        with or without Ascend's extension), else the string ``"cpu"``; torch itself is never imported here."""
         torch = sys.modules.get("torch")
         return torch.device("cpu") if torch is not None and hasattr(torch, "device") else "cpu"
 

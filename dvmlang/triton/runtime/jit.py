@@ -12,28 +12,204 @@
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import os
+import re
 import sys
+import textwrap
 
 from ... import dtypes as dt
-from ...errors import ArgumentError
+from ...errors import ArgumentError, DvmError
 from ...runtime import Kernel
 
 
 
-class JITFunction(Kernel):
-    """A ``@triton.jit`` kernel: a ``dvmlang.Kernel`` with Triton's ``warmup``."""
+class KernelInterface:
+    """Triton's base of launchable kernels (``JITFunction``, ``Autotuner``, ``Heuristics``, and packages' own
+    wrappers that derive from it): ``kernel[grid](*args, **kwargs)`` is ``kernel.run(*args, grid=grid,
+    warmup=False, **kwargs)``, and ``warmup(*args, grid=...)`` is ``run(..., warmup=True)``."""
+
+    def run(self, *args, grid, warmup, **kwargs):
+        raise NotImplementedError("run not implemented")
+
+    def warmup(self, *args, grid, **kwargs):
+        return self.run(*args, grid=grid, warmup=True, **kwargs)
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=False, **kwargs)
+
+
+class KernelParam:
+    """Triton's record of one parameter of a ``@jit`` function (``JITFunction.params``)."""
+
+    def __init__(self, num: int, param: inspect.Parameter, do_not_specialize: bool,
+                 do_not_specialize_on_alignment: bool):
+        self.num = num
+        self._param = param
+        self.name = param.name
+        self.do_not_specialize = do_not_specialize
+        self.do_not_specialize_on_alignment = do_not_specialize_on_alignment
+
+    @property
+    def annotation(self) -> str:
+        a = self._param.annotation
+        if a is inspect.Parameter.empty or not a:
+            return ""
+        return a if isinstance(a, str) else getattr(a, "__name__", None) or repr(a)
+
+    @property
+    def is_constexpr(self) -> bool:
+        return "constexpr" in self.annotation
+
+    @property
+    def is_const(self) -> bool:
+        return not self.is_constexpr and "const" in self.annotation
+
+    @property
+    def default(self):
+        return self._param.default
+
+    @property
+    def has_default(self) -> bool:
+        return self._param.default is not inspect.Parameter.empty
+
+    def __repr__(self) -> str:
+        return f"KernelParam({self.num}, {self.name!r}{', constexpr' if self.is_constexpr else ''})"
+
+
+class JITFunction(Kernel, KernelInterface):
+    """A ``@triton.jit`` kernel: a ``dvmlang.Kernel`` with Triton's attributes and entry points.
+
+    * ``fn`` (the Python function), ``arg_names``, ``params`` (``KernelParam``: ``num``, ``name``,
+      ``is_constexpr``, ``do_not_specialize``, ``default``...), ``signature``, ``src`` (the source from ``def``,
+      read at decoration), ``starting_line_number``, ``cache_key`` (a hash of the source and the options),
+      ``constexprs`` (the indices of the constexpr parameters), ``do_not_specialize``, ``__name__``,
+      ``__globals__``, ``module``.
+    * ``kernel[grid](...)`` launches and returns the ``LaunchRecord`` (dvmlang's), as ``dvmlang.Kernel`` does.
+    * ``run(*args, grid=..., warmup=False, **kwargs)`` is Triton's entry point (what ``Autotuner``,
+      ``Heuristics`` and packages' wrappers call): it launches (unless ``warmup``) and returns the
+      ``CompiledKernel`` of the launch. ``run(grid, *args, ...)`` without a ``grid`` keyword is dvmlang's.
+    * ``warmup(*args, grid=...)`` encodes one instance without running it: a ``CompiledKernel``.
+    """
+
+    def __init__(self, fn, version=None, do_not_specialize=None, do_not_specialize_on_alignment=None, debug=None,
+                 noinline=None, repr=None, launch_metadata=None, strict_loads=False,
+                 strict_tiles=False):  # noqa: A002 - Triton's names
+        super().__init__(fn)
+        self.strict_loads = bool(strict_loads)
+        self.split_tiles = not strict_tiles  # GPU-sized blocks run strip-mined (vm/lower/split.py)
+        if isinstance(self.captured, Exception):  # Triton reads the source at decoration, and refuses there
+            raise DvmError(f"@triton.jit cannot read the source of `{fn.__name__}` ({self.captured}): kernels must "
+                           "be defined in a Python file")
+        self.signature = inspect.signature(fn)
+        names = list(self.signature.parameters)
+
+        def indices(given):
+            return {names.index(d) if isinstance(d, str) else d for d in (given or ()) if not isinstance(d, str)
+                    or d in names}
+
+        dns, dnsa = indices(do_not_specialize), indices(do_not_specialize_on_alignment)
+        self.do_not_specialize = sorted(dns)
+        self.do_not_specialize_on_alignment = sorted(dnsa)
+        self.params = [KernelParam(i, p, i in dns, i in dnsa) for i, p in enumerate(self.signature.parameters.values())]
+        self.arg_names = names
+        self.constexprs = [p.num for p in self.params if p.is_constexpr]
+        self.version = version
+        self.debug = debug
+        self.noinline = noinline
+        self.launch_metadata = launch_metadata
+        self.module = fn.__module__
+        self.__globals__ = fn.__globals__
+        self.file_name = fn.__code__.co_filename
+        self.raw_src, self.starting_line_number = self.captured.lines, self.captured.first_line
+        text = textwrap.dedent("".join(self.raw_src))
+        at = re.search(r"^def\s+\w+\s*\(", text, re.MULTILINE)
+        self._src = text[at.start():] if at else text
+        self.hash = None
+        self.used_global_vals: dict = {}
+
+    @property
+    def src(self) -> str:
+        """The function's source from its ``def`` line (decorators dropped), as read at decoration."""
+        return self._src
+
+    @property
+    def cache_key(self) -> str:
+        """A hash of the kernel's source, its starting line and its options (Triton's key of a kernel's
+        compiled binaries; dvmlang's own caches are keyed by the build specs)."""
+        if self.hash is None:
+            h = hashlib.sha256(self._src.encode())
+            h.update(repr((self.starting_line_number, self.version, self.do_not_specialize)).encode())
+            self.hash = h.hexdigest()
+        return self.hash
+
+    def run(self, *args, grid=None, warmup=False, **kwargs):
+        if grid is None:  # dvmlang's spelling: run(grid, *args, ...)
+            return super().run(*args, **kwargs)
+        kwargs.pop("stream", None)  # Triton's launch stream: launches run in program order here
+        compiled = self.warmup(*args, grid=grid, **kwargs)
+        if not warmup:
+            compiled.launch = self._launch(grid, *args, **kwargs)
+        return compiled
+
+    def __getitem__(self, grid):
+        return Kernel.__getitem__(self, grid)
+
+    def _encode(self, build, ikey, runtime, grid):
+        bc = super()._encode(build, ikey, runtime, grid)
+        # GPU load semantics (npu/poison.py): a load lane outside its tensor reads poison instead of faulting,
+        # unless triton.jit(strict_loads=True) or DVMLANG_STRICT_LOADS=1 keeps dvmlang's fault
+        bc.gpu_loads = not (self.strict_loads or os.environ.get("DVMLANG_STRICT_LOADS", "") not in ("", "0"))
+        return bc
 
     def warmup(self, *args, grid, device=None, **kwargs):
         """Bind, build and encode one launch without running it (Triton's ``warmup``): a ``CompiledKernel``
         whose ``n_regs``, ``n_spills`` and ``metadata.shared`` are the bytecode's."""
         from ...args import LAUNCH_OPTIONS
         from ..compiler.compiler import CompiledKernel
-        bc = super().warmup(*args, grid=grid, device=device, **kwargs)
+        kwargs.pop("warmup", None)
+        bc = Kernel.warmup(self, *args, grid=grid, device=device, **kwargs)
         src = self.source
         given = dict(zip(src.params, args), **kwargs)
         constexprs = {n: getattr(given[n], "value", given[n]) for n in src.constexpr_params if n in given}
+        for n in src.constexpr_params:
+            if n not in constexprs and n in src.defaults:
+                constexprs[n] = getattr(src.defaults[n], "value", src.defaults[n])
         options = {k: v for k, v in kwargs.items() if k in LAUNCH_OPTIONS and k not in src.params}
         return CompiledKernel(self, bc, constexprs, options)
+
+
+class MockTensor:
+    """Triton's stand-in for a tensor in ``kernel.warmup(MockTensor(torch.float32), ...)``: here an empty-strided
+    array of that dtype (``warmup`` binds dtypes and ranks; it reads no data)."""
+
+    @staticmethod
+    def wrap_dtype(arg):
+        if arg.__class__.__name__ == "dtype" and arg.__module__ == "torch":
+            return MockTensor(arg)
+        return arg
+
+    def __new__(cls, dtype, shape=None):
+        import numpy as np
+        d = dt.lookup(dtype)
+        if d is None:
+            raise ArgumentError(f"MockTensor: {dtype!r} is not a dtype")
+        return np.empty(shape or [1], dtype=d.np)
+
+
+def constexpr_function(fn):
+    """Triton's ``@triton.constexpr_function``: a Python function a kernel calls with compile-time arguments. A
+    kernel evaluates any Python function whose arguments are all compile-time values while it compiles, so this
+    returns ``fn`` itself (callable on the host too)."""
+    fn.__triton_constexpr_function__ = True
+    return fn
+
+
+def version_key() -> str:
+    """Triton's version key of its compiler: dvmlang's version (a part of Triton's cache keys)."""
+    from ... import __version__
+    return f"dvmlang-{__version__}"
 
 
 # Triton's canonical dtype names (numpy/torch spelling -> Triton's short name)
@@ -135,4 +311,5 @@ def reinterpret(tensor, dtype):
     return TensorWrapper(tensor, d)
 
 
-__all__ = ["JITFunction", "TensorWrapper", "reinterpret", "type_canonicalisation_dict"]
+__all__ = ["JITFunction", "KernelInterface", "KernelParam", "MockTensor", "TensorWrapper", "reinterpret",
+           "type_canonicalisation_dict", "version_key", "constexpr_function"]

@@ -1,5 +1,6 @@
-"""``triton.tools``: ``tensor_descriptor`` (host tensor descriptors, taken by launches as kernel arguments)."""
+"""``triton.tools``: ``tensor_descriptor`` (host tensor descriptors, taken by launches as kernel arguments) and
+``mxfp`` (microscaling fp4/e8m0 host helpers)."""
 
-from . import tensor_descriptor  # noqa: F401
+from . import mxfp, tensor_descriptor  # noqa: F401
 
-__all__ = ["tensor_descriptor"]
+__all__ = ["mxfp", "tensor_descriptor"]

@@ -22,6 +22,7 @@ ADDR_LIMIT = (1 << 16) * isa.TILE_ADDR_UNIT
 def allocate_memory(plan: Placement, profile, kernel: str) -> dict[str, int]:
     """Give every buffer its address; returns the high-water mark of each space."""
     spaces = dict(profile.capacities)
+    spaces["ub"] -= getattr(plan, "ub_reserve", 0)  # room the emitters stage in above the tiles (split.py)
     try:
         footprint = _scan_all(plan.buffers, spaces, kernel, profile)
     except ResourceError:
@@ -70,8 +71,11 @@ def _linear_scan(bufs: list[Buffer], capacity: int, space: str, kernel: str, pro
             lines = [f"  {x.name:<24} {x.nbytes / 1024:8.1f} KiB   {x.loc if x.loc else ''}"
                      for x in sorted(live, key=lambda x: -x.nbytes)]
             biggest = max((x for x in live if x.loc is not None), key=lambda x: x.nbytes, default=None)
+            # exact bytes when KiB with one decimal would round the excess away ("192.0 KiB live, 192 available")
+            live_text = f"{total / 1024:.1f} KiB" if round(total / 1024, 1) * 1024 != capacity else \
+                f"{total:,} bytes ({total / 1024:.1f} KiB)"
             raise BufferOverflowError(
-                f"kernel `{kernel}` does not fit {space.upper()}: {total / 1024:.1f} KiB live at once, "
+                f"kernel `{kernel}` does not fit {space.upper()}: {live_text} live at once, "
                 f"{capacity / 1024:.0f} KiB available on {profile.name}\n" + "\n".join(lines),
                 biggest.loc if biggest is not None else None,
                 "use smaller BLOCK sizes, or loop over the data in chunks")

@@ -25,7 +25,11 @@ def place(fn: Function, profile, live: Liveness) -> Placement:
         for v in op.operands:
             users.setdefault(v.id, []).append(op)
     plan = Placement({}, [], users, {}, {}, {}, {}, set(), {})
+    # a build that did not fit asks again (vm/lower/split.py): results in place over dead operands, and UB kept
+    # free above the tiles for what the emitters stage there
+    plan.ub_reserve = fn.meta.get("ub_reserve", 0)
     planner = _Planner(plan, live, profile.double_buffer)
+    planner.inplace = bool(fn.meta.get("inplace"))
     planner.block(fn.body)
     planner.fold_inits()
     planner.l0c_fills(fn)
@@ -42,6 +46,7 @@ class _Planner:
         self.double_buffer = double_buffer
         self.pending_init: dict[int, Buffer] = {}
         self.direct: dict[int, Buffer] = {}  # value id -> the branch home (L1) its DMA loads into
+        self.inplace = False  # compute elementwise results over operands that die there (dead_operand_buffer)
 
     def new_buffer(self, space, size, start, end, name, loc) -> Buffer:
         b = Buffer(space, size, start, end, name, loc)
@@ -86,6 +91,8 @@ class _Planner:
                     self.place(r, buf=self.direct[self.chain_end(r).id])
                 elif k == "dma_load" and self.only_dot_operand(r):
                     self.place(r, "l1")
+                elif self.inplace and (buf := self.dead_operand_buffer(op, r)) is not None:
+                    self.place(r, buf=buf)  # computed in place over an operand that dies here
                 elif k == "broadcast" and self.all_elementwise_users(r):
                     src = op.operands[0]
                     buf = places[src.id].buf
@@ -94,6 +101,29 @@ class _Planner:
                     buf.end = max(buf.end, e)
                 else:
                     self.place(r)
+
+    def dead_operand_buffer(self, op: Op, r: Value) -> Buffer | None:
+        """A UB buffer of an operand of the elementwise ``op`` that is dead after ``op`` (its last use, and the last
+        use of every view of it, is ``op``) and has exactly ``r``'s shape and bytes: ``r`` is computed over it in
+        place (one vector instruction reads each element before it writes it), so a temporary is not counted as
+        live after its last use. Asked for only when a build does not fit otherwise: a buffer written in place
+        is one a loop's next load cannot fill early."""
+        if op.kind not in ELEMENTWISE and op.kind not in ("unary", "cast") or len(op.results) != 1 or \
+                op.attrs.get("bitcast"):
+            return None
+        here = self.live.pos[id(op)]
+        size = nbytes(r.shape, r.dtype)
+        for x in op.operands:
+            p = self.plan.places.get(x.id)
+            if p is None or not isinstance(x.type, TileType) or x.shape != r.shape or \
+                    x.dtype.itemsize != r.dtype.itemsize:
+                continue
+            buf = p.buf
+            if buf.space != "ub" or buf.nbytes != size or buf.end != here or buf.name == "carried" or \
+                    id(buf) in self.plan.alt or any(buf is h for hs in self.plan.homes.values() for h in hs):
+                continue
+            return buf
+        return None
 
     def chain_end(self, v: Value) -> Value:
         """The last DMA of a chain that completes ``v`` in place (``dma_load`` with ``into``), or ``v``."""

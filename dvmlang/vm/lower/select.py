@@ -13,7 +13,7 @@ from ... import dtypes as dt
 from ...errors import CompilationError
 from ...ir.core import Function, Value
 from .. import isa
-from . import control, memory
+from . import control, memory, shmem
 from .emit import Context
 from .program import Label
 
@@ -325,5 +325,6 @@ EMITTERS = {
     "permute": _permute, "cat": _cat, "slice": _slice, "take": _take, "sort": _sort, "histogram": _histogram,
     "to_scalar": _to_scalar, "reduce": _reduce, "scan": _scan, "assert": _assert, "print": _print,
     **memory.EMITTERS,
+    **shmem.EMITTERS,
     **control.EMITTERS,
 }
