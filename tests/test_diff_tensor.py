@@ -60,6 +60,7 @@ step = st.one_of(
     st.tuples(st.just("reshape"), st.integers(0, 30), st.integers(0, 5)),
     st.tuples(st.just("broadcast"), st.integers(0, 30), st.integers(0, 30)),
     st.tuples(st.just("inplace"), st.sampled_from(sorted(INPLACE)), st.integers(0, 30), st.integers(0, 30)),
+    st.tuples(st.just("sort"), st.integers(0, 30), st.integers(0, 3), st.booleans()),
 )
 inputs = st.lists(st.tuples(st.sampled_from(LAYOUTS), st.sampled_from([1, 2, 3, 4, 6]),
                             st.sampled_from([1, 2, 3, 4, 6])), min_size=1, max_size=3)
@@ -168,6 +169,11 @@ def resolve(steps, arrays):
                 continue
             axis = None if s[3] < 0 else s[3] % pool[i].ndim
             ins = ("reduce", s[1], i, axis, s[4])
+        elif kind == "sort":
+            i = pick(s[1], lambda a: a.ndim >= 1 and a.dtype != np.bool_)
+            if i is None:
+                continue
+            ins = ("sort", i, s[2] % pool[i].ndim, s[3])
         elif kind == "matmul":
             i = pick(s[1], lambda a: a.ndim == 2)
             if i is None:
@@ -262,6 +268,10 @@ class _Numpy:
             r = pool[ins[1]].reshape(ins[2])
         elif kind == "broadcast":
             r = np.array(np.broadcast_to(pool[ins[1]], ins[2]))  # a new tensor in dvmlang (numpy's view is read-only)
+        elif kind == "sort":  # NaN is the largest (numpy puts it last); descending is the reverse, NaN first
+            a = pool[ins[1]]
+            r = np.sort(a.astype(np.float32), ins[2]).astype(a.dtype)
+            r = np.flip(r, ins[2]).copy() if ins[3] else r
         else:  # inplace
             a, b = pool[ins[2]], pool[ins[3]]
             res = INPLACE[ins[1]][1](a.astype(np.float32), b.astype(np.float32))
@@ -300,6 +310,8 @@ def run_ops(prog, tensors, inplace=True):
             r = ops.reshape(pool[ins[1]], ins[2])
         elif kind == "broadcast":
             r = ops.broadcast_to(pool[ins[1]], ins[2])
+        elif kind == "sort":
+            r = ops.sort_values(pool[ins[1]], ins[2], ins[3])
         else:
             assert inplace, "graph programs have no in-place steps"
             t = pool[ins[2]]
@@ -470,5 +482,8 @@ def _graph_fn(prog, names):
                                                        ("inplace", "iadd", 0, 22)], seed=0)
 # found at scale 20: the mean of a bfloat16 tensor divided by a float32 runtime count and came out float32
 @example(spec=[("bf16_bits", 1, 2)], steps=[("reduce", "mean", 0, 1, False)], seed=0)
+# the sort graph op (VSORT, row mode) through every path, fused with its neighbours, along either axis
+@example(spec=[("plain", 3, 6), ("T", 4, 3)], steps=[("unary", "exp", 0), ("sort", 2, 1, True), ("scalar", "add", 3, 0.5),
+                                                   ("sort", 1, 0, False), ("binary", "mul", 5, 5)], seed=0)
 def test_tensor_programs_agree(spec, steps, seed):
     differential(spec, steps, seed)

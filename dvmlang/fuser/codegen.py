@@ -269,6 +269,15 @@ def vector_kernel(g: Graph, grp: Group, name: str, sig: Signature) -> KernelText
                 src(f"v{n.id} = dl.cumsum(t{n.id}, axis=1)")
             names[n.id] = f"v{n.id}"
             return
+        if n.op == "sort":  # a whole row in one tile (row mode): the columns past the row sort last
+            (rr, cc), _ = tile_of(n)
+            desc = bool(n.attrs.get("descending", False))
+            pad = ('-float("inf")' if desc else 'float("nan")') if n.dtype.is_float else \
+                repr(int(np.iinfo(n.dtype.np).min if desc else np.iinfo(n.dtype.np).max))
+            src(f"t{n.id} = dl.where(cmask[None, :], dl.broadcast_to({names[n.inputs[0].id]}, ({rr}, BC)), {pad})")
+            src(f"v{n.id} = dl.sort(t{n.id}, dim=1, descending={desc})")
+            names[n.id] = f"v{n.id}"
+            return
         src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
         names[n.id] = f"v{n.id}"
 

@@ -29,7 +29,8 @@ from ..vm.compose import Reg, Tile
 
 @dataclass(frozen=True)
 class Fragment:
-    """One graph op: its kind (``elementwise``, ``free``, ``reduction``, ``scan`` or ``memory``) and how it
+    """One graph op: its kind (``elementwise``, ``free``, ``reduction``, ``scan``, ``row`` or ``memory``: as
+    ``graph_ops`` says) and how it
     emits (``emit(k, node, args) -> value``; ``args`` are its operands' values, in order)."""
 
     op: str
@@ -129,6 +130,28 @@ def _cumsum(k, n, a):
     return res
 
 
+# ---- ops on a whole row (row mode: the row is one tile) -------------------------------------------------
+
+def _sort(k, n, a):
+    """``VSORT`` along the columns. The tile's columns past the row hold what sorts last (NaN ascending: it is the
+    largest; -inf descending), so the stored box holds the row's own values in order."""
+    loc = k.loc(n)
+    desc = bool(n.attrs.get("descending", False))
+    d = n.dtype
+    if d.is_float:
+        pad = -math.inf if desc else math.nan
+    else:
+        info = np.iinfo(d.np) if not d.is_bool else None
+        pad = (int(info.min) if desc else int(info.max)) if info is not None else (0 if desc else 1)
+    v = a[0]
+    rows = v.shape[0] if isinstance(v, Tile) else 1
+    t = k.select(k.cmask(), k.broadcast(v, (rows, k.bc), d, loc), k.constant(pad, d), d, loc)
+    out = k.tile(t.shape, d, "sort", loc)
+    k.c.emit("VSORT", {"axis": 1, "descending": int(desc), "dst": k.c.ref(out), "a": k.c.ref(t)}, d, loc,
+             reads=[t], writes=[out])
+    return out
+
+
 # ---- memory reads at positions of their own ---------------------------------------------------------------
 
 def _gather(k, n, a):
@@ -149,6 +172,7 @@ FRAGMENTS: dict[str, Fragment] = {
     "iota": Fragment("iota", "free", _iota),
     "reduce": Fragment("reduce", "reduction", _reduce),
     "cumsum": Fragment("cumsum", "scan", _cumsum),
+    "sort": Fragment("sort", "row", _sort),
     "gather": Fragment("gather", "memory", _gather),
     "cat": Fragment("cat", "memory", _cat),
 }

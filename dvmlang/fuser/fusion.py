@@ -22,15 +22,12 @@ from dataclasses import dataclass, field
 
 from .. import opdefs
 from .graph import Graph, GraphError, Node
+from .graph_ops import FREE, GRAPH_OPS, MEMORY_READ_OPS, ROW_OPS, SCANS, VIEWS, memory_operands_of
 
-EW = opdefs.FUSIBLE | {"where", "cast", "broadcast_to"}
-FREE = frozenset({"const", "dim", "iota"})  # copied into every group that uses them
-VIEWS = frozenset({"reshape", "permute", "slice"})
-# vector operations that read some operands from memory at positions of their own (a gathered or shifted
-# index): those operands are stored by their producers, never computed in the same kernel
-MEMORY_READS = {"gather": lambda n: n.inputs[:1], "cat": lambda n: n.inputs}
-SCANS = frozenset({"cumsum"})  # a running value along the columns: loop mode (carried across blocks) or row mode
-VECTOR = EW | set(MEMORY_READS) | SCANS
+EW = opdefs.FUSIBLE | {n for n, op in GRAPH_OPS.items() if op.kind == "elementwise"}
+# FREE, VIEWS, SCANS, ROW_OPS and the memory reads come from the structural op table (graph_ops: what each means)
+MEMORY_READS = {n: memory_operands_of(n) for n in MEMORY_READ_OPS}
+VECTOR = EW | set(MEMORY_READS) | SCANS | ROW_OPS
 
 
 def memory_operands(n: Node) -> list:
@@ -278,6 +275,7 @@ class Planner:
             if src is not None and src not in candidates:
                 candidates.append(src)
         chosen = None
+        change = GroupChange()
         split_from = set()  # groups n could not join because a row of theirs does not fit UB
         if self.fuse:
             for grp in candidates:
@@ -306,10 +304,15 @@ class Planner:
                                          "the producer stores its value and this operation reads it through strides")
                 elif i.op == "custom_out":
                     self.reject(base, n, "the producer is a user kernel (ops.custom): its outputs are stored")
+        if n.op in ROW_OPS:  # a whole row in one tile (a launch-time guard when the row is a symbol)
+            cols = self.g.syms.find(space[-1]) if space else 1
+            change.mode, change.guard = "row", (cols if not isinstance(cols, int) else None)
         if chosen is None:
             grp = self.new_group("vector", n, space)
             if n.op == "reduce" or n.op in SCANS:
                 grp.mode = "split" if n.attrs.get("split") else "loop"
+            if n.op in ROW_OPS:
+                grp.mode, grp.guard = "row", change.guard
             self._recompute(grp, n, split_from)
             return
         chosen.space = change.space_of(chosen)

@@ -21,7 +21,7 @@ from .ops_core import (_axes, _dim_arg, _drop_axes, _graph, _node, _shape, _valu
 from .ops_index import gather
 
 __all__ = ["full", "zeros", "ones", "full_like", "zeros_like", "ones_like", "arange", "tril", "triu",
-           "masked_fill", "argmax", "argmin", "cumsum", "nll_loss", "cross_entropy", "logical_and", "logical_or",
+           "masked_fill", "argmax", "argmin", "cumsum", "sort_values", "nll_loss", "cross_entropy", "logical_and", "logical_or",
            "logical_not", "floor_divide", "remainder"]
 
 
@@ -194,6 +194,25 @@ def cumsum(x, axis=-1, dtype=None):
     if r > 4:
         raise GraphError(f"cumsum supports tensors of rank <= 4, got rank {r}")
     return _node(g, "cumsum", [x], _shape(x), d)
+
+
+def sort_values(x, axis=-1, descending=False):
+    """``x`` sorted along ``axis`` (values only; NaN sorts as the largest, as torch and numpy): one ``VSORT`` per
+    row on the vector unit, a whole row in one tile (a row longer than UB holds is refused when the call binds
+    its sizes). Another axis is moved last through views."""
+    g = _graph(x)
+    x = _value(g, x)
+    r = len(_shape(x))
+    if r == 0:
+        return x
+    (a,) = _axes(x, axis)
+    if a != r - 1:
+        perm = tuple(i for i in range(r) if i != a) + (a,)
+        inv = tuple(perm.index(i) for i in range(r))
+        return permute(sort_values(permute(x, perm), -1, descending), inv)
+    if r > 4:
+        raise GraphError(f"sort supports tensors of rank <= 4, got rank {r}")
+    return _node(g, "sort", [x], _shape(x), x.dtype, descending=bool(descending))
 
 
 def nll_loss(logp, target, reduction="mean", ignore_index=-100, weight=None):

@@ -66,6 +66,9 @@ _ew(lambda a, b: ops.where(a, True, ops.ne(b, 0)), aten.logical_or.default)
 _ew(lambda a, b: ops.ne(ops.ne(a, 0), ops.ne(b, 0)), aten.logical_xor.default)
 _ew(lambda a: ops.eq(a, 0), aten.logical_not.default)
 _ew(lambda c, a, b: ops.where(c, a, b), aten.where.self)
+_ew(lambda x: ops.ne(x, x), aten.isnan.default)
+_ew(lambda x: ops.eq(ops.abs(x), float("inf")), aten.isinf.default)
+_ew(lambda a, b: ops.sub(a, ops.mul(ops.trunc(ops.div(a, b)), b)), aten.fmod.Scalar, aten.fmod.Tensor)
 
 
 @lowers(aten.bitwise_not.default)
@@ -73,6 +76,20 @@ def _bitwise_not(r, node, x):
     if node.meta["val"].dtype is not torch.bool:
         raise Unsupported("bitwise_not of integers")
     return elementwise(lambda a: ops.eq(a, 0))(r, node, x)
+
+
+@lowers(aten.elu.default)
+def _elu(r, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    a, sc, si = number(alpha), number(scale), number(input_scale)
+    return elementwise(lambda v: ops.mul(ops.where(ops.gt(v, 0), v, ops.mul(ops.expm1(ops.mul(v, si)), a)), sc)
+                       if sc != 1 else ops.where(ops.gt(v, 0), v, ops.mul(ops.expm1(ops.mul(v, si)), a)))(r, node, x)
+
+
+@lowers(aten.bitwise_xor.Tensor)
+def _bitwise_xor(r, node, a, b):
+    if node.meta["val"].dtype is not torch.bool:
+        raise Unsupported("bitwise xor of integers")
+    return elementwise(lambda x, y: ops.ne(ops.ne(x, 0), ops.ne(y, 0)))(r, node, a, b)
 
 
 @lowers(aten.bitwise_and.Tensor, aten.bitwise_or.Tensor)
@@ -171,6 +188,7 @@ def _clamp(r, node, x, min=None, max=None):
 
 
 lowers(aten.clamp_min.default)(lambda r, node, x, m: _clamp(r, node, x, min=m))
+lowers(aten.hardtanh.default)(lambda r, node, x, lo=-1.0, hi=1.0: _clamp(r, node, x, min=lo, max=hi))
 lowers(aten.clamp_max.default)(lambda r, node, x, m: _clamp(r, node, x, max=m))
 
 
@@ -220,7 +238,22 @@ def _full_like(r, node, x, value, **kw):
 
 @lowers(aten.scalar_tensor.default)
 def _scalar_tensor(r, node, value, **kw):
+    if isinstance(value, torch.fx.Node):  # a graph input (F.interpolate's scale_factor=2.0, a SymFloat)
+        return result(r, node, ops.cast(r.operand(value).v, dvm_dtype(node.meta["val"].dtype)))
     return _const_full(r, node, number(value))
+
+
+@lowers(aten.copy.default)
+def _copy(r, node, dst, src, non_blocking=False):
+    """The functional form of ``dst.copy_(src)`` (a slice assignment, functionalised): ``src`` in ``dst``'s dtype,
+    broadcast to its shape."""
+    shape = [r.dim(e) for e in meta_shape(node)]
+    v = ops.cast(plain(r, r.operand(src)), dvm_dtype(node.meta["val"].dtype))
+    if [r.g.syms.find(d) for d in v.shape] != [r.g.syms.find(d) for d in shape]:
+        v = ops.broadcast_to(v, tuple(shape))
+    else:
+        v = ops.add(v, 0) if v.node.op in ("input", "reshape", "permute", "slice") else v  # a value of its own
+    return result(r, node, v)
 
 
 @lowers(aten.zeros.default, aten.zeros_like.default)
@@ -341,9 +374,17 @@ def _slice(r, node, x, dim=0, start=None, end=None, step=1):
     lv = r.operand(x)
     dim = dim % lv.rank
     size = _shape_of(lv, r)[dim]
+    want = meta_shape(node)[dim]
+    if step == 1 and not isinstance(size, int) and _eq(want, size):
+        # torch clamped the bounds to the whole dim (a sliding window's x[s - 4096:] of a short x): no bound is
+        # made a size (a derived size is evaluated at every call, and this one would be negative)
+        return result(r, node, lv.v, lv.groups)
     b0, b1 = _bound(r, start, size), _bound(r, end, size)
     if b0 in (None, 0) and step == 1 and (b1 is None or (isinstance(size, int) and b1 == size)):
         return result(r, node, lv.v, lv.groups)
+    if not isinstance(size, int) and isinstance(b0, int) and b0 < 0 and step == 1 and b1 is None and \
+            not _eq(want, -b0):
+        raise Unsupported(f"a slice from {b0} of a symbolic dim torch sizes {want} (a clamped bound)")
     v = plain(r, lv)
     return result(r, node, ops.slice(v, dim, b0, b1, number(step)))
 
@@ -372,7 +413,13 @@ def _split(r, node, x, sizes, dim=0):
 
 @lowers(aten.cat.default)
 def _cat(r, node, tensors, dim=0):
-    vals = [plain(r, r.operand(t)) for t in tensors]
+    rank = len(meta_shape(node))
+    # torch skips legacy empty 1-D operands (a KV cache that starts as torch.tensor([])) and adds nothing for an
+    # operand of size 0 along the dim
+    kept = [t for t in tensors if not (isinstance(t, torch.fx.Node) and
+                                       (meta_shape(t) == [0] and rank != 1 or
+                                        meta_shape(t)[dim % rank] == 0))]
+    vals = [plain(r, r.operand(t)) for t in (kept or tensors[:1])]
     return result(r, node, ops.cat(vals, dim % len(meta_shape(node))))
 
 
@@ -401,38 +448,22 @@ def _gather(r, node, x, dim, index, sparse_grad=False):
     return result(r, node, ops.gather(plain(r, lv), d, plain(r, li)))
 
 
-@lowers(aten.index.Tensor)
-def _index(r, node, x, indices):
-    lv = r.operand(x)
-    tens = [i for i in indices if i is not None]
-    if len(tens) == lv.rank > 1 and len(indices) == lv.rank:
-        return _index_all(r, node, lv, indices)
-    if len(tens) != 1:
-        raise Unsupported("advanced indexing with several index tensors that do not index every dim")
-    key = tuple(slice(None) if i is None else plain(r, r.operand(i)) for i in indices)
-    return result(r, node, ops.getitem(plain(r, lv), key))
-
-
-def _index_all(r, node, lv, indices):
-    """``x[i0, i1, ...]`` with an index tensor per dim: the row-major position ``(i0 * n1 + i1) * n2 + ...``
-    (broadcast over the indices, negative indices from the end, as torch) read from the flattened ``x``."""
-    v = plain(r, lv)
-    sizes = list(v.shape)
-    lin = None
-    for k, i in enumerate(indices):
-        iv = plain(r, r.operand(i))
-        if iv.dtype.is_float or iv.dtype.is_bool:
-            raise Unsupported("indexing with a float or bool index tensor")
-        iv = ops.where(ops.lt(iv, 0), ops.add(iv, sizes[k]), iv)
-        lin = iv if lin is None else ops.add(ops.mul(lin, sizes[k]), iv)
-    lin = ops.cast(lin, dt.int32)  # a size used as a number is float32: exact below 2^24 elements
-    return result(r, node, ops.index_select(ops.reshape(v, (-1,)), 0, lin))
-
-
 @lowers(aten.cumsum.default)
 def _cumsum(r, node, x, dim, dtype=None):
     lv = r.operand(x)
-    return result(r, node, ops.cumsum(plain(r, lv), dim % max(1, lv.rank)))
+    v = plain(r, lv)
+    d = dim % max(1, lv.rank)
+    if v.ndim <= 4:
+        return result(r, node, ops.cumsum(v, d))
+    # rank > 4: the dims before and after the scanned one merged (an exact reshape), scanned, viewed back
+    before, after = 1, 1
+    for k in range(v.ndim):
+        if k < d:
+            before = dims.arith(r.g.syms, "*", before, v.shape[k])
+        elif k > d:
+            after = dims.arith(r.g.syms, "*", after, v.shape[k])
+    c = ops.cumsum(ops.reshape(v, (before, v.shape[d], after)), 1)
+    return result(r, node, ops.reshape(c, tuple(v.shape)))
 
 
 @lowers(aten.argmax.default, aten.argmin.default)
@@ -467,6 +498,26 @@ def _mean_all(r, node, x, dtype=None):
     return reduction(r, node, x, None, False, lambda v, ax: ops.mean(v, ax, keepdims=True))
 
 
+@lowers(aten.max.default, aten.min.default)
+def _max_all(r, node, x):
+    f = ops.max if node.target is aten.max.default else ops.min
+    return reduction(r, node, x, None, False, lambda v, ax: f(v, ax, keepdims=True))
+
+
+@lowers(aten.linalg_vector_norm.default)
+def _vector_norm(r, node, x, ord=2, dim=None, keepdim=False, dtype=None):
+    p = number(ord)
+    if p == 2:
+        fn = lambda v, ax: ops.sqrt(ops.sum(ops.mul(v, v), ax, keepdims=True))  # noqa: E731
+    elif p == 1:
+        fn = lambda v, ax: ops.sum(ops.abs(v), ax, keepdims=True)  # noqa: E731
+    elif p == float("inf"):
+        fn = lambda v, ax: ops.max(ops.abs(v), ax, keepdims=True)  # noqa: E731
+    else:
+        raise Unsupported(f"a vector norm of order {p}")
+    return reduction(r, node, x, dim, keepdim, fn)
+
+
 @lowers(aten.amax.default)
 def _amax(r, node, x, dims=(), keepdim=False):
     return reduction(r, node, x, dims, keepdim, lambda v, ax: ops.max(v, ax, keepdims=True))
@@ -483,10 +534,16 @@ def _var(r, node, x, dims=None, correction=None, keepdim=False):
     return reduction(r, node, x, dims, keepdim, lambda v, ax: ops.var(v, ax, keepdims=True, correction=c))
 
 
-@lowers(aten.any.dim, aten.any.dims)
+@lowers(aten.any.dim, aten.any.dims, aten.any.default)
 def _any(r, node, x, dims=None, keepdim=False):
     return reduction(r, node, x, dims, keepdim,
                      lambda v, ax: ops.ne(ops.max(ops.cast(ops.ne(v, 0), dt.float32), ax, keepdims=True), 0))
+
+
+@lowers(aten.all.dim, aten.all.dims, aten.all.default)
+def _all(r, node, x, dims=None, keepdim=False):
+    return reduction(r, node, x, dims, keepdim,
+                     lambda v, ax: ops.ne(ops.min(ops.cast(ops.ne(v, 0), dt.float32), ax, keepdims=True), 0))
 
 
 # ---- composites -----------------------------------------------------------------------------------------------
@@ -494,9 +551,10 @@ def _any(r, node, x, dims=None, keepdim=False):
 @lowers(aten._softmax.default, aten._log_softmax.default)
 def _softmax(r, node, x, dim, half_to_float=False):
     lv = r.operand(x)
-    ax = unfolded_axis(lv, dim)
     fn = ops.softmax if node.target is aten._softmax.default else ops.log_softmax
-    return result(r, node, fn(lv.v, ax), lv.groups)
+    if len(lv.groups[dim % lv.rank]) != 1:  # along a folded (or unit) dim: on torch's exact shape
+        return result(r, node, fn(plain(r, lv), dim % lv.rank))
+    return result(r, node, fn(lv.v, unfolded_axis(lv, dim)), lv.groups)
 
 
 @lowers(aten.native_layer_norm.default)
@@ -504,6 +562,8 @@ def _layer_norm(r, node, x, normalized_shape, weight, bias, eps):
     if len(normalized_shape) != 1:
         raise Unsupported("layer norm over more than the last dimension")
     lv = r.operand(x)
+    if len(lv.groups[-1]) != 1:
+        lv = LVal(plain(r, lv))  # normalised over a folded (or unit) last dim: on torch's exact shape
     ax = unfolded_axis(lv, -1)
     if ax != lv.v.ndim - 1:
         raise Unsupported("layer norm over a dimension that is not the base's last")
@@ -581,11 +641,12 @@ def _mm(r, node, a, b):
     la, lb = r.operand(a), r.operand(b)
     if len(la.groups[-1]) == 2 and all(len(g) == 1 for g in lb.groups):
         return _mm_folded_k(r, la, lb)
-    if len(la.groups[-1]) != 1 or any(len(g) != 1 for g in lb.groups):
-        raise Unsupported("a matmul whose inner or right-hand dims are folded")
-    if la.v.ndim > 4:
-        raise Unsupported("a matmul with more than two batch dims")
-    v = ops.matmul(la.v, lb.v)
+    if len(la.groups[-1]) > 1 or la.v.ndim > 4:
+        la = LVal(plain(r, la))  # torch's exact (M, K), the fold a derived dim
+    elif any(len(g) == 0 for g in la.groups):
+        # a unit M or K (a batch-1 decode step's (1, 1, K) activation viewed as (1, K)): kept as a dim of 1
+        la = rebase(r, la, [p or [1] for p in parts_of(r, la)], keep_units=True)
+    v = ops.matmul(la.v, plain(r, lb))
     k = la.v.ndim - 1
     return v, (tuple(range(k)), (k,))
 
@@ -612,7 +673,8 @@ def _addmm(r, node, bias, a, b, beta=1, alpha=1):
 def _bmm(r, node, a, b):
     la, lb = r.operand(a), r.operand(b)
     if any(len(g) != 1 for g in la.groups[1:] + lb.groups[1:]):
-        raise Unsupported("a bmm whose matrix dims are folded")
+        # matrix dims torch folded (an einsum's (b, l * h, d)) or unit dims: torch's exact shapes
+        return result(r, node, ops.matmul(plain(r, la), plain(r, lb)))
     pa, pb = parts_of(r, la)[0], parts_of(r, lb)[0]
     if len(pa) != len(pb) and _eq(_prod(pa), _prod(pb)):  # one folds batch * heads, the other names the product
         try:

@@ -6,6 +6,9 @@ Scatters are written as comparisons, not as stores to computed positions: along 
 ``j`` of the result takes the sources whose index is ``j`` (``index[..., k] == j``, a tile of k x n per row),
 summed for ``scatter_add`` and an accumulating ``index_put`` (a one-hot matmul), or the last one for ``scatter``
 (torch's CPU order). No two programs write one element, so the result does not depend on the schedule.
+
+Also here: ``index.Tensor`` with index tensors on any dims (one gather over the indexed dims merged), ``copy``
+(a functionalised slice assignment) and ``repeat``.
 """
 
 from __future__ import annotations
@@ -109,14 +112,41 @@ def _index_put(r, node, base, indices, values, accumulate=False):
     values``; a 2-d index, as an embedding's backward has, on dim 0 of a matrix); otherwise the last value whose
     index is ``v`` (a 1-d index)."""
     tens = [k for k, t in enumerate(indices) if t is not None]
-    if len(tens) != 1:
-        raise Unsupported("index_put with other than one index tensor")
-    d = tens[0]
+    if not tens:
+        raise Unsupported("index_put without an index tensor")
     b = plain(r, r.operand(base))
-    idx = plain(r, r.operand(indices[d]))
-    if idx.dtype.is_bool or idx.dtype.is_float:
-        raise Unsupported("index_put with a bool or float index")
     vals = ops.cast(plain(r, r.operand(values)), b.dtype)
+    shape = tuple(b.shape)
+    if len(tens) > 1:
+        # several index tensors (the backward of interpolation's x[:, :, ih, iw]) on adjacent dims: those dims
+        # merged into one, indexed at the row-major position, the index and the values' index dims flattened
+        if tens != list(range(tens[0], tens[0] + len(tens))):
+            raise Unsupported("index_put with index tensors on dims that are not adjacent")
+        d = tens[0]
+        ivs = [plain(r, r.operand(indices[k])) for k in tens]
+        if any(i.dtype.is_bool or i.dtype.is_float for i in ivs):
+            raise Unsupported("index_put with a bool or float index")
+        lin, merged = None, 1
+        for k, iv in zip(tens, ivs):
+            n = b.shape[k]
+            iv = ops.cast(iv, dt.int32)
+            iv = ops.where(ops.lt(iv, 0), ops.add(iv, _size(r, n)), iv)
+            lin = iv if lin is None else ops.add(ops.mul(lin, _size(r, n)), iv)
+            merged = dims.arith(r.g.syms, "*", merged, n)
+        bshape = lin.shape
+        nb = len(bshape)
+        count = 1
+        for x in bshape:
+            count = dims.arith(r.g.syms, "*", count, x)
+        lin = ops.broadcast_to(lin, tuple(vals.shape[d:d + nb])) if nb else lin
+        idx = ops.reshape(lin, (count,))
+        vals = ops.reshape(vals, tuple(vals.shape[:d]) + (count,) + tuple(vals.shape[d + nb:]))
+        b = ops.reshape(b, tuple(b.shape[:d]) + (merged,) + tuple(b.shape[d + len(tens):]))
+    else:
+        d = tens[0]
+        idx = plain(r, r.operand(indices[d]))
+        if idx.dtype.is_bool or idx.dtype.is_float:
+            raise Unsupported("index_put with a bool or float index")
     if vals.ndim != b.ndim - 1 + idx.ndim or b.ndim > 3 or idx.ndim > 2 or (idx.ndim == 2 and (d or b.ndim != 2)):
         raise Unsupported("index_put other than by a 1-d index (or a 2-d one into the rows of a matrix)")
     rows = b.shape[d]
@@ -147,6 +177,8 @@ def _index_put(r, node, base, indices, values, accumulate=False):
         out = ops.where(ops.reshape(hit, (rows,) + (1,) * (b.ndim - 1)), picked, b)
     if d:
         out = ops.permute(out, tuple(perm.index(k) for k in range(b.ndim)))
+    if tuple(out.shape) != shape:
+        out = ops.reshape(out, shape)
     return result(r, node, out)
 
 
@@ -249,11 +281,22 @@ def _scale_of(r, q, scale):
     return ops.rsqrt(r.g.node("dim", [], (), dt.float32, {"sym": e}))
 
 
+def _kv_heads(r, qv, kv):
+    """Grouped-query attention (``enable_gqa``): each key/value head serves ``Hq / Hkv`` query heads in turn, a
+    gather of head ``i // (Hq / Hkv)`` along the head dim."""
+    hq, hk = qv.shape[-3] if qv.ndim >= 3 else 1, kv.shape[-3] if kv.ndim >= 3 else 1
+    if r.g.syms.equal(hq, hk) is True or not (isinstance(hq, int) and isinstance(hk, int)) or hq % hk:
+        return kv
+    i = _iota(r, hq)
+    return ops.index_select(kv, kv.ndim - 3, ops.floor_divide(i, hq // hk))
+
+
 @lowers(aten._scaled_dot_product_flash_attention_for_cpu.default)
 def _flash_fwd(r, node, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
     if dropout_p:
         raise Unsupported("attention with dropout")
     qv, kv, vv = (ops.cast(plain(r, r.operand(t)), dt.float32) for t in (q, k, v))
+    kv, vv = _kv_heads(r, qv, kv), _kv_heads(r, qv, vv)
     s = _scores(r, qv, kv, is_causal, attn_mask, _scale_of(r, qv, scale))
     m = ops.max(s, -1, keepdims=True)
     lse = ops.add(m, ops.log(ops.sum(ops.exp(ops.sub(s, m)), -1, keepdims=True)))
@@ -280,3 +323,65 @@ def _flash_bwd(r, node, grad_out, q, k, v, out, logsumexp, dropout_p=0.0, is_cau
     dk = ops.mul(ops.matmul(ops.transpose(ds, -2, -1), qv), sc)
     metas = node.meta["val"]
     return tuple(result(r, _Meta(m), g) for m, g in zip(metas, (dq, dk, dv)))
+
+
+# ---- indexing by several tensors, repeat ---------------------------------------------------------------------
+
+def _size(r, n):
+    """A size as an int32 value: the number, or the symbol's size at run time (exact below 2^24)."""
+    n = r.g.syms.find(n)
+    return n if isinstance(n, int) else ops.cast(r.g.node("dim", [], (), dt.float32, {"sym": n}), dt.int32)
+
+
+@lowers(aten.index.Tensor)
+def _index(r, node, x, indices):
+    """``x[..., i0, i1, ...]`` with integer index tensors on any dims (``None`` where a dim is sliced whole), as
+    torch: the index tensors broadcast together to ``B``; adjacent indexed dims are replaced by ``B`` in place,
+    others put ``B`` first. The indexed dims are merged into one (a view) and read at the row-major position
+    ``(i0 * n1 + i1) * n2 + ...`` (negative indices from the end): one gather."""
+    v = plain(r, r.operand(x))
+    indices = list(indices) + [None] * (v.ndim - len(indices))
+    pos = [k for k, i in enumerate(indices) if i is not None]
+    if not pos:
+        return result(r, node, v)
+    idx = []
+    for k in pos:
+        iv = plain(r, r.operand(indices[k]))
+        if iv.dtype.is_float or iv.dtype.is_bool:
+            raise Unsupported("indexing with a float or bool index tensor (a mask's positions depend on the data)")
+        idx.append(iv)
+    if pos != list(range(pos[0], pos[0] + len(pos))):  # not adjacent: torch puts the index dims first
+        v = ops.permute(v, tuple(pos) + tuple(k for k in range(v.ndim) if k not in pos))
+        pos = list(range(len(pos)))
+    sizes = [v.shape[k] for k in pos]
+    lin = None
+    for iv, n in zip(idx, sizes):
+        iv = ops.cast(iv, dt.int32)
+        iv = ops.where(ops.lt(iv, 0), ops.add(iv, _size(r, n)), iv)
+        lin = iv if lin is None else ops.add(ops.mul(lin, _size(r, n)), iv)
+    p0 = pos[0]
+    if len(pos) > 1:
+        merged = sizes[0]
+        for n in sizes[1:]:
+            merged = dims.arith(r.g.syms, "*", merged, n)
+        v = ops.reshape(v, tuple(v.shape[:p0]) + (merged,) + tuple(v.shape[p0 + len(pos):]))
+    return result(r, node, ops.index_select(v, p0, lin))
+
+
+@lowers(aten.repeat.default)
+def _repeat(r, node, x, repeats):
+    """``x.repeat(*repeats)``: leading dims of 1 added, then along each repeated dim a gather of ``i % n``."""
+    v = plain(r, r.operand(x))
+    repeats = [number(k) for k in repeats]
+    if len(repeats) < v.ndim:
+        raise Unsupported("repeat with fewer repeats than dims")
+    if len(repeats) > v.ndim:
+        v = ops.reshape(v, (1,) * (len(repeats) - v.ndim) + tuple(v.shape))
+    for d, k in enumerate(repeats):
+        if k == 1:
+            continue
+        n = v.shape[d]
+        total = dims.arith(r.g.syms, "*", n, k)
+        i = r.g.node("iota", [], (total,), dt.int32, {"axis": 0})
+        v = ops.index_select(v, d, ops.remainder(i, _size(r, n)))
+    return result(r, node, v)

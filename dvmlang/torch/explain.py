@@ -31,6 +31,18 @@ class Explanation:
     launches_per_call: int = 0
     fallback_ops: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
+    runtime_reasons: dict = field(default_factory=dict)  # region -> why a call ran it eagerly
+
+    @property
+    def fallback_reasons(self) -> dict:
+        """Every op that ran in torch eager, with its reason (the first graph's that gave one)."""
+        out: dict = {}
+        for g in self.graphs:
+            for k, v in g.fallbacks.items():
+                out.setdefault(k, v)
+        for k in self.fallback_ops:
+            out.setdefault(k, "ran eagerly at run time: " + "; ".join(self.runtime_reasons.values()))
+        return out
 
     @property
     def regions(self) -> int:
@@ -54,6 +66,11 @@ class Explanation:
                     out.append(f"  custom op {', '.join(names)}: its launcher's dvmlang kernels (one launch each)")
             if g.fallbacks:
                 out.append("  fallbacks: " + "; ".join(f"{k}: {v}" for k, v in g.fallbacks.items()))
+        for region, why in self.runtime_reasons.items():
+            out.append(f"runtime fallback {region}: {why}")
+        if self.stats:
+            out.append(f"simulated {self.stats.get('simulated_us', 0.0):.1f} us on the NPU; fallbacks "
+                       f"{self.stats.get('eager_fallback_us', 0.0):.0f} us in torch eager on the host (not simulated)")
         return out
 
     def __str__(self) -> str:
@@ -94,7 +111,9 @@ def explain(model, *inputs, dynamic=None, grad: bool = False, **kwargs) -> Expla
     rep = Explanation(launches_per_call=after["launches"] - snap["launches"],
                       fallback_ops={k: v - snap["fallback_ops"].get(k, 0) for k, v in after["fallback_ops"].items()
                                     if v - snap["fallback_ops"].get(k, 0)})
-    rep.stats = {k: after[k] - snap[k] for k in ("builds", "encodes", "launches", "cycles", "simulated_us")}
+    rep.stats = {k: after[k] - snap[k] for k in ("builds", "encodes", "launches", "cycles", "simulated_us",
+                                                 "eager_fallback_us")}
+    rep.runtime_reasons = {k: v for k, v in after["runtime_reasons"].items() if snap["runtime_reasons"].get(k) != v}
     for cg in be.COMPILED[start:]:
         steps = []
         for s in cg.steps:

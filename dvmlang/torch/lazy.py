@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 import numpy as np
 import torch
@@ -35,13 +36,17 @@ from ..fuser.lazy import LazyTensor, lazy as dvm_lazy, tensor as dvm_tensor
 import sys
 
 from .stats import STATS  # noqa: F401 (the module itself: the package's `stats` is the function)
-from .table import CUSTOM_OPS, LOWERINGS
+from .table import CUSTOM_OPS, lowering
 from .lower import LVal, Region, Unsupported, dvm_dtype
 from .partition import _layout, to_numpy
 
 st = sys.modules[__package__ + ".stats"]
 
 aten = torch.ops.aten
+
+# ops with no tensor operand that are lowered lazily (a pending constant or index tile, fused where it is used)
+FACTORIES = {aten.arange.default, aten.arange.start, aten.arange.start_step, aten.full.default, aten.zeros.default,
+             aten.ones.default, aten.scalar_tensor.default, aten.empty.memory_format, aten.empty_permuted.default}
 
 # ops that observe a value on the host: a flush, never counted as a fallback
 OBSERVE = {aten._local_scalar_dense.default, aten.is_nonzero.default, aten.equal.default}
@@ -68,7 +73,8 @@ class LazyTorchTensor(torch.Tensor):
         r = torch.Tensor._make_wrapper_subclass(cls, meta.shape, strides=meta.stride(), dtype=meta.dtype,
                                                 device="cpu", requires_grad=False)
         r._lt, r._meta, r._copy, r._real = lt, meta, copy, None
-        r._vbase = None  # for a view: (the base LazyTorchTensor, the view op, its args and kwargs)
+        r._vbase = None  # for a view: (the base LazyTorchTensor, the view op, its args and kwargs, the result's
+        # index for an op with several results (split) or None)
         return r
 
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -83,10 +89,11 @@ class LazyTorchTensor(torch.Tensor):
         """The torch tensor of this value (flushes the pending graph it needs, once)."""
         if self._real is None and self._vbase is not None:
             # a view is always taken in torch from its base's tensor: aliasing and strides are eager's
-            base, func, args, kwargs = self._vbase
+            base, func, args, kwargs, index = self._vbase
             b = base.materialise(detail)
             with _disable_current_modes():
-                self._real = func(*tree_map(lambda x: b if x is base else x, args), **kwargs)
+                real_ = func(*tree_map(lambda x: b if x is base else x, args), **kwargs)
+            self._real = real_ if index is None else real_[index]
             self._lt = None
         if self._real is None:
             arr = self._lt._observe("observe", detail)
@@ -297,19 +304,26 @@ class _LazyMode(TorchDispatchMode):
         schema = func._schema
         mutable = schema.is_mutable
         is_view = getattr(func, "is_view", False)
-        fn = LOWERINGS.get(func)
+        fn = lowering(func)
         base = args[0] if args and isinstance(args[0], LazyTorchTensor) else None
         if is_view and (base is None or _settled(base)):
             fn = None  # a view of a torch tensor: taken in torch, it reads nothing
-        if fn is not None and tens and not mutable:
+        device = kwargs.get("device")
+        if device is not None and torch.device(device).type != "cpu":
+            fn = None  # a factory for another device: torch makes it
+        if fn is not None and not mutable and (tens or func in FACTORIES):
             try:
                 with _disable_current_modes():
                     metas = func(*tree_map(_meta, args), **tree_map(_meta, kwargs))
                 out = _lower(func, fn, args, kwargs, metas)
                 if is_view:  # modelled exactly: materialised as this view of the base's tensor
-                    if not isinstance(out, LazyTorchTensor):
-                        raise Unsupported("a view with several results")
-                    out._vbase, out._copy = (base, func, args, kwargs), False
+                    if isinstance(out, LazyTorchTensor):
+                        out._vbase, out._copy = (base, func, args, kwargs, None), False
+                    elif isinstance(out, (tuple, list)) and all(isinstance(o, LazyTorchTensor) for o in out):
+                        for k, o in enumerate(out):  # split, unbind: each result a view of the base
+                            o._vbase, o._copy = (base, func, args, kwargs, k), False
+                    else:
+                        raise Unsupported("a view whose results are not tensors")
                 return out
             except (Unsupported, DvmError, NotImplementedError, RuntimeError) as e:
                 reason = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -330,7 +344,10 @@ class _LazyMode(TorchDispatchMode):
         _CURRENT_OP.name = f"an argument of {op_name(func)} (a dvmlang kernel)" if func in CUSTOM_OPS else \
             f"{op_name(func)} runs in torch"
         rargs, rkwargs = tree_map(real, (args, kwargs))
+        t0 = time.perf_counter()
         out = func(*rargs, **rkwargs)
+        if func not in OBSERVE and func not in CUSTOM_OPS:
+            st.STATS.eager_s += time.perf_counter() - t0
         # an op returning one of its (materialised) arguments returns that argument (x.add_(1) is x)
         back = {id(t._real): t for t in lazies if t._real is not None}
         return tree_map(lambda o: back.get(id(o), o) if isinstance(o, torch.Tensor) else o, out)

@@ -25,6 +25,8 @@ aten = torch.ops.aten
 prims = torch.ops.prims
 
 MAX_RANK = 4  # the fuser's vector groups iterate over at most 4 dims (docs/fusion.md, Limits)
+VIEW_RANK = 6  # views (reshape, permute, slice) compute nothing: a kernel reads through a chain of them by strides
+VIEW_OPS = ("reshape", "permute", "slice", "input")
 
 
 class Unsupported(Exception):
@@ -48,22 +50,46 @@ def expr_of(s):
     raise Unsupported(f"size {s!r} is not an int or SymInt")
 
 
+def _atomized(*es):
+    """``es`` (sympy size expressions or ints) as polynomials: every part that is not (a floor division, a
+    remainder) replaced by a symbol of its own, the same part by the same symbol, and the map back."""
+    subs: dict = {}
+
+    def walk(e):
+        if e.is_Number or e.is_Symbol:
+            return e
+        if isinstance(e, (sympy.Add, sympy.Mul)):
+            return e.func(*[walk(a) for a in e.args])
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+            return sympy.Pow(walk(e.base), e.exp)
+        if e not in subs:
+            subs[e] = sympy.Dummy(f"atom{len(subs)}", integer=True, positive=True)
+        return subs[e]
+    out = [e if isinstance(e, int) else walk(sympy.sympify(e)) for e in es]
+    return out, {v: k for k, v in subs.items()}
+
+
 def _eq(a, b) -> bool:
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+    (x, y), _ = _atomized(a, b)
+    return sympy.expand(sympy.sympify(x) - sympy.sympify(y)) == 0
 
 
 def _div(a, b):
-    """a / b when b divides a (as numbers or polynomials), else None."""
+    """a / b when b divides a (as numbers or polynomials, floor divisions as atoms: ``(s//8)**2 / (s//8)``),
+    else None."""
     if isinstance(a, int) and isinstance(b, int):
         return a // b if b and a % b == 0 else None
-    q = sympy.cancel(sympy.sympify(a) / sympy.sympify(b))
+    (x, y), back = _atomized(a, b)
+    q = sympy.cancel(sympy.sympify(x) / sympy.sympify(y))
     num, den = sympy.fraction(q)
     if den != 1 or not q.is_polynomial():
         return None
     q = sympy.expand(q)
-    return int(q) if q.is_number else q
+    if q.is_number:
+        return int(q)
+    return q.xreplace(back) if back else q
 
 
 def _prod(xs):
@@ -118,20 +144,42 @@ class Region:
         self.position = None  # index of the region's step in the plan
         self.env_input: dict = {}  # fuser input node id -> its LVal
         self.made_at: dict = {}  # fx node -> index of the step computing it (shared with the partitioner)
+        self.aliases: list = []  # (expr, expr): sizes torch names differently that the region unified
+
+    def same(self, a, b) -> bool:
+        """Whether torch sizes ``a`` and ``b`` are equal: as polynomials, or unified by ``_assume_equal``."""
+        if _eq(a, b):
+            return True
+        return any((_eq(a, x) and _eq(b, y)) or (_eq(a, y) and _eq(b, x)) for x, y in self.aliases)
+
+    def alias_of(self, e):
+        """Another name of size ``e`` the region unified with it, or None."""
+        for x, y in self.aliases:
+            if _eq(e, x):
+                return y
+            if _eq(e, y):
+                return x
+        return None
 
     # ---- transactions: a failed lowering leaves nothing behind ---------------------------------------------
     def snapshot(self):
         s = self.g.syms
         return (len(self.g.nodes), len(s.syms), dict(s.parent), len(s.deductions), len(self.inputs),
-                dict(self.by_input), dict(self.sym_of), dict(self.expr_of_sym), dict(self.env_input))
+                dict(self.by_input), dict(self.sym_of), dict(self.expr_of_sym), dict(self.env_input),
+                dict(s.derived), len(s.checks), list(self.aliases))
 
     def rollback(self, snap):
-        n, ns, parent, nd, ni, by_input, sym_of, expr_of_sym, env_input = snap
+        """Undo a failed lowering: its nodes, inputs and every symbol it made, including the hash-consed derived
+        sizes (``SymTable.derived``: a later lowering must never find a symbol that no longer exists) and the
+        size checks it recorded."""
+        n, ns, parent, nd, ni, by_input, sym_of, expr_of_sym, env_input, derived, nc, self.aliases = snap
         s = self.g.syms
         del self.g.nodes[n:]
         del s.syms[ns:]
         s.parent = parent
         del s.deductions[nd:]
+        s.derived = derived
+        del s.checks[nc:]
         del self.inputs[ni:]
         self.g.inputs = [x[1] for x in self.inputs]
         self.by_input, self.sym_of, self.expr_of_sym, self.env_input = by_input, sym_of, expr_of_sym, env_input
@@ -179,23 +227,43 @@ class Region:
         return out
 
     def _derived_expr(self, d):
-        """The sympy expression of a dim the fuser derived (``stop - start`` of a slice): its polynomial over the
-        region's symbols."""
+        """The sympy expression of a dim the fuser derived (``stop - start`` of a slice, ``(s0 - 1) // 2``): its
+        polynomial over the region's symbols, a floor division or remainder as torch's ``FloorDiv``/``PythonMod``."""
         table = self.g.syms
         total = 0
         for mono, c in dims.poly(table, d).items():
             term = c
             for a in mono:
-                e = self.expr_of_sym.get(table.find(table.syms[a]).id)
-                if e is None:
-                    raise Unsupported(f"a size the fuser derived ({table.text(d)}) that torch does not name")
-                term = term * e
+                term = term * self._atom_expr(table.find(table.syms[a]), table, d)
             total = total + term
         total = sympy.expand(total)
         if total.is_number:
             return int(total)
         self.expr_of_sym[d.id] = total
         return total
+
+    def _atom_expr(self, atom, table, whole):
+        e = self.expr_of_sym.get(atom.id) if not isinstance(atom, int) else atom
+        if e is not None:
+            return e
+        if atom.expr is not None and atom.expr[0] in ("floordiv", "mod"):
+            from torch.utils._sympy.functions import FloorDiv, PythonMod
+
+            def of(items):
+                t = 0
+                for mono, c in items:
+                    term = c
+                    for a in mono:
+                        term = term * self._atom_expr(table.find(table.syms[a]), table, whole)
+                    t = t + term
+                return sympy.expand(t)
+            a, b = of(atom.expr[1]), of(atom.expr[2])
+            e = (FloorDiv if atom.expr[0] == "floordiv" else PythonMod)(a, b)
+            self.expr_of_sym[atom.id] = e
+            return e
+        if atom.expr is not None:
+            return self._derived_expr(atom)
+        raise Unsupported(f"a size the fuser derived ({table.text(whole)}) that torch does not name")
 
     def dim_expr(self, e):
         """A fuser Dim for a torch size expression that may be arithmetic on symbols (``s0 - 1``, ``2 * s1``,
@@ -207,11 +275,14 @@ class Region:
         if e.is_Integer:
             return int(e)
         ops_ = {sympy.Add: "+", sympy.Mul: "*"}
-        op = ops_.get(type(e)) or {"FloorDiv": "//", "PythonMod": "%", "Mod": "%"}.get(type(e).__name__)
+        op = ops_.get(type(e)) or {"FloorDiv": "//", "CleanDiv": "//", "PythonMod": "%", "Mod": "%"}.get(
+            type(e).__name__)
+        args = e.args
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+            op, args = "*", [e.base] * int(e.exp)  # (s // 8) ** 2: a product
         if op is None:
             raise Unsupported(f"the size {e} is not a polynomial of the region's symbols")
         acc = None
-        args = e.args
         if op == "+":  # positive terms first, negative ones subtracted: no intermediate size is negative
             args = sorted(args, key=_negative_term)
         for a in args:
@@ -248,8 +319,8 @@ class Region:
                 else:
                     sym = self.sym_of.get(str(e)) or self._new_sym(e, f"{node.name}.shape[{i}]")
                     shape.append(sym)
-            if len(shape) > MAX_RANK:
-                raise Unsupported(f"rank {len(shape)} > {MAX_RANK}")
+            if len(shape) > VIEW_RANK:
+                raise Unsupported(f"rank {len(shape)} > {VIEW_RANK}")
             n = self.g.add(Node("input", [], tuple(shape), d, {"name": node.name}, node.name))
             self._add_input(node, n, "tensor")
             lv = LVal(GraphValue(n, self.g))
@@ -298,8 +369,8 @@ def rebase(r: Region, lv: LVal, parts: list, keep_units: bool = False) -> LVal:
     for p in parts:
         groups.append(tuple(range(len(shape), len(shape) + len(p))))
         shape.extend(r.dim(e) for e in p)
-    if len(shape) > MAX_RANK:
-        raise Unsupported(f"a value of rank {len(shape)} (> {MAX_RANK}) after unfolding torch's folded dims")
+    if len(shape) > VIEW_RANK:
+        raise Unsupported(f"a value of rank {len(shape)} (> {VIEW_RANK}) after unfolding torch's folded dims")
     old = [r.g.syms.find(d) for d in lv.v.shape]
     v = lv.v if old == [r.g.syms.find(d) for d in shape] else ops.reshape(lv.v, tuple(shape))
     return LVal(v, groups)
@@ -325,7 +396,7 @@ def merge_parts(r: Region, parts: list) -> list:
 def view(r: Region, lv: LVal, target: list) -> LVal:
     """``lv`` viewed as ``target`` (torch exprs): refine the base so that every target dim is a run of base dims."""
     src = [e for e in sum(parts_of(r, lv), []) if not (isinstance(e, int) and e == 1)]
-    i, parts = 0, []
+    i, parts, renamed = 0, [], set()
     for t in target:
         if isinstance(t, int) and t == 1:
             parts.append([])  # a size-1 torch dim needs no base dim
@@ -347,6 +418,9 @@ def view(r: Region, lv: LVal, target: list) -> LVal:
                 p.append(rem)
                 src[i] = q
                 rem = 1
+            elif (alt := r.alias_of(b)) is not None and (i, str(alt)) not in renamed:
+                renamed.add((i, str(b)))
+                src[i] = alt  # the same size as torch names it elsewhere (unified, checked per call)
             else:
                 raise Unsupported(f"cannot view {src} as {target}")
         parts.append(p)
@@ -386,7 +460,7 @@ def align(r: Region, node, operands: list):
                 new.append([1] * len(decomp[i]))
             elif len(p) == len(decomp[i]) and all(_eq(a, b) for a, b in zip(p, decomp[i])):
                 new.append(p)
-            elif _eq(_prod(p), _prod(decomp[i])):  # the same size folded another way (4 * s0 vs s0, 4)
+            elif r.same(_prod(p), _prod(decomp[i])):  # the same size folded another way (4 * s0 vs s0, 4)
                 new.append(decomp[i])
             else:
                 raise Unsupported(f"operands fold their dims differently ({p} vs {decomp[i]})")
@@ -410,17 +484,48 @@ def result(r: Region, node, v, groups=None) -> LVal:
             lv = LVal(ops.cast(lv.v, want), lv.groups)
         shape = meta_shape(node)
         got = parts_of(r, lv)
-        if len(got) != len(shape) or not all(_eq(_prod(p), s) for p, s in zip(got, shape)):
+        if len(got) != len(shape):
             raise Unsupported(f"internal: lowered shape {got} differs from torch's {shape}")
-    if lv.v.ndim > MAX_RANK:
+        for p, s in zip(got, shape):
+            if not _eq(_prod(p), s):
+                _assume_equal(r, lv, p, s, got, shape)
+    if lv.v.ndim > (VIEW_RANK if lv.v.node.op in VIEW_OPS else MAX_RANK):
         raise Unsupported(f"rank {lv.v.ndim} > {MAX_RANK}")
     return lv
 
 
+def check_ranks(r: Region, first: int) -> None:
+    """The nodes a lowering added from ``first`` on: a computation (anything but a view) reads and makes values of
+    rank <= ``MAX_RANK`` (the fuser's iteration spaces); views of rank up to ``VIEW_RANK`` only pass through."""
+    for n in r.g.nodes[first:]:
+        if n.op in VIEW_OPS:
+            continue
+        for x in (n, *n.inputs):
+            if len(x.shape) > MAX_RANK:
+                raise Unsupported(f"a {n.op} of a value of rank {len(x.shape)} (the fuser computes on ranks <= "
+                                  f"{MAX_RANK}; views of rank up to {VIEW_RANK} pass through)")
+
+
+def _assume_equal(r: Region, lv: LVal, part, want, got, shape) -> None:
+    """Torch names a size with other symbols than the lowering derived (a loss's labels ``(s38 * s97)`` against its
+    logits' ``(s3 * s88)``, equal whenever torch's op is valid): the two are unified in the fuser, a deduction
+    checked at every call (a call where they differ runs eagerly, where torch raises its own error)."""
+    if isinstance(want, int) and all(isinstance(e, int) for e in part):
+        raise Unsupported(f"internal: lowered shape {got} differs from torch's {shape}")
+    free = getattr(sympy.sympify(want), "free_symbols", set())
+    if any(f not in r.sources and str(f) not in r.sym_of for f in free):
+        raise Unsupported(f"internal: lowered shape {got} differs from torch's {shape}")
+    mine = dims.dim_of(r.g.syms, dims.product(r.g.syms, [r.dim(e) for e in part]))
+    r.aliases.append((sympy.expand(sympy.sympify(_prod(part))), sympy.sympify(want)))
+    r.g.syms.unify(r.dim(want), mine, f"torch's size {want} of a value the lowering sized {_prod(part)}")
+
+
 def plain(r: Region, lv: LVal) -> GraphValue:
-    """``lv`` as a fuser value of exactly torch's shape (unit dims in place); unsupported when a dim is folded."""
+    """``lv`` as a fuser value of exactly torch's shape (unit dims in place). A dim torch folded from several
+    becomes one fuser dim, their product (a derived dim where the parts are symbols: a reshape, a view of a stored
+    value)."""
     if any(len(g) > 1 for g in lv.groups):
-        raise Unsupported("an op that needs torch's exact shape, on a dim torch folded from several")
+        return rebase(r, lv, [[_prod(p)] if p else [1] for p in parts_of(r, lv)], keep_units=True).v
     if all(len(g) == 1 for g in lv.groups):
         return lv.v
     return rebase(r, lv, [p or [1] for p in parts_of(r, lv)], keep_units=True).v
@@ -429,8 +534,47 @@ def plain(r: Region, lv: LVal) -> GraphValue:
 def elementwise(fn):
     def lower(r, node, *args, **kwargs):
         vals, groups = align(r, node, [r.operand(a) for a in args])
+        if max((v.ndim for v in vals if isinstance(v, GraphValue)), default=0) > MAX_RANK:
+            return result(r, node, _merged(r, fn, vals, kwargs), groups)
         return result(r, node, fn(*vals, **kwargs), groups)
     return lower
+
+
+def _merged(r: Region, fn, vals, kwargs):
+    """An elementwise op on values of rank > ``MAX_RANK`` as an exact reshape: adjacent dims along which every
+    operand either varies or broadcasts alike are merged (rank <= 4), the op runs on that, and the result is
+    viewed back in the full shape (a state-space scan's rank-5 intermediates)."""
+    rank = max(v.ndim for v in vals if isinstance(v, GraphValue))
+    syms = r.g.syms
+    tens = [ops.reshape(v, (1,) * (rank - v.ndim) + tuple(v.shape)) if isinstance(v, GraphValue) and v.ndim < rank
+            else v for v in vals]
+    full, pattern = [], []
+    for k in range(rank):
+        d = 1
+        for v in tens:
+            if isinstance(v, GraphValue) and not (isinstance(syms.find(v.shape[k]), int) and syms.find(v.shape[k]) == 1):
+                d = v.shape[k]
+        full.append(d)
+        pattern.append(tuple(isinstance(v, GraphValue) and not (isinstance(syms.find(v.shape[k]), int) and
+                                                              syms.find(v.shape[k]) == 1) for v in tens))
+    runs: list = []
+    for k in range(rank):
+        if runs and pattern[runs[-1][0]] == pattern[k]:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    if len(runs) > MAX_RANK:
+        raise Unsupported(f"an elementwise op on rank {rank} whose operands broadcast along alternating dims")
+
+    def size(run, j):
+        n = 1
+        for k in run:
+            n = dims.arith(syms, "*", n, full[k] if pattern[k][j] else 1)
+        return n
+    merged = [ops.reshape(v, tuple(size(run, j) for run in runs)) if isinstance(v, GraphValue) else v
+              for j, v in enumerate(tens)]
+    out = fn(*merged, **kwargs)
+    return ops.reshape(out, tuple(full))
 
 
 def torch_axes(lv: LVal, dims) -> list[int]:
@@ -449,19 +593,42 @@ def reduction(r: Region, node, x, dims, keepdim, fn):
     bax = tuple(a for t in tax for a in lv.groups[t])
     if not bax:  # only size-1 dims: nothing to reduce
         return result(r, node, *_reduced_units(r, lv, tax, keepdim))
-    v = fn(lv.v, bax)  # keepdims=True on the base
+    v = fn(lv.v, bax) if lv.v.ndim <= MAX_RANK else _reduce_merged(r, lv.v, bax, fn)  # keepdims on the base
     if keepdim:
         return result(r, node, v, lv.groups)
     kept = LVal(v, lv.groups)
-    return result(r, node, rebase(r, kept, [p for t, p in enumerate(parts_of(r, kept)) if t not in tax]).v,
-                  _consecutive([p for t, p in enumerate(parts_of(r, kept)) if t not in tax]))
+    out = rebase(r, kept, [p for t, p in enumerate(parts_of(r, kept)) if t not in tax])
+    return result(r, node, out.v, out.groups)  # rebase's groups: it drops the unit dims of the parts
+
+
+def _reduce_merged(r: Region, v, bax, fn):
+    """A reduction of a value of rank > ``MAX_RANK`` (a view: the backward of grouped-query attention's rank-5
+    expand sums over its repeat dim), as an exact reshape: runs of adjacent dims that are all kept or all reduced
+    merged into one, the reduction on that, the keepdims shape restored by a view."""
+    red = set(bax)
+    runs: list = []
+    for a in range(v.ndim):
+        if runs and (a in red) == (runs[-1][0] in red):
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+    if len(runs) > MAX_RANK:
+        raise Unsupported(f"a reduction of a value of rank {v.ndim} whose kept and reduced dims alternate")
+    shape = []
+    for run in runs:
+        n = 1
+        for a in run:
+            n = dims.arith(r.g.syms, "*", n, v.shape[a])
+        shape.append(n)
+    out = fn(ops.reshape(v, tuple(shape)), tuple(i for i, run in enumerate(runs) if run[0] in red))
+    return ops.reshape(out, tuple(1 if a in red else v.shape[a] for a in range(v.ndim)))
 
 
 def _reduced_units(r, lv, tax, keepdim):
     if keepdim:
         return lv.v, lv.groups
-    ps = [p for t, p in enumerate(parts_of(r, lv)) if t not in tax]
-    return rebase(r, lv, ps).v, _consecutive(ps)
+    out = rebase(r, lv, [p for t, p in enumerate(parts_of(r, lv)) if t not in tax])
+    return out.v, out.groups
 
 
 def _consecutive(parts) -> list:
@@ -493,6 +660,12 @@ def const(r, value, d: dt.DType, shape=()):
 
 
 def _const_full(r, node, value):
-    parts = merge_parts(r, [[e] for e in meta_shape(node)])
-    return result(r, node, const(r, value, dvm_dtype(node.meta["val"].dtype), tuple(r.dim(p[0]) for p in parts)))
+    """A constant of torch's shape; its size-1 dims are not base dims (a rank-5 ``zeros`` of a batch-1 backward)."""
+    shape = meta_shape(node)
+    d = dvm_dtype(node.meta["val"].dtype)
+    if not any(_unit(e) for e in shape):
+        return result(r, node, const(r, value, d, tuple(r.dim(e) for e in shape)))
+    big = [e for e in shape if not _unit(e)]
+    c = const(r, value, d, tuple(r.dim(e) for e in big))
+    return result(r, node, c, _consecutive([[] if _unit(e) else [e] for e in shape]))
 

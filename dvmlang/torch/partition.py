@@ -25,13 +25,13 @@ from ..npu import default_device
 from ..trace.record import active_session
 from . import stats as st
 from .rewrite import rewrite
-from .table import CUSTOM_OPS, LOWERINGS
-from .lower import Late, LVal, Region, Unsupported
+from .table import CUSTOM_OPS, LOWERINGS, lowering
+from .lower import Late, LVal, Region, Unsupported, check_ranks
 
 # nodes with no computation of their own: run on the host wherever they are, never counted as fallbacks
 HOST = {operator.getitem, operator.mul, operator.add, operator.sub, operator.floordiv, operator.truediv,
         operator.mod, operator.neg, operator.pow, torch.sym_float, torch.sym_int, torch.sym_max, torch.sym_min,
-        torch.sym_not, torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default,
+        torch.sym_not, torch.sym_sum, torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default,
         torch.ops.aten.sym_storage_offset.default}
 VIEW_ONLY = {"input", "reshape", "permute"}
 
@@ -45,7 +45,8 @@ def op_name(node) -> str:
 
 @dataclass
 class Step:
-    kind: str  # "region" | "eager" | "host" | "eager_views" | "custom" (a dvmlang.torch.custom_op) | "empty"
+    kind: str  # "region" | "eager" | "host" | "eager_views" | "custom" (a dvmlang.torch.custom_op) | "empty" |
+    # "writeback" (an input mutation's copy_ into the caller's buffer)
     nodes: list
     region: Region | None = None
     program: Program | None = None
@@ -83,10 +84,16 @@ class CompiledGraph:
             if node.op == "call_function" and node.target in HOST and not _tuple_getitem(node, current):
                 self._eager(node, made_at, "host")
                 continue
+            if node.op == "call_function" and node.target is torch.ops.aten.copy_.default and \
+                    node.args[0].op == "placeholder":
+                # an input mutation's epilogue (batch norm's running statistics, a KV cache written in place): the
+                # value was computed on the NPU; the write into the caller's buffer is a copy on the host
+                self._eager(node, made_at, "writeback")
+                continue
             if node.op == "call_function" and node.target in CUSTOM_OPS:
                 self._eager(node, made_at, "custom")  # a dvmlang.torch.custom_op: its launcher runs dvmlang kernels
                 continue
-            fn = LOWERINGS.get(node.target) if node.op == "call_function" else None
+            fn = lowering(node.target) if node.op == "call_function" else None
             if fn is None:
                 self._eager(node, made_at, "eager", f"no dvmlang lowering for {op_name(node)}")
                 continue
@@ -99,6 +106,7 @@ class CompiledGraph:
                 snap = current.snapshot()
                 try:
                     val = _lower(current, node, fn)
+                    check_ranks(current, snap[0])
                 except Late:
                     current.rollback(snap)
                     current = None  # it reads an eager result computed after the region starts: a new region
@@ -106,6 +114,11 @@ class CompiledGraph:
                 except (Unsupported, DvmError) as e:
                     current.rollback(snap)
                     self._eager(node, made_at, "eager", str(e).splitlines()[0])
+                    break
+                except Exception as e:  # noqa: BLE001 - a bug in a lowering never fails a compile torch can run
+                    current.rollback(snap)
+                    self._eager(node, made_at, "eager", f"internal error in the lowering ({type(e).__name__}: "
+                                f"{(str(e).splitlines() or [''])[0]}); please report it")
                     break
                 current.env[node] = val
                 current.nodes.append(node)
@@ -195,7 +208,7 @@ class CompiledGraph:
                     st.STATS.runtime_fallbacks += 1
                     st.STATS.runtime_reasons[step.region.name] = str(e).splitlines()[0]
                     self._run_eager(step.nodes, env, count=True)
-            elif step.kind in ("eager", "host", "eager_views", "custom"):
+            elif step.kind in ("eager", "host", "eager_views", "custom", "writeback"):
                 self._run_eager(step.nodes, env, count=step.kind == "eager")
         out = torch.fx.node.map_arg(self.output_node.args[0], lambda n: env[n])
         return out
@@ -212,7 +225,10 @@ class CompiledGraph:
                 continue
             args = torch.fx.node.map_arg(n.args, lambda a: self._host(a, env))
             kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self._host(a, env))
+            t0 = time.perf_counter()
             env[n] = n.target(*args, **kwargs)
+            if count:
+                st.STATS.eager_s += time.perf_counter() - t0
 
     def _host(self, a, env):
         """``a``'s value; a host computation (SymInt arithmetic) a region read symbolically and whose step comes

@@ -16,6 +16,7 @@ class Stats:
     cycles: int = 0
     sim_us: float = 0.0
     host_s: float = 0.0  # host time inside dvmlang programs (binding, encoding, simulation)
+    eager_s: float = 0.0  # host time torch eager took for the fallback ops (their work is not in sim_us)
     runtime_fallbacks: int = 0  # region calls that ran eagerly because dvmlang refused these sizes
     fallback_ops: Counter = field(default_factory=Counter)  # op name -> eager executions
     runtime_reasons: dict = field(default_factory=dict)
@@ -49,7 +50,8 @@ def _kernel_totals() -> dict:
 
 def stats() -> dict:
     """builds, encodes, launches, fallback_ops (op name -> count), cycles and simulated_us since the last reset,
-    plus graphs, plans, calls, host_s, runtime_fallbacks (and their reasons); on a rank of a ``"dvmlang"`` process
+    eager_fallback_us (the host time of the ops that ran in torch eager instead: not in simulated_us), plus
+    graphs, plans, calls, host_s, runtime_fallbacks (and their reasons); on a rank of a ``"dvmlang"`` process
     group, comm_us (simulated time in its collectives) and comm_bytes (bytes it sent)."""
     k = _kernel_totals()
     comm_us, comm_bytes = _comm()
@@ -60,6 +62,9 @@ def stats() -> dict:
         "fallback_ops": dict(STATS.fallback_ops),
         "cycles": STATS.cycles,
         "simulated_us": STATS.sim_us,
+        # the fallbacks' torch eager time on this host, beside the simulated time: a model with fallbacks has a
+        # partial simulated figure (their work is not in it)
+        "eager_fallback_us": STATS.eager_s * 1e6,
         "graphs": STATS.graphs,
         "plans": STATS.plans,
         "calls": STATS.calls,

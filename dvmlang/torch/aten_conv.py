@@ -1,0 +1,503 @@
+"""More of the op table (``aten_ops.LOWERINGS``): convolutions and their backward, pooling and its backward, and
+batch norm in training mode.
+
+A convolution is an explicit im2col on the fuser's ops followed by one matmul on the cube: the input is padded
+(a ``cat`` with constants), each kernel offset is a strided slice of it (a view), the offsets are joined along
+the channels (one ``cat``: the column matrix ``(N, KK * C, L)``, ``L`` the output positions) and the weight
+``(O, KK * C)`` multiplies it. Depthwise convolutions (one input channel per group) are a sum of the offsets'
+slices times their weights on the vector unit; other groupings are one im2col and matmul per group.
+
+The backward products are the same pieces: the weight gradient is ``gO @ cols^T`` summed over the batch (the
+cube); the input gradient is ``W^T @ gO`` (the cube) scattered back to the input positions (``col2im``), written
+as a gather: input position ``h`` takes, for each kernel offset ``k``, the column of output position
+``(h + pad - k * dilation) / stride`` where that divides exactly and lands inside the output. No two programs
+write one element. Max pooling's backward is the same gather, keeping the gradient where the saved index is
+the position.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+
+from .. import dtypes as dt
+from ..fuser import dims, ops
+from .aten_ops import _Meta, lowers
+from .aten_scatter import _size
+from .lower import Unsupported, const, meta_shape, number, plain, result
+
+aten = torch.ops.aten
+
+
+def _ints(v, n: int, what: str) -> list:
+    v = [number(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
+    if len(v) == 1:
+        v = v * n
+    if len(v) != n or not all(isinstance(x, int) for x in v):
+        raise Unsupported(f"{what} {v} for {n} spatial dims")
+    return v
+
+
+def _pad(r, v, axis: int, lo: int, hi: int, value):
+    """``v`` padded along ``axis`` with ``lo``/``hi`` elements of ``value`` (a cat with constants; negative
+    widths cut)."""
+    if lo < 0:
+        v = ops.slice(v, axis, -lo, None)
+    if hi < 0:
+        v = ops.slice(v, axis, 0, dims.arith(r.g.syms, "+", v.shape[axis], hi))
+    parts = []
+    for width, where_ in ((lo, 0), (hi, 1)):
+        if width > 0:
+            shape = tuple(width if k == axis else v.shape[k] for k in range(v.ndim))
+            parts.append((where_, const(r, value, v.dtype, shape)))
+    if not parts:
+        return v
+    pieces = [p for w, p in parts if w == 0] + [v] + [p for w, p in parts if w == 1]
+    return ops.cat(pieces, axis)
+
+
+def _windows(r, x, out_sizes, kernel, stride, padding, dilation, value, extra_hi=None):
+    """The strided slices of ``x`` (N, C, *spatial), padded with ``value``, one per kernel offset (row-major): each
+    (N, C, *out_sizes)."""
+    nd = len(kernel)
+    v = x
+    for i in range(nd):
+        hi = padding[i] + (extra_hi[i] if extra_hi else 0)
+        v = _pad(r, v, 2 + i, padding[i], hi, value)
+    out = []
+    for offs in itertools.product(*[range(k) for k in kernel]):
+        p = v
+        for i, k in enumerate(offs):
+            start = k * dilation[i]
+            span = dims.arith(r.g.syms, "+", dims.arith(r.g.syms, "*", dims.arith(r.g.syms, "-", out_sizes[i], 1),
+                                                        stride[i]), start + 1)
+            p = ops.slice(p, 2 + i, start, span, stride[i])
+        out.append(p)
+    return out
+
+
+CHUNK = 8  # kernel offsets per kernel: each reads its own view or gather (a few scalar registers each)
+
+
+def _sum_terms(terms):
+    """The sum of ``terms`` (equal shapes), at most ``CHUNK`` per kernel: the partial sums are joined by a ``cat``
+    (which reads them from memory, so each chunk is a kernel of its own) and reduced (a 7 x 7 kernel's 49 offsets
+    would need more scalar registers than one kernel has)."""
+    if len(terms) <= CHUNK:
+        acc = terms[0]
+        for t in terms[1:]:
+            acc = ops.add(acc, t)
+        return acc
+    parts = [_sum_terms(terms[i:i + CHUNK]) for i in range(0, len(terms), CHUNK)]
+    shape = tuple(parts[0].shape)
+    g = parts[0].graph
+    n = 1
+    for d in shape:
+        n = dims.arith(g.syms, "*", n, d)
+    flat = [ops.reshape(p, (1, n)) for p in parts]  # views of the stored partial sums
+    return ops.reshape(ops.sum(ops.cat(flat, 0), 0), shape)
+
+
+def _cat_chunks(pieces, axis):
+    """``cat(pieces, axis)`` with at most ``CHUNK`` parts per kernel (a cat of cats)."""
+    if len(pieces) <= CHUNK:
+        return ops.cat(pieces, axis) if len(pieces) > 1 else ops.add(pieces[0], 0.0)
+    return _cat_chunks([_cat_chunks(pieces[i:i + CHUNK], axis) for i in range(0, len(pieces), CHUNK)], axis)
+
+
+def _flat(r, v, lead: int):
+    """``v`` with its dims from ``lead`` on merged into one (a view of a stored value)."""
+    if v.ndim == lead + 1:
+        return v
+    n = 1
+    for d in v.shape[lead:]:
+        n = dims.arith(r.g.syms, "*", n, d)
+    return ops.reshape(v, tuple(v.shape[:lead]) + (n,))
+
+
+def _weight_matrix(w, nd: int):
+    """A weight (O, C, *K) as the matrix (O, KK * C) whose columns follow the im2col rows: offset-major."""
+    perm = (0,) + tuple(range(2, 2 + nd)) + (1,)
+    o = w.shape[0]
+    return ops.reshape(ops.permute(w, perm), (o, -1)) if nd else w
+
+
+def _cols(r, x, out_sizes, kernel, stride, padding, dilation):
+    """The column matrix (N, KK * C, L) of ``x`` (offset-major rows)."""
+    nd = len(kernel)
+    if all(k == 1 for k in kernel) and all(s == 1 for s in stride) and not any(padding):
+        return _flat(r, x, 2)
+    pieces = _windows(r, x, out_sizes, kernel, stride, padding, dilation, 0.0)
+    c = _cat_chunks(pieces, 1)
+    return _flat(r, c, 2) if nd else c
+
+
+def _conv(r, x, w, out_sizes, stride, padding, dilation, groups):
+    """The convolution (N, O, L) of x (N, C, *S) with w (O, C / groups, *K), positions flattened."""
+    nd = x.ndim - 2
+    kernel = [w.shape[2 + i] for i in range(nd)]
+    if not all(isinstance(k, int) for k in kernel):
+        raise Unsupported("a convolution with a symbolic kernel size")
+    c, o = x.shape[1], w.shape[0]
+    if not isinstance(c, int) or not isinstance(o, int):
+        raise Unsupported("a convolution with a symbolic channel count")
+    cg = c // groups
+    if groups > 1 and cg == 1:
+        # depthwise: output channel j reads input channel j // m; the sum over offsets on the vector unit
+        m = o // groups
+        xv = x if m == 1 else ops.index_select(x, 1, ops.floor_divide(r.g.node("iota", [], (o,), dt.int32,
+                                                                                 {"axis": 0}), m))
+        pieces = _windows(r, xv, out_sizes, kernel, stride, padding, dilation, 0.0)
+        wk = ops.reshape(w, (o, -1))  # (O, KK)
+        terms = [ops.mul(p, ops.reshape(ops.slice(wk, 1, k, k + 1), (o,) + (1,) * nd)) for k, p in enumerate(pieces)]
+        return _flat(r, _sum_terms(terms), 2)
+    outs = []
+    og = o // groups
+    for gi in range(groups):
+        xg = x if groups == 1 else ops.slice(x, 1, gi * cg, (gi + 1) * cg)
+        wg = w if groups == 1 else ops.slice(w, 0, gi * og, (gi + 1) * og)
+        cols = _cols(r, xg, out_sizes, kernel, stride, padding, dilation)
+        outs.append(ops.matmul(_weight_matrix(wg, nd), cols))  # (Og, K) @ (N, K, L): the cube
+    return outs[0] if groups == 1 else ops.cat(outs, 1)
+
+
+def _spatial(r, node, nd):
+    return [r.dim(e) for e in meta_shape(node)[2:2 + nd]]
+
+
+@lowers(aten.convolution.default)
+def _convolution(r, node, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed:
+        raise Unsupported("a transposed convolution")
+    xv, wv = plain(r, r.operand(x)), plain(r, r.operand(weight))
+    nd = xv.ndim - 2
+    if nd not in (1, 2):
+        raise Unsupported(f"a convolution over {nd} spatial dims (dvmlang lowers 1-d and 2-d)")
+    wv = ops.cast(wv, xv.dtype)
+    st, pd, dl = (_ints(v, nd, n) for v, n in ((stride, "stride"), (padding, "padding"), (dilation, "dilation")))
+    out_sizes = _spatial(r, node, nd)
+    y = _conv(r, xv, wv, out_sizes, st, pd, dl, number(groups))
+    y = ops.reshape(y, (y.shape[0], y.shape[1]) + tuple(out_sizes))
+    if bias is not None:
+        b = plain(r, r.operand(bias))
+        y = ops.add(y, ops.reshape(ops.cast(b, y.dtype), (b.shape[0],) + (1,) * nd))
+    return result(r, node, y)
+
+
+def _k(r, value, d=dt.int32):
+    """One constant node per value in a region (a kernel's constants are scalar parameters: shared, not repeated
+    per kernel offset)."""
+    cache = r.__dict__.setdefault("_conv_consts", {})
+    key = (value, d.name)
+    if key not in cache:
+        cache[key] = const(r, value, d)
+    return cache[key]
+
+
+def _col2im(r, pieces, in_sizes, out_sizes, kernel, stride, padding, dilation, take=None):
+    """The sum, at each input position, of the pieces (one per kernel offset, each (N, C, L) over the output
+    positions, flattened) at the output position that offset maps it to: a gather per offset, masked where the
+    position is not on the stride's grid or falls outside the output. ``take(k, lin, pos)`` may refine the mask
+    (max pooling keeps a gradient where the saved index is the position). Per dim and offset along it the output
+    coordinate and its validity are computed once, and shared by the offsets that use them."""
+    nd = len(kernel)
+    total = 1
+    for s in in_sizes:
+        total = dims.arith(r.g.syms, "*", total, s)
+    pos = r.g.node("iota", [], (1, 1, total), dt.int32, {"axis": 2})
+    coords, rest = [], pos
+    for i in reversed(range(nd)):  # the input coordinates of each flat position
+        n = _size(r, in_sizes[i])
+        n = _k(r, n) if isinstance(n, int) else n
+        coords.insert(0, ops.remainder(rest, n) if i else rest)
+        rest = ops.floor_divide(rest, n)
+    per_dim = []  # per dim, per offset along it: (valid, clamped output coordinate)
+    for i in range(nd):
+        osz = _size(r, out_sizes[i])
+        osz_c = _k(r, osz) if isinstance(osz, int) else osz
+        last = _k(r, osz - 1) if isinstance(osz, int) else ops.sub(osz, 1)
+        row = []
+        for off in range(kernel[i]):
+            q = ops.sub(coords[i], _k(r, off * dilation[i] - padding[i]))  # h + pad - k * dilation
+            o = ops.floor_divide(q, _k(r, stride[i])) if stride[i] != 1 else q
+            ok = ops.logical_and(ops.ge(q, _k(r, 0)), ops.lt(o, osz_c))
+            if stride[i] != 1:
+                ok = ops.logical_and(ok, ops.eq(ops.remainder(q, _k(r, stride[i])), _k(r, 0)))
+            row.append((ok, ops.cast(ops.minimum(ops.maximum(o, _k(r, 0)), last), dt.int32)))
+        per_dim.append((row, osz_c))
+    zero = None
+    terms = []
+    for k, offs in enumerate(itertools.product(*[range(kk) for kk in kernel])):
+        valid, lin = None, None
+        for i, off in enumerate(offs):
+            ok, oc = per_dim[i][0][off]
+            valid = ok if valid is None else ops.logical_and(valid, ok)
+            lin = oc if lin is None else ops.add(ops.mul(lin, per_dim[i][1]), oc)
+        lin = ops.cast(lin, dt.int32)
+        p = pieces[k]
+        g = ops.gather(p, 2, ops.broadcast_to(lin, (p.shape[0], p.shape[1], total)))
+        if take is not None:
+            valid = ops.logical_and(valid, take(k, lin, pos))
+        zero = zero if zero is not None else _k(r, 0.0, g.dtype)
+        terms.append(ops.where(valid, g, zero))
+    return _sum_terms(terms)
+
+
+@lowers(aten.convolution_backward.default)
+def _convolution_backward(r, node, grad_out, x, weight, bias_sizes, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):
+    if transposed:
+        raise Unsupported("a transposed convolution's backward")
+    go, xv, wv = (plain(r, r.operand(t)) for t in (grad_out, x, weight))
+    nd = xv.ndim - 2
+    if nd not in (1, 2):
+        raise Unsupported(f"a convolution over {nd} spatial dims")
+    groups = number(groups)
+    st, pd, dl = (_ints(v, nd, n) for v, n in ((stride, "stride"), (padding, "padding"), (dilation, "dilation")))
+    kernel = [wv.shape[2 + i] for i in range(nd)]
+    c, o = xv.shape[1], wv.shape[0]
+    if not all(isinstance(v, int) for v in kernel + [c, o]):
+        raise Unsupported("a convolution with symbolic channels or kernel")
+    out_sizes, in_sizes = list(go.shape[2:]), list(xv.shape[2:])
+    go = ops.cast(go, xv.dtype)
+    go2 = _flat(r, go, 2)  # (N, O, L)
+    metas = node.meta["val"]
+    res = [None, None, None]
+    cg, og = c // groups, o // groups
+    kk = math.prod(kernel)
+    if output_mask[2]:
+        res[2] = result(r, _Meta(metas[2]), ops.sum(go2, (0, 2)))
+    depthwise = groups > 1 and cg == 1
+    if output_mask[1]:
+        if depthwise and og == 1:
+            pieces = _windows(r, xv, out_sizes, kernel, st, pd, dl, 0.0)
+            cols = [ops.reshape(ops.sum(ops.mul(p, go), (0,) + tuple(range(2, 2 + nd))), (o, 1)) for p in pieces]
+            gw = ops.reshape(ops.cat(cols, 1) if len(cols) > 1 else cols[0], (o, 1) + tuple(kernel))
+        elif depthwise:
+            raise Unsupported("the weight gradient of a depthwise convolution with a channel multiplier")
+        else:
+            parts = []
+            for gi in range(groups):
+                xg = xv if groups == 1 else ops.slice(xv, 1, gi * cg, (gi + 1) * cg)
+                gg = go2 if groups == 1 else ops.slice(go2, 1, gi * og, (gi + 1) * og)
+                cols = _cols(r, xg, out_sizes, kernel, st, pd, dl)  # (N, KK * Cg, L)
+                gwm = ops.sum(ops.matmul(gg, ops.transpose(cols, 1, 2)), 0)  # (Og, KK * Cg)
+                perm = (0, 1 + nd) + tuple(range(1, 1 + nd))
+                parts.append(ops.permute(ops.reshape(gwm, (og,) + tuple(kernel) + (cg,)), perm))
+            gw = parts[0] if groups == 1 else ops.cat(parts, 0)
+        res[1] = result(r, _Meta(metas[1]), gw)
+    if output_mask[0]:
+        if depthwise:
+            if og != 1:
+                raise Unsupported("the input gradient of a depthwise convolution with a channel multiplier")
+            wk = ops.reshape(wv, (o, kk))
+            pieces = [ops.mul(go2, ops.reshape(ops.slice(wk, 1, k, k + 1), (o, 1))) for k in range(kk)]
+            gi_ = _col2im(r, pieces, in_sizes, out_sizes, kernel, st, pd, dl)
+        else:
+            outs = []
+            for gi in range(groups):
+                wg = wv if groups == 1 else ops.slice(wv, 0, gi * og, (gi + 1) * og)
+                gg = go2 if groups == 1 else ops.slice(go2, 1, gi * og, (gi + 1) * og)
+                colg = ops.matmul(ops.transpose(_weight_matrix(wg, nd), 0, 1), gg)  # (N, KK * Cg, L): the cube
+                pieces = [ops.slice(colg, 1, k * cg, (k + 1) * cg) for k in range(kk)]
+                outs.append(_col2im(r, pieces, in_sizes, out_sizes, kernel, st, pd, dl))
+            gi_ = outs[0] if groups == 1 else ops.cat(outs, 1)
+        res[0] = result(r, _Meta(metas[0]), ops.reshape(gi_, tuple(xv.shape)))
+    return tuple(res)
+
+
+# ---- pooling -----------------------------------------------------------------------------------------------
+
+def _pool_args(r, xv, kernel_size, stride, padding, dilation, out_sizes, ceil_mode):
+    nd = 2
+    ks = _ints(kernel_size, nd, "kernel_size")
+    st = _ints(stride, nd, "stride") if stride not in (None, [], ()) else list(ks)
+    pd = _ints(padding, nd, "padding")
+    dl = _ints(dilation, nd, "dilation")
+    # ceil_mode: the last window may run past the padded input; padding by stride - 1 more covers it (each slice
+    # reads only the positions its output needs)
+    extra = [st[i] - 1 if ceil_mode else 0 for i in range(nd)]
+    return ks, st, pd, dl, extra
+
+
+@lowers(aten.max_pool2d_with_indices.default)
+def _max_pool2d(r, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    xv = plain(r, r.operand(x))
+    if xv.ndim != 4:
+        raise Unsupported("a max pool of a tensor that is not (N, C, H, W)")
+    out_sizes = [r.dim(e) for e in meta_shape(_Meta(node.meta["val"][0]))[2:]]
+    ks, st, pd, dl, extra = _pool_args(r, xv, kernel_size, stride, padding, dilation, out_sizes, ceil_mode)
+    if not xv.dtype.is_float:
+        raise Unsupported("a max pool of integers")
+    low = -math.inf
+    pieces = _windows(r, xv, out_sizes, ks, st, pd, dl, low, extra)
+    wdim = xv.shape[3]
+    oh = r.g.node("iota", [], (1, 1, out_sizes[0], 1), dt.int32, {"axis": 2})
+    ow = r.g.node("iota", [], (1, 1, 1, out_sizes[1]), dt.int32, {"axis": 3})
+    best, idx = None, None
+    for (kh, kw), p in zip(itertools.product(range(ks[0]), range(ks[1])), pieces):
+        h = ops.add(ops.mul(oh, st[0]), kh * dl[0] - pd[0])
+        w = ops.add(ops.mul(ow, st[1]), kw * dl[1] - pd[1])
+        pos = ops.add(ops.mul(h, _size(r, wdim)), w)
+        if best is None:
+            best, idx = p, ops.broadcast_to(pos, tuple(p.shape))
+            continue
+        take = ops.gt(p, best)
+        if p.dtype.is_float:  # a NaN wins (torch's max pooling propagates it)
+            take = ops.logical_or(take, ops.logical_and(ops.ne(p, p), ops.eq(best, best)))
+        best = ops.where(take, p, best)
+        idx = ops.where(take, pos, idx)
+    vals, inds = node.meta["val"]
+    return result(r, _Meta(vals), best), result(r, _Meta(inds), idx)
+
+
+@lowers(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_backward(r, node, grad_out, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    xv = plain(r, r.operand(x))
+    go = ops.cast(plain(r, r.operand(grad_out)), xv.dtype)
+    iv = ops.cast(plain(r, r.operand(indices)), dt.int32)
+    out_sizes = list(go.shape[2:])
+    ks, st, pd, dl, _ = _pool_args(r, xv, kernel_size, stride, padding, dilation, out_sizes, ceil_mode)
+    in_sizes = list(xv.shape[2:])
+    go2, iv2 = _flat(r, go, 2), _flat(r, iv, 2)
+    kk = ks[0] * ks[1]
+    saved = {}
+
+    def take(k, lin, pos):  # the output position that offset k maps to chose this input position
+        g = ops.gather(iv2, 2, ops.broadcast_to(lin, (iv2.shape[0], iv2.shape[1], pos.shape[2])))
+        saved[k] = g
+        return ops.eq(g, pos)
+    gi = _col2im(r, [go2] * kk, in_sizes, out_sizes, ks, st, pd, dl, take)
+    return result(r, node, ops.reshape(gi, tuple(xv.shape)))
+
+
+@lowers(aten.avg_pool2d.default)
+def _avg_pool2d(r, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                divisor_override=None):
+    xv = plain(r, r.operand(x))
+    if xv.ndim != 4 or ceil_mode:
+        raise Unsupported("an average pool of a tensor that is not (N, C, H, W), or with ceil_mode")
+    out_sizes = _spatial(r, node, 2)
+    ks, st, pd, dl, _ = _pool_args(r, xv, kernel_size, stride, padding, 1, out_sizes, False)
+    if any(pd) and not count_include_pad and divisor_override is None:
+        raise Unsupported("an average pool with padding not counted")
+    pieces = _windows(r, xv, out_sizes, ks, st, pd, dl, 0.0)
+    return result(r, node, ops.div(_sum_terms(pieces), float(divisor_override or ks[0] * ks[1])))
+
+
+@lowers(aten.avg_pool2d_backward.default)
+def _avg_pool2d_backward(r, node, grad_out, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override):
+    xv = plain(r, r.operand(x))
+    go = ops.cast(plain(r, r.operand(grad_out)), xv.dtype)
+    if ceil_mode or (any(_ints(padding, 2, "padding")) and not count_include_pad and divisor_override is None):
+        raise Unsupported("an average pool's backward with ceil_mode or uncounted padding")
+    out_sizes = list(go.shape[2:])
+    ks, st, pd, dl, _ = _pool_args(r, xv, kernel_size, stride, padding, 1, out_sizes, False)
+    g = _flat(r, ops.div(go, float(divisor_override or ks[0] * ks[1])), 2)
+    gi = _col2im(r, [g] * (ks[0] * ks[1]), list(xv.shape[2:]), out_sizes, ks, st, pd, dl)
+    return result(r, node, ops.reshape(gi, tuple(xv.shape)))
+
+
+@lowers(aten._adaptive_avg_pool2d_backward.default)
+def _adaptive_avg_pool2d_backward(r, node, grad_out, x):
+    xv = plain(r, r.operand(x))
+    go = ops.cast(plain(r, r.operand(grad_out)), xv.dtype)
+    out = list(go.shape[2:])
+    hw = list(xv.shape[2:])
+    if not all(isinstance(n, int) and isinstance(o, int) and n % o == 0 for n, o in zip(hw, out)):
+        raise Unsupported("an adaptive pool's backward whose windows differ in size")
+    ks = [n // o for n, o in zip(hw, out)]
+    g = _flat(r, ops.div(go, float(ks[0] * ks[1])), 2)
+    gi = _col2im(r, [g] * (ks[0] * ks[1]), hw, out, ks, ks, [0, 0], [1, 1])
+    return result(r, node, ops.reshape(gi, tuple(xv.shape)))
+
+
+@lowers(aten.native_group_norm.default)
+def _group_norm(r, node, x, weight, bias, n, c, hw, groups, eps):
+    """Group norm: the channels in ``groups`` groups, each normalised over its channels and positions (a view
+    (N, G, C / G * HW)), then the per-channel affine. Returns torch's (out, mean, rstd), the last two (N, G)."""
+    xv = plain(r, r.operand(x))
+    g = number(groups)
+    nb, ch = xv.shape[0], xv.shape[1]
+    if not isinstance(ch, int) or ch % g:
+        raise Unsupported("a group norm with a symbolic channel count")
+    rest = 1
+    for d in xv.shape[2:]:
+        rest = dims.arith(r.g.syms, "*", rest, d)
+    v = ops.reshape(ops.cast(xv, dt.float32), (nb, g, dims.arith(r.g.syms, "*", ch // g, rest)))
+    mean = ops.mean(v, -1, keepdims=True)
+    d = ops.sub(v, mean)
+    rstd = ops.rsqrt(ops.add(ops.mean(ops.mul(d, d), -1, keepdims=True), number(eps)))
+    y = ops.reshape(ops.mul(d, rstd), tuple(xv.shape))
+    cshape = (ch,) + (1,) * (xv.ndim - 2)
+    for p, f in ((weight, ops.mul), (bias, ops.add)):
+        if p is not None:
+            y = f(y, ops.reshape(ops.cast(plain(r, r.operand(p)), dt.float32), cshape))
+    metas = node.meta["val"]
+    return (result(r, _Meta(metas[0]), y), result(r, _Meta(metas[1]), ops.reshape(mean, (nb, g))),
+            result(r, _Meta(metas[2]), ops.reshape(rstd, (nb, g))))
+
+
+@lowers(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg_pool2d(r, node, x, output_size):
+    xv = plain(r, r.operand(x))
+    out = _ints(output_size, 2, "output_size")
+    hw = xv.shape[2:]
+    if out == [1, 1]:
+        return result(r, node, ops.mean(xv, (2, 3), keepdims=True))
+    if not all(isinstance(n, int) and n % o == 0 for n, o in zip(hw, out)):
+        raise Unsupported("an adaptive pool whose windows differ in size")
+    ks = [n // o for n, o in zip(hw, out)]
+    pieces = _windows(r, xv, out, ks, ks, [0, 0], [1, 1], 0.0)
+    return result(r, node, ops.div(_sum_terms(pieces), float(ks[0] * ks[1])))
+
+
+# ---- batch norm in training mode ---------------------------------------------------------------------------
+
+@lowers(aten._native_batch_norm_legit_functional.default, aten._native_batch_norm_legit.no_stats)
+def _batch_norm_train(r, node, x, weight, bias, running_mean=None, running_var=None, training=True,
+                      momentum=0.1, eps=1e-5):
+    """Batch norm over (N, *spatial) per channel: the batch's mean and biased variance normalise; the running
+    statistics are updated with the unbiased variance (the functional form returns them; the graph's ``copy_``
+    writes them back into the buffers). The in-place form (``_native_batch_norm_legit.default``, which writes the
+    buffers itself) is not lowered: functionalised graphs never have it, and lowering it would drop the writes."""
+    if node.target is aten._native_batch_norm_legit.no_stats:  # (x, w, b, training, momentum, eps)
+        training, momentum, eps = running_mean, running_var, training
+        running_mean = running_var = None
+    if not training:
+        raise Unsupported("batch norm with training=False through the training op")
+    xv = plain(r, r.operand(x))
+    if xv.ndim < 2:
+        raise Unsupported("batch norm of a tensor of rank < 2")
+    xf = ops.cast(xv, dt.float32)
+    axes = (0,) + tuple(range(2, xv.ndim))
+    c = xv.shape[1]
+    bshape = (c,) + (1,) * (xv.ndim - 2)
+    mean = ops.mean(xf, axes, keepdims=True)
+    d = ops.sub(xf, mean)
+    var = ops.mean(ops.mul(d, d), axes, keepdims=True)
+    rstd = ops.rsqrt(ops.add(var, number(eps)))
+    y = ops.mul(d, rstd)
+    for p, f in ((weight, ops.mul), (bias, ops.add)):
+        if p is not None:
+            y = f(y, ops.reshape(ops.cast(plain(r, r.operand(p)), dt.float32), bshape))
+    metas = node.meta["val"]
+    flat_mean, flat_rstd = ops.reshape(mean, (c,)), ops.reshape(rstd, (c,))
+    out = [result(r, _Meta(metas[0]), y), result(r, _Meta(metas[1]), flat_mean),
+           result(r, _Meta(metas[2]), flat_rstd)]
+    if node.target is aten._native_batch_norm_legit_functional.default:
+        m = number(momentum)
+        n = 1
+        for k in axes:
+            n = dims.arith(r.g.syms, "*", n, xv.shape[k])
+        nv = float(n) if isinstance(n, int) else ops.cast(r.g.node("dim", [], (), dt.float32, {"sym": n}), dt.float32)
+        unbiased = ops.mul(ops.reshape(var, (c,)), ops.div(nv, ops.sub(nv, 1.0)) if not isinstance(nv, float)
+                           else nv / max(nv - 1.0, 1.0))
+        for stat, new, meta in ((running_mean, flat_mean, metas[3]), (running_var, unbiased, metas[4])):
+            old = ops.cast(plain(r, r.operand(stat)), dt.float32)
+            out.append(result(r, _Meta(meta), ops.add(ops.mul(old, 1.0 - m), ops.mul(new, m))))
+    return tuple(out)
+

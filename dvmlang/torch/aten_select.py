@@ -1,0 +1,231 @@
+"""More of the op table (``aten_ops.LOWERINGS``): ordering and counting (``sort``, ``topk``, ``histc``), the grouped
+matmul of mixture-of-experts layers (torch's ``_grouped_mm`` and transformers' CPU ``grouped_mm_fallback`` with
+its backward), uninitialised allocations, and a recurrent layer (``mkldnn_rnn_layer``: ``nn.LSTM``).
+
+The sorted values are the ISA's ``VSORT`` (the fuser's ``sort`` graph op: a whole row in one tile). The
+indices are ranks, written as comparisons (no data-dependent stores): along the sorted dim, element ``i``'s rank
+is the number of elements ordered before it (smaller, or equal and earlier: a stable sort; NaN is the largest,
+as torch), and position ``j`` takes the index whose rank is ``j``. That is an ``n x n`` tile per row on the
+vector unit: right for the rows a router or a top-k sampler sorts (experts, candidates), not for long rows. The grouped matmul runs every expert's product on the cube, batched over the
+experts, and keeps each row's own expert's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import dtypes as dt
+from ..fuser import ops
+from .aten_ops import _Meta, lowers
+from .lower import Unsupported, const, dvm_dtype, meta_shape, number, plain, result
+
+aten = torch.ops.aten
+BY_NAME: dict = {}  # "namespace::op" -> lowering, for ops of libraries that register themselves late
+
+
+def lowers_by_name(*names):
+    def deco(fn):
+        for n in names:
+            BY_NAME[n] = fn
+        return fn
+    return deco
+
+
+def _last(v, d):
+    if d == v.ndim - 1:
+        return v, None
+    perm = tuple(k for k in range(v.ndim) if k != d) + (d,)
+    return ops.permute(v, perm), tuple(perm.index(k) for k in range(v.ndim))
+
+
+def _before(a, b, descending: bool):
+    """Whether ``a`` orders strictly before ``b`` (NaN the largest)."""
+    if descending:
+        a, b = b, a
+    lt = ops.lt(a, b)
+    if a.dtype.is_float:
+        lt = ops.logical_or(lt, ops.logical_and(ops.ne(b, b), ops.eq(a, a)))
+    return lt
+
+
+def _same(a, b):
+    eq = ops.eq(a, b)
+    if a.dtype.is_float:
+        eq = ops.logical_or(eq, ops.logical_and(ops.ne(a, a), ops.ne(b, b)))
+    return eq
+
+
+def _ranks(r, v, descending: bool):
+    """Each element's position in the stable order of its row (the last dim): (..., n) int32."""
+    if v.ndim > 3:
+        raise Unsupported("a sort of a tensor of rank > 3 (ranks are an n x n tile per row)")
+    n = v.shape[-1]
+    a = ops.unsqueeze(v, -1)  # element i  (..., n, 1)
+    b = ops.unsqueeze(v, -2)  # element j  (..., 1, n)
+    i = r.g.node("iota", [], (n, 1), dt.int32, {"axis": 0})
+    j = r.g.node("iota", [], (1, n), dt.int32, {"axis": 1})
+    earlier = ops.logical_or(_before(b, a, descending), ops.logical_and(_same(a, b), ops.lt(j, i)))
+    return ops.sum(ops.cast(earlier, dt.int32), -1)  # (..., n)
+
+
+def _pick(r, v, rank, k):
+    """Positions 0..k-1 of the order: the values and the indices whose rank is each position (the values by
+    comparisons too; the lowering takes them from ``VSORT``)."""
+    n = v.shape[-1]
+    pos = r.g.node("iota", [], (1, k), dt.int32, {"axis": 1})
+    hit = ops.eq(ops.unsqueeze(rank, -1), pos)  # (..., n, k)
+    zero = const(r, 0, v.dtype) if not v.dtype.is_float else const(r, 0.0, v.dtype)
+    vals = ops.sum(ops.where(hit, ops.unsqueeze(v, -1), zero), -2)
+    if v.dtype.is_float:  # a NaN element lands only where it is picked (the other rows hold 0)
+        vals = ops.cast(vals, v.dtype)
+    idx = ops.sum(ops.where(hit, r.g.node("iota", [], (n, 1), dt.int32, {"axis": 0}), const(r, 0, dt.int32)), -2)
+    return vals, idx
+
+
+def _ordered(r, node, x, dim, descending, k=None):
+    v = plain(r, r.operand(x))
+    if v.ndim == 0:
+        raise Unsupported("a sort of a scalar")
+    d = dim % v.ndim
+    v, back = _last(v, d)
+    n = v.shape[-1]
+    if not isinstance(n, int):
+        raise Unsupported("a sort along a symbolic dim")
+    k = n if k is None else k
+    _, idx = _pick(r, v, _ranks(r, v, descending), k)
+    vals = ops.sort_values(v, -1, descending)  # the values: one VSORT per row (a graph op in row mode)
+    if k != n:
+        vals = ops.slice(vals, -1 % vals.ndim, 0, k)
+    if back is not None:
+        vals, idx = ops.permute(vals, back), ops.permute(idx, back)
+    mv, mi = node.meta["val"][:2]
+    return result(r, _Meta(mv), vals), result(r, _Meta(mi), idx)
+
+
+@lowers(aten.sort.default)
+def _sort(r, node, x, dim=-1, descending=False):
+    return _ordered(r, node, x, dim, bool(descending))
+
+
+@lowers(aten.sort.stable)
+def _sort_stable(r, node, x, *, stable=None, dim=-1, descending=False):
+    return _ordered(r, node, x, dim, bool(descending))
+
+
+@lowers(aten.topk.default)
+def _topk(r, node, x, k, dim=-1, largest=True, sorted=True):
+    return _ordered(r, node, x, dim, bool(largest), number(k))
+
+
+@lowers(aten.histc.default)
+def _histc(r, node, x, bins=100, min=0, max=0):
+    """Counts of ``x`` in ``bins`` equal bins over [min, max] (the top edge in the last bin; values outside not
+    counted), as torch's histc with explicit bounds."""
+    lo, hi, bins = float(number(min)), float(number(max)), number(bins)
+    if not lo < hi:
+        raise Unsupported("histc with min >= max (bounds from the data)")
+    v = plain(r, r.operand(x))
+    flat = ops.reshape(v, (-1,)) if v.ndim != 1 else v
+    f = ops.cast(flat, dt.float32)
+    b = ops.cast(ops.floor(ops.mul(ops.sub(f, lo), bins / (hi - lo))), dt.int32)
+    b = ops.where(ops.eq(f, hi), bins - 1, b)
+    inside = ops.logical_and(ops.ge(f, lo), ops.le(f, hi))
+    b = ops.where(inside, b, -1)
+    edges = r.g.node("iota", [], (1, bins), dt.int32, {"axis": 1})
+    counts = ops.sum(ops.cast(ops.eq(ops.unsqueeze(b, -1), edges), dt.float32), 0)
+    return result(r, node, ops.cast(counts, dvm_dtype(node.meta["val"].dtype)))
+
+
+@lowers(aten.empty_permuted.default, aten.empty.memory_format, aten.empty_strided.default)
+def _empty(r, node, *a, **kw):
+    """An allocation whose contents are undefined until written: zeros are one of its values."""
+    shape = [r.dim(e) for e in meta_shape(node)]
+    return result(r, node, const(r, 0, dvm_dtype(node.meta["val"].dtype), tuple(shape)) if shape else
+                  const(r, 0, dvm_dtype(node.meta["val"].dtype)))
+
+
+# ---- grouped matmul (mixture of experts) -------------------------------------------------------------------
+
+def _expert_of(r, offs, s):
+    """Each row's expert: the number of group ends at or before it (rows past the last end: none, ``E``)."""
+    o = ops.cast(plain(r, r.operand(offs)), dt.int32)  # (E,)
+    rows = r.g.node("iota", [], (s, 1), dt.int32, {"axis": 0})
+    return ops.sum(ops.cast(ops.le(ops.unsqueeze(o, 0), rows), dt.int32), -1)  # (S,)
+
+
+def _mask(r, eid, e):
+    experts = r.g.node("iota", [], (e, 1, 1), dt.int32, {"axis": 0})
+    return ops.eq(ops.reshape(eid, (1, eid.shape[0], 1)), experts)  # (E, S, 1)
+
+
+@lowers(aten._grouped_mm.default)
+def _grouped_mm_aten(r, node, a, b, offs=None, bias=None, out_dtype=None):
+    if offs is None or bias is not None or plain(r, r.operand(a)).ndim != 2 or plain(r, r.operand(b)).ndim != 3:
+        raise Unsupported("_grouped_mm other than (S, K) rows grouped by offsets against (E, K, N) weights")
+    return _grouped_mm(r, node, a, b, offs)
+
+
+@lowers_by_name("transformers::grouped_mm_fallback")
+def _grouped_mm(r, node, x, w, offs):
+    """``out[s] = x[s] @ w[e(s)]``, ``e(s)`` the group of row ``s`` by the cumulative ``offs``."""
+    xv, wv = plain(r, r.operand(x)), plain(r, r.operand(w))
+    e, s = wv.shape[0], xv.shape[0]
+    wv = ops.cast(wv, xv.dtype)
+    every = ops.matmul(ops.unsqueeze(xv, 0), wv)  # (E, S, N): each expert's product, on the cube
+    keep = _mask(r, _expert_of(r, offs, s), e)
+    return result(r, node, ops.sum(ops.where(keep, every, 0.0), 0))
+
+
+@lowers_by_name("transformers::grouped_mm_fallback_backward")
+def _grouped_mm_backward(r, node, x, w, offs, grad_out):
+    xv, wv, go = (plain(r, r.operand(t)) for t in (x, w, grad_out))
+    e, s = wv.shape[0], xv.shape[0]
+    keep = _mask(r, _expert_of(r, offs, s), e)  # (E, S, 1)
+    gi = ops.sum(ops.where(keep, ops.matmul(ops.unsqueeze(go, 0), ops.transpose(wv, 1, 2)), 0.0), 0)
+    xm = ops.where(keep, ops.unsqueeze(xv, 0), 0.0)  # (E, S, K): each expert's own rows
+    gw = ops.matmul(ops.transpose(xm, 1, 2), ops.broadcast_to(ops.unsqueeze(go, 0), (e,) + tuple(go.shape)))
+    mi, mw = node.meta["val"]
+    return result(r, _Meta(mi), gi), result(r, _Meta(mw), gw)
+
+
+# ---- a recurrent layer -------------------------------------------------------------------------------------
+
+@lowers(aten.mkldnn_rnn_layer.default)
+def _lstm_layer(r, node, x, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, batch_sizes, mode, hidden_size, num_layers,
+                has_biases, bidirectional, batch_first, train):
+    """One LSTM layer, one direction (``nn.LSTM`` on CPU): the input projection of every step as one matmul, then
+    per step ``h @ W_hh^T`` (the cube) and the gates (i, f, g, o: torch's order) on the vector unit. The steps
+    are unrolled: the sequence length must be static."""
+    if batch_sizes:
+        raise Unsupported("a packed sequence")
+    xv = plain(r, r.operand(x))  # (L, B, I) (or (B, L, I) batch_first)
+    if batch_first:
+        xv = ops.permute(xv, (1, 0, 2))
+    steps, h = xv.shape[0], number(hidden_size)
+    if not isinstance(steps, int):
+        raise Unsupported("an LSTM over a symbolic number of steps (the steps are unrolled)")
+    wi, wh = plain(r, r.operand(w_ih)), plain(r, r.operand(w_hh))
+    proj = ops.matmul(xv, ops.transpose(wi, 0, 1))  # (L, B, 4H)
+    if has_biases:
+        proj = ops.add(proj, ops.add(plain(r, r.operand(b_ih)), plain(r, r.operand(b_hh))))
+    hv = ops.reshape(plain(r, r.operand(hx)), (xv.shape[1], h))
+    cv = ops.reshape(plain(r, r.operand(cx)), (xv.shape[1], h))
+    whT = ops.transpose(wh, 0, 1)
+    outs = [None] * steps
+    for t in (reversed(range(steps)) if reverse else range(steps)):
+        gates = ops.add(ops.select(proj, 0, t), ops.matmul(hv, whT))  # (B, 4H)
+        i, f, g, o = (ops.slice(gates, 1, k * h, (k + 1) * h) for k in range(4))
+        cv = ops.add(ops.mul(ops.sigmoid(f), cv), ops.mul(ops.sigmoid(i), ops.tanh(g)))
+        hv = ops.mul(ops.sigmoid(o), ops.tanh(cv))
+        outs[t] = hv
+    y = ops.stack(outs, 0)  # (L, B, H)
+    if batch_first:
+        y = ops.permute(y, (1, 0, 2))
+    metas = node.meta["val"]
+    res = [result(r, _Meta(metas[0]), y), result(r, _Meta(metas[1]), ops.unsqueeze(hv, 0)),
+           result(r, _Meta(metas[2]), ops.unsqueeze(cv, 0))]
+    ws = [r.dim(e_) for e_ in meta_shape(_Meta(metas[3]))]
+    res.append(result(r, _Meta(metas[3]), const(r, 0, dvm_dtype(metas[3].dtype), tuple(ws)) if ws else
+                      const(r, 0, dvm_dtype(metas[3].dtype))))
+    return tuple(res)
+

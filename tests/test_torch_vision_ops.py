@@ -1,0 +1,105 @@
+"""Convolutions (forward and both backward products), pooling and its backward, batch norm in training mode with
+its running statistics, interpolation and indexing through torch.compile(backend="dvmlang"): each against torch
+eager, with no fallback (dvmlang/torch/aten_conv.py, aten_ops.py)."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import dvmlang.torch as D  # noqa: E402
+
+RTOL, ATOL = 1e-4, 1e-4
+
+
+def _train_check(make, *inputs, dynamic=False):
+    """Forward and gradients (inputs and parameters) of ``make()`` compiled against eager, no fallback."""
+    torch.manual_seed(0)
+    m = make()
+    torch.manual_seed(0)
+    ref = make()
+    ref.load_state_dict(m.state_dict())
+    xs = [x.clone().requires_grad_(x.is_floating_point()) for x in inputs]
+    xr = [x.clone().requires_grad_(x.is_floating_point()) for x in inputs]
+    torch._dynamo.reset()
+    D.reset_stats()
+    out = torch.compile(m, backend="dvmlang", dynamic=dynamic)(*xs)
+    exp = ref(*xr)
+    np.testing.assert_allclose(out.detach().numpy(), exp.detach().numpy(), rtol=RTOL, atol=ATOL)
+    (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+    (exp * torch.linspace(-1, 1, exp.numel()).view(exp.shape)).sum().backward()
+    for a, b in zip(xs, xr):
+        if b.grad is not None:
+            np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=RTOL, atol=ATOL)
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=RTOL, atol=ATOL, err_msg=name)
+    for (name, b), c in zip(m.named_buffers(), ref.buffers()):
+        np.testing.assert_allclose(b.numpy(), c.numpy(), rtol=RTOL, atol=ATOL, err_msg=name)
+    s = D.stats()
+    assert s["fallback_ops"] == {}, (s["fallback_ops"], s["runtime_reasons"])
+    return s
+
+
+@pytest.mark.parametrize("kw", [
+    dict(cin=3, cout=4, k=3, padding=1),
+    dict(cin=4, cout=6, k=3, stride=2),
+    dict(cin=4, cout=4, k=3, padding=2, dilation=2),
+    dict(cin=4, cout=4, k=3, padding=1, groups=4),  # depthwise
+    dict(cin=4, cout=6, k=(1, 3), padding=(0, 1), groups=2),
+    dict(cin=3, cout=8, k=4, stride=4),  # a patch embedding
+])
+def test_conv2d_forward_and_backward(kw):
+    kw = dict(kw)
+    cin, cout, k = kw.pop("cin"), kw.pop("cout"), kw.pop("k")
+    _train_check(lambda: torch.nn.Conv2d(cin, cout, k, **kw), torch.randn(2, cin, 9, 8))
+
+
+def test_conv1d_causal_and_depthwise():
+    class Causal(torch.nn.Module):  # a state-space model's causal depthwise conv: pad both sides, keep the first L
+        def __init__(self):
+            super().__init__()
+            self.c = torch.nn.Conv1d(6, 6, 4, padding=3, groups=6)
+            self.p = torch.nn.Conv1d(6, 5, 1)
+
+        def forward(self, x):
+            return self.p(torch.nn.functional.silu(self.c(x)[..., :x.shape[-1]]))
+    _train_check(Causal, torch.randn(2, 6, 7))
+
+
+def test_max_pool_and_batch_norm_train_mode_update_running_stats():
+    make = lambda: torch.nn.Sequential(  # noqa: E731
+        torch.nn.Conv2d(3, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(3, stride=2, padding=1), torch.nn.Conv2d(4, 4, 1)).train()
+    _train_check(make, torch.randn(2, 3, 8, 8))
+
+
+def test_pooling_variants_in_eval():
+    m = torch.nn.Sequential(torch.nn.AvgPool2d(2), torch.nn.MaxPool2d(2, ceil_mode=True),
+                            torch.nn.AdaptiveAvgPool2d(1)).eval()
+    x = torch.randn(2, 3, 10, 10)
+    D.reset_stats()
+    with torch.no_grad():
+        np.testing.assert_allclose(torch.compile(m, backend="dvmlang")(x).numpy(), m(x).numpy(), rtol=RTOL, atol=ATOL)
+    assert D.stats()["fallback_ops"] == {}
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear", "bicubic"])
+def test_interpolate_forward_and_backward(mode):
+    class Up(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = torch.nn.Conv2d(2, 2, 1)
+
+        def forward(self, x):
+            kw = {} if mode == "nearest" else {"align_corners": False}
+            return torch.nn.functional.interpolate(self.c(x), scale_factor=2.0, mode=mode, **kw)
+    _train_check(Up, torch.randn(1, 2, 4, 5))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.nn.Sequential(torch.nn.GroupNorm(4, 8), torch.nn.ELU(), torch.nn.Conv2d(8, 4, 1)),
+    lambda: torch.nn.Sequential(torch.nn.Conv2d(8, 4, 1), torch.nn.AvgPool2d(2), torch.nn.AdaptiveAvgPool2d(1)),
+    lambda: torch.nn.Sequential(torch.nn.Conv2d(8, 4, 1), torch.nn.AdaptiveAvgPool2d(2)),
+], ids=["group_norm_elu", "avg_pool", "adaptive_avg_pool"])
+def test_group_norm_and_average_pools_train(make):
+    _train_check(make, torch.randn(2, 8, 6, 6))
