@@ -100,9 +100,11 @@ def _ratio(ss, key, dv_key) -> float:
 
 
 def stream_table(rows: list[dict], n: int) -> tuple[list[dict], dict]:
-    """The request stream end to end for one level, its workloads served in turn for each request: compile stalls
-    plus device time. Inductor's kernels are taken to be as fast as dvmlang's fused ones on this device (only
-    its compile stalls differ). A new length whose compile was not measured (marked as estimated in the CSV)
+    """The request stream end to end for one level, its workloads served in turn for each request: each call's
+    host time (``host_s``: dvmlang's build, encode or replay; per-op eager's torch dispatch; the bucketed
+    kernels' replay; where it was measured) or, where there is none, its compile stall, plus device time.
+    Inductor's kernels are taken to be as fast as dvmlang's fused ones on this device and are charged their
+    compile stalls alone (their per-call host time is not: that favours them). A new length whose compile was not measured (marked as estimated in the CSV)
     costs what the measured new lengths cost: for static, the median of all of them (each recompiles); for
     dynamic, the median of those after the workload's first compile (the symbolic graph is compiled once,
     later lengths recompile only when a guard fails)."""
@@ -128,6 +130,9 @@ def stream_table(rows: list[dict], n: int) -> tuple[list[dict], dict]:
             dev = fused.get((r["workload"], i), float("nan"))
         else:
             dev = r["device_us"]
+            h = r.get("host_s", float("nan"))
+            if r["level"] != "model" and h == h:  # (the model level's host_s includes the simulator's run)
+                c = h
         per[s][i] += c + (dev * 1e-6 if dev == dev else 0.0)
     cum = {s: np.cumsum(v).tolist() for s, v in per.items() if v.any()}
     table = [{"request": i, **{s: cum[s][i] for s in cum}, "inductor_estimated": bool(estimated[i])}
