@@ -391,9 +391,14 @@ class GraphFunction:
         prog = self._program(args)
         inputs = self._inputs(prog, args)
         before = prog.fallbacks
-        values, record, launches = prog.run(inputs, device, active_session())
+        r = prog.run(inputs, device, active_session())
         if like is None and not kwargs and prog._fast and not self.static:
             self._remember_direct(prog, args, raw)
+        return self._returned(prog, before, r, like)
+
+    def _returned(self, prog: Program, before: int, r, like=None):
+        """What a call returns, from its run ``r`` (values, record, launches), counted in ``stats``."""
+        values, record, launches = r
         self.stats.calls += 1
         self.stats.launches += launches
         self.stats.fallbacks += prog.fallbacks - before
@@ -430,16 +435,7 @@ class GraphFunction:
         arrays = [args[p] if p.__class__ is int else p for p in order]
         before = prog.fallbacks
         r = prog.run_fast(arrays, device, active_session())
-        if r is None:
-            return None
-        values, record, launches = r
-        self.stats.calls += 1
-        self.stats.launches += launches
-        self.stats.fallbacks += prog.fallbacks - before
-        if record is not None:
-            self.last_launch = record
-        outs = [values[o.id] for o in prog.graph.outputs]
-        return tuple(outs) if prog.graph.output_tuple else outs[0]
+        return None if r is None else self._returned(prog, before, r)
 
     def encode(self, *args, device=None, **kwargs) -> list:
         """The bytecode of every kernel a call with these arguments launches (one per group, in launch order),
