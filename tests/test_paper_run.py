@@ -116,3 +116,26 @@ def test_an_unmeasured_inductor_length_costs_what_the_measured_new_lengths_cost(
     assert run._unmeasured("inductor-static", [10.0, 2.0, 3.0]) == 3.0
     assert run._unmeasured("inductor-dynamic", [10.0, 0.01, 0.03]) == 0.02
     assert run._unmeasured("inductor-dynamic", [10.0]) == 0.0  # one compile, and no later length recompiled
+
+
+def test_the_stream_charges_each_call_its_host_time():
+    """Operator and subgraph calls are charged their measured host time (dvmlang's build, encode or replay;
+    per-op eager's dispatch) where there is one, else their compile stall, plus device time; Inductor its
+    compile stalls alone; the model level its compile stalls (its host_s includes the simulator's run)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from paper import run
+    from paper.common import row
+
+    rows = [row("operator", "w", "dvmlang", 0, 8, compile_s=0.5, device_us=10.0, host_s=0.5),
+            row("operator", "w", "dvmlang", 1, 8, compile_s=0.0, device_us=10.0, host_s=2e-5),
+            row("operator", "w", "per-op eager", 0, 8, device_us=40.0, host_s=1e-5),
+            row("operator", "w", "per-op eager", 1, 8, device_us=40.0, host_s=1e-5),
+            row("operator", "w", "inductor-static", 0, 8, compile_s=3.0),
+            row("operator", "w", "inductor-static", 1, 8, compile_s=0.0)]
+    table, cum = run.stream_table(rows, 2)
+    assert cum["dvmlang"] == pytest.approx([0.5 + 10e-6, 0.5 + 10e-6 + 2e-5 + 10e-6])
+    assert cum["per-op eager"] == pytest.approx([1e-5 + 40e-6, 2 * (1e-5 + 40e-6)])
+    assert cum["inductor-static"] == pytest.approx([3.0 + 10e-6, 3.0 + 20e-6])  # dvmlang's device time
+    model = [dict(r, level="model", host_s=7.0) for r in rows[:2]]
+    _, cum = run.stream_table(model, 2)
+    assert cum["dvmlang"] == pytest.approx([0.5 + 10e-6, 0.5 + 20e-6])
