@@ -262,6 +262,55 @@ def _device_call(fn, args):
     return out, fn.last_launch, time.perf_counter() - t0
 
 
+class _NoSimulation:
+    """While entered, the device runs nothing: a launch only makes the checks it makes before it runs (the fit, the
+    validation), so what a call costs on the host is measured without the simulator's work (nor the caches it
+    fills with its tiles: a real host does not simulate). As ``benchmarks/compile_cost.py`` does."""
+
+    def __enter__(self):
+        from dvmlang.npu.device import Device
+        self.saved = Device.run_stack
+
+        def run_stack(dev, stages, name=None, trace=None):
+            for st in stages:
+                for it in st:
+                    dev._ready(it[0])
+            return None
+        Device.run_stack = run_stack
+        return self
+
+    def __exit__(self, *exc):
+        from dvmlang.npu.device import Device
+        Device.run_stack = self.saved
+
+
+def _host_pass(w: Workload, stream: list[int], pad: bool = False, fuse: bool = True, offline=None) -> list[float]:
+    """Thread CPU seconds of each request's call of a fresh ``@graph`` of ``w`` (nothing built before in this
+    process), simulation off: the first call builds, a new length encodes, a length seen before replays.
+    ``pad``: inputs padded to their bucket. ``offline(L)``: a key whose first calls are made untimed before the
+    timed one (what is built offline: a bucket's kernels, per-op kernels)."""
+    from dvmlang.fuser import build, codegen
+    build.settle()
+    build.BUILDS.clear()
+    codegen._BUILT.clear()
+    g = dvmlang.graph(w.graph, fuse=fuse, static=w.static)
+    rng = np.random.default_rng(0)
+    out, seen = [], set()
+    with _NoSimulation():
+        for L in stream:
+            args = w.args(rng, L)
+            if pad:
+                args = _pad(w, args, L, bucket(L))
+            if offline is not None and offline(L) not in seen:
+                seen.add(offline(L))
+                g(*args)
+                g(*args)  # (the second call writes the plan's instance function: offline too)
+            t0 = time.thread_time()
+            g(*args)
+            out.append(time.thread_time() - t0)
+    return out
+
+
 def _aten_ops(fn, args) -> int:
     """How many aten operations torch eager dispatches for ``fn`` on arguments of these ranks and dtypes (counted
     with a ``TorchDispatchMode`` at length 1; the count does not depend on the length)."""
@@ -299,11 +348,12 @@ def run(quick: bool, stream: list[int], inductor_lengths: int, log=print, induct
     depend only on the shape) and repeated for its requests, host and compile times are those of the request's
     own call. ``inductor_workloads``: the workloads whose Inductor compile cost is measured (None: all).
 
-    ``host_s`` is what the stream charges each call on the host: dvmlang's whole host part of its own call (a
-    build at the first, an encode at a new length, a replay otherwise); per-op eager's is torch eager's
-    dispatch of the same function's aten ops, each at the host cost of one operation with nothing to compute,
-    both measured in this run (``_aten_ops`` x ``_op_dispatch_s``; without torch, dvmlang's own per-op host
-    part); the bucketed kernels' is the host part of a call of an instance already encoded for its bucket."""
+    ``host_s`` is what the stream charges each call on the host, and ``compile_s`` dvmlang's at a new length:
+    dvmlang's own host work for the call, measured in a second pass over the stream with the simulation off
+    (``_host_pass``: a build at the first call, an encode at a new length, a replay otherwise); per-op eager's is
+    torch eager's dispatch of the same function's aten ops, each at the host cost of one operation with nothing
+    to compute, both measured in this run (``_aten_ops`` x ``_op_dispatch_s``; without torch, dvmlang's own
+    per-op pass); the bucketed kernels' is a replay of their bucket's instance (its build is offline)."""
     rows = []
     torch_fns = None
     try:
@@ -321,34 +371,32 @@ def run(quick: bool, stream: list[int], inductor_lengths: int, log=print, induct
         per_op = dvmlang.graph(w.graph, fuse=False, name=name + "_per_op", static=w.static)
         bucketed = dvmlang.graph(w.graph, name=name + "_bucketed", static=w.static)
         seen: dict = {}
-        buckets: dict = {}  # bucket -> the host part of a call of its encoded instance
-        for i, L in enumerate(stream):
+        for L in stream:
+            if L in seen:
+                continue
             args = w.args(rng, L)
-            new = L not in seen
-            out, rec, host = _device_call(fused, args)
-            overhead = host - rec.wall_s  # the host's own part of the call: build (first), encode (new length)
-            if new:
-                _check(w, out, args)
-                out_u, rec_u, host_u = _device_call(per_op, args)
-                _check(w, out_u, args)
-                host_u -= rec_u.wall_s
-                if torch_fns is not None:
-                    host_u = _aten_ops(torch_fns[w.name], w.args(np.random.default_rng(0), 1)) * op_s
-                padded = _pad(w, args, L, bucket(L))
-                out_b, rec_b, _ = _device_call(bucketed, padded)
-                _check(w, _unpad(w, out_b, L), args)
-                if bucket(L) not in buckets:  # (its kernels are built offline: a call of an instance made before)
-                    hb = []
-                    for _ in range(3):
-                        _, again, host_b = _device_call(bucketed, padded)
-                        hb.append(host_b - again.wall_s)
-                    buckets[bucket(L)] = min(hb)
-                seen[L] = (rec, rec_u, host_u, rec_b, buckets[bucket(L)])
-            rec_f, rec_u, host_u, rec_b, host_b = seen[L]
+            out, rec, _ = _device_call(fused, args)
+            _check(w, out, args)
+            out_u, rec_u, _ = _device_call(per_op, args)
+            _check(w, out_u, args)
+            out_b, rec_b, _ = _device_call(bucketed, _pad(w, args, L, bucket(L)))
+            _check(w, _unpad(w, out_b, L), args)
+            seen[L] = (rec, rec_u, rec_b)
+        host = _host_pass(w, stream)
+        host_b = _host_pass(w, stream, pad=True, offline=bucket)
+        if torch_fns is not None:
+            host_u = [_aten_ops(torch_fns[w.name], w.args(np.random.default_rng(0), 1)) * op_s] * len(stream)
+        else:  # (eager's kernels exist: the first call's builds are not charged)
+            host_u = _host_pass(w, stream, fuse=False, offline=lambda L: 0)
+        firsts = set()
+        for i, L in enumerate(stream):
+            new = L not in firsts
+            firsts.add(L)
+            rec_f, rec_u, rec_b = seen[L]
             ov = rec_f.profile.launch_overhead_us
-            for system, r, c, h in (("dvmlang", rec_f, overhead if new else 0.0, overhead),
-                                    ("per-op eager", rec_u, 0.0, host_u),
-                                    ("bucketed", rec_b, 0.0, host_b)):
+            for system, r, c, h in (("dvmlang", rec_f, host[i] if new else 0.0, host[i]),
+                                    ("per-op eager", rec_u, 0.0, host_u[i]),
+                                    ("bucketed", rec_b, 0.0, host_b[i])):
                 rows.append(row(w.level, w.name, system, i, L, compile_s=c, device_us=r.time_us, host_s=h,
                                 launches=r.launches, gm_bytes=r.bytes_read + r.bytes_written,
                                 launch_overhead_us=ov))
