@@ -18,6 +18,7 @@ Every dvmlang result is checked against numpy (the bucketed one on its unpadded 
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass
 
@@ -296,6 +297,8 @@ def _host_pass(w: Workload, stream: list[int], pad: bool = False, fuse: bool = T
     g = dvmlang.graph(w.graph, fuse=fuse, static=w.static)
     rng = np.random.default_rng(0)
     out, seen = [], set()
+    gc.collect()
+    gc.freeze()  # (what the process made before, Inductor's graphs among it, is not the call's to scan)
     with _NoSimulation():
         for L in stream:
             args = w.args(rng, L)
@@ -308,6 +311,7 @@ def _host_pass(w: Workload, stream: list[int], pad: bool = False, fuse: bool = T
             t0 = time.thread_time()
             g(*args)
             out.append(time.thread_time() - t0)
+    gc.unfreeze()
     return out
 
 

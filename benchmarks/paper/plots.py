@@ -51,14 +51,15 @@ def speedups(summary: list[dict], path: Path) -> Path:
 
 
 def stream(cumulative: dict, path: Path, level: str) -> Path:
-    """End-to-end time of the request stream (compile stalls + device time), cumulative, per system."""
+    """End-to-end time of the request stream (host time or compile stalls, plus device time: run.stream_table),
+    cumulative, per system."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for system, ys in cumulative.items():
         ax.plot(range(len(ys)), ys, label=system, color=COLORS.get(system))
     ax.set_yscale("log")
     ax.set_xlabel("request")
-    ax.set_ylabel("cumulative time (s): compile + device")
+    ax.set_ylabel("cumulative time (s): host + device")
     ax.set_title(f"The request stream end to end ({level} level)")
     ax.legend()
     return _save(fig, path)

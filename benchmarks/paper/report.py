@@ -73,7 +73,8 @@ def report(d: Path) -> str:
         table_rows, _ = stream_table(lrows, 1 + max(r["request"] for r in lrows))
         last[level] = {"level": level, **table_rows[-1]}
     systems = ["dvmlang", "per-op eager", "bucketed", "inductor-static", "inductor-dynamic"]
-    parts += ["### The request stream end to end (seconds: compile stalls + device time, after the last request)", "",
+    parts += ["### The request stream end to end (seconds after the last request: host time + device time; Inductor "
+              "and the model level: compile stalls + device time)", "",
               table(list(last.values()), [("level", "level")] + [(s, s) for s in systems]), ""]
     sens = _rows(d / "sensitivity.csv")
     parts += ["### Sensitivity", "", table(sens, [("knob", "knob"), ("level", "level"),

@@ -343,7 +343,7 @@ def main(argv=None) -> int:
     _print_table("Per level", lv, ["level", "workloads", "best_speedup", "median_speedup",
                                    "max_compile_ratio_static", "max_compile_ratio_dynamic",
                                    "max_compile_ratio_static_vs_encode", "max_compile_ratio_dynamic_vs_encode"])
-    _print_table("The stream end to end (seconds after the last request: compile stalls + device time)",
+    _print_table("The stream end to end (seconds after the last request: host time + device time)",
                  [{"level": lvl, "system": s, "seconds": v[-1]} for lvl, c in cums.items() for s, v in c.items()],
                  ["level", "system", "seconds"])
     _print_table("Sensitivity", sens, ["knob", "level", "median_speedup", "best_speedup"])
