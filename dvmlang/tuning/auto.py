@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 
 from ..errors import ResourceError
@@ -142,8 +143,14 @@ def table(tuner, title=None, top: int = TABLE_TOP):
             reasons.setdefault((r.error or "").split(":")[0], []).append(r)
         for why, rs in reasons.items():
             t.add_row("-", f"{len(rs)} candidates, e.g. {_show(rs[0].config)}", "", "", "", "not run",
-                      (rs[0].error or why)[:100])
+                      _short(rs[0].error or why))
     return t
+
+
+def _short(error: str) -> str:
+    """An error's first 100 characters, its kernel's file named without its folder (the same text wherever the
+    checkout lives)."""
+    return re.sub(r"(?:[A-Za-z]:)?[/\\][^\s:]*[/\\]([^/\\\s:]+:\d+)", r"\1", error)[:100]
 
 
 def _show(c: dict) -> str:
