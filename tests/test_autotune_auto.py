@@ -291,3 +291,19 @@ def test_an_unclassifiable_constexpr_is_a_clear_error():
     k = dvmlang.autotune(key=["n"], executor="serial", hints={"MODE": [0, 1]})(mode)
     k[(1,)](x, out, 16)
     np.testing.assert_array_equal(out, x * (2 if k.best_config.kwargs["MODE"] == 1 else 1))
+
+
+def test_with_the_disk_cache_off_a_tuning_writes_no_file(tmp_path, monkeypatch):
+    """DVMLANG_CACHE_DIR=off turns the autotuning store off too (it once wrote into a folder named 'off')."""
+    monkeypatch.setenv("DVMLANG_CACHE_DIR", "off")
+    monkeypatch.chdir(tmp_path)
+    assert store.cache_dir() is None
+    d = store.digest({"kernel": "k"})
+    assert store.save(d, {"best": 1}) is False and store.load(d) is None
+    k = dvmlang.autotune(configs=[dvmlang.Config({"BM": 16, "BN": 16, "BK": 16}),
+                                  dvmlang.Config({"BM": 32, "BN": 32, "BK": 32})], key=["M", "N", "K"])(matmul)
+    a, b, c, M, N, K = _mm_args()
+    k[_mm_grid(M, N)](a, b, c, M, N, K)
+    np.testing.assert_allclose(c, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-3, atol=1e-3)
+    assert store.export_cache(tmp_path / "bundle.json") == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle.json"]

@@ -22,8 +22,12 @@ FORMAT = "dvmlang-autotune/1"
 BUNDLE = "dvmlang-autotune-bundle/1"
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("DVMLANG_CACHE_DIR") or Path.home() / ".cache" / "dvmlang") / "autotune"
+def cache_dir() -> Path | None:
+    """The folder of the tunings, or None when the disk cache is off (``DVMLANG_CACHE_DIR=off``: then a tuning
+    is kept by its tuner alone, for the process)."""
+    from ..cache import root
+    r = root()
+    return None if r is None else r / "autotune"
 
 
 def digest(parts: dict) -> str:
@@ -47,8 +51,11 @@ def _valid(entry, want: str | None = None) -> bool:
 
 def load(d: str) -> dict | None:
     """The body of entry ``d``, or None (absent, unreadable, or not a valid entry for ``d``)."""
+    folder = cache_dir()
+    if folder is None:
+        return None
     try:
-        entry = json.loads((cache_dir() / f"{d}.json").read_text())
+        entry = json.loads((folder / f"{d}.json").read_text())
     except (OSError, ValueError, UnicodeDecodeError):
         return None
     return entry["body"] if _valid(entry, d) else None
@@ -57,8 +64,11 @@ def load(d: str) -> dict | None:
 def save(d: str, body: dict) -> bool:
     """Store ``body`` as entry ``d``, atomically; False when the cache cannot be written (a cache that cannot
     be written only costs a tuning next time)."""
+    folder = cache_dir()
+    if folder is None:
+        return False
     entry = {"format": FORMAT, "digest": d, "body": body, "checksum": _checksum(body)}
-    return _write(cache_dir() / f"{d}.json", json.dumps(entry, sort_keys=True))
+    return _write(folder / f"{d}.json", json.dumps(entry, sort_keys=True))
 
 
 def _write(path: Path, text: str) -> bool:
@@ -76,7 +86,7 @@ def export_cache(path) -> int:
     """Write every valid entry of the cache into one file at ``path``; returns how many."""
     entries = []
     root = cache_dir()
-    for f in sorted(root.glob("*.json")) if root.is_dir() else []:
+    for f in sorted(root.glob("*.json")) if root is not None and root.is_dir() else []:
         try:
             e = json.loads(f.read_text())
         except (OSError, ValueError, UnicodeDecodeError):
