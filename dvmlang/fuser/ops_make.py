@@ -175,6 +175,14 @@ def argmin(x, axis=None, keepdims=False):
     return _arg("argmin", x, axis, keepdims)
 
 
+def _along_last(x, a: int, op):
+    """``op`` (an operation along the last dim) applied along axis ``a`` of ``x``: ``a`` moved last through views,
+    and back."""
+    r = len(_shape(x))
+    perm = tuple(i for i in range(r) if i != a) + (a,)
+    return permute(op(permute(x, perm)), tuple(perm.index(i) for i in range(r)))
+
+
 def cumsum(x, axis=-1, dtype=None):
     """Inclusive running sum along ``axis``. Integers and bools accumulate in int32 (unless ``dtype``). A scan
     over the last dim runs in the kernel of its producer (carried across column blocks); another axis is
@@ -188,9 +196,7 @@ def cumsum(x, axis=-1, dtype=None):
     d = _dtype(dtype, dt.int32 if (x.dtype.is_bool or x.dtype.is_int) else x.dtype)
     x = cast(x, d)
     if a != r - 1:
-        perm = tuple(i for i in range(r) if i != a) + (a,)
-        inv = tuple(perm.index(i) for i in range(r))
-        return permute(cumsum(permute(x, perm), -1), inv)
+        return _along_last(x, a, lambda v: cumsum(v, -1))
     if r > 4:
         raise GraphError(f"cumsum supports tensors of rank <= 4, got rank {r}")
     return _node(g, "cumsum", [x], _shape(x), d)
@@ -207,9 +213,7 @@ def sort_values(x, axis=-1, descending=False):
         return x
     (a,) = _axes(x, axis)
     if a != r - 1:
-        perm = tuple(i for i in range(r) if i != a) + (a,)
-        inv = tuple(perm.index(i) for i in range(r))
-        return permute(sort_values(permute(x, perm), -1, descending), inv)
+        return _along_last(x, a, lambda v: sort_values(v, -1, descending))
     if r > 4:
         raise GraphError(f"sort supports tensors of rank <= 4, got rank {r}")
     return _node(g, "sort", [x], _shape(x), x.dtype, descending=bool(descending))

@@ -118,18 +118,22 @@ class Machine:
         ranges: dict = {}
         ends: dict = {}
         for d in self.decoded:
-            for f in d.ins.fields:
-                if f.kind != "tile":
-                    continue
-                addr, li = tile_parts(d.vals[f.name])
-                if li >= len(self.layouts):
-                    continue
-                dtp, shape = self.layouts[li]
-                space, n = d.ins.spaces[f.name], prod(shape) * dtp.itemsize
+            for f, space, addr, n, _ in self.tile_fields(d):
                 ranges.setdefault(space, set()).add((addr, n))
                 if f.writes:
                     ends.setdefault(space, set()).add(addr + n)
         return ranges, ends
+
+    def tile_fields(self, d: Decoded):
+        """(field, space, address, bytes, element bytes) of each tile field of ``d`` whose layout the kernel
+        has."""
+        for f in d.ins.fields:
+            if f.kind != "tile":
+                continue
+            addr, li = tile_parts(d.vals[f.name])
+            if li < len(self.layouts):
+                dtp, shape = self.layouts[li]
+                yield f, d.ins.spaces[f.name], addr, prod(shape) * dtp.itemsize, dtp.itemsize
 
     def _alone(self) -> frozenset:
         """(space, address, bytes) of the tile ranges no other tile range of the kernel overlaps: a slot stored
@@ -168,14 +172,8 @@ class Machine:
         ranges = []
         for d in self.decoded:
             reads, write = [], None
-            for f in d.ins.fields:
-                if f.kind != "tile":
-                    continue
-                addr, li = tile_parts(d.vals[f.name])
-                if li >= len(self.layouts):
-                    continue
-                dtp, shape = self.layouts[li]
-                r = (addr, addr + max(1, prod(shape)) * dtp.itemsize)
+            for f, _, addr, n, item in self.tile_fields(d):
+                r = (addr, addr + max(n, item))  # (an empty tile still names its first element)
                 if f.name == "dst":
                     write = r
                 else:

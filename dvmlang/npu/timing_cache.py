@@ -63,21 +63,14 @@ def _operands(m, d):
             is_reg, x = sop_parts(val, f.kind)
             if is_reg:
                 regs.append(x)
-        elif f.kind == "tile":
-            addr, li = tile_parts(val)
-            if li >= len(m.layouts):
-                continue
-            dtp, shape = m.layouts[li]
-            n = 1
-            for e in shape:
-                n *= e
-            r = (d.ins.spaces[f.name], addr, addr + max(1, n) * dtp.itemsize)
-            if f.writes:
-                w_tile = r
-                if d.ins.family in _READS_DST:  # (an accumulating MMAD, a load that keeps part of dst)
-                    tiles.append(r)
-            else:
+    for f, space, addr, n, item in m.tile_fields(d):
+        r = (space, addr, addr + max(n, item))
+        if f.writes:
+            w_tile = r
+            if d.ins.family in _READS_DST:  # (an accumulating MMAD, a load that keeps part of dst)
                 tiles.append(r)
+        else:
+            tiles.append(r)
     return regs, tiles, w_reg, w_tile
 
 
