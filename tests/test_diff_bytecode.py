@@ -318,6 +318,9 @@ def _run(bc, device, args, trace=False):
         launch = dvmlang.run(bc, *args, device=device, trace=trace)
     except dvmlang.DeviceError as e:
         return args, e, None
+    except dvmlang.LaunchError as e:  # a kernel that communicates needs a device of a System (dl.remote_store)
+        assert "dvmlang.npu.System" in str(e), e
+        return args, e, None
     if trace:
         render([launch], "all", console=Console(file=io.StringIO(), width=120, color_system=None))
     return args, None, launch.cycles
