@@ -14,6 +14,7 @@ processes).
 
 from __future__ import annotations
 
+import gc
 import os
 import queue
 import threading
@@ -36,6 +37,35 @@ MAX_BUILDS = 4096
 MAX_INSTANCES = 256
 # structure key -> ComposedBuild, most recently used last (shared by every program of the process)
 BUILDS: OrderedDict = OrderedDict()
+
+
+class _PausedGC:
+    """``with PAUSED_GC:`` the cyclic garbage collector does not run (re-entrant, across threads). A build makes
+    thousands of small objects that live on (instructions, slots, templates); with the collector on, they
+    trigger collections that walk every object of the process, which cost a decoder block's first call as
+    much as its builds. Reference counting still frees everything acyclic at once; cycles made meanwhile are
+    collected at the first collection after the pause."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._resume = False
+
+    def __enter__(self):
+        with self._lock:
+            if self._depth == 0:
+                self._resume = gc.isenabled()
+                gc.disable()
+            self._depth += 1
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0 and self._resume:
+                gc.enable()
+
+
+PAUSED_GC = _PausedGC()
 
 
 def fuser_path() -> str:
@@ -250,9 +280,10 @@ class GroupKernel:
             t0 = time.perf_counter()
             b = _load(key, profile)
             if b is None:
-                template = emit.compose(self.g, self.grp, self.name, self.sig, tiles, profile,
-                                        loc=getattr(self.grp, "loc", None))
-                b = ComposedBuild(template, self.param_infos(), profile)
+                with PAUSED_GC:
+                    template = emit.compose(self.g, self.grp, self.name, self.sig, tiles, profile,
+                                            loc=getattr(self.grp, "loc", None))
+                    b = ComposedBuild(template, self.param_infos(), profile)
                 if cache.root() is not None:
                     cache.store("composed", key, {**cache.template_fields(template), "params": [
                         [p.kind, p.name, p.dtype.code, p.rank] for p in b.infos]}, template.words)

@@ -20,23 +20,20 @@ def _span(rng) -> tuple:
 
 def insert_sync(items: list) -> None:
     """Give every cross-pipe dependency a set on its producer and a wait on its consumer."""
-    instrs = [x for x in items if isinstance(x, Emitted)]
+    instrs = []
     # loop bodies: [head label position, back-edge jump position] in instruction indices
-    loops = []
     label_pos = {}
-    pos = 0
     for x in items:
-        if isinstance(x, Label):
-            label_pos[id(x)] = pos
+        if x.__class__ is Label:
+            label_pos[id(x)] = len(instrs)
         else:
-            pos += 1
+            instrs.append(x)
+    back_edges = {}
     for i, e in enumerate(instrs):
         t = e.target
         if t is not None and label_pos.get(id(t), i + 1) <= i:
-            loops.append((label_pos[id(t)], i))
+            back_edges[i] = label_pos[id(t)]
     deps: dict[int, dict[int, int]] = {}  # consumer index -> {producer pipe: producer index}
-
-    back_edges = {end: start for start, end in loops}
 
     def scan(order, state, nested=True):
         for i in order:
@@ -50,38 +47,57 @@ def insert_sync(items: list) -> None:
     reads = [[_span(r) for r in e.reads] for e in instrs]
     writes = [[_span(r) for r in e.writes] for e in instrs]
 
+    def need(i, q, cand):
+        # of two producers on one pipe, the one issued last before the consumer (pipes run in order)
+        d = deps.get(i)
+        if d is None:
+            deps[i] = {q: cand}
+            return
+        cur = d.get(q)
+        d[q] = cand if cur is None or _rank(cand, i) > _rank(cur, i) else cur
+
     def visit(i, state):
-        # state: bucket -> [(lo, hi, writer index or None, reader indices)], in the order they were recorded
+        # state: bucket -> [[lo, hi, writer index or None, reader indices]], in the order they were recorded.
+        # A read depends on the overlapping writers of other pipes and joins the first overlapping entry's
+        # readers; a write depends on the overlapping writers and readers of other pipes and replaces the
+        # entries it overlaps (checking and recording range by range gives the same dependencies: an
+        # instruction's own accesses are on its own pipe).
         p = pipes[i]
-        need = deps.setdefault(i, {})
         for key, lo, hi in reads[i]:
-            for (a, b, widx, readers) in state.get(key, ()):
-                if widx is not None and a < hi and lo < b:
-                    q = pipes[widx]
-                    if q != p:
-                        need[q] = _later(need.get(q), widx, i)
-        for key, lo, hi in writes[i]:
-            for (a, b, widx, readers) in state.get(key, ()):
-                if a < hi and lo < b:
-                    if widx is not None and pipes[widx] != p:
-                        q = pipes[widx]
-                        need[q] = _later(need.get(q), widx, i)
-                    for ridx in readers:
-                        q = pipes[ridx]
-                        if q != p:
-                            need[q] = _later(need.get(q), ridx, i)
-        for key, lo, hi in reads[i]:
-            entries = state.setdefault(key, [])
+            entries = state.get(key)
+            if entries is None:
+                state[key] = [[lo, hi, None, [i]]]
+                continue
+            joined = False
             for entry in entries:
                 if entry[0] < hi and lo < entry[1]:
-                    entry[3].append(i)
-                    break
-            else:
-                entries.append((lo, hi, None, [i]))
+                    widx = entry[2]
+                    if widx is not None and pipes[widx] != p:
+                        need(i, pipes[widx], widx)
+                    if not joined:
+                        entry[3].append(i)
+                        joined = True
+            if not joined:
+                entries.append([lo, hi, None, [i]])
         for key, lo, hi in writes[i]:
-            entries = state.setdefault(key, [])
-            entries[:] = [s for s in entries if not (s[0] < hi and lo < s[1])]
-            entries.append((lo, hi, i, []))
+            entries = state.get(key)
+            if entries is None:
+                state[key] = [[lo, hi, i, []]]
+                continue
+            kept = []
+            for entry in entries:
+                if entry[0] < hi and lo < entry[1]:
+                    widx = entry[2]
+                    if widx is not None and pipes[widx] != p:
+                        need(i, pipes[widx], widx)
+                    for ridx in entry[3]:
+                        q = pipes[ridx]
+                        if q != p:
+                            need(i, q, ridx)
+                else:
+                    kept.append(entry)
+            kept.append([lo, hi, i, []])
+            state[key] = kept
 
     scan(range(len(instrs)), {})
     counters: dict = {}
