@@ -280,12 +280,24 @@ class Device:
 
     def _ready(self, bc):
         """Validate ``bc`` and check that it fits this device: once per instance and profile (a relaunch of a
-        cached instance has been through both)."""
+        cached instance has been through both). A new instance of an encoder whose instances have been through
+        both on this profile shares their verdicts (its code differs only in the values patched in, which the
+        validator's verdict holds for; its buffers are the build's): only its grid is checked."""
         fields = bc.__dict__
-        if fields.get("_fits") is not self.profile or bc.decoded is None:
-            bc.validate()
-            self._check_fits(bc)
-            fields["_fits"] = self.profile
+        p = self.profile
+        if fields.get("_fits") is p and bc.decoded is not None:
+            return
+        enc = fields.get("_encoder")
+        if enc is not None and enc.fits is p and fields.get("decoded") is enc.decoded is not None:
+            g = fields["_grid"]
+            if g[0] * g[1] * g[2] <= p.max_programs:
+                fields["_fits"] = p
+                return
+        bc.validate()
+        self._check_fits(bc)
+        fields["_fits"] = p
+        if enc is not None and bc.decoded is enc.decoded:
+            enc.fits = p
 
     def _check_fits(self, bc):
         p = self.profile

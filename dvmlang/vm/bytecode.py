@@ -415,6 +415,7 @@ class Encoder:
         # second (a build that is encoded once, as most fused kernels are per length, never pays its compile)
         self._patch_tables = (template.scalar_slots, self._tensor_patches, [p.rank for p in params])
         self._patch = self._first_patch
+        self.fits = None  # the profile an instance was checked to fit (Device._ready): its buffers fit for all
         self._names = [(p.name, p.dtype) for p in params]
         self._param_tail = fixed
         self._params_fixed = [None if p.kind == "tensor" else ParamInfo("scalar", p.name, p.dtype) for p in params]
