@@ -43,6 +43,7 @@ import dvmlang  # noqa: E402
 from dvmlang.fuser import build as fbuild  # noqa: E402
 from dvmlang.fuser import codegen  # noqa: E402
 from dvmlang.npu import device as npu_device  # noqa: E402
+from dvmlang.vm import validator  # noqa: E402
 from paper import ops as pops  # noqa: E402
 from paper.common import stream as request_stream  # noqa: E402
 
@@ -64,8 +65,12 @@ def _workload(name):
 
 
 def _forget_builds():
+    """Nothing built before: the builds and the validator's verdicts on their code (a structure never seen has
+    its code validated at its first launch)."""
+    fbuild.settle()
     fbuild.BUILDS.clear()
     codegen._BUILT.clear()
+    validator._VERDICTS.clear()
 
 
 def _timed(fn, *args):

@@ -297,9 +297,11 @@ def _host_pass(w: Workload, stream: list[int], pad: bool = False, fuse: bool = T
     calls, which here would evict the interpreter's working set from the caches before every call
     (``benchmarks/compile_cost.py`` prints both ways)."""
     from dvmlang.fuser import build, codegen
+    from dvmlang.vm import validator
     build.settle()
     build.BUILDS.clear()
     codegen._BUILT.clear()
+    validator._VERDICTS.clear()  # (the device pass launched the same code: its verdicts are not the host pass's)
     g = dvmlang.graph(w.graph, fuse=fuse, static=w.static)
     rng = np.random.default_rng(0)
     out, seen = [], set()
