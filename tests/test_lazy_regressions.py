@@ -289,3 +289,37 @@ def test_cumsum_over_a_length_one_axis_and_what_uses_it(shape):
     np.testing.assert_array_equal(ops.cumsum(dvmlang.tensor(x), axis=-1).numpy(), np.cumsum(x, axis=-1))
     g = dvmlang.graph(lambda a: ops.cumsum(a, axis=-1) * 2.0 + ops.sum(a, axis=-1, keepdims=True))
     np.testing.assert_array_equal(g(x), np.cumsum(x, axis=-1) * 2.0 + x.sum(-1, keepdims=True))
+
+
+# ---- constants by their bits ---------------------------------------------------------------------------------
+# -0.0 == 0.0 and NaN != NaN: a cache keyed by a constant's value (a capture, a kernel instance) served x * 0.0
+# with the instance encoded for x * -0.0. Calls alternate, so each cache (the generic path's, the instance
+# function's, the capture's) is hit with the other value.
+
+_SIGNED = (-0.0, 0.0, -0.0, 0.0, float("nan"), -0.0, 0.0, float("nan"), 0.0, -0.0)
+
+
+def _expected(x, c):
+    return x * np.float32(c)
+
+
+def test_a_graph_number_argument_is_kept_by_its_bits():
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    g = dvmlang.graph(lambda a, c: a * c)
+    for c in _SIGNED:
+        np.testing.assert_array_equal(np.signbit(g(x, c)), np.signbit(_expected(x, c)))
+        np.testing.assert_array_equal(np.isnan(g(x, c)), np.isnan(_expected(x, c)))
+    t = dvmlang.graph(lambda a, c: a * c[0] + c[1])
+    for c in ((1.0, -0.0), (0.0, -0.0), (-0.0, -0.0), (0.0, -0.0), (-0.0, -0.0)):
+        want = x * np.float32(c[0]) + np.float32(c[1])
+        np.testing.assert_array_equal(np.signbit(t(x, c)), np.signbit(want))
+
+
+def test_a_lazy_constant_is_kept_by_its_bits():
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    for c in _SIGNED:
+        with dvmlang.lazy():
+            y = (dvmlang.tensor(x) * c).numpy()
+        want = _expected(x, c)
+        np.testing.assert_array_equal(np.signbit(y), np.signbit(want))
+        np.testing.assert_array_equal(np.isnan(y), np.isnan(want))

@@ -343,8 +343,10 @@ class GroupKernel:
         if tensor_at is None:
             tensor_at = [i for i, a in enumerate(args) if a.__class__ is np.ndarray]
         arrays = {i: args[i] for i in tensor_at}
-        # the instance: by the scalars (sizes, strides, constants) and the arrays' lengths (their places in GM)
-        ikey = (tiles, grid, tuple([a.shape[0] if a.__class__ is np.ndarray else a for a in args]),
+        # the instance: by the scalars (sizes, strides, constants) and the arrays' lengths (their places in GM); a
+        # constant (a numpy scalar) by its bits: -0.0 equals 0.0, and NaN is never equal to itself
+        ikey = (tiles, grid, tuple([a.shape[0] if a.__class__ is np.ndarray else
+                                    a.tobytes() if isinstance(a, np.generic) else a for a in args]),
                 id(device.profile))
         bc = self._instances.get(ikey)
         if bc is None:

@@ -463,7 +463,8 @@ class _Generator:
         w.const(f"B{tag}", build)
         w.const(f"I{tag}", gk._instances)
         w.const(f"TILES{tag}", tiles)
-        w(f"ikey{tag} = (TILES{tag}, lg{tag}, ({', '.join(keys)}, *c{tag}, {', '.join(tail)}), {id(profile)})")
+        bits = f"*[x.tobytes() for x in c{tag}], " if gl.consts else ""  # (a constant by its bits: -0.0 is not 0.0)
+        w(f"ikey{tag} = (TILES{tag}, lg{tag}, ({', '.join(keys)}, {bits}{', '.join(tail)}), {id(profile)})")
         w(f"bc{tag} = I{tag}.get(ikey{tag})")
         w(f"if bc{tag} is None:")
         at = gl.tensor_at
