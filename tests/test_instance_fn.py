@@ -127,3 +127,26 @@ def test_outputs_are_never_pooled_buffers():
         np.testing.assert_allclose(h, (np.exp(x) + 1.0) * 0.5, rtol=1e-5)
     ids = {id(a) for _, s, _, h, _ in kept for a in (s, h)}
     assert len(ids) == 2 * len(kept)
+
+
+def test_sizes_seen_before_take_their_instances_without_encoding():
+    """The instances a program's sizes decide are kept per program by the sizes: a call at sizes seen before
+    (through the generic path or the function) encodes nothing and launches the same bytecode; new sizes
+    encode every kernel once. Outputs stay numpy's."""
+    w = next(w for w in pops.WORKLOADS if w.name == "decoder block")
+    g = dvmlang.graph(w.graph, static=w.static)
+    rng = np.random.default_rng(11)
+    seen = {}
+    for L in [6, 7, 8, 9, 6, 7, 8, 9, 10, 6, 10]:
+        args = w.args(rng, L)
+        before = g.stats.encodes
+        out = g(*args)
+        np.testing.assert_allclose(out, w.reference(*args), rtol=w.tol, atol=w.tol)
+        codes = [m.name for m in g.last_launch.members]
+        if L in seen:
+            assert g.stats.encodes == before, f"length {L} was seen before and encoded again"
+            assert codes == seen[L]
+        else:
+            assert g.stats.encodes > before
+            seen[L] = codes
+    assert _fast_count(g) >= 1

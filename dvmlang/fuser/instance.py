@@ -33,10 +33,17 @@ from .launch import GroupLaunch, StackItem, _addressing, _input_classes, _materi
 ENABLED = os.environ.get("DVMLANG_INSTANCE_FN", "1") != "0"  # 0: every call takes the generic path
 _POOLS = 4  # sets of intermediate buffers a program keeps (calls on as many threads at once reuse them)
 SPLIT = object()  # what a plan's function returns when the call's sizes take the split plan
+_SIZED = 256  # the sizes whose instances a program keeps (the oldest goes first)
 
 
 class _Unsupported(Exception):
     """The plan has something the generated function does not write (the generic path runs it)."""
+
+
+def _consts_key(consts: dict) -> tuple:
+    """A lazy program's constants as a key: each by its bits (-0.0 is not 0.0, and a NaN equals a NaN)."""
+    return tuple([(k, v.tobytes() if isinstance(v, np.generic) else v.hex() if v.__class__ is float else
+                   (v.__class__, v)) for k, v in consts.items()])
 
 
 def _too_big(gk, build, args):
@@ -160,12 +167,18 @@ class _Generator:
             self.slot = {oid: k for k, oid in enumerate(self.pooled)}
         self.needs_env = False
         body_at = len(w.lines)
-        w("stages = []")
+        self.ws = _Writer()  # the body of ``sized``: the work that depends on the call's sizes alone
+        self.ws.ns = w.ns
+        self.sized_params: list[str] = []  # its parameters beyond the sizes: the tensors' flat arrays
+        self.flat_of: dict[str, str] = {}  # an array's variable -> the variable of its flat view
+        self.items: list[list[str]] = []  # per stage, each group's StackItem (made per call)
+        self.tags: list[str] = []
         for k, stage in enumerate(self.launch.stages):
-            w("items = []")
+            self.items.append([])
             for j, gl in enumerate(stage):
                 self.group(f"{k}_{j}", gl)
-            w("stages.append(items)")
+        self.sized()
+        w("stages = [" + ", ".join("[" + ", ".join(items) + "]" for items in self.items) + "]")
         w("PROG.encode_s += perf_counter() - t0")
         w("record = device.run_stack(stages, name=NAME, trace=session)")
         if self.pooled:
@@ -189,8 +202,38 @@ class _Generator:
         exec(code, w.ns)  # noqa: S102 - our own generated code
         fn = w.ns["instance"]
         fn.source = src
+        fn.sized_source = self.sized_source
         fn.kept = self.kept
         return fn
+
+    def sized(self) -> None:
+        """What a call's sizes alone decide, kept per program by the sizes (``SIZED``): each group's grid,
+        scalars and instance (its bytecode, encoded at a new shape). A call at sizes seen before takes the
+        instances with one lookup; a new one runs ``sized``, the generated function that works them out (the
+        kernels' own instance caches first) and returns None when a group's guard fails."""
+        w, ws = self.w, self.ws
+        sizes = list(self.bound.values())
+        params = sizes + ["consts"] + self.sized_params
+        bcs = ", ".join(f"bc{t}" for t in self.tags)
+        src = (f"def sized({', '.join(params)}):\n" + "\n".join(ws.lines) + f"\n    return ({bcs},)\n")
+        code = compile(src, f"<dvmlang sizes {self.prog.name}>", "exec")
+        exec(code, w.ns)  # noqa: S102 - our own generated code
+        w.ns["SIZED"] = {}
+        w.ns["_consts_key"] = _consts_key
+        self.sized_source = src
+        w("skey = (" + "".join(f"{v}, " for v in sizes) + "None if consts is None else _consts_key(consts))")
+        w("bcs = SIZED.get(skey)")
+        w("if bcs is None:")
+        w(f"    bcs = sized({', '.join(params)})")
+        w("    if bcs is None:")
+        w("        return None")
+        w(f"    if len(SIZED) >= {_SIZED}:")
+        w("        del SIZED[next(iter(SIZED))]")
+        w("    SIZED[skey] = bcs")
+        w("else:")
+        for t in self.tags:
+            w(f"    GS{t}.hits += 1")
+            w(f"    GS{t}.launches += 1")
 
     def bind(self) -> None:
         """The ``_Binder``'s checks, unrolled: any mismatch returns None (the generic binder reports it)."""
@@ -374,13 +417,16 @@ class _Generator:
                 w(f"b{oid} = pool[{k}]")
                 w(f"if b{oid}.size < n{oid}:")
                 w(f"    b{oid} = pool[{k}] = empty(n{oid} + (n{oid} >> 2), DT{oid})")
-                w(f"o{oid} = values[{oid}] = b{oid}[:n{oid}].reshape(({dims}))")
+                w(f"fl_o{oid} = b{oid}[:n{oid}]")
+                w(f"o{oid} = values[{oid}] = fl_o{oid}.reshape(({dims}))")
+                self.flat_of[f"o{oid}"] = f"fl_o{oid}"
             self.stored[oid] = f"o{oid}"
         space = [self.dim(d) for d in gl.space]
         r = len(space)
         args: list[str] = []  # the arguments, in parameter order
         keys: list[str] = []  # the same with each array's length in its place (the instance key)
         flats: list[str] = []  # the tensors' flat arrays
+        strided: list[str] = []  # the strides of the tensors addressed the generic way
         for k, (x, own, arg_dims, plain) in enumerate(gl.tensors):
             a = self.address(x)
             f = f"f{tag}_{k}"
@@ -389,6 +435,7 @@ class _Generator:
                 w.const(f"X{tag}_{k}", x)
                 shp = space if own is None else space[:-2] + [self.dim(own[0]), self.dim(own[1])]
                 w(f"{f}, st{tag}_{k} = _addressing(X{tag}_{k}, values, env, ({', '.join(shp)},))")
+                strided.append(f"st{tag}_{k}")
                 flats.append(f)
                 args.append(f)
                 keys.append(f"{f}.shape[0]")
@@ -397,7 +444,14 @@ class _Generator:
                     keys.append(args[-1])
                 continue
             root, off, shape, strides, _ = a
-            w(f"{f} = {root}.reshape(-1)" + (f"[{off}:]" if off != "0" else ""))
+            flat = self.flat_of.get(root)
+            if flat is None:  # (each array's flat view made once per call)
+                flat = self.flat_of[root] = f"fl_{root}"
+                w(f"{flat} = {root}.reshape(-1)")
+            if off != "0":
+                w(f"{f} = {flat}[{off}:]")
+            else:
+                f = flat
             flats.append(f)
             args.append(f)
             keys.append(f"{f}.shape[0]")
@@ -410,6 +464,10 @@ class _Generator:
                     e = "0" if size == "1" else (st if size.isdigit() else f"({st} if {size} != 1 else 0)")
                 args.append(e)
                 keys.append(e)
+        for v in flats + strided:
+            if v not in self.sized_params:
+                self.sized_params.append(v)
+        w = self.ws  # from here: what the sizes alone decide (``sized``)
         if gl.kind == "matmul":
             bm, bn, _ = kept
             m, n_, kk = (self.dim(d) for d in gl.mm)
@@ -479,14 +537,19 @@ class _Generator:
         w("else:")
         w(f"    GK{tag}.stats.hits += 1")
         w(f"GK{tag}.stats.launches += 1")
+        w = self.w  # per call again: the arrays and the launch's item
+        w.const(f"GS{tag}", gk.stats)
+        n = len(self.tags)
+        self.tags.append(tag)
         arrays = "{" + ", ".join(f"{i}: {f}" for i, f in zip(at, flats)) + "}"
         if len(set(gl.bases)) == len(gl.bases):
             alias = "{" + ", ".join(f"{i}: {i}" for i in at) + "}"
         else:
             w.const(f"BASES{tag}", gl.bases)
+            w(f"arrs{tag} = {arrays}")
+            arrays = f"arrs{tag}"
             alias = f"alias_groups(arrs{tag}, BASES{tag})"
-        w(f"arrs{tag} = {arrays}")
-        w(f"items.append(StackItem(bc{tag}, arrs{tag}, {gk.name!r}, {alias}))")
+        self.items[-1].append(f"StackItem(bcs[{n}], {arrays}, {gk.name!r}, {alias})")
 
 
 def _c_strides(shape: list[str]) -> list[str]:
