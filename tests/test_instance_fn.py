@@ -150,3 +150,28 @@ def test_sizes_seen_before_take_their_instances_without_encoding():
             assert g.stats.encodes > before
             seen[L] = codes
     assert _fast_count(g) >= 1
+
+
+def _unit_reshapes(x, y):
+    """Reshapes of strided views that only insert or remove dims of size 1 (a view at any sizes), then a slice
+    of one: the instance function addresses them itself, as torch's attention graphs do."""
+    a = ops.reshape(ops.permute(x, (1, 0, 2)), (1, x.shape[1], x.shape[0], x.shape[2]))
+    b = ops.reshape(ops.transpose(y[:, 1:, :], 1, 2), (y.shape[0], y.shape[2], y.shape[1] - 1))
+    c = ops.reshape(ops.permute(ops.reshape(x, (1, x.shape[0], x.shape[1], x.shape[2])), (0, 2, 1, 3)),
+                    (x.shape[1], x.shape[0], x.shape[2]))
+    return ops.exp(a[:, :, :, 2:]), b * 2.0, c + 1.0
+
+
+def test_unit_reshapes_of_strided_views_equal_the_generic_path():
+    def args(rng, L):
+        return (rng.standard_normal((L, 3, 8)).astype(np.float32),
+                rng.standard_normal((2, L + 1, 5)).astype(np.float32))
+    g = _compare(_unit_reshapes, args, LENGTHS)
+    assert _fast_count(g) >= 1
+    rng = np.random.default_rng(5)
+    x, y = args(rng, 6)
+    got = g(x, y)
+    want = (np.exp(np.transpose(x, (1, 0, 2))[None][..., 2:]), np.transpose(y[:, 1:, :], (0, 2, 1)) * 2.0,
+            np.transpose(x, (1, 0, 2)) + 1.0)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-6)

@@ -385,10 +385,16 @@ class _Generator:
             perm = n.attrs["perm"]
             return (root, off, [shape[i] for i in perm], [strides[i] for i in perm],
                     contiguous and tuple(perm) == tuple(range(len(perm))))
-        if not contiguous:  # a reshape of a strided view: whether it is one depends on the sizes
-            return None
-        shape = [self.node_dim(d) for d in n.shape]
-        return root, off, shape, _c_strides(shape), True
+        out = [self.node_dim(d) for d in n.shape]
+        if not contiguous:
+            # a reshape of a strided view is a view at any sizes when it only inserts or removes dims of size 1
+            # (the other dims, in order, are the same expressions): each keeps its stride
+            kept = [(d, st) for d, st in zip(shape, strides) if d != "1"]
+            if [d for d, _ in kept] != [d for d in out if d != "1"]:
+                return None  # (otherwise whether it is one depends on the sizes)
+            it = iter(kept)
+            return root, off, out, ["0" if d == "1" else next(it)[1] for d in out], False
+        return root, off, out, _c_strides(out), True
 
     def group(self, tag: str, gl: GroupLaunch) -> None:
         prog, w, profile = self.prog, self.w, self.profile
