@@ -84,8 +84,8 @@ def insert_sync(items: list) -> None:
             if entries is None:
                 state[key] = [[lo, hi, i, []]]
                 continue
-            kept = []
-            for entry in entries:
+            gone = []
+            for k, entry in enumerate(entries):
                 if entry[0] < hi and lo < entry[1]:
                     widx = entry[2]
                     if widx is not None and pipes[widx] != p:
@@ -94,10 +94,10 @@ def insert_sync(items: list) -> None:
                         q = pipes[ridx]
                         if q != p:
                             need(i, q, ridx)
-                else:
-                    kept.append(entry)
-            kept.append([lo, hi, i, []])
-            state[key] = kept
+                    gone.append(k)
+            for k in reversed(gone):
+                del entries[k]
+            entries.append([lo, hi, i, []])
 
     scan(range(len(instrs)), {})
     counters: dict = {}
