@@ -57,13 +57,17 @@ def _is_scalar(node) -> bool:
 
 
 def _expr(v):
-    """A size, SymInt, SymFloat or number as an int, float or sympy expression."""
+    """A size, SymInt, SymFloat or number as an int, float, bool or sympy expression."""
+    if v.__class__ in (int, float, bool):
+        return v
     if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         e = v.node.expr
-        if e in (sympy.true, sympy.false):
+        if e.is_Integer:
+            return int(e)
+        if e.is_Boolean and e.is_Atom:
             return bool(e)
-        if getattr(e, "is_number", False):
-            return int(e) if e.is_Integer else float(e)
+        if e.is_Float or e.is_Rational:
+            return float(e)
         return e
     return v
 
@@ -94,7 +98,7 @@ def find(gm: torch.fx.GraphModule, kind: str, name: str):
             arg_map = match(cg.gm, gm)
         except NoMatch:
             continue
-        return Reused(cg, name, arg_map)
+        return Reused(cg, name, arg_map, gm)
     return None
 
 
@@ -102,8 +106,9 @@ class Reused:
     """A new graph run by an earlier ``CompiledGraph``: the new graph's arguments are mapped onto the earlier
     graph's placeholders (a symbol's placeholder gets its size at this call)."""
 
-    def __init__(self, graph, name: str, arg_map: list):
-        self.graph = graph
+    def __init__(self, graph, name: str, arg_map: list, gm=None):
+        self.graph = graph  # the earlier CompiledGraph
+        self.gm = gm  # the new graph (not run: kept for inspection)
         self.name = name
         self.arg_map = arg_map  # per earlier placeholder: ("arg", i) | ("size", n) | ("dim", i, axis)
         st.STATS.graphs += 1
@@ -155,6 +160,8 @@ class _Subst:
 
 def _same(a, b) -> bool:
     """Two sizes (ints, floats, bools or sympy expressions) equal for every value of the symbols."""
+    if a.__class__ is int and b.__class__ is int:
+        return a == b
     if not isinstance(a, sympy.Basic) and not isinstance(b, sympy.Basic):
         if isinstance(a, float) or isinstance(b, float):
             return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
@@ -174,6 +181,8 @@ class _Matcher:
         self.pair: dict = {}  # earlier graph's tensor node -> the new graph's
         self.resolved_old: dict = {}
         self.resolved_new: dict = {}
+        self.shapes_old: dict = {}
+        self.shapes_new: dict = {}
 
     # -- values of nodes ---------------------------------------------------------------------------------------
     def old_value(self, n):
@@ -184,8 +193,15 @@ class _Matcher:
         return _expr(n.meta["val"])
 
     def shape(self, val, old: bool):
-        sub = self.sub if old else (lambda e: e)
-        return tuple(sub(_expr(s)) for s in val.shape)
+        memo = self.shapes_old if old else self.shapes_new
+        r = memo.get(id(val))
+        if r is None:
+            r = tuple([_expr(s) for s in val.shape])
+            if old:
+                r = tuple([self.sub(e) for e in r])
+            memo[id(val)] = (r, val)  # (the value kept alive: its id stays its own)
+            return r
+        return r[0]
 
     # -- placeholders --------------------------------------------------------------------------------------------
     def placeholders(self) -> list:
@@ -301,6 +317,8 @@ class _Matcher:
         return out
 
     def same_arg(self, a, b) -> bool:
+        if a.__class__ is int and b.__class__ is int:
+            return a == b
         if isinstance(a, torch.fx.Node) and not _is_scalar(a):
             if not isinstance(b, torch.fx.Node) or _is_scalar(b):
                 return False
