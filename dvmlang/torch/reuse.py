@@ -1,7 +1,7 @@
 """A Dynamo recompile reuses a graph compiled before, when the new graph is that graph at the new sizes.
 
 At a size of 1 (dynamo's 0/1 specialisation: a length of 1 after a symbolic length, a batch of 1 after a batch of
-2), after ``torch._dynamo.reset()`` or any other recompile, AOTAutograd hands the backend a new FX graph. When that
+2), a second ``torch.compile`` of the model or any other recompile, AOTAutograd hands the backend a new FX graph. When that
 graph is node for node an earlier one with each of the earlier graph's symbols replaced by a size (a number, or a
 symbol of the new graph), the earlier ``CompiledGraph`` runs it: its regions were planned for every value of their
 symbols and only encode for the new sizes. Nothing is lowered, planned or built again.
@@ -23,6 +23,8 @@ broadcast it traced is of a dim it knew to be 1), and stays one; a symbol that `
 of ``G``. An op whose meaning changes at a size of 1 (``squeeze`` of that dim) gives ``H`` another shape, and the
 match fails. Where anything differs the new graph is compiled as always: a failed match never costs correctness,
 only the reuse.
+
+Graphs are kept until ``torch._dynamo.reset()``, which dynamo documents as a fresh start, as if in a new process.
 """
 
 from __future__ import annotations
@@ -82,9 +84,27 @@ def _key(kind: str, placeholders) -> tuple:
     return tuple(out)
 
 
+def _epoch(*_args) -> None:
+    """A dynamo compile-start callback that does nothing: ``torch._dynamo.reset()`` clears dynamo's callbacks, so
+    its absence says dynamo was reset since the graphs were registered."""
+
+
+def _since_reset() -> None:
+    """Forget the graphs compiled before the latest ``torch._dynamo.reset()``: a reset is a fresh start, as if in a
+    new process (kernels built before it are still found by content, docs/fusion.md)."""
+    try:
+        from torch._dynamo.callback import callback_handler
+        if _epoch not in callback_handler.start_callbacks:
+            _REGISTRY.clear()
+            callback_handler.register_start_callback(_epoch)
+    except (ImportError, AttributeError):  # (a torch without compile callbacks: graphs are kept across resets)
+        pass
+
+
 def register(cg, kind: str) -> None:
     """Keep ``cg`` (a ``CompiledGraph``) as a graph later compiles may reuse."""
     if enabled():
+        _since_reset()
         _REGISTRY.setdefault(_key(kind, cg.placeholders), []).append(cg)
 
 
@@ -92,6 +112,7 @@ def find(gm: torch.fx.GraphModule, kind: str, name: str):
     """A ``Reused`` runner of an earlier graph that ``gm`` is at other sizes, or None."""
     if not enabled():
         return None
+    _since_reset()
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for cg in reversed(_REGISTRY.get(_key(kind, placeholders), [])[-_TRIES:]):
         try:
