@@ -46,16 +46,18 @@ def _consts_key(consts: dict) -> tuple:
                    (v.__class__, v)) for k, v in consts.items()])
 
 
-def _too_big(gk, build, args):
-    i = next(i for i in build.int_args if not -(1 << 31) <= args[i] < 1 << 31)
-    raise GraphError(f"kernel `{gk.name}`: the size argument {gk.sig.params[i]} = {args[i]} does not fit int32")
-
-
-def _encode(gk, build, args, grid, ikey, keys):
-    """A new instance of a group's kernel (the generic ``GroupKernel.prepare`` miss; its int32 check is written
-    inline). ``keys``: per tensor argument (dtype, shape, strides), as ``Encoder.encode_values`` takes them."""
+def _encode(gk, build, args, grid, ikey, arrays):
+    """A new instance of a group's kernel (the generic ``GroupKernel.prepare`` miss, with its int32 check).
+    ``arrays``: the tensor arguments (parameter index -> flat array)."""
+    for i in build.int_args:
+        if not -(1 << 31) <= args[i] < 1 << 31:
+            raise GraphError(f"kernel `{gk.name}`: the size argument {gk.sig.params[i]} = {args[i]} does not fit "
+                             "int32")
+    keys = [None] * len(args)  # per tensor argument (dtype, shape, strides), as ``Encoder.encode_values`` takes them
+    for i, a in arrays.items():
+        keys[i] = (a.dtype, a.shape, a.strides)
     t0 = time.perf_counter()
-    bc = build.encoder.encode_values(args, grid, keys)
+    bc = build.encoder.encode_values(args, grid, tuple(keys))
     bc.encode_s = time.perf_counter() - t0
     gk.stats.encodes += 1
     if gk.sink is not None:
@@ -65,6 +67,25 @@ def _encode(gk, build, args, grid, ikey, keys):
     if len(inst) > MAX_INSTANCES:
         inst.popitem(last=False)
     return bc
+
+
+def _instance(gk, build, inst, ikey, args, grid, arrays):
+    """A group's instance for these sizes: from the kernel's instances, else encoded."""
+    bc = inst.get(ikey)
+    if bc is None:
+        bc = _encode(gk, build, args, grid, ikey, arrays)
+    else:
+        gk.stats.hits += 1
+    gk.stats.launches += 1
+    return bc
+
+
+def _take(pool, k, n, dtype):
+    """An intermediate's flat array: a piece of the program's buffer ``k`` (grown when a call needs more)."""
+    b = pool[k]
+    if b.size < n:
+        b = pool[k] = np.empty(n + (n >> 2), dtype)
+    return b[:n]
 
 
 class _Writer:
@@ -137,7 +158,7 @@ class _Generator:
         p: Plan = self.launch.plan
         if not prog.fuse or any(gl.__class__ is not GroupLaunch for st in self.launch.stages for gl in st):
             raise _Unsupported
-        w.ns.update(np=np, empty=np.empty, StackItem=StackItem, _encode=_encode, _too_big=_too_big,
+        w.ns.update(np=np, empty=np.empty, StackItem=StackItem, _instance=_instance, _take=_take,
                     _addressing=_addressing,
                     _materialise=_materialise, alias_groups=alias_groups, _input_classes=_input_classes,
                     perf_counter=time.perf_counter, SPLIT=SPLIT, Run=self.run_type)
@@ -156,6 +177,11 @@ class _Generator:
             w("    return None")
         for i, n in enumerate(ins):
             self.stored[n.id] = f"a{i}"
+        w.const("KEPT", self.kept)
+        w("tiles = PROG._tiles")  # (the tiles each group was written with, still the program's)
+        w("for key, kept in KEPT:")
+        w("    if tiles.get(key) is not kept:")
+        w("        return None")
         self.pooled = self.poolable()
         if self.pooled:
             w.const("POOL", [])
@@ -405,11 +431,7 @@ class _Generator:
         if kept is None:
             raise _Unsupported
         w.const(f"GK{tag}", gk)
-        w.const(f"KEPT{tag}", kept)
-        w.const(f"KEY{tag}", gk.key)
         self.kept.append((gk.key, kept))
-        w(f"if PROG._tiles.get(KEY{tag}) is not KEPT{tag}:")
-        w("    return None")
         for oid, shape, npdt in gl.outs:
             if 0 in shape:
                 raise _Unsupported  # (an empty output: the generic path skips the launch)
@@ -419,11 +441,8 @@ class _Generator:
             if k is None:
                 w(f"o{oid} = values[{oid}] = empty(({dims}), DT{oid})")
             else:  # an intermediate: a piece of the program's buffer for it, grown when a call needs more
-                w(f"n{oid} = {' * '.join(self.dim(d) for d in shape) or '1'}")
-                w(f"b{oid} = pool[{k}]")
-                w(f"if b{oid}.size < n{oid}:")
-                w(f"    b{oid} = pool[{k}] = empty(n{oid} + (n{oid} >> 2), DT{oid})")
-                w(f"fl_o{oid} = b{oid}[:n{oid}]")
+                n = " * ".join(self.dim(d) for d in shape if self.dim(d) != "1") or "1"
+                w(f"fl_o{oid} = _take(pool, {k}, {n}, DT{oid})")
                 w(f"o{oid} = values[{oid}] = fl_o{oid}.reshape(({dims}))")
                 self.flat_of[f"o{oid}"] = f"fl_o{oid}"
             self.stored[oid] = f"o{oid}"
@@ -498,11 +517,11 @@ class _Generator:
                 if gl.mode == "row":
                     w(f"if {cols} > {kept.bc}:")
                     w("    return None")
-                ncb = "1" if gl.mode in ("row", "loop") else f"-(-{cols} // {kept.bc})"
+                ncb = "1" if gl.mode in ("row", "loop") else _folded(f"-(-{cols} // {kept.bc})")
                 w(f"ncb{tag} = {ncb}")
-                w(f"g{tag} = -(-{rows} // {kept.br}) * ncb{tag}")
-                prod = " * ".join(f"max(1, {d})" for d in outer) if r > 2 else "1"
-                w(f"if g{tag} * {prod} > {profile.max_programs}:")
+                w(f"g{tag} = {_folded(f'-(-{rows} // {kept.br})')} * ncb{tag}")
+                prod = " * ".join(f"max(1, {d})" for d in outer if d != "1") if r > 2 else ""
+                w(f"if g{tag}{' * ' + prod if prod else ''} > {profile.max_programs}:")
                 w("    return None")
                 g0 = f"g{tag}"
                 extra = [f"ncb{tag}"] if gl.mode == "tiled" else []
@@ -511,51 +530,55 @@ class _Generator:
             scal = [space[-2] if r >= 2 else "1", space[-1] if r >= 1 else "1"] + extra
             scal += [f"float({self.dim(d)})" for d in gl.dims] + [self.dim(d) for d in gl.int_dims]
             cores = profile.vector_cores
-        w(f"G{tag} = ({g0}, {g1}, {g2})")
-        w(f"T{tag} = G{tag}[0] * G{tag}[1] * G{tag}[2]")
-        w.const(f"C{tag}", gl.consts)
-        w.const(f"GL{tag}", gl)
-        w(f"c{tag} = C{tag} if consts is None else GL{tag}.const_values(consts)")
-        tail = [f"G{tag}[0]", f"G{tag}[1]", f"T{tag}"]
+        if g1 == "1" and g2 == "1":
+            w(f"T{tag} = {g0}")
+            grid = f"T{tag}, 1"
+        else:
+            w(f"T{tag} = {g0} * {g1} * {g2}")
+            grid = f"{g0}, {g1}"
+        if gl.consts:
+            w.const(f"C{tag}", gl.consts)
+            w.const(f"GL{tag}", gl)
+            w(f"c{tag} = C{tag} if consts is None else GL{tag}.const_values(consts)")
+            consts = f", *c{tag}"
+            bits = f", *[x.tobytes() for x in c{tag}]"  # (a constant by its bits: -0.0 is not 0.0)
+        else:
+            consts = bits = ""
         args += scal
         keys += scal
-        w(f"args{tag} = [{', '.join(args)}, *c{tag}, {', '.join(tail)}]")
-        w(f"lg{tag} = (max(1, min(T{tag}, {cores})), 1, 1)")
+        w(f"args{tag} = [{', '.join(args)}{consts}, {grid}, T{tag}]")
+        w(f"lg{tag} = (T{tag} if T{tag} < {cores} else {cores}) or 1, 1, 1")
         build = gk._builds.get(tiles)
         if build is None or build.encoder.target.name != profile.name:
             raise _Unsupported
         w.const(f"B{tag}", build)
         w.const(f"I{tag}", gk._instances)
         w.const(f"TILES{tag}", tiles)
-        bits = f"*[x.tobytes() for x in c{tag}], " if gl.consts else ""  # (a constant by its bits: -0.0 is not 0.0)
-        w(f"ikey{tag} = (TILES{tag}, lg{tag}, ({', '.join(keys)}, {bits}{', '.join(tail)}), {id(profile)})")
-        w(f"bc{tag} = I{tag}.get(ikey{tag})")
-        w(f"if bc{tag} is None:")
+        # the instance key: the arguments with each array's length in its place (GroupKernel.prepare's key)
+        w(f"ikey{tag} = (TILES{tag}, lg{tag}, ({', '.join(keys)}{bits}, {grid}, T{tag}), {id(profile)})")
         at = gl.tensor_at
-        if build.int_args:
-            ints = ", ".join(f"args{tag}[{i}]" for i in build.int_args)
-            w(f"    if max({ints},) > 2147483647 or min({ints},) < -2147483648:")
-            w(f"        _too_big(GK{tag}, B{tag}, args{tag})")
-        tk = ["None"] * (max(at) + 1)
-        for i, f in zip(at, flats):
-            tk[i] = f"({f}.dtype, {f}.shape, {f}.strides)"
-        w(f"    bc{tag} = _encode(GK{tag}, B{tag}, args{tag}, lg{tag}, ikey{tag}, ({', '.join(tk)},))")
-        w("else:")
-        w(f"    GK{tag}.stats.hits += 1")
-        w(f"GK{tag}.stats.launches += 1")
+        arrays = "{" + ", ".join(f"{i}: {f}" for i, f in zip(at, flats)) + "}"
+        w(f"bc{tag} = _instance(GK{tag}, B{tag}, I{tag}, ikey{tag}, args{tag}, lg{tag}, {arrays})")
         w = self.w  # per call again: the arrays and the launch's item
         w.const(f"GS{tag}", gk.stats)
         n = len(self.tags)
         self.tags.append(tag)
-        arrays = "{" + ", ".join(f"{i}: {f}" for i, f in zip(at, flats)) + "}"
         if len(set(gl.bases)) == len(gl.bases):
-            alias = "{" + ", ".join(f"{i}: {i}" for i in at) + "}"
+            w.const(f"ALIAS{tag}", {i: i for i in at})
+            alias = f"ALIAS{tag}"
         else:
             w.const(f"BASES{tag}", gl.bases)
             w(f"arrs{tag} = {arrays}")
             arrays = f"arrs{tag}"
             alias = f"alias_groups(arrs{tag}, BASES{tag})"
         self.items[-1].append(f"StackItem(bcs[{n}], {arrays}, {gk.name!r}, {alias})")
+
+
+def _folded(e: str) -> str:
+    """``e`` computed when it has no variables (``-(-max(1, 256) // 64)``: ``4``)."""
+    if all(ch in "0123456789-+*/() ,max" for ch in e):
+        return str(eval(e, {"max": max}))  # noqa: S307 - digits, operators and max only
+    return e
 
 
 def _c_strides(shape: list[str]) -> list[str]:

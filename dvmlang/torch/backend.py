@@ -16,7 +16,9 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch._aot_autograd.utils import make_boxed_func
 
+from . import reuse
 from .partition import CompiledGraph
+from .rewrite import rewrite
 
 COMPILED: list = []  # every CompiledGraph, in order (explain reads the ones a call made)
 
@@ -40,13 +42,25 @@ def _may_train(example_inputs) -> bool:
     return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
 
 
+def compile_graph(gm: torch.fx.GraphModule, kind: str):
+    """The runner of one AOTAutograd graph: an earlier compiled graph when ``gm`` is that graph at other sizes (a
+    Dynamo recompile at a size of 1, the model compiled again: reuse.py), else a new ``CompiledGraph``."""
+    # named after the graph's code: the same model compiles to the same kernel names in every process
+    name = f"torch_{kind}_{hashlib.sha1(gm.code.encode()).hexdigest()[:6]}"
+    rewrite(gm)
+    cg = reuse.find(gm, kind, name)
+    if cg is None:
+        cg = CompiledGraph(gm, name)
+        reuse.register(cg, kind)
+    COMPILED.append(cg)
+    return cg
+
+
 def _compiler(kind: str):
-    def compile_graph(gm: torch.fx.GraphModule, example_inputs):
-        # named after the graph's code: the same model compiles to the same kernel names in every process
-        cg = CompiledGraph(gm, f"torch_{kind}_{hashlib.sha1(gm.code.encode()).hexdigest()[:6]}")
-        COMPILED.append(cg)
+    def compile_fn(gm: torch.fx.GraphModule, example_inputs):
+        cg = compile_graph(gm, kind)
         return make_boxed_func(lambda *args: cg(list(args)))
-    return compile_graph
+    return compile_fn
 
 
 def dvmlang_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 @dataclass
 class Stats:
     graphs: int = 0  # FX graphs compiled (forward, backward, inference)
+    reused: int = 0  # of those, graphs run by an earlier compiled graph (reuse.py: the same graph at other sizes)
     plans: int = 0  # dvmlang programs planned (one per region; fusion is never re-planned for a new shape)
     calls: int = 0  # calls of compiled graphs
     launches: int = 0
@@ -66,6 +67,7 @@ def stats() -> dict:
         # partial simulated figure (their work is not in it)
         "eager_fallback_us": STATS.eager_s * 1e6,
         "graphs": STATS.graphs,
+        "reused_graphs": STATS.reused,
         "plans": STATS.plans,
         "calls": STATS.calls,
         "host_s": STATS.host_s,
