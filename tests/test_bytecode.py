@@ -14,6 +14,7 @@ import dvmlang.language as dl
 from dvmlang.vm import container as C
 from dvmlang.vm import isa
 from dvmlang.vm.bytecode import _parse, _serialise
+from dvmlang.vm import bytecode
 from dvmlang.vm.lower import encode_into
 from test_bytecode_samples import KERNELS, SAMPLES, sample_args, sample_bytes
 
@@ -132,6 +133,22 @@ def test_a_float_scalar_is_patched_as_scalar_bits_writes_it_and_computes_as_nump
     _scaled[(1,)](x, y, s, 16, B=16)
     with np.errstate(over="ignore", invalid="ignore"):
         np.testing.assert_array_equal(y, x * np.array(s).astype(np.float32))
+
+
+@pytest.mark.parametrize("s", [1e-5, -0.0, 0.0, float("nan"), 3.4028235677973366e38, 1e39, -1e-46, 7])
+def test_the_table_loop_and_the_straight_line_patcher_write_the_same_words(s):
+    """A build's first instances are patched by a loop over its tables, later ones by the patcher generated for
+    it (``bytecode._LOOPED``): for the same values both write the same words."""
+    x = np.arange(1, 17, dtype=np.float32)
+    y = np.zeros(37, np.float32)
+    enc = _scaled.build_for(x, y, s, 16, B=16).encoder
+    values = [x, y, s, 16]
+    keys = tuple((a.dtype, a.shape, a.strides) if isinstance(a, np.ndarray) else None for a in values)
+    looped, straight = enc._words[:], enc._words[:]
+    enc._first_patch(looped, values, keys)
+    bytecode._patcher(*enc._patch_tables)(straight, values, keys)
+    assert looped == straight
+    assert looped != enc._words  # (something was patched)
 
 
 def test_an_encoded_instance_makes_its_kernel_record_when_first_read():

@@ -82,6 +82,9 @@ def _bits_converter(dtype: dt.DType):
 _CONVERTERS = {d: _bits_converter(d) for d in dt.ALL}
 
 
+_LOOPED = 4  # instances of a build patched by the table loop before its straight-line patcher is written
+
+
 def _patcher(scalar_slots, tensor_patches, ranks):
     """``patch(code, values, keys)``: the words of one instance that depend on its runtime values (each scalar's
     MOVI immediate; each tensor's address, tensors placed one after another as ``gm_span`` says, from the
@@ -415,6 +418,7 @@ class Encoder:
         # second (a build that is encoded once, as most fused kernels are per length, never pays its compile)
         self._patch_tables = (template.scalar_slots, self._tensor_patches, [p.rank for p in params])
         self._patch = self._first_patch
+        self._looped = 0  # instances patched by the loop so far
         self.fits = None  # the profile an instance was checked to fit (Device._ready): its buffers fit for all
         self._names = [(p.name, p.dtype) for p in params]
         self._param_tail = fixed
@@ -441,9 +445,12 @@ class Encoder:
             self.decoded = self.encode(placeholder, scalars, (1, 1, 1)).validate().decoded
 
     def _first_patch(self, code, values, keys) -> None:
-        """``_patcher``'s work as a loop over the build's tables (the first instance); later instances get the
-        generated straight-line patcher."""
-        self._patch = self._compiled_patch
+        """``_patcher``'s work as a loop over the build's tables (the first ``_LOOPED`` instances); later instances
+        get the generated straight-line patcher (writing it costs what about ten instances save: a build that
+        meets only a few shapes never pays it)."""
+        self._looped += 1
+        if self._looped >= _LOOPED:
+            self._patch = self._compiled_patch
         slots, tensors, ranks = self._patch_tables
         for w, p, d in slots:
             code[w] = _CONVERTERS[d](values[p])
