@@ -175,3 +175,20 @@ def test_unit_reshapes_of_strided_views_equal_the_generic_path():
             np.transpose(x, (1, 0, 2)) + 1.0)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_a_static_dim_of_another_size_takes_its_own_capture():
+    """Calls of numpy arrays go straight to the instance functions of the capture that served calls like them
+    (``GraphFunction._direct``), static dims included: a call whose static dim differs is refused by the
+    function's binding and captured anew, and calls alternating between two static sizes stay correct."""
+    # (w's dims meet no other dim: only its static sizes tell the two captures apart)
+    g = dvmlang.graph(lambda x, w: x + ops.sum(w, axis=-1)[0:1], static={"w": (0, 1)})
+    rng = np.random.default_rng(2)
+    caps = []
+    for L, n in [(5, 8), (6, 8), (7, 8), (8, 8), (5, 16), (6, 16), (9, 8), (7, 16), (10, 8), (11, 16)]:
+        x = rng.standard_normal((L, 4)).astype(np.float32)
+        w = rng.standard_normal((n, n)).astype(np.float32)
+        np.testing.assert_allclose(g(x, w), x + w.sum(axis=-1)[0:1], rtol=1e-5, atol=1e-5)
+        caps.append(g.stats.captures)
+    assert caps[-1] == 2, caps  # one capture per static size
+    assert _fast_count(g) >= 1

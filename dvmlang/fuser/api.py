@@ -392,7 +392,7 @@ class GraphFunction:
         inputs = self._inputs(prog, args)
         before = prog.fallbacks
         r = prog.run(inputs, device, active_session())
-        if like is None and not kwargs and prog._fast and not self.static:
+        if like is None and not kwargs and prog._fast:
             self._remember_direct(prog, args, raw)
         return self._returned(prog, before, r, like)
 
