@@ -1,0 +1,186 @@
+"""The steady relaunch: a launch whose timing is the instance's (``timing_cache``) replays its numerics as one
+straight-line function, generated once per instance.
+
+When every register a kernel writes is written by a pure scalar step (``Step.pure``: from immediates, the
+program's coordinates, the grid and the parameter table, never from memory), each register holds at each step
+of a launch a value fixed by the instance, and so does every branch condition: every launch of the instance
+runs the same steps in the same order, with the same register values. The first launch that runs the numerics
+alone (its timing kept) runs its steps one by one and records them (``record``): the steps in the order they
+ran and, before each step that is not pure, the registers. When the batch never split and the path is not too
+long, ``generate`` writes that path as one function (``Replay``): the pure steps, branches, jumps and events
+disappear (in a launch whose timing is kept they only set registers or do nothing); before each remaining
+step, the registers that differ from what the path last left are set to the recorded values (so every step
+sees exactly the registers the step-by-step path gives it), then the step runs as the compiled path runs it
+(its own function, or, for a small batch, its vector instruction computed directly: ``compiled._Tiles``). At
+the end the registers are left as the path leaves them. So the numerics, faults and on-chip state are those of
+the step-by-step path: the same functions on the same values in the same order, without the scheduler, the
+blocks' calls and the scalar statements. The record (cycles, bytes, instructions) is the kept timing's, as
+for any launch whose timing is kept; the L2 model settles as before.
+
+Not replayed: traced launches, devices in debug or race-detection mode (never untimed), kernels with a register
+written by a step that is not pure (a scalar load, a tile element moved to a register), batches that split,
+several batches, paths longer than ``MAX_STEPS``, and a watchdog budget the path would exceed: those run as
+before. ``Device(replay=False)`` turns it off.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DvmError, InvalidBytecodeError
+from .compiled import SMALL_BYTES, STEP_ERRORS, _invalid, _tile_bytes, _Tiles
+from .timing_cache import _operands
+
+MAX_STEPS = 20000  # the longest path (steps, per program) a replay is written for
+
+
+class Replay:
+    """A launch path as one function: ``fn(batch, launch)`` runs its ``n`` steps (each program's count)."""
+
+    __slots__ = ("fn", "n", "source")
+
+    def __init__(self, fn, n: int, source: str):
+        self.fn, self.n, self.source = fn, n, source
+
+
+def eligible(m) -> bool:
+    """Whether every register machine ``m``'s steps write is written by a pure step (worked out once)."""
+    v = m.__dict__.get("_replayable")
+    if v is None:
+        v = True
+        if m.atomics:
+            v = False
+        else:
+            for s, d in zip(m.steps, m.decoded):
+                if not s.pure and _operands(m, d)[2] is not None:
+                    v = False
+                    break
+        m._replayable = v
+    return v
+
+
+class _Hand(Exception):
+    """The path cannot be recorded from here (the batch splits, or the budget would end): the caller goes on."""
+
+    def __init__(self, i: int):
+        self.i = i
+
+
+def record(m, b, L, start: int):
+    """Run batch ``b`` of an untimed launch ``L`` from step ``start`` step by step, as ``execute`` runs it, and
+    record the path: (trace, or None when it cannot be replayed, and the step to go on from when the recording
+    stopped early, or None at the end). A trace is (start registers, [(step index, registers before it or None
+    for a pure step, a branch, a jump or an event)], final registers)."""
+    steps = m.steps
+    limit = L.watchdog
+    first = tuple(b.regs)
+    path = []
+    i = start
+    try:
+        while True:
+            if len(path) >= MAX_STEPS or b.count + 1 > limit:
+                raise _Hand(i)
+            s = steps[i]
+            kind = s.kind
+            if kind == "br_z" or kind == "br_nz":
+                c = b.regs[_cond(m, s)]
+                if np.ndim(c) == 0:
+                    take = bool(c) == (kind == "br_nz")
+                else:
+                    cb = np.asarray(c).astype(bool)
+                    if kind == "br_z":
+                        cb = ~cb
+                    if cb.all():
+                        take = True
+                    elif not cb.any():
+                        take = False
+                    else:
+                        raise _Hand(i)  # the programs diverge: execute splits the batch
+                b.count += 1
+                L.executed += 1
+                path.append((i, None))
+                i = s.target if take else i + 1
+                continue
+            regs = None if (s.pure or kind in ("set", "wait", "barrier", "jmp")) else tuple(b.regs)
+            b.count += 1
+            L.executed += 1
+            try:
+                s.fn(b, L)
+            except DvmError:
+                raise
+            except STEP_ERRORS as e:
+                raise InvalidBytecodeError(f"{s.ins.name} at pc {s.pc} cannot execute: {e}", section="code",
+                                           offset=s.pc * 8) from None
+            path.append((i, regs))
+            if kind == "end":
+                return (first, path, tuple(b.regs)), None
+            i = s.target if kind == "jmp" else i + 1
+    except _Hand as h:
+        return None, h.i
+
+
+def _cond(m, s) -> int:
+    return m.decoded[s.index].vals["rc"]
+
+
+def generate(m, trace, n: int) -> Replay:
+    """The function replaying ``trace`` (``record``'s) for a batch of ``n`` programs."""
+    first, path, final = trace
+    steps = m.steps
+    env = {"DvmError": DvmError, "ERRORS": STEP_ERRORS, "invalid": _invalid, "STEPS": steps, "np": np}
+    consts: dict = {}  # id(value) -> its name
+
+    def const(v) -> str:
+        name = consts.get(id(v))
+        if name is None:
+            name = consts[id(v)] = f"C{len(consts)}"
+            if v.__class__ is np.ndarray:
+                v = v.copy()
+                v.flags.writeable = False
+            env[name] = v
+        return name
+
+    biggest = max((_tile_bytes(m, i, i + 1) for i, regs in path if regs is not None), default=0)
+    tiles = _Tiles(m, env) if biggest and n <= SMALL_BYTES // biggest else None
+    cur = list(first)
+    body: list[str] = []
+
+    def regs_to(regs):
+        for r, v in enumerate(regs):
+            if v is not cur[r]:
+                body.append(f"R[{r}] = {const(v)}")
+                cur[r] = v
+
+    for i, regs in path:
+        s = steps[i]
+        if regs is None or s.kind == "end":
+            continue
+        regs_to(regs)
+        body.append(f"k = {i}")
+        d = m.decoded[i]
+        if s.ins.family == "nop":
+            continue
+        if tiles is not None and tiles.emit(d, body):
+            continue
+        env[f"S{i}"] = s.fn
+        body.append(f"S{i}(b, L)")
+        if tiles is not None:
+            tiles.forget()
+    regs_to(final)
+    head = ["def replay(b, L):", "    R = b.regs", "    k = 0"]
+    if tiles is not None and tiles.used:
+        head.append("    MU = b.mem['ub']")
+    src = "\n".join(head + ["    try:"] + ["        " + x for x in body + ["return None"]] + [
+        "    except DvmError:", "        raise", "    except ERRORS as e:",
+        "        raise invalid(STEPS[k], e) from None"]) + "\n"
+    code = compile(src, f"<dvmlang replay {m.kernel.name}>", "exec")
+    exec(code, env)  # noqa: S102 - generated from the machine's own steps and a recorded path
+    return Replay(env["replay"], len(path), src)
+
+
+def run(rp: Replay, b, L) -> None:
+    """Replay ``rp`` on batch ``b`` of launch ``L`` (floating-point errors ignored by the caller): the counts as the
+    step-by-step path leaves them."""
+    rp.fn(b, L)
+    b.count += rp.n
+    L.executed += rp.n
