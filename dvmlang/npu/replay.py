@@ -25,11 +25,16 @@ before. ``Device(replay=False)`` turns it off.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..errors import DvmError, InvalidBytecodeError
+from ..vm import semantics as sem
 from .compiled import SMALL_BYTES, STEP_ERRORS, _invalid, _tile_bytes, _Tiles
 from .timing_cache import _operands
+
+_LIFT = re.compile(r"lift\(R\[(\d+)\], (\d+), (\w+)\)")
 
 MAX_STEPS = 20000  # the longest path (steps, per program) a replay is written for
 
@@ -144,6 +149,20 @@ def generate(m, trace, n: int) -> Replay:
     tiles = _Tiles(m, env) if biggest and n <= SMALL_BYTES // biggest else None
     cur = list(first)
     body: list[str] = []
+    read_after = _ub_reads_after(m, path) if tiles is not None else None
+    lifts: dict = {}
+
+    def lifted(match) -> str:  # a register's value as a tile operand: the register is the recorded constant
+        r, rank, dtn = int(match.group(1)), int(match.group(2)), match.group(3)
+        key = (id(cur[r]), rank, dtn)
+        name = lifts.get(key)
+        if name is None:
+            v = sem.lift(cur[r], rank, env[dtn])
+            if v.flags.writeable:
+                v.flags.writeable = False
+            name = lifts[key] = f"LF{len(lifts)}"
+            env[name] = v
+        return name
 
     def regs_to(regs):
         for r, v in enumerate(regs):
@@ -151,7 +170,7 @@ def generate(m, trace, n: int) -> Replay:
                 body.append(f"R[{r}] = {const(v)}")
                 cur[r] = v
 
-    for i, regs in path:
+    for j, (i, regs) in enumerate(path):
         s = steps[i]
         if regs is None or s.kind == "end":
             continue
@@ -160,7 +179,16 @@ def generate(m, trace, n: int) -> Replay:
         d = m.decoded[i]
         if s.ins.family == "nop":
             continue
+        at = len(body)
         if tiles is not None and tiles.emit(d, body):
+            for x in range(at, len(body)):
+                body[x] = _LIFT.sub(lifted, body[x])
+            addr, dtp, shape = m.layout(d.vals["dst"])
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtp.itemsize
+            if not any(lo < addr + nbytes and addr < hi for lo, hi in read_after[j]):
+                last = body[-1]  # the store of a value nothing reads from the unified buffer again: dropped
+                assert last.startswith(("MU[", "place_among(MU,")), last
+                body.pop()
             continue
         env[f"S{i}"] = s.fn
         body.append(f"S{i}(b, L)")
@@ -176,6 +204,24 @@ def generate(m, trace, n: int) -> Replay:
     code = compile(src, f"<dvmlang replay {m.kernel.name}>", "exec")
     exec(code, env)  # noqa: S102 - generated from the machine's own steps and a recorded path
     return Replay(env["replay"], len(path), src)
+
+
+def _ub_reads_after(m, path) -> list:
+    """Per position of ``path``, the unified-buffer byte ranges (lo, hi) some later step of it reads (a step may
+    read its destination too: an accumulating MMAD, a load that keeps part of it)."""
+    out = [()] * len(path)
+    later: set = set()
+    for j in range(len(path) - 1, -1, -1):
+        out[j] = tuple(later)
+        i, regs = path[j]
+        if regs is not None:
+            d = m.decoded[i]
+            if sum(f.kind == "tile" for f in d.ins.fields) != sum(1 for _ in m.tile_fields(d)):
+                later.add((0, 1 << 62))  # (a tile whose layout the kernel lacks: any bytes)
+            for space, lo, hi in _operands(m, d)[1]:
+                if space == "ub":
+                    later.add((lo, hi))
+    return out
 
 
 def run(rp: Replay, b, L) -> None:
