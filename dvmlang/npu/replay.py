@@ -75,11 +75,13 @@ def record(m, b, L, start: int):
     """Run batch ``b`` of an untimed launch ``L`` from step ``start`` step by step, as ``execute`` runs it, and
     record the path: (trace, or None when it cannot be replayed, and the step to go on from when the recording
     stopped early, or None at the end). A trace is (start registers, [(step index, registers before it or None
-    for a pure step, a branch, a jump or an event)], final registers)."""
+    for a pure step, a branch, a jump or an event)], final registers, {position: the step's function for its
+    recorded registers, where the step has one (``fn.resolve``: a transfer with its descriptor found)})."""
     steps = m.steps
     limit = L.watchdog
     first = tuple(b.regs)
     path = []
+    resolved = {}  # position in path -> the step's function for the recorded registers (a transfer's ``resolve``)
     i = start
     try:
         while True:
@@ -116,9 +118,15 @@ def record(m, b, L, start: int):
             except STEP_ERRORS as e:
                 raise InvalidBytecodeError(f"{s.ins.name} at pc {s.pc} cannot execute: {e}", section="code",
                                            offset=s.pc * 8) from None
+            if regs is not None:
+                resolve = getattr(s.fn, "resolve", None)
+                if resolve is not None:  # (a transfer: its descriptor for these registers, found once)
+                    fast = resolve(b)
+                    if fast is not None:
+                        resolved[len(path)] = fast
             path.append((i, regs))
             if kind == "end":
-                return (first, path, tuple(b.regs)), None
+                return (first, path, tuple(b.regs), resolved), None
             i = s.target if kind == "jmp" else i + 1
     except _Hand as h:
         return None, h.i
@@ -130,7 +138,7 @@ def _cond(m, s) -> int:
 
 def generate(m, trace, n: int) -> Replay:
     """The function replaying ``trace`` (``record``'s) for a batch of ``n`` programs."""
-    first, path, final = trace
+    first, path, final, resolved = trace
     steps = m.steps
     env = {"DvmError": DvmError, "ERRORS": STEP_ERRORS, "invalid": _invalid, "STEPS": steps, "np": np}
     consts: dict = {}  # id(value) -> its name
@@ -190,8 +198,13 @@ def generate(m, trace, n: int) -> Replay:
                 assert last.startswith(("MU[", "place_among(MU,")), last
                 body.pop()
             continue
-        env[f"S{i}"] = s.fn
-        body.append(f"S{i}(b, L)")
+        fast = resolved.get(j)
+        if fast is not None:
+            env[f"D{j}"] = fast
+            body.append(f"D{j}(b, L)")
+        else:
+            env[f"S{i}"] = s.fn
+            body.append(f"S{i}(b, L)")
         if tiles is not None:
             tiles.forget()
     regs_to(final)
