@@ -240,3 +240,39 @@ def test_replayed_models_are_the_full_paths(name, monkeypatch):
         results.append(got)
     assert count.n > 0, "nothing was replayed"
     assert results[0] == results[1], "a replayed model call differs from the full path's"
+
+
+@pytest.mark.parametrize("rows", [1, 3, 40])
+def test_an_index_out_of_range_in_a_replayed_gather_faults_as_the_full_path(rows, monkeypatch):
+    """A gather's index bounds check tests a value from memory (its other way traps): the replay tests it as the
+    step-by-step path does. A launch whose indices go out of range on a replayed launch fails with the same error
+    (the programs that trap, their line), in one program and in batches where some programs trap."""
+    import dvmlang
+    import dvmlang.ops as ops
+
+    count = _Count(monkeypatch)
+    outcomes = []
+    for replay in (True, False):
+        dev = Device(replay=replay)
+
+        @dvmlang.graph(device=dev)
+        def pick(x, idx):
+            return ops.gather(x, 1, idx) * 2.0
+
+        x = np.arange(rows * 16, dtype=np.float32).reshape(rows, 16)
+        good = np.tile(np.arange(8, dtype=np.int32)[::-1], (rows, 1))
+        got = []
+        for _ in range(3):
+            got.append(pick(x, good).tobytes())
+        bad = good.copy()
+        bad[rows // 2, 3] = 99
+        try:
+            pick(x, bad)
+            got.append("no fault")
+        except DvmError as e:
+            got.append((type(e).__name__, str(e)))
+        got.append(pick(x, good).tobytes())
+        outcomes.append(got)
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][3] != "no fault"
+    assert count.n >= 2, "the gather was not replayed"

@@ -395,7 +395,8 @@ class Device:
         if trace is None:
             base.replay = False
             return run_alone(m.steps, b, L, dispatch, at, self._blocks(m))
-        base.replay = _replay.generate(m, trace, 1)
+        rp = _replay.generate(m, trace, 1)
+        base.replay = rp if rp is not None else False
         return b
 
     def _replay_batch(self, base, m, L, P) -> bool:
@@ -427,7 +428,8 @@ class Device:
                                  not m.atomics):
                     pass
             return True
-        base.replay = _replay.generate(m, trace, P)
+        rp = _replay.generate(m, trace, P)
+        base.replay = rp if rp is not None else False
         return True
 
     def _finish(self, base, L, body, busy, bytes_r, bytes_w, instrs) -> tuple[LaunchRecord, float]:

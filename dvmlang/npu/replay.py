@@ -1,26 +1,39 @@
 """The steady relaunch: a launch whose timing is the instance's (``timing_cache``) replays its numerics as one
 straight-line function, generated once per instance.
 
-When every register a kernel writes is written by a pure scalar step (``Step.pure``: from immediates, the
-program's coordinates, the grid and the parameter table, never from memory), each register holds at each step
-of a launch a value fixed by the instance, and so does every branch condition: every launch of the instance
-runs the same steps in the same order, with the same register values. The first launch that runs the numerics
-alone (its timing kept) runs its steps one by one and records them (``record``): the steps in the order they
-ran and, before each step that is not pure, the registers. When the batch never split and the path is not too
-long, ``generate`` writes that path as one function (``Replay``): the pure steps, branches, jumps and events
-disappear (in a launch whose timing is kept they only set registers or do nothing); before each remaining
-step, the registers that differ from what the path last left are set to the recorded values (so every step
-sees exactly the registers the step-by-step path gives it), then the step runs as the compiled path runs it
-(its own function, or, for a small batch, its vector instruction computed directly: ``compiled._Tiles``). At
-the end the registers are left as the path leaves them. So the numerics, faults and on-chip state are those of
-the step-by-step path: the same functions on the same values in the same order, without the scheduler, the
-blocks' calls and the scalar statements. The record (cycles, bytes, instructions) is the kept timing's, as
-for any launch whose timing is kept; the L2 model settles as before.
+A register written by a pure scalar step (``Step.pure``) from registers that do not come from memory holds, at
+each step of a launch, a value fixed by the instance (immediates, the program's coordinates, the grid, the
+parameter table). The other registers are *live*: written by a step that reads memory (a scalar load, a tile's
+element moved to a register) or computed from one. When no branch tests a live register, every launch of the
+instance runs the same steps in the same order.
 
-Not replayed: traced launches, devices in debug or race-detection mode (never untimed), kernels with a register
-written by a step that is not pure (a scalar load, a tile element moved to a register), batches that split,
-several batches, paths longer than ``MAX_STEPS``, and a watchdog budget the path would exceed: those run as
-before. ``Device(replay=False)`` turns it off.
+The first launch that runs the numerics alone (its timing kept) runs its steps one by one and records them
+(``record``): the steps in the order they ran, the registers before each, and for a transfer its descriptor for
+those registers (``fn.resolve``). When the batch never split and the path is not too long, ``generate`` writes
+that path as one function (``Replay``):
+
+* pure steps on fixed registers, branches on them, jumps and events disappear (in a launch whose timing is kept
+  they only set registers or do nothing); before each remaining step, the fixed registers that differ from what
+  the path last left are set to the recorded values, so every step sees exactly the registers the step-by-step
+  path gives it; live registers are computed as the steps compute them (a pure step reading one runs);
+* a transfer runs with the descriptor its step found for the recorded registers (a tensor of another size goes
+  through the step, which checks it again); a vector instruction of a small batch is computed directly
+  (``compiled._Tiles``) with its register operands as constants, and its result is not stored in the unified
+  buffer when no later step of the path reads those bytes (the batch's on-chip memory is dropped at the end);
+* a branch on a live register whose other way traps (a device assertion: a gather's index check) is tested as
+  the step-by-step path tests it; the programs that go the other way trap, with the trap's own error (the
+  programs, as the split batch would hold them, and the line). Any other branch on a live register: no replay.
+
+So the numerics, faults and on-chip values any step reads are those of the step-by-step path: the same functions
+on the same values in the same order, without the scheduler, the blocks' calls, the scalar statements, the
+descriptors' lookups and the dead stores. The record (cycles, bytes, instructions) is the kept timing's, as for
+any launch whose timing is kept; the L2 model settles as before.
+
+Not replayed: traced launches, devices in debug or race-detection mode (never untimed), the sequential device,
+kernels with atomics, batches that split, several batches, paths longer than ``MAX_STEPS``, and a watchdog budget
+the path would exceed: those run as before. ``Device(replay=False)`` turns it off. ``tests/test_replay.py``
+compares replayed launches with the full path's on the gallery, the Triton tutorials, random kernels, the test
+suite's torch models and out-of-range gathers.
 """
 
 from __future__ import annotations
@@ -49,19 +62,9 @@ class Replay:
 
 
 def eligible(m) -> bool:
-    """Whether every register machine ``m``'s steps write is written by a pure step (worked out once)."""
-    v = m.__dict__.get("_replayable")
-    if v is None:
-        v = True
-        if m.atomics:
-            v = False
-        else:
-            for s, d in zip(m.steps, m.decoded):
-                if not s.pure and _operands(m, d)[2] is not None:
-                    v = False
-                    break
-        m._replayable = v
-    return v
+    """Whether machine ``m``'s launches may be replayed (not with atomics: programs that wait on each other's
+    atomics spin as often as the programs running with them make them)."""
+    return not m.atomics
 
 
 class _Hand(Exception):
@@ -75,7 +78,7 @@ def record(m, b, L, start: int):
     """Run batch ``b`` of an untimed launch ``L`` from step ``start`` step by step, as ``execute`` runs it, and
     record the path: (trace, or None when it cannot be replayed, and the step to go on from when the recording
     stopped early, or None at the end). A trace is (start registers, [(step index, registers before it or None
-    for a pure step, a branch, a jump or an event)], final registers, {position: the step's function for its
+    for a branch, a jump or an event)], final registers, {position: the step's function for its
     recorded registers, where the step has one (``fn.resolve``: a transfer with its descriptor found)})."""
     steps = m.steps
     limit = L.watchdog
@@ -108,7 +111,7 @@ def record(m, b, L, start: int):
                 path.append((i, None))
                 i = s.target if take else i + 1
                 continue
-            regs = None if (s.pure or kind in ("set", "wait", "barrier", "jmp")) else tuple(b.regs)
+            regs = None if kind in ("set", "wait", "barrier", "jmp") else tuple(b.regs)
             b.count += 1
             L.executed += 1
             try:
@@ -118,7 +121,7 @@ def record(m, b, L, start: int):
             except STEP_ERRORS as e:
                 raise InvalidBytecodeError(f"{s.ins.name} at pc {s.pc} cannot execute: {e}", section="code",
                                            offset=s.pc * 8) from None
-            if regs is not None:
+            if not s.pure:
                 resolve = getattr(s.fn, "resolve", None)
                 if resolve is not None:  # (a transfer: its descriptor for these registers, found once)
                     fast = resolve(b)
@@ -136,8 +139,12 @@ def _cond(m, s) -> int:
     return m.decoded[s.index].vals["rc"]
 
 
-def generate(m, trace, n: int) -> Replay:
-    """The function replaying ``trace`` (``record``'s) for a batch of ``n`` programs."""
+_UNKNOWN = object()  # a register's value in the replay that a step computes as it runs (a live register)
+
+
+def generate(m, trace, n: int) -> Replay | None:
+    """The function replaying ``trace`` (``record``'s) for a batch of ``n`` programs; None when the path depends on
+    the data (a branch tests a live register)."""
     first, path, final, resolved = trace
     steps = m.steps
     env = {"DvmError": DvmError, "ERRORS": STEP_ERRORS, "invalid": _invalid, "STEPS": steps, "np": np}
@@ -157,11 +164,14 @@ def generate(m, trace, n: int) -> Replay:
     tiles = _Tiles(m, env) if biggest and n <= SMALL_BYTES // biggest else None
     cur = list(first)
     body: list[str] = []
+    live: set = set()  # registers holding a value from memory, or computed from one, at this point of the path
     read_after = _ub_reads_after(m, path) if tiles is not None else None
     lifts: dict = {}
 
     def lifted(match) -> str:  # a register's value as a tile operand: the register is the recorded constant
         r, rank, dtn = int(match.group(1)), int(match.group(2)), match.group(3)
+        if r in live:
+            return match.group(0)
         key = (id(cur[r]), rank, dtn)
         name = lifts.get(key)
         if name is None:
@@ -174,18 +184,44 @@ def generate(m, trace, n: int) -> Replay:
 
     def regs_to(regs):
         for r, v in enumerate(regs):
-            if v is not cur[r]:
+            if v is not cur[r] and r not in live:
                 body.append(f"R[{r}] = {const(v)}")
                 cur[r] = v
 
     for j, (i, regs) in enumerate(path):
         s = steps[i]
-        if regs is None or s.kind == "end":
+        d = m.decoded[i]
+        r_in, _, w_reg, _ = _operands(m, d)
+        if s.kind in ("br_z", "br_nz") and d.vals["rc"] in live:
+            # a branch on a value from memory: replayed only when its other way traps (a device assertion), then
+            # tested as the step-by-step path tests it, the programs that go the other way trapping
+            take = j + 1 < len(path) and path[j + 1][0] == s.target
+            other = i + 1 if take else s.target
+            if other >= len(steps) or steps[other].ins.family != "trap" or other == path[j + 1][0]:
+                return None
+            env[f"TRAP{other}"] = steps[other].fn
+            body += [f"k = {other}", f"c = R[{d.vals['rc']}]", "if c.__class__ is np.ndarray and c.ndim:",
+                     "    cb = np.asarray(c).astype(bool)",
+                     f"    bad = {'~cb' if (s.kind == 'br_nz') == take else 'cb'}",
+                     "    if bad.any():",
+                     f"        TRAP{other}(b if bad.all() else b.subset(bad), L)",
+                     f"elif bool(c) != {(s.kind == 'br_nz') == take}:",
+                     f"    TRAP{other}(b, L)"]
+            continue
+        if regs is None or s.kind == "end" or s.ins.family == "nop":
+            continue
+        if s.pure and not any(r in live for r in r_in):
+            if w_reg is not None:
+                live.discard(w_reg)  # (the recorded value: set where a later step reads it)
             continue
         regs_to(regs)
         body.append(f"k = {i}")
-        d = m.decoded[i]
-        if s.ins.family == "nop":
+        if s.pure:  # computed from a live register: run as the step runs
+            env[f"S{i}"] = s.fn
+            body.append(f"S{i}(b, L)")
+            if w_reg is not None:
+                live.add(w_reg)
+                cur[w_reg] = _UNKNOWN
             continue
         at = len(body)
         if tiles is not None and tiles.emit(d, body):
@@ -199,7 +235,10 @@ def generate(m, trace, n: int) -> Replay:
                 body.pop()
             continue
         fast = resolved.get(j)
-        if fast is not None:
+        if w_reg is not None:
+            live.add(w_reg)  # (a value from memory: a scalar load, a tile's element)
+            cur[w_reg] = _UNKNOWN
+        if fast is not None and not any(r in live for r in r_in):
             env[f"D{j}"] = fast
             body.append(f"D{j}(b, L)")
         else:
