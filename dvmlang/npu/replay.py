@@ -139,7 +139,7 @@ def _cond(m, s) -> int:
     return m.decoded[s.index].vals["rc"]
 
 
-_UNKNOWN = object()  # a register's value in the replay that a step computes as it runs (a live register)
+_UNKNOWN = object()  # a register the replay has not set (not yet, or live: the steps compute it as they run)
 
 
 def generate(m, trace, n: int) -> Replay | None:
@@ -162,7 +162,7 @@ def generate(m, trace, n: int) -> Replay | None:
 
     biggest = max((_tile_bytes(m, i, i + 1) for i, regs in path if regs is not None), default=0)
     tiles = _Tiles(m, env) if biggest and n <= SMALL_BYTES // biggest else None
-    cur = list(first)
+    cur = [_UNKNOWN] * len(first)  # (every register set at the first step that runs: whatever the batch starts with)
     body: list[str] = []
     live: set = set()  # registers holding a value from memory, or computed from one, at this point of the path
     read_after = _ub_reads_after(m, path) if tiles is not None else None
@@ -197,8 +197,9 @@ def generate(m, trace, n: int) -> Replay | None:
             # tested as the step-by-step path tests it, the programs that go the other way trapping
             take = j + 1 < len(path) and path[j + 1][0] == s.target
             other = i + 1 if take else s.target
-            if other >= len(steps) or steps[other].ins.family != "trap" or other == path[j + 1][0]:
-                return None
+            if j + 1 >= len(path) or other >= len(steps) or steps[other].ins.family != "trap" or \
+                    other >= path[j + 1][0]:
+                return None  # (the trap after the way on: the programs going on would run first, to there)
             env[f"TRAP{other}"] = steps[other].fn
             body += [f"k = {other}", f"c = R[{d.vals['rc']}]", "if c.__class__ is np.ndarray and c.ndim:",
                      "    cb = np.asarray(c).astype(bool)",
