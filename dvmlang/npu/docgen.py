@@ -216,9 +216,10 @@ function (per instance, with the launch base), which keeps only what computes nu
 * a small batch's vector instructions are computed directly, as the compiled path computes them, with their
   register operands as constants, and a result is not stored in the unified buffer when no later step of the
   path reads those bytes (a batch's on-chip memory is dropped when its launch ends);
-* a branch on a live register whose other way traps (a device assertion, such as a gather's index check) is
-  tested as the step-by-step path tests it: the programs that go the other way trap, with the trap's error
-  (the same programs, the same line). A path with any other branch on a live register is not replayed.
+* a branch on a live register whose other way traps before the way on (a device assertion, such as a
+  gather's index check) is tested as the step-by-step path tests it: the programs that go the other way trap,
+  with the trap's error (the same programs, the same line), before any other program goes on. A path with any
+  other branch on a live register is not replayed.
 
 The functions, values and order of every step that computes numbers are those of the step-by-step path, so
 outputs and faults are the same bits; the record comes from the kept timing as for any launch whose timing is
