@@ -137,7 +137,7 @@ def test_a_budget_ending_inside_a_block_stops_where_the_step_by_step_path_stops(
 
 
 def test_compiled_blocks_are_made_once_per_template_and_shared_by_instances():
-    dev = Device()
+    dev = Device(replay=False)  # (a replaying device records its first untimed launch step by step: npu/replay.py)
     for n in (5, 9, 17):  # three instances of one build; the second launch of each runs compiled blocks
         for _ in range(2):
             out = np.zeros(2, np.int32)

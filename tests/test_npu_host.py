@@ -124,3 +124,25 @@ def test_a_bad_thread_count_is_refused(monkeypatch):
         host._threads()
     monkeypatch.setenv("DVMLANG_HOST_THREADS", "2")
     assert host._threads() == 2
+
+
+def test_a_small_product_runs_on_one_blas_thread_with_the_same_bits():
+    """``host.blas_one_thread``: below ``BLAS_SMALL`` MACs a product runs on one BLAS thread and the count is given
+    back after; the product is the same bits as on the library's threads (they split the result, not the sums)."""
+    from dvmlang.npu import host
+    rng = np.random.default_rng(0)
+    for shape_a, shape_b in [((128, 64), (64, 64)), ((4, 128, 64), (4, 64, 64)), ((300, 257), (257, 129))]:
+        a = rng.standard_normal(shape_a).astype(np.float32)
+        b = rng.standard_normal(shape_b).astype(np.float32)
+        want = np.matmul(a, b)
+        n = host.blas_one_thread(a.size * b.shape[-1])
+        try:
+            if host._blas:
+                assert host._blas[0]() == 1 or n == 0
+            got = np.matmul(a, b)
+        finally:
+            host.blas_restore(n)
+        assert got.tobytes() == want.tobytes()
+        if host._blas and n:
+            assert host._blas[0]() == n
+    assert host.blas_one_thread(host.BLAS_SMALL) == 0  # (a large product keeps the library's threads)

@@ -21,8 +21,9 @@ import numpy as np
 
 from ..errors import DvmError, LaunchError, ResourceError, warn_user
 from ..vm import isa
+from . import replay as _replay
 from .compiled import compiled as compiled_blocks
-from .execute import execute, run_alone, run_prefix
+from .execute import QUIET, execute, run_alone, run_prefix
 from .l2 import L2Cache
 from .launch import Launch, LaunchBase
 from .machine import Machine
@@ -174,11 +175,13 @@ class Device:
     path), ``compiled`` (run straight-line regions as generated host code once they have run once, the
     default; ``"always"`` from their first run; False: every instruction step by step), ``timing_cache``
     (time an instance's launches once when its timing cannot depend on the data, then run the numerics alone:
-    ``timing_cache``; ``"check"`` times every launch and compares; False times every launch)."""
+    ``timing_cache``; ``"check"`` times every launch and compares; False times every launch), ``replay``
+    (a launch whose timing is kept runs its instance's recorded path as one function, ``npu/replay.py``;
+    False: never)."""
 
     def __init__(self, profile=None, *, debug=False, race_detection=False, watchdog: int | None = None,
                  batch_bytes: int = 64 << 20, sequential: bool = False, compiled: bool | str = True,
-                 timing_cache: bool | str = True):
+                 timing_cache: bool | str = True, replay: bool = True):
         self.profile = get_profile(profile)
         self.debug = debug
         self.race_detection = race_detection
@@ -195,6 +198,9 @@ class Device:
         if timing_cache not in (True, False, "check"):
             raise DvmError(f"timing_cache must be True, False or 'check', got {timing_cache!r}")
         self.timing_cache = timing_cache
+        if replay not in (True, False):
+            raise DvmError(f"replay must be True or False, got {replay!r}")
+        self.replay = replay
         self.l2 = L2Cache(self.profile.l2_bytes)
         self.simulated_cycles = 0  # every launch's cycles and simulated microseconds, summed (for counters
         self.simulated_us = 0.0  # such as dvmlang.torch.stats(), which take differences)
@@ -329,7 +335,8 @@ class Device:
         rec = trace.begin(bc, m, P) if trace is not None else None
         kept, key = base.timed(L, self.timing_cache if rec is None else False)
         if L.untimed:  # the instance's timing is known: the numerics alone
-            self._run_batches(m, base.kern, L, cores, P, None)
+            if not (self.replay and self._replay_batch(base, m, L, P)):
+                self._run_batches(m, base.kern, L, cores, P, None)
             kept.restore(L.rates)
             record = self._finish(base, L, *kept.figures())[0]
             record.timing_kept = True
@@ -362,7 +369,13 @@ class Device:
             b = b.resume(state) if b is not None else Batch.resumed(state)
         else:
             b, k = run_prefix(base, m, L, dispatch)
-        b = run_alone(m.steps, b, L, dispatch, k, self._blocks(m))
+        rp = base.replay if L.untimed and self.replay and not self.sequential else False
+        if rp is None:  # the first launch whose timing is kept: its path recorded, and replayed from the next
+            b = self._record(base, m, b, L, k, dispatch)
+        elif rp and b.count + rp.n <= L.watchdog:
+            _quietly(_replay.run, rp, b, L)
+        else:
+            b = run_alone(m.steps, b, L, dispatch, k, self._blocks(m))
         if L.races is not None:
             L.races.check(L)
         if L.untimed:
@@ -383,6 +396,53 @@ class Device:
         L.parked = b
         base.release(L)
         return record
+
+    def _record(self, base, m, b, L, k, dispatch):
+        """Run one program of untimed launch ``L`` from step ``k``, recording its path (``replay.record``) for
+        the base's replay; returns the batch at its end."""
+        if not _replay.eligible(m):
+            base.replay = False
+            return run_alone(m.steps, b, L, dispatch, k, self._blocks(m))
+        trace, at = _quietly(_replay.record, m, b, L, k)
+        if trace is None:
+            base.replay = False
+            return run_alone(m.steps, b, L, dispatch, at, self._blocks(m))
+        rp = _replay.generate(m, trace, 1)
+        base.replay = rp if rp is not None else False
+        return b
+
+    def _replay_batch(self, base, m, L, P) -> bool:
+        """Run the numerics of untimed launch ``L`` of ``P`` programs as one batch through the base's replay
+        (recording it at the first such launch); False when the launch runs in several batches or its kernel
+        is not replayed (then ``_run_batches`` runs it)."""
+        rp = base.replay
+        if rp is False or self.sequential:
+            return False
+        kern = base.kern
+        per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
+        if P > min(self.batch_bytes // per_prog, 16384):  # (_run_batches's batches: several)
+            return False
+        if rp is not None and rp.n > L.watchdog:
+            return False
+        pids, coords = programs(0, P, kern.grid[0], kern.grid[1])
+        batch = Batch(pids, kern.grid, m.zero_regs, uniform=True, coords=coords)
+        if rp is not None:
+            _quietly(_replay.run, rp, batch, L)
+            return True
+        if not _replay.eligible(m):
+            base.replay = False
+            return False
+        trace, at = _quietly(_replay.record, m, batch, L, 0)
+        if trace is None:
+            base.replay = False
+            with np.errstate(all="ignore"):
+                for _ in execute(m.steps, batch, L, self.profile.scalar_dispatch, None, at, self._blocks(m),
+                                 not m.atomics):
+                    pass
+            return True
+        rp = _replay.generate(m, trace, P)
+        base.replay = rp if rp is not None else False
+        return True
 
     def _finish(self, base, L, body, busy, bytes_r, bytes_w, instrs) -> tuple[LaunchRecord, float]:
         """The record of launch ``L`` (the kernel's programs took ``body`` cycles on their cores), and the factor
@@ -522,6 +582,19 @@ class Device:
         size)."""
         per_prog = max(per_prog // 4, -(-held // n), 1)
         return max(size, min(P, self.batch_bytes // per_prog, 16384))
+
+
+def _quietly(fn, *args):
+    """``fn(*args)`` with floating-point errors ignored, as every launch runs (``execute.run_alone``)."""
+    if QUIET is None:
+        with np.errstate(all="ignore"):
+            return fn(*args)
+    state, quiet = QUIET
+    token = state.set(quiet)
+    try:
+        return fn(*args)
+    finally:
+        state.reset(token)
 
 
 def _watchdog() -> int:

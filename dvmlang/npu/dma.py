@@ -237,16 +237,7 @@ def descriptor(memo: dict, L, b, t: int, fields, shape, pc: int) -> Desc:
     checked every time). The immediates are the step's own, so the register fields' values key it, those per
     program by their exact bytes, dtype and shape."""
     base, strides, los, his, varying = fields
-    key = [b.n]
-    for f in varying:
-        v = f(b)
-        if type(v) is int:
-            key.append(v)
-        elif v.size == 1:
-            key.append((v.item(), v.ndim))
-        else:
-            key.append((v.dtype.char, v.shape, v.tobytes()))
-    key = tuple(key)
+    key = descriptor_key(b, varying)
     desc = memo.get(key)
     if desc is None:
         desc = Desc(b, base, strides, los, his, shape)
@@ -259,6 +250,20 @@ def descriptor(memo: dict, L, b, t: int, fields, shape, pc: int) -> Desc:
         if getattr(g, "dvm_segments", None) is None:
             desc.checked = g.size
     return desc
+
+
+def descriptor_key(b, varying) -> tuple:
+    """What a step's descriptor is kept under for batch ``b``: its size and its register fields' values."""
+    key = [b.n]
+    for f in varying:
+        v = f(b)
+        if type(v) is int:
+            key.append(v)
+        elif v.size == 1:
+            key.append((v.item(), v.ndim))
+        else:
+            key.append((v.dtype.char, v.shape, v.tobytes()))
+    return tuple(key)
 
 
 # ---- descriptors the same for every program ------------------------------------------------------------

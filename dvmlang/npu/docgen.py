@@ -44,10 +44,11 @@ atomics), `watchdog` (the instruction budget of each program, default 2^26 or th
 `DVMLANG_WATCHDOG`: see *Faults*), `sequential` (run one program at a time — the reference path; numerics
 are identical to the batched path), `batch_bytes` (the host working set of one batch of programs),
 `compiled` (run straight-line regions as generated host code once they have run once, the default;
-`"always"` from their first run; `False`: every instruction step by step) and `timing_cache` (time a
+`"always"` from their first run; `False`: every instruction step by step), `timing_cache` (time a
 kernel instance's launches once when its timing cannot depend on the data, then run the numerics alone;
-`"check"` times every launch and compares; `False` times every launch). See *Host speed*; none of these
-three changes a result, a cycle or a fault.
+`"check"` times every launch and compares; `False` times every launch) and `replay` (a launch whose timing
+is kept runs its instance's recorded path as one function; `False`: never). See *Host speed*; none of these
+four changes a result, a cycle or a fault.
 """
 
 MODEL = """\
@@ -198,6 +199,42 @@ kept with the instance's launch base; later launches run the numerics alone and 
 the roofline follow what L2 holds then. `tests/test_timing_cache.py` replays every launch of the gallery and
 the Triton tutorials, and random kernels, with the kept timing and timed in full, and compares records and
 outputs; `Device(timing_cache="check")` does that comparison on every launch.
+
+**The steady relaunch** (`npu/replay.py`). A launch whose timing is kept runs the same steps in the same order
+as every other launch of its instance, as long as no branch tests a register that holds a value from memory
+(a *live* register: one a scalar load or a tile's element wrote, or one computed from such). So the first
+such launch runs its steps one by one and records the path: the steps in order, the registers before each,
+and each transfer's descriptor for those registers. From the next launch on, the path runs as one generated
+function (per instance, with the launch base), which keeps only what computes numbers:
+
+* pure scalar steps on fixed registers, branches on them, jumps and events are gone (with the timing kept,
+  they only set registers or do nothing); before each remaining step, the fixed registers that differ from
+  what the path last left are set to their recorded values, so each step sees exactly the registers the
+  step-by-step path gives it; live registers are computed by the steps that compute them, as they run;
+* a transfer uses the descriptor its step found for the recorded registers (a tensor of another size than
+  the one its box was checked against goes through the step, which checks it);
+* a small batch's vector instructions are computed directly, as the compiled path computes them, with their
+  register operands as constants, and a result is not stored in the unified buffer when no later step of the
+  path reads those bytes (a batch's on-chip memory is dropped when its launch ends);
+* a branch on a live register whose other way traps before the way on (a device assertion, such as a
+  gather's index check) is tested as the step-by-step path tests it: the programs that go the other way trap,
+  with the trap's error (the same programs, the same line), before any other program goes on. A path with any
+  other branch on a live register is not replayed.
+
+The functions, values and order of every step that computes numbers are those of the step-by-step path, so
+outputs and faults are the same bits; the record comes from the kept timing as for any launch whose timing is
+kept, and L2 settles as before. Not replayed (they run as before): kernels with atomics, batches that split,
+launches in several batches, paths over 20,000 steps, a budget the path would exceed, and the sequential
+device. `tests/test_replay.py` launches every launch of the gallery and the Triton tutorials, random kernels
+and the torch models of the test suite four times (timed, recorded, replayed, replayed on new data) on a
+device that replays and one that does not (`Device(replay=False)`), and the random kernels on the sequential
+device too, and compares records, outputs and faults, including an out-of-range gather on a replayed launch.
+
+A product of fewer than 2^24 multiply-accumulates runs on one BLAS thread (`npu/host.blas_one_thread`;
+`DVMLANG_BLAS_SMALL=N` sets the bound, 0 never): OpenBLAS splits products of a few hundred thousand MACs
+between its threads, which wait for cores when others are busy (torch's threads spinning after an eager op):
+a product of tens of microseconds then took milliseconds. Its threads split the result's rows and columns,
+never a sum, so every element is the same either way.
 """
 
 

@@ -104,3 +104,60 @@ def each_range(fn, ranges: list, nbytes: int) -> None:
         raise
     if errors:
         raise errors[0]
+
+
+# ---- BLAS threads for small products ---------------------------------------------------------------------------
+
+# A matrix product of fewer multiply-accumulates than this runs on one BLAS thread (DVMLANG_BLAS_SMALL=N sets
+# another bound, 0 never): OpenBLAS splits products of a few hundred thousand MACs between its threads, and when the
+# other cores are busy (torch's own threads spinning after an eager op, another process) its threads wait for
+# them: a product of tens of microseconds took milliseconds. Its threads split the rows and columns of the result,
+# never the sum over K, so every element is the same sum either way.
+BLAS_SMALL = int(os.environ.get("DVMLANG_BLAS_SMALL", 1 << 24))
+_blas = None  # (get, set) of the BLAS library's thread count, False when it has none we know; made when first used
+
+
+def _blas_threads():
+    """The thread count functions of the OpenBLAS numpy loaded (found in the process's mapped libraries), or
+    False."""
+    import ctypes
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({ln.split()[-1] for ln in f if "openblas" in ln.lower() and ln.split()[-1].startswith("/")})
+    except OSError:
+        return False
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in ("scipy_openblas{}64_", "scipy_openblas{}", "openblas{}64_", "openblas{}"):
+            get = getattr(lib, name.format("_get_num_threads"), None)
+            put = getattr(lib, name.format("_set_num_threads"), None)
+            if get is not None and put is not None:
+                get.restype, get.argtypes = ctypes.c_int, []
+                put.restype, put.argtypes = None, [ctypes.c_int]
+                return get, put
+    return False
+
+
+def blas_one_thread(macs: int) -> int:
+    """Before a product of ``macs`` multiply-accumulates: below ``BLAS_SMALL``, BLAS on one thread; returns the
+    thread count to give back (``blas_restore``), 0 when nothing changed."""
+    global _blas
+    if macs >= BLAS_SMALL:
+        return 0
+    if _blas is None:
+        _blas = _blas_threads()
+    if not _blas:
+        return 0
+    n = _blas[0]()
+    if n <= 1:
+        return 0
+    _blas[1](1)
+    return n
+
+
+def blas_restore(n: int) -> None:
+    if n:
+        _blas[1](n)

@@ -9,6 +9,7 @@ import threading
 import numpy as np
 
 from ... import dtypes as dt
+from .. import host
 from ...vm import semantics as sem
 from ..dma import Windows, pending_windows
 from .registry import builds
@@ -37,12 +38,18 @@ def mmad(m, d):
     B = ashape[0] if len(ashape) == 3 else 1
     cost = m.formula(d)(M=M, N=N, K=K, wide=ad in (dt.float32, dt.float64), B=B)
 
+    macs = B * M * K * N
+
     def fn(b, L):
         a, bt = _operand(ra, b, L), _operand(rb, b, L)
         c = None if init else rd(b, L)
-        prod = _grid_product(a, bt, acc, c)
-        if prod is None:  # (shared windows are widened window by window, then gathered: the same arrays)
-            prod = sem.mmad(_widened(a, acc, ra, b, L), _widened(bt, acc, rb, b, L), c, acc)
+        threads = host.blas_one_thread(b.n * macs)
+        try:
+            prod = _grid_product(a, bt, acc, c)
+            if prod is None:  # (shared windows are widened window by window, then gathered: the same arrays)
+                prod = sem.mmad(_widened(a, acc, ra, b, L), _widened(bt, acc, rb, b, L), c, acc)
+        finally:
+            host.blas_restore(threads)
         w(b, prod.astype(acc, copy=False))
     return m.step(d, fn, cost, macs=B * M * K * N)
 

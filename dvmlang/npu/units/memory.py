@@ -15,7 +15,8 @@ from ...vm import semantics as sem
 from ...vm.semantics import lift
 from .. import poison
 from ..bounds import check_elements
-from ..dma import Windows, compute_into, descriptor, dma_read, dma_write, pending_windows, store_view
+from ..dma import Windows, compute_into, descriptor, descriptor_key, dma_read, dma_write, pending_windows, \
+    store_view
 from ..elements import atomic
 from ..state import materialise_views, poison_value, prod
 from ..timing import _total
@@ -153,6 +154,27 @@ def dma_load(m, d):
             else:
                 w(b, arr, L.alias[t] if gm_view else None)
         return None if L.untimed else _transfer(L, b, cost, desc, g, pc, t, False, to_l1)
+
+    def resolve(b):
+        """This step in an untimed launch for batch ``b``'s register values (npu/replay.py): the descriptor
+        ``fn`` just used, found once. It reads as ``fn`` does; a tensor of another size than the one the
+        descriptor's box was checked for goes through ``fn`` (which checks it). None for a load that keeps part
+        of its destination or whose padding depends on the debug mode."""
+        desc = memo.get(descriptor_key(b, fields[4]))
+        if desc is None or keep or undef:
+            return None
+
+        def resolved(b, L):
+            g = L.arrays[t]
+            if desc.checked != g.size:
+                return fn(b, L)
+            arr, gm_view = dma_read(g, desc, shape, npdt, b.regs[pad_v] if pad_reg else pad_v, b.n, pending=True)
+            if arr.__class__ is Windows:
+                w.lazy(b, arr, [(arr.inverse, None)])
+            else:
+                w(b, arr, L.alias[t] if gm_view else None)
+        return resolved
+    fn.resolve = resolve
     return m.step(d, fn, None)
 
 
@@ -183,7 +205,9 @@ def dma_store(m, d):
 
     def fn(b, L):
         g = L.arrays[t]
-        desc = descriptor(memo, L, b, t, fields, shape, pc)
+        return store(b, L, g, descriptor(memo, L, b, t, fields, shape, pc))
+
+    def store(b, L, g, desc):
         materialise_views(b, L, t)
         slot = b.mem["ub"].get(src_addr) if space == "ub" else None  # lazy tiles live in UB
         view = box = None
@@ -203,6 +227,21 @@ def dma_store(m, d):
         if L.races is not None:
             L.races.record_dma(b, t, desc)
         return None if L.untimed else _transfer(L, b, cost, desc, g, pc, t, True)
+
+    def resolve(b):
+        """This step in an untimed launch for batch ``b``'s register values (npu/replay.py): the descriptor
+        ``fn`` just used, found once (a tensor of another size than the one it was checked for: ``fn``)."""
+        desc = memo.get(descriptor_key(b, fields[4]))
+        if desc is None:
+            return None
+
+        def resolved(b, L):
+            g = L.arrays[t]
+            if desc.checked != g.size:
+                return fn(b, L)
+            store(b, L, g, desc)
+        return resolved
+    fn.resolve = resolve
     return m.step(d, fn, None)
 
 

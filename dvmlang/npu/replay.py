@@ -1,0 +1,285 @@
+"""The steady relaunch: a launch whose timing is the instance's (``timing_cache``) replays its numerics as one
+straight-line function, generated once per instance.
+
+A register written by a pure scalar step (``Step.pure``) from registers that do not come from memory holds, at
+each step of a launch, a value fixed by the instance (immediates, the program's coordinates, the grid, the
+parameter table). The other registers are *live*: written by a step that reads memory (a scalar load, a tile's
+element moved to a register) or computed from one. When no branch tests a live register, every launch of the
+instance runs the same steps in the same order.
+
+The first launch that runs the numerics alone (its timing kept) runs its steps one by one and records them
+(``record``): the steps in the order they ran, the registers before each, and for a transfer its descriptor for
+those registers (``fn.resolve``). When the batch never split and the path is not too long, ``generate`` writes
+that path as one function (``Replay``):
+
+* pure steps on fixed registers, branches on them, jumps and events disappear (in a launch whose timing is kept
+  they only set registers or do nothing); before each remaining step, the fixed registers that differ from what
+  the path last left are set to the recorded values, so every step sees exactly the registers the step-by-step
+  path gives it; live registers are computed as the steps compute them (a pure step reading one runs);
+* a transfer runs with the descriptor its step found for the recorded registers (a tensor of another size goes
+  through the step, which checks it again); a vector instruction of a small batch is computed directly
+  (``compiled._Tiles``) with its register operands as constants, and its result is not stored in the unified
+  buffer when no later step of the path reads those bytes (the batch's on-chip memory is dropped at the end);
+* a branch on a live register whose other way traps (a device assertion: a gather's index check) is tested as
+  the step-by-step path tests it; the programs that go the other way trap, with the trap's own error (the
+  programs, as the split batch would hold them, and the line). Any other branch on a live register: no replay.
+
+So the numerics, faults and on-chip values any step reads are those of the step-by-step path: the same functions
+on the same values in the same order, without the scheduler, the blocks' calls, the scalar statements, the
+descriptors' lookups and the dead stores. The record (cycles, bytes, instructions) is the kept timing's, as for
+any launch whose timing is kept; the L2 model settles as before.
+
+Not replayed: traced launches, devices in debug or race-detection mode (never untimed), the sequential device,
+kernels with atomics, batches that split, several batches, paths longer than ``MAX_STEPS``, and a watchdog budget
+the path would exceed: those run as before. ``Device(replay=False)`` turns it off. ``tests/test_replay.py``
+compares replayed launches with the full path's on the gallery, the Triton tutorials, random kernels, the test
+suite's torch models and out-of-range gathers.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..errors import DvmError, InvalidBytecodeError
+from ..vm import semantics as sem
+from .compiled import SMALL_BYTES, STEP_ERRORS, _invalid, _tile_bytes, _Tiles
+from .timing_cache import _operands
+
+_LIFT = re.compile(r"lift\(R\[(\d+)\], (\d+), (\w+)\)")
+
+MAX_STEPS = 20000  # the longest path (steps, per program) a replay is written for
+
+
+class Replay:
+    """A launch path as one function: ``fn(batch, launch)`` runs its ``n`` steps (each program's count)."""
+
+    __slots__ = ("fn", "n", "source")
+
+    def __init__(self, fn, n: int, source: str):
+        self.fn, self.n, self.source = fn, n, source
+
+
+def eligible(m) -> bool:
+    """Whether machine ``m``'s launches may be replayed (not with atomics: programs that wait on each other's
+    atomics spin as often as the programs running with them make them)."""
+    return not m.atomics
+
+
+class _Hand(Exception):
+    """The path cannot be recorded from here (the batch splits, or the budget would end): the caller goes on."""
+
+    def __init__(self, i: int):
+        self.i = i
+
+
+def record(m, b, L, start: int):
+    """Run batch ``b`` of an untimed launch ``L`` from step ``start`` step by step, as ``execute`` runs it, and
+    record the path: (trace, or None when it cannot be replayed, and the step to go on from when the recording
+    stopped early, or None at the end). A trace is (start registers, [(step index, registers before it or None
+    for a branch, a jump or an event)], final registers, {position: the step's function for its
+    recorded registers, where the step has one (``fn.resolve``: a transfer with its descriptor found)})."""
+    steps = m.steps
+    limit = L.watchdog
+    first = tuple(b.regs)
+    path = []
+    resolved = {}  # position in path -> the step's function for the recorded registers (a transfer's ``resolve``)
+    i = start
+    try:
+        while True:
+            if len(path) >= MAX_STEPS or b.count + 1 > limit:
+                raise _Hand(i)
+            s = steps[i]
+            kind = s.kind
+            if kind == "br_z" or kind == "br_nz":
+                c = b.regs[_cond(m, s)]
+                if np.ndim(c) == 0:
+                    take = bool(c) == (kind == "br_nz")
+                else:
+                    cb = np.asarray(c).astype(bool)
+                    if kind == "br_z":
+                        cb = ~cb
+                    if cb.all():
+                        take = True
+                    elif not cb.any():
+                        take = False
+                    else:
+                        raise _Hand(i)  # the programs diverge: execute splits the batch
+                b.count += 1
+                L.executed += 1
+                path.append((i, None))
+                i = s.target if take else i + 1
+                continue
+            regs = None if kind in ("set", "wait", "barrier", "jmp") else tuple(b.regs)
+            b.count += 1
+            L.executed += 1
+            try:
+                s.fn(b, L)
+            except DvmError:
+                raise
+            except STEP_ERRORS as e:
+                raise InvalidBytecodeError(f"{s.ins.name} at pc {s.pc} cannot execute: {e}", section="code",
+                                           offset=s.pc * 8) from None
+            if not s.pure:
+                resolve = getattr(s.fn, "resolve", None)
+                if resolve is not None:  # (a transfer: its descriptor for these registers, found once)
+                    fast = resolve(b)
+                    if fast is not None:
+                        resolved[len(path)] = fast
+            path.append((i, regs))
+            if kind == "end":
+                return (first, path, tuple(b.regs), resolved), None
+            i = s.target if kind == "jmp" else i + 1
+    except _Hand as h:
+        return None, h.i
+
+
+def _cond(m, s) -> int:
+    return m.decoded[s.index].vals["rc"]
+
+
+_UNKNOWN = object()  # a register the replay has not set (not yet, or live: the steps compute it as they run)
+
+
+def generate(m, trace, n: int) -> Replay | None:
+    """The function replaying ``trace`` (``record``'s) for a batch of ``n`` programs; None when the path depends on
+    the data (a branch tests a live register)."""
+    first, path, final, resolved = trace
+    steps = m.steps
+    env = {"DvmError": DvmError, "ERRORS": STEP_ERRORS, "invalid": _invalid, "STEPS": steps, "np": np}
+    consts: dict = {}  # id(value) -> its name
+
+    def const(v) -> str:
+        name = consts.get(id(v))
+        if name is None:
+            name = consts[id(v)] = f"C{len(consts)}"
+            if v.__class__ is np.ndarray:
+                v = v.copy()
+                v.flags.writeable = False
+            env[name] = v
+        return name
+
+    biggest = max((_tile_bytes(m, i, i + 1) for i, regs in path if regs is not None), default=0)
+    tiles = _Tiles(m, env) if biggest and n <= SMALL_BYTES // biggest else None
+    cur = [_UNKNOWN] * len(first)  # (every register set at the first step that runs: whatever the batch starts with)
+    body: list[str] = []
+    live: set = set()  # registers holding a value from memory, or computed from one, at this point of the path
+    read_after = _ub_reads_after(m, path) if tiles is not None else None
+    lifts: dict = {}
+
+    def lifted(match) -> str:  # a register's value as a tile operand: the register is the recorded constant
+        r, rank, dtn = int(match.group(1)), int(match.group(2)), match.group(3)
+        if r in live:
+            return match.group(0)
+        key = (id(cur[r]), rank, dtn)
+        name = lifts.get(key)
+        if name is None:
+            v = sem.lift(cur[r], rank, env[dtn])
+            if v.flags.writeable:
+                v.flags.writeable = False
+            name = lifts[key] = f"LF{len(lifts)}"
+            env[name] = v
+        return name
+
+    def regs_to(regs):
+        for r, v in enumerate(regs):
+            if v is not cur[r] and r not in live:
+                body.append(f"R[{r}] = {const(v)}")
+                cur[r] = v
+
+    for j, (i, regs) in enumerate(path):
+        s = steps[i]
+        d = m.decoded[i]
+        r_in, _, w_reg, _ = _operands(m, d)
+        if s.kind in ("br_z", "br_nz") and d.vals["rc"] in live:
+            # a branch on a value from memory: replayed only when its other way traps (a device assertion), then
+            # tested as the step-by-step path tests it, the programs that go the other way trapping
+            take = j + 1 < len(path) and path[j + 1][0] == s.target
+            other = i + 1 if take else s.target
+            if j + 1 >= len(path) or other >= len(steps) or steps[other].ins.family != "trap" or \
+                    other >= path[j + 1][0]:
+                return None  # (the trap after the way on: the programs going on would run first, to there)
+            env[f"TRAP{other}"] = steps[other].fn
+            body += [f"k = {other}", f"c = R[{d.vals['rc']}]", "if c.__class__ is np.ndarray and c.ndim:",
+                     "    cb = np.asarray(c).astype(bool)",
+                     f"    bad = {'~cb' if (s.kind == 'br_nz') == take else 'cb'}",
+                     "    if bad.any():",
+                     f"        TRAP{other}(b if bad.all() else b.subset(bad), L)",
+                     f"elif bool(c) != {(s.kind == 'br_nz') == take}:",
+                     f"    TRAP{other}(b, L)"]
+            continue
+        if regs is None or s.kind == "end" or s.ins.family == "nop":
+            continue
+        if s.pure and not any(r in live for r in r_in):
+            if w_reg is not None:
+                live.discard(w_reg)  # (the recorded value: set where a later step reads it)
+            continue
+        regs_to(regs)
+        body.append(f"k = {i}")
+        if s.pure:  # computed from a live register: run as the step runs
+            env[f"S{i}"] = s.fn
+            body.append(f"S{i}(b, L)")
+            if w_reg is not None:
+                live.add(w_reg)
+                cur[w_reg] = _UNKNOWN
+            continue
+        at = len(body)
+        if tiles is not None and tiles.emit(d, body):
+            for x in range(at, len(body)):
+                body[x] = _LIFT.sub(lifted, body[x])
+            addr, dtp, shape = m.layout(d.vals["dst"])
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtp.itemsize
+            if not any(lo < addr + nbytes and addr < hi for lo, hi in read_after[j]):
+                last = body[-1]  # the store of a value nothing reads from the unified buffer again: dropped
+                assert last.startswith(("MU[", "place_among(MU,")), last
+                body.pop()
+            continue
+        fast = resolved.get(j)
+        if w_reg is not None:
+            live.add(w_reg)  # (a value from memory: a scalar load, a tile's element)
+            cur[w_reg] = _UNKNOWN
+        if fast is not None and not any(r in live for r in r_in):
+            env[f"D{j}"] = fast
+            body.append(f"D{j}(b, L)")
+        else:
+            env[f"S{i}"] = s.fn
+            body.append(f"S{i}(b, L)")
+        if tiles is not None:
+            tiles.forget()
+    regs_to(final)
+    head = ["def replay(b, L):", "    R = b.regs", "    k = 0"]
+    if tiles is not None and tiles.used:
+        head.append("    MU = b.mem['ub']")
+    src = "\n".join(head + ["    try:"] + ["        " + x for x in body + ["return None"]] + [
+        "    except DvmError:", "        raise", "    except ERRORS as e:",
+        "        raise invalid(STEPS[k], e) from None"]) + "\n"
+    code = compile(src, f"<dvmlang replay {m.kernel.name}>", "exec")
+    exec(code, env)  # noqa: S102 - generated from the machine's own steps and a recorded path
+    return Replay(env["replay"], len(path), src)
+
+
+def _ub_reads_after(m, path) -> list:
+    """Per position of ``path``, the unified-buffer byte ranges (lo, hi) some later step of it reads (a step may
+    read its destination too: an accumulating MMAD, a load that keeps part of it)."""
+    out = [()] * len(path)
+    later: set = set()
+    for j in range(len(path) - 1, -1, -1):
+        out[j] = tuple(later)
+        i, regs = path[j]
+        if regs is not None:
+            d = m.decoded[i]
+            if sum(f.kind == "tile" for f in d.ins.fields) != sum(1 for _ in m.tile_fields(d)):
+                later.add((0, 1 << 62))  # (a tile whose layout the kernel lacks: any bytes)
+            for space, lo, hi in _operands(m, d)[1]:
+                if space == "ub":
+                    later.add((lo, hi))
+    return out
+
+
+def run(rp: Replay, b, L) -> None:
+    """Replay ``rp`` on batch ``b`` of launch ``L`` (floating-point errors ignored by the caller): the counts as the
+    step-by-step path leaves them."""
+    rp.fn(b, L)
+    b.count += rp.n
+    L.executed += rp.n

@@ -1,0 +1,278 @@
+"""The steady relaunch (docs/device.md, "The steady relaunch"): a launch whose timing is kept replays its
+instance's recorded path as one function (``npu/replay.py``). Every launch of the gallery, the Triton tutorials,
+random kernels and the torch models of the test suite is launched four times on a device that replays (timed,
+recorded, then replayed twice) and on one that never does (``Device(replay=False)``) and, for kernels, on the
+sequential device; the last launch runs on new data. Records (cycles, bytes, instructions, pipe times, L2),
+outputs and faults must be the same bits."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import dvmlang.npu.replay as replay_mod
+from dvmlang.errors import DvmError, DvmWarning
+from dvmlang.npu.device import Device
+from fuzzing import budget
+from test_timing_cache import EXAMPLES, TUTORIALS, _captured, _copies, _record
+
+RUNS = 4  # timed, recorded, replayed, replayed on new data
+
+
+class _Count:
+    def __init__(self, monkeypatch):
+        self.n = 0
+        run = replay_mod.run
+
+        def counted(*a):
+            self.n += 1
+            return run(*a)
+        monkeypatch.setattr(replay_mod, "run", counted)
+
+
+def _new_data(arrays: dict, seed: int) -> dict:
+    """``arrays`` with new values in their float tensors (the same shapes; integer tensors, indices, unchanged)."""
+    rng = np.random.default_rng(seed)
+    for a in arrays.values():
+        if a.dtype.kind == "f" and a.flags.writeable and a.size:
+            a[...] = rng.standard_normal(a.shape).astype(a.dtype)
+    return arrays
+
+
+def _outcome(fn):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DvmWarning)
+            rec, outs = fn()
+    except DvmError as e:
+        return ("fault", type(e).__name__, str(e))
+    return _record(rec), [o.tobytes() for o in outs]
+
+
+def _cycles_and_outputs(outcome):
+    return outcome if outcome[0] == "fault" else (outcome[0][0], outcome[1])
+
+
+def _compare(run, oracle: bool = False):
+    """``run(device, last)`` launches once (``last``: on new data); the launches compared with those of a device
+    that never replays (records, outputs and faults) and, with ``oracle``, of the sequential device (cycles, outputs
+    and faults: it counts instructions per program). (The gallery's kernels with atomics sum in another order on
+    the sequential device, before any replay: there the full path is the reference.)"""
+    results = []
+    for dev in (Device(replay=True), Device(replay=False)) + ((Device(sequential=True),) if oracle else ()):
+        results.append([_outcome(lambda: run(dev, i == RUNS - 1)) for i in range(RUNS)])
+    assert results[0] == results[1], "a replayed launch differs from the full path's"
+    if oracle:
+        assert [_cycles_and_outputs(o) for o in results[0]] == [_cycles_and_outputs(o) for o in results[2]], \
+            "a replayed launch differs from the sequential device's"
+
+
+def _kernel(bc, arrays, alias, name, oracle=False):
+    def run(dev, last):
+        a = _copies(arrays)
+        if last:
+            _new_data(a, 1)
+        return dev.run(bc, a, name=name, alias_groups=alias), list(a.values())
+    _compare(run, oracle)
+
+
+def _stack(stages, name):
+    def run(dev, last):
+        roots: dict = {}
+        copied = [[(bc, _copies(arrays, roots), kname, alias) for bc, arrays, kname, alias in stage]
+                  for stage in stages]
+        if last:
+            for stage in copied:
+                for _, arrays, _, _ in stage:
+                    _new_data(arrays, 2)
+        rec = dev.run_stack(copied, name=name)
+        return rec, [a for stage in copied for _, arrays, _, _ in stage for a in arrays.values()]
+    _compare(run)
+
+
+@pytest.mark.parametrize("name", EXAMPLES + TUTORIALS)
+def test_replayed_gallery_launches_are_the_full_paths(name, monkeypatch):
+    launches = _captured(name, monkeypatch)
+    assert launches
+    with contextlib.redirect_stdout(io.StringIO()):
+        for kind, args in launches[:12]:
+            (_kernel if kind == "kernel" else _stack)(*args)
+
+
+def test_most_gallery_launches_are_replayed(monkeypatch):
+    """Not vacuous: the device replays most of the gallery's relaunches."""
+    launches = []
+    for name in ("vector_add", "softmax", "matmul", "layernorm", "graph_block", "flash_attention"):
+        launches += _captured(name, monkeypatch)[:6]
+    count = _Count(monkeypatch)
+    with contextlib.redirect_stdout(io.StringIO()):
+        for kind, args in launches:
+            (_kernel if kind == "kernel" else _stack)(*args)
+    # each launch replays twice on the replaying device (a stack: once per kernel)
+    assert count.n >= 0.8 * 2 * len(launches), (count.n, len(launches))
+
+
+@budget(15)
+@given(seed=st.integers(0, 2**31))
+def test_replayed_random_expression_kernels_are_the_full_paths(seed):
+    from test_diff_kernels import random_program
+    kernel, _, args, constexprs, grid, *_ = random_program(seed)
+    bc = kernel.encode(grid, *args, **constexprs)
+    arrays = {i: np.asarray(a).reshape(-1) for i, a in enumerate(args) if isinstance(a, np.ndarray)}
+    _kernel(bc, arrays, None, None, oracle=True)
+
+
+@budget(40)
+@given(data=st.data())
+def test_replayed_random_control_flow_kernels_are_the_full_paths(data):
+    from test_diff_control import NVALS, kernel_of, programs
+    stmts = data.draw(programs())
+    grid = data.draw(st.integers(1, 4))
+    n = data.draw(st.integers(-1, 4))
+    vals = np.array(data.draw(st.lists(st.integers(-4, 6), min_size=NVALS, max_size=NVALS)), np.int32)
+    kernel, _ = kernel_of(stmts)
+    args = (np.full(4 * grid, -99, np.int32), np.full(grid, -99.0, np.float32), np.zeros(1, np.int32), vals, n)
+    bc = kernel.encode((grid,), *args)
+    arrays = {i: a.reshape(-1) for i, a in enumerate(args) if isinstance(a, np.ndarray)}
+    _kernel(bc, arrays, None, None, oracle=True)
+
+
+def test_a_kernel_with_a_loaded_register_is_not_replayed(monkeypatch):
+    """Collatz reads its loop's bound from memory: its launches are never replayed (nor timed once)."""
+    from test_device_budget import collatz
+    count = _Count(monkeypatch)
+    dev = Device()
+    x = np.array([3, 7, 27, 1], np.int32)
+    for _ in range(3):
+        collatz[(4,)](x, np.zeros(4, np.int32), device=dev)
+    assert count.n == 0
+
+
+def test_a_replay_stops_where_the_budget_ends():
+    """A budget the path would exceed: the launch runs step by step and stops where the full path stops."""
+    from test_timing_cache import ROOT  # noqa: F401  (the gallery's kernels)
+    import dvmlang
+    import dvmlang.language as dl
+
+    @dvmlang.kernel
+    def loop(x, out, n, BLOCK: dl.constexpr):
+        acc = dl.zeros((BLOCK,), dl.float32)
+        for i in range(n):
+            acc += dl.load(x + dl.arange(0, BLOCK))
+        dl.store(out + dl.arange(0, BLOCK), acc)
+
+    x = np.arange(16, dtype=np.float32)
+    errors = []
+    for replay in (True, False):
+        dev = Device(replay=replay)
+        out = np.zeros(16, np.float32)
+        for _ in range(3):
+            loop[(1,)](x, out, 40, BLOCK=16, device=dev)
+        small = Device(replay=replay, watchdog=60)
+        small_out = np.zeros(16, np.float32)
+        try:
+            for _ in range(3):
+                loop[(1,)](x, small_out, 40, BLOCK=16, device=small)
+        except DvmError as e:
+            errors.append((type(e).__name__, str(e)))
+        assert out.tolist() == (x * 40).tolist()
+    assert len(errors) == 2 and errors[0] == errors[1]
+
+
+# ---- the torch models of the test suite -----------------------------------------------------------------------
+
+def _models():
+    torch = pytest.importorskip("torch")
+    from test_torch_blocks import CASES
+    from test_torch_compile import _Block
+    torch.manual_seed(0)
+    out = {"mlp": (torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).eval(),
+                   lambda: (torch.randn(5, 16),)),
+           "norm_gelu_silu_block": (_Block().eval(), lambda: (torch.randn(2, 6, 32),))}
+    torch.backends.mha.set_fastpath_enabled(False)
+    mha = torch.nn.MultiheadAttention(32, 4, batch_first=True).eval()
+    out["multihead_attention"] = (lambda a: mha(a, a, a)[0], lambda: (torch.randn(2, 5, 32),))
+    out["transformer_encoder_layer"] = (torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0,
+                                                                         batch_first=True).eval(),
+                                        lambda: (torch.randn(2, 5, 32),))
+    for name, (f, args, _) in CASES.items():
+        out[name] = (f, lambda args=args: tuple(a * (1 + torch.rand(()).item()) if a.is_floating_point() else a
+                                                for a in args))
+    from transformers import LlamaConfig, LlamaForCausalLM
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                         use_cache=False)).eval()
+    out["llama_tiny"] = (lambda ids: llama(ids).logits, lambda: (torch.randint(0, 64, (1, 9)),))
+    return out
+
+
+@pytest.mark.parametrize("name", ["mlp", "norm_gelu_silu_block", "multihead_attention", "transformer_encoder_layer",
+                                  "llama_tiny", "softmaxes_max_var", "sdpa_causal_and_bool_mask",
+                                  "cumsum_flip_pad_tril", "embedding_index_select_gather", "rotary_chunk_split",
+                                  "norms_linear_activations"])
+def test_replayed_models_are_the_full_paths(name, monkeypatch):
+    torch = pytest.importorskip("torch")
+    tst = importlib.import_module("dvmlang.torch.stats")  # (the package's ``stats`` is a function)
+    f, make = _models()[name]
+    torch.manual_seed(1)
+    inputs = [make() for _ in range(RUNS + 1)]
+    count = _Count(monkeypatch)
+    results = []
+    for replay in (True, False):
+        torch._dynamo.reset()
+        with Device(replay=replay):
+            c = torch.compile(f, backend="dvmlang")
+            got = []
+            with torch.no_grad():
+                for args in inputs:
+                    tst.LAST_LAUNCHES.clear()
+                    out = c(*args)
+                    outs = out if isinstance(out, tuple) else (out,)
+                    got.append(([o.detach().numpy().tobytes() for o in outs],
+                                [_record(r) for r in tst.LAST_LAUNCHES]))
+        results.append(got)
+    assert count.n > 0, "nothing was replayed"
+    assert results[0] == results[1], "a replayed model call differs from the full path's"
+
+
+@pytest.mark.parametrize("rows", [1, 3, 40])
+def test_an_index_out_of_range_in_a_replayed_gather_faults_as_the_full_path(rows, monkeypatch):
+    """A gather's index bounds check tests a value from memory (its other way traps): the replay tests it as the
+    step-by-step path does. A launch whose indices go out of range on a replayed launch fails with the same error
+    (the programs that trap, their line), in one program and in batches where some programs trap."""
+    import dvmlang
+    import dvmlang.ops as ops
+
+    count = _Count(monkeypatch)
+    outcomes = []
+    for replay in (True, False):
+        dev = Device(replay=replay)
+
+        @dvmlang.graph(device=dev)
+        def pick(x, idx):
+            return ops.gather(x, 1, idx) * 2.0
+
+        x = np.arange(rows * 16, dtype=np.float32).reshape(rows, 16)
+        good = np.tile(np.arange(8, dtype=np.int32)[::-1], (rows, 1))
+        got = []
+        for _ in range(3):
+            got.append(pick(x, good).tobytes())
+        bad = good.copy()
+        bad[rows // 2, 3] = 99
+        try:
+            pick(x, bad)
+            got.append("no fault")
+        except DvmError as e:
+            got.append((type(e).__name__, str(e)))
+        got.append(pick(x, good).tobytes())
+        outcomes.append(got)
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][3] != "no fault"
+    assert count.n >= 2, "the gather was not replayed"
