@@ -144,13 +144,14 @@ class TimedDevice(dvmlang.npu.Device):
 
 
 class SimulationClock:
-    """Accumulates the wall time spent executing programs (``_execute``) and placing them on cores
-    (``_compose``) inside ``Device.run``, by wrapping those two module functions."""
+    """Accumulates the wall time spent executing programs (``execute``: the step-by-step and compiled paths; a
+    replayed relaunch, ``npu/replay.py``, runs apart from it) and placing them on cores (``_compose``) inside
+    ``Device.run``, by wrapping those two functions of the device module."""
 
     def __init__(self, module=device_mod):
         self.spent = 0.0
         self.module = module  # the device module whose functions are wrapped (another checkout's, for A/B)
-        self._execute = module._execute
+        self._execute = module.execute
         self._compose = module._compose
 
     def __enter__(self):
@@ -176,12 +177,12 @@ class SimulationClock:
             finally:
                 clock.spent += time.perf_counter() - t0
 
-        self.module._execute = timed_execute
+        self.module.execute = timed_execute
         self.module._compose = timed_compose
         return self
 
     def __exit__(self, *exc):
-        self.module._execute = self._execute
+        self.module.execute = self._execute
         self.module._compose = self._compose
         return False
 
