@@ -192,3 +192,16 @@ def test_a_static_dim_of_another_size_takes_its_own_capture():
         caps.append(g.stats.captures)
     assert caps[-1] == 2, caps  # one capture per static size
     assert _fast_count(g) >= 1
+
+
+def test_a_plan_of_views_alone_has_an_instance_function():
+    """A program whose plan launches no kernel (its outputs are views of its inputs) gets an instance function
+    too, with nothing for its sizes to decide."""
+    g = dvmlang.graph(lambda x: (ops.transpose(x, 0, 1), x[1:, :]))
+    rng = np.random.default_rng(4)
+    for L in [3, 4, 5, 6, 4]:
+        x = rng.standard_normal((L, 6)).astype(np.float32)
+        t, s = g(x)
+        np.testing.assert_array_equal(t, x.T)
+        np.testing.assert_array_equal(s, x[1:])
+    assert _fast_count(g) >= 1

@@ -1215,3 +1215,28 @@ def test_boxes_that_differ_between_programs_are_read_and_written_as_one_indexed_
         outs.append((got, dst, src, one))
     (a, b, _, c), (x, y, _, z) = outs
     assert a.tobytes() == x.tobytes() and b.tobytes() == y.tobytes() and c.tobytes() == z.tobytes()
+
+
+@dvmlang.kernel
+def _column_sums(x_ptr, out_ptr, R: dl.constexpr, C: dl.constexpr):
+    pid = dl.program_id(0)
+    offs = dl.arange(0, R)
+    col = dl.load(x_ptr + offs * C + pid)  # column pid of an (R, C) array: a strided box
+    dl.store(out_ptr + pid, dl.sum(col, axis=0))
+
+
+@pytest.mark.parametrize("shape", [(16, 8), (64, 3), (128, 48), (8, 130)])
+def test_a_batch_sums_its_strided_tiles_as_one_program_does(shape):
+    """A batch of programs whose tiles are strided views side by side in memory: numpy would sum each element
+    along the axis (the programs' axis innermost), one program's tile pairwise. Every sum is the sequential
+    device's, bit for bit (a torch backward's column sums differed in the last bits)."""
+    R, C = shape
+    rng = np.random.default_rng(R * C)
+    for _ in range(5):
+        x = (rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 1e4])).astype(np.float32)
+        outs = []
+        for dev in (Device(), Device(sequential=True), Device(compiled=False)):
+            o = np.zeros(C, np.float32)
+            _column_sums[(C,)](x, o, R=R, C=C, device=dev)
+            outs.append(o.tobytes())
+        assert outs[0] == outs[1] == outs[2]

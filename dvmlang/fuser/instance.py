@@ -238,10 +238,14 @@ class _Generator:
         instances with one lookup; a new one runs ``sized``, the generated function that works them out (the
         kernels' own instance caches first) and returns None when a group's guard fails."""
         w, ws = self.w, self.ws
+        if not self.tags:  # a plan with no kernel (only views): nothing the sizes decide
+            self.sized_source = ""
+            w("bcs = ()")
+            return
         sizes = list(self.bound.values())
         params = sizes + ["consts"] + self.sized_params
         bcs = ", ".join(f"bc{t}" for t in self.tags)
-        src = (f"def sized({', '.join(params)}):\n" + "\n".join(ws.lines) + f"\n    return ({bcs},)\n")
+        src = f"def sized({', '.join(params)}):\n" + "\n".join(ws.lines) + f"\n    return ({bcs},)\n"
         code = compile(src, f"<dvmlang sizes {self.prog.name}>", "exec")
         exec(code, w.ns)  # noqa: S102 - our own generated code
         w.ns["SIZED"] = {}

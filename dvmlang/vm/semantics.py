@@ -115,6 +115,7 @@ def viota(start: int, n: int) -> np.ndarray:
 
 REDUCE = {"sum": np.sum, "max": np.fmax.reduce, "min": np.fmin.reduce, "prod": np.prod, "max_nan": np.max,
           "min_nan": np.min}
+_ORDERED = ("sum", "prod")  # reductions whose rounding depends on the order numpy takes the elements in
 WIDE_REDUCE = (dt.float16, dt.bfloat16, dt.float8e4nv, dt.float8e5)  # reduced in float32, rounded once
 
 
@@ -135,6 +136,11 @@ def reducer(op: str, axis: int, acc, npdt, dshape):
             r = np.bitwise_or.reduce(a, axis=axis)
         else:
             x = a.astype(acc) if acc is not None else a
+            if op in _ORDERED and not x.flags.c_contiguous:
+                # numpy's order of summing depends on the layout: a batch of programs' tiles that are strided
+                # views (programs side by side in memory) would be summed element by element along the axis,
+                # one program's tile pairwise. In C order every batch sums as one program does.
+                x = np.ascontiguousarray(x)
             r = REDUCE[op](x, axis=axis)
             r = r.astype(npdt, copy=False)
         return r.reshape((r.shape[0],) + dshape)
