@@ -158,6 +158,9 @@ casts truncate and saturate (NaN -> 0).
 The decoder executes each virtual instruction for a whole batch of programs with numpy (values that are
 the same for every program are kept once). Chains of elementwise instructions are evaluated lazily in
 cache-sized chunks, and a result that is only stored is computed straight into the destination array.
+A batch gives each program the bits it would get alone: a sum or product along a tile's axis is taken in C
+order (numpy's order of summing follows the memory layout, and a batch of strided tiles side by side would
+otherwise be summed element by element where one program's tile is summed pairwise; `vm/semantics.reducer`).
 `benchmarks/sim_throughput.py` measures it against numpy, `benchmarks/model_speed.py` whole models against
 torch eager.
 
