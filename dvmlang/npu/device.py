@@ -23,7 +23,7 @@ from ..errors import DvmError, LaunchError, ResourceError, warn_user
 from ..vm import isa
 from . import replay as _replay
 from .compiled import compiled as compiled_blocks
-from .execute import QUIET, execute, run_alone, run_prefix
+from .execute import execute, quietly, run_alone, run_prefix
 from .l2 import L2Cache
 from .launch import Launch, LaunchBase
 from .machine import Machine
@@ -373,7 +373,7 @@ class Device:
         if rp is None:  # the first launch whose timing is kept: its path recorded, and replayed from the next
             b = self._record(base, m, b, L, k, dispatch)
         elif rp and b.count + rp.n <= L.watchdog:
-            _quietly(_replay.run, rp, b, L)
+            quietly(_replay.run, rp, b, L)
         else:
             b = run_alone(m.steps, b, L, dispatch, k, self._blocks(m))
         if L.races is not None:
@@ -403,7 +403,7 @@ class Device:
         if not _replay.eligible(m):
             base.replay = False
             return run_alone(m.steps, b, L, dispatch, k, self._blocks(m))
-        trace, at = _quietly(_replay.record, m, b, L, k)
+        trace, at = quietly(_replay.record, m, b, L, k)
         if trace is None:
             base.replay = False
             return run_alone(m.steps, b, L, dispatch, at, self._blocks(m))
@@ -419,20 +419,19 @@ class Device:
         if rp is False or self.sequential:
             return False
         kern = base.kern
-        per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
-        if P > min(self.batch_bytes // per_prog, 16384):  # (_run_batches's batches: several)
+        if self._batch_size(kern, P)[1] < P:  # (_run_batches's batches: several)
             return False
         if rp is not None and rp.n > L.watchdog:
             return False
         pids, coords = programs(0, P, kern.grid[0], kern.grid[1])
         batch = Batch(pids, kern.grid, m.zero_regs, uniform=True, coords=coords)
         if rp is not None:
-            _quietly(_replay.run, rp, batch, L)
+            quietly(_replay.run, rp, batch, L)
             return True
         if not _replay.eligible(m):
             base.replay = False
             return False
-        trace, at = _quietly(_replay.record, m, batch, L, 0)
+        trace, at = quietly(_replay.record, m, batch, L, 0)
         if trace is None:
             base.replay = False
             with np.errstate(all="ignore"):
@@ -519,8 +518,7 @@ class Device:
         dispatch = prof.scalar_dispatch
         steps = m.steps
         blocks = self._blocks(m) if rec is None else None
-        per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
-        size = 1 if self.sequential else max(1, min(P, self.batch_bytes // per_prog, 16384))
+        per_prog, size = self._batch_size(kern, P)
         # a first batch of PROBE programs measures what a program holds on the host (_resized)
         probe = L.races is None and not m.atomics and size > PROBE and P > size
         lo = 0
@@ -565,6 +563,12 @@ class Device:
         body = float(core_end.max()) if len(core_end) else 0.0
         return body, busy.sum(axis=1).tolist(), bytes_r, bytes_w, instrs, offsets, shift, T
 
+    def _batch_size(self, kern, P: int) -> tuple[int, int]:
+        """(the host bytes a program is counted at, the first batch's size) of a launch of ``P`` programs: a batch
+        holds at most ``batch_bytes`` of programs at their on-chip footprint (``_resized`` sizes the later ones)."""
+        per_prog = kern.footprint.get("ub", 0) + kern.footprint.get("l0c", 0) + 4096
+        return per_prog, 1 if self.sequential else max(1, min(P, self.batch_bytes // per_prog, 16384))
+
     def _blocks(self, m):
         """The compiled blocks of machine ``m`` this device runs (None: every step one by one)."""
         if not self.compiled:
@@ -582,19 +586,6 @@ class Device:
         size)."""
         per_prog = max(per_prog // 4, -(-held // n), 1)
         return max(size, min(P, self.batch_bytes // per_prog, 16384))
-
-
-def _quietly(fn, *args):
-    """``fn(*args)`` with floating-point errors ignored, as every launch runs (``execute.run_alone``)."""
-    if QUIET is None:
-        with np.errstate(all="ignore"):
-            return fn(*args)
-    state, quiet = QUIET
-    token = state.set(quiet)
-    try:
-        return fn(*args)
-    finally:
-        state.reset(token)
 
 
 def _watchdog() -> int:

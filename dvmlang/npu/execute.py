@@ -105,19 +105,23 @@ def _no_time(b, cost, dispatch):
     return 0.0, 0.0
 
 
-def run_alone(steps, batch: Batch, L: Launch, dispatch: int, start: int = 0, blocks=None) -> Batch:
-    """Run a batch of one program (which never splits) to its end from step ``start``, untraced, floating-point
-    errors ignored (as every launch runs); returns it. ``blocks``: as ``execute``'s."""
+def quietly(fn, *args):
+    """``fn(*args)`` with floating-point errors ignored, as every launch runs."""
     if QUIET is None:
         with np.errstate(all="ignore"):
-            [b] = execute(steps, batch, L, dispatch, None, start, blocks)  # (the one part a one-program batch ends as)
-        return b
+            return fn(*args)
     state, quiet = QUIET
     token = state.set(quiet)
     try:
-        [b] = execute(steps, batch, L, dispatch, None, start, blocks)
+        return fn(*args)
     finally:
         state.reset(token)
+
+
+def run_alone(steps, batch: Batch, L: Launch, dispatch: int, start: int = 0, blocks=None) -> Batch:
+    """Run a batch of one program (which never splits) to its end from step ``start``, untraced, floating-point
+    errors ignored (as every launch runs); returns it. ``blocks``: as ``execute``'s."""
+    [b] = quietly(list, execute(steps, batch, L, dispatch, None, start, blocks))  # (the one part it ends as)
     return b
 
 

@@ -51,7 +51,7 @@ def mmad(m, d):
         finally:
             host.blas_restore(threads)
         w(b, prod.astype(acc, copy=False))
-    return m.step(d, fn, cost, macs=B * M * K * N)
+    return m.step(d, fn, cost, macs=macs)
 
 
 def _operand(read, b, L):

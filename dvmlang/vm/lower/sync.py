@@ -48,13 +48,11 @@ def insert_sync(items: list) -> None:
     writes = [[_span(r) for r in e.writes] for e in instrs]
 
     def need(i, q, cand):
-        # of two producers on one pipe, the one issued last before the consumer (pipes run in order)
         d = deps.get(i)
         if d is None:
             deps[i] = {q: cand}
-            return
-        cur = d.get(q)
-        d[q] = cand if cur is None or _rank(cand, i) > _rank(cur, i) else cur
+        else:
+            d[q] = _later(d.get(q), cand, i)
 
     def visit(i, state):
         # state: bucket -> [[lo, hi, writer index or None, reader indices]], in the order they were recorded.
