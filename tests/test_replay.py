@@ -21,7 +21,8 @@ import dvmlang.npu.replay as replay_mod
 from dvmlang.errors import DvmError, DvmWarning
 from dvmlang.npu.device import Device
 from fuzzing import budget
-from test_timing_cache import EXAMPLES, TUTORIALS, _captured, _copies, _record
+from test_timing_cache import (EXAMPLES, TUTORIALS, _captured, _copies, _record, random_control_flow_launch,
+                               random_expression_launch)
 
 RUNS = 4  # timed, recorded, replayed, replayed on new data
 
@@ -122,26 +123,13 @@ def test_most_gallery_launches_are_replayed(monkeypatch):
 @budget(15)
 @given(seed=st.integers(0, 2**31))
 def test_replayed_random_expression_kernels_are_the_full_paths(seed):
-    from test_diff_kernels import random_program
-    kernel, _, args, constexprs, grid, *_ = random_program(seed)
-    bc = kernel.encode(grid, *args, **constexprs)
-    arrays = {i: np.asarray(a).reshape(-1) for i, a in enumerate(args) if isinstance(a, np.ndarray)}
-    _kernel(bc, arrays, None, None, oracle=True)
+    _kernel(*random_expression_launch(seed), None, None, oracle=True)
 
 
 @budget(40)
 @given(data=st.data())
 def test_replayed_random_control_flow_kernels_are_the_full_paths(data):
-    from test_diff_control import NVALS, kernel_of, programs
-    stmts = data.draw(programs())
-    grid = data.draw(st.integers(1, 4))
-    n = data.draw(st.integers(-1, 4))
-    vals = np.array(data.draw(st.lists(st.integers(-4, 6), min_size=NVALS, max_size=NVALS)), np.int32)
-    kernel, _ = kernel_of(stmts)
-    args = (np.full(4 * grid, -99, np.int32), np.full(grid, -99.0, np.float32), np.zeros(1, np.int32), vals, n)
-    bc = kernel.encode((grid,), *args)
-    arrays = {i: a.reshape(-1) for i, a in enumerate(args) if isinstance(a, np.ndarray)}
-    _kernel(bc, arrays, None, None, oracle=True)
+    _kernel(*random_control_flow_launch(data), None, None, oracle=True)
 
 
 def test_a_kernel_with_a_loaded_register_is_not_replayed(monkeypatch):

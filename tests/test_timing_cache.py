@@ -151,19 +151,16 @@ def test_the_timing_is_kept_for_most_gallery_launches(monkeypatch):
     assert replays.cached >= 0.8 * replays.launches, (replays.cached, replays.launches)
 
 
-@budget(15)
-@given(seed=st.integers(0, 2**31))
-def test_kept_timing_replays_random_expression_kernels(seed):
+def random_expression_launch(seed: int):
+    """(bytecode, arrays) of a random expression kernel (test_diff_kernels' generator)."""
     from test_diff_kernels import random_program
     kernel, _, args, constexprs, grid, *_ = random_program(seed)
     bc = kernel.encode(grid, *args, **constexprs)
-    arrays = {i: np.asarray(a).reshape(-1) for i, a in enumerate(args) if isinstance(a, np.ndarray)}
-    Replays().kernel(bc, arrays, None, None)
+    return bc, {i: np.asarray(a).reshape(-1) for i, a in enumerate(args) if isinstance(a, np.ndarray)}
 
 
-@budget(40)
-@given(data=st.data())
-def test_kept_timing_replays_random_control_flow_kernels(data):
+def random_control_flow_launch(data):
+    """(bytecode, arrays) of a random control-flow kernel (test_diff_control's generator), drawn from ``data``."""
     from test_diff_control import NVALS, kernel_of, programs
     stmts = data.draw(programs())
     grid = data.draw(st.integers(1, 4))
@@ -172,8 +169,19 @@ def test_kept_timing_replays_random_control_flow_kernels(data):
     kernel, _ = kernel_of(stmts)
     args = (np.full(4 * grid, -99, np.int32), np.full(grid, -99.0, np.float32), np.zeros(1, np.int32), vals, n)
     bc = kernel.encode((grid,), *args)
-    arrays = {i: a.reshape(-1) for i, a in enumerate(args) if isinstance(a, np.ndarray)}
-    Replays().kernel(bc, arrays, None, None)
+    return bc, {i: a.reshape(-1) for i, a in enumerate(args) if isinstance(a, np.ndarray)}
+
+
+@budget(15)
+@given(seed=st.integers(0, 2**31))
+def test_kept_timing_replays_random_expression_kernels(seed):
+    Replays().kernel(*random_expression_launch(seed), None, None)
+
+
+@budget(40)
+@given(data=st.data())
+def test_kept_timing_replays_random_control_flow_kernels(data):
+    Replays().kernel(*random_control_flow_launch(data), None, None)
 
 
 def test_a_kernel_whose_branches_test_loaded_values_is_timed_every_launch():

@@ -22,13 +22,15 @@ def _constant(v) -> bool:
     return isinstance(v, (bool, int, float, str, type(None)))
 
 
-def _exact(v):
+def exact(v):
     """A constant as a key that tells apart what ``==`` does not: a float by its bits (-0.0 is not 0.0, and a NaN
-    equals a NaN), inside tuples too."""
+    equals a NaN), a numpy scalar by its bytes, inside tuples too."""
     if v.__class__ is float:
         return v.hex()
+    if isinstance(v, np.generic):
+        return v.tobytes()
     if v.__class__ is tuple:
-        return tuple([_exact(x) for x in v])
+        return tuple([exact(x) for x in v])
     return v
 
 
@@ -63,7 +65,7 @@ def key_of(name: str, a, static: dict, top: str, ones: bool = True):
             dims = (-1,) * a.ndim
         return ("t", a.dtype, dims)
     if isinstance(a, (bool, int, float, str, type(None))) or (isinstance(a, tuple) and _constant(a)):
-        return ("s", type(a).__name__, _exact(a))  # a constant of the capture, like a constexpr
+        return ("s", type(a).__name__, exact(a))  # a constant of the capture, like a constexpr
     if isinstance(a, dict):
         return ("d", tuple((k, key_of(f"{name}[{k!r}]", v, static, top, ones)) for k, v in a.items()))
     if isinstance(a, (list, tuple)):

@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 from .build import MAX_INSTANCES, alias_groups
+from .captured_args import exact
 from .fusion import VIEWS, Plan
 from .graph import GraphError
 from .launch import GroupLaunch, StackItem, _addressing, _input_classes, _materialise
@@ -41,9 +42,8 @@ class _Unsupported(Exception):
 
 
 def _consts_key(consts: dict) -> tuple:
-    """A lazy program's constants as a key: each by its bits (-0.0 is not 0.0, and a NaN equals a NaN)."""
-    return tuple([(k, v.tobytes() if isinstance(v, np.generic) else v.hex() if v.__class__ is float else
-                   (v.__class__, v)) for k, v in consts.items()])
+    """A lazy program's constants as a key: each by its bits (``captured_args.exact``)."""
+    return tuple([(k, exact(v)) for k, v in consts.items()])
 
 
 def _encode(gk, build, args, grid, ikey, arrays):
