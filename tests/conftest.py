@@ -6,6 +6,9 @@ import pytest
 # the suite's builds stay in memory: a developer's cache on disk neither serves nor receives them (the disk cache's
 # own tests point DVMLANG_CACHE_DIR at a folder of their own)
 os.environ["DVMLANG_CACHE_DIR"] = "off"
+# every template the fuser composes meets the validator here (a user's process decodes them without its pass:
+# fuser/build.trusted); tests of the trusted path set it back themselves
+os.environ["DVMLANG_VALIDATE"] = "always"
 
 import dvmlang  # noqa: E402
 

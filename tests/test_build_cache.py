@@ -64,16 +64,20 @@ def test_a_kernel_built_once_is_read_back_by_another_kernel_object(disk):
     assert again.builds == 0 and again.loads == 1
 
 
-def test_a_fused_program_is_read_back_when_no_build_is_in_memory(disk):
+def test_a_fused_program_is_read_back_when_no_build_is_in_memory(disk, monkeypatch):
+    monkeypatch.delenv("DVMLANG_VALIDATE", raising=False)  # (a user's process: what it composes runs unvalidated)
     fn = lambda x: ops.exp(x) * 2.0 + 1.0  # noqa: E731 - (the source lines are part of a build's key)
     g = dvmlang.graph(fn)
     x = np.random.default_rng(0).standard_normal((5, 40)).astype(np.float32)
     want = g(x)
     assert g.stats.builds == 1 and len(_entries(disk)) >= 1
+    assert all(b.encoder.trusted for b in fbuild.BUILDS.values())
     fbuild.BUILDS.clear()
     h = dvmlang.graph(fn)
     np.testing.assert_array_equal(h(x), want)
     assert h.stats.builds == 0 and h.stats.loads == 1
+    assert not any(b.encoder.trusted for b in fbuild.BUILDS.values())  # bytes read back always meet the validator
+    assert all(b.encoder.validated for b in fbuild.BUILDS.values())
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "garbage", "foreign"])

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import dvmlang
+import dvmlang.ops as ops
 from dvmlang import dtypes as dt
 from dvmlang.vm import container as C
 from dvmlang.vm import isa, validator
@@ -163,3 +164,72 @@ def test_each_container_gets_its_own_lists():
     b = dvmlang.Bytecode.from_bytes(good)
     assert "edited" not in b.strings and b.debug.lines
     assert b.serialise() == good
+
+
+# ---- composed templates: decoded without the validator's pass in a user's process (fuser/build.trusted) ----------
+
+def _decoding(decoded):
+    return [[(d.pc, d.ins.name, sorted(d.vals.items()), d.dtype, d.set, d.wait, d.head) for d in k] for k in decoded]
+
+
+_TRUSTED_CASES = {
+    "softmax": (lambda x: ops.softmax(x, axis=-1), lambda x: np.exp(x - x.max(-1, keepdims=True)) /
+                np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True)),
+    "norm": (lambda x: (x - ops.mean(x, axis=-1, keepdims=True)) * 0.5 + 1.0,
+             lambda x: (x - x.mean(-1, keepdims=True)) * 0.5 + 1.0),
+    "matmul_gelu": (lambda x: ops.gelu(x @ x.T), None),
+    "cat_exp": (lambda x: ops.exp(ops.cat([x, x * 2.0], axis=0)), lambda x: np.exp(np.concatenate([x, x * 2], 0))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_TRUSTED_CASES))
+def test_a_composed_build_is_decoded_as_the_validator_decodes_it(case, monkeypatch):
+    """A user's process runs a template the fuser composed without the validator's pass; the instructions the
+    device runs are the ones the validator would have decoded, the results are numpy's, and an explicit
+    ``validate()`` still runs the validator, which accepts the code."""
+    monkeypatch.delenv("DVMLANG_VALIDATE", raising=False)
+    from dvmlang.fuser import build
+    build.BUILDS.clear()
+    fn, ref = _TRUSTED_CASES[case]
+    x = np.random.default_rng(3).standard_normal((7, 40)).astype(np.float32)
+    g = dvmlang.graph(fn)
+    got = g(x)
+    want = ref(x) if ref is not None else None
+    if want is None:
+        y = x.astype(np.float64) @ x.T.astype(np.float64)
+        want = 0.5 * y * (1 + np.vectorize(__import__("math").erf)(y / np.sqrt(2)))
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+    bcs = g.encode(x)
+    assert bcs
+    for bc in bcs:
+        enc = bc._encoder
+        assert enc.trusted and not enc.validated and enc.decoded is not None  # the launch decoded it only
+        clear_caches()
+        assert _decoding(validator._validate(bc)) == _decoding(enc.decoded)
+        assert bc.validate() is bc and enc.validated
+
+
+def test_the_test_suite_validates_every_composed_build():
+    from dvmlang.fuser import build
+    build.BUILDS.clear()
+    g = dvmlang.graph(lambda x: ops.exp(x) + 1.0)
+    g(np.ones((3, 5), np.float32))
+    bc, = g.encode(np.ones((3, 5), np.float32))
+    assert not bc._encoder.trusted and bc._encoder.validated
+
+
+def test_the_bytes_of_a_trusted_build_meet_the_validator_when_read(monkeypatch):
+    """Trust is in the process's own composer, never in bytes: the container of a trusted build, read back, is
+    validated."""
+    monkeypatch.delenv("DVMLANG_VALIDATE", raising=False)
+    g = dvmlang.graph(lambda x: ops.exp(x) * 3.0)
+    x = np.ones((4, 9), np.float32)
+    g(x)
+    bc, = g.encode(x)
+    assert bc._encoder.trusted
+    ran = []
+    real = validator._validate
+    monkeypatch.setattr(validator, "_validate", lambda b: ran.append(b) or real(b))
+    clear_caches()
+    back = dvmlang.Bytecode.from_bytes(bc.to_bytes())
+    assert ran and _decoding(back.decoded) == _decoding(bc._encoder.decoded)

@@ -95,7 +95,7 @@ class Program:
 
     def choose(self, env, profile) -> Plan:
         p = self.plan
-        if p.fallback is None:
+        if not p.has_fallback:
             return p
         for grp in p.groups:
             if grp.mode == "row" and grp.guard is not None:
@@ -130,7 +130,7 @@ class Program:
         record, launches = launch.replay(env, values, device, session, encode_only, consts)
         for o in self.graph.outputs:
             values[o.id] = _materialise(o, values, env)
-        if chosen is self.plan and self.plan.fallback is not None and not self._ahead.started:
+        if chosen is self.plan and self.plan.has_fallback and not self._ahead.started:
             # after the launch, which keeps the row blocks the split plan is built past (not racing it)
             self._ahead.start(self._build_split_plan, env, device.profile)
         if not encode_only:

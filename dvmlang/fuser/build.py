@@ -76,6 +76,15 @@ def fuser_path() -> str:
     return p
 
 
+def trusted() -> bool:
+    """Whether the device may run a template composed here without the validator's pass (it decodes it only):
+    the fragments are validated, and the composition keeps what the validator checks by construction (slots
+    allocated inside the footprint, registers numbered by dtype, every wait after its set, relocations made by
+    the assembler). ``DVMLANG_VALIDATE=always`` validates them too, as the test suite does for every one; a
+    template loaded from the disk cache, a ``.dvmb`` file or any other bytes is always validated."""
+    return os.environ.get("DVMLANG_VALIDATE", "") != "always"
+
+
 class Ahead:
     """Work done ahead of need, on the process's background worker (one daemon thread, started once: handing it
     work is putting it in a queue, so the call that hands it over does not wait for a thread to start).
@@ -144,7 +153,7 @@ class ComposedBuild:
 
     __slots__ = ("template", "encoder", "infos", "int_args")
 
-    def __init__(self, template, infos: list[ParamInfo], profile):
+    def __init__(self, template, infos: list[ParamInfo], profile, trusted: bool = False):
         self.template = template
         self.infos = infos
         ub = template.footprint.get("ub", 0)
@@ -152,6 +161,7 @@ class ComposedBuild:
         target = TargetInfo(profile.name, profile.vector_cores, profile.cube_cores, profile.ub_bytes,
                             profile.l1_bytes, profile.l0a_bytes, profile.l0b_bytes, profile.l0c_bytes)
         self.encoder = Encoder(template, infos, target, _sources(template.debug), validate=False)
+        self.encoder.trusted = trusted
         self.int_args = [i for i, p in enumerate(infos) if p.kind == "scalar" and p.dtype is dt.int32]
 
 
@@ -283,7 +293,7 @@ class GroupKernel:
                 with PAUSED_GC:
                     template = emit.compose(self.g, self.grp, self.name, self.sig, tiles, profile,
                                             loc=getattr(self.grp, "loc", None))
-                    b = ComposedBuild(template, self.param_infos(), profile)
+                    b = ComposedBuild(template, self.param_infos(), profile, trusted=trusted())
                 if cache.root() is not None:
                     cache.store("composed", key, {**cache.template_fields(template), "params": [
                         [p.kind, p.name, p.dtype.code, p.rank] for p in b.infos]}, template.words)

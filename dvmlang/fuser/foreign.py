@@ -14,12 +14,18 @@ from .. import dtypes as dt
 from .graph import GraphError
 
 
+_IS_TORCH: dict = {}  # type -> whether it is a torch tensor type (decided once per type)
+
+
 def is_torch(x) -> bool:
     """Whether ``x`` is a torch tensor (or a subclass: parameters, dvmlang.torch's lazy tensors)."""
     t = type(x)
-    if t.__module__ == "numpy" or isinstance(x, (int, float, bool, str, np.ndarray, type(None))):
-        return False
-    return any(k.__name__ == "Tensor" and k.__module__.startswith("torch") for k in t.__mro__)
+    r = _IS_TORCH.get(t)
+    if r is None:
+        r = _IS_TORCH[t] = not (t.__module__ == "numpy" or issubclass(t, (int, float, bool, str, np.ndarray,
+                                                                             type(None)))) and \
+            any(k.__name__ == "Tensor" and k.__module__.startswith("torch") for k in t.__mro__)
+    return r
 
 
 def _torch_of(x):

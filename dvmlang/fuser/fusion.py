@@ -18,11 +18,14 @@ behind a launch-time guard, with a split plan as the fallback when a row does no
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from .. import opdefs
 from .graph import Graph, GraphError, Node
 from .graph_ops import FREE, GRAPH_OPS, MEMORY_READ_OPS, ROW_OPS, SCANS, VIEWS, memory_operands_of
+
+_PLANNING = threading.RLock()  # a split plan is planned once, by whichever thread first needs it
 
 EW = opdefs.FUSIBLE | {n for n, op in GRAPH_OPS.items() if op.kind == "elementwise"}
 # FREE, VIEWS, SCANS, ROW_OPS and the memory reads come from the structural op table (graph_ops: what each means)
@@ -102,7 +105,21 @@ class Plan:
     stages: list[list[Group]]
     fused: bool
     split_reductions: bool = False
-    fallback: "Plan | None" = None
+    # the split plan a guarded row falls back to: planned at its first use (``fallback``), not with this plan (a
+    # program that never meets a row too long for its block never pays for it; the build ahead plans it off the
+    # critical path)
+    has_fallback: bool = False
+    _make_fallback: object = field(default=None, repr=False, compare=False)
+    _fallback: "Plan | None" = field(default=None, repr=False, compare=False)
+
+    @property
+    def fallback(self) -> "Plan | None":
+        if self._make_fallback is not None:
+            with _PLANNING:
+                if self._make_fallback is not None:
+                    self._fallback = self._make_fallback()
+                    self._make_fallback = None
+        return self._fallback
 
 
 def _same_shape(g: Graph, a, b) -> bool | None:
@@ -600,5 +617,6 @@ def plan(g: Graph, fuse: bool = True, row_fits=None, split_reductions: bool = Fa
             return plan(g, fuse, row_fits, split_reductions, {**(no_row or {}), **too_long})
     result = Plan(g, groups, p.rejections, stages, fuse, split_reductions)
     if fuse and not split_reductions and any(grp.mode == "row" and grp.guard is not None for grp in groups):
-        result.fallback = plan(g, fuse, row_fits, True, no_row)
+        result.has_fallback = True
+        result._make_fallback = lambda: plan(g, fuse, row_fits, True, no_row)
     return result

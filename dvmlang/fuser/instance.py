@@ -335,7 +335,7 @@ class _Generator:
         block it was built with (a kept block holds every row no wider), the split plan otherwise."""
         prog, w = self.prog, self.w
         main = prog.plan
-        if main.fallback is None:
+        if not main.has_fallback:
             return
         conds = []
         for grp in main.groups:

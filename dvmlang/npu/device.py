@@ -299,7 +299,7 @@ class Device:
             if g[0] * g[1] * g[2] <= p.max_programs:
                 fields["_fits"] = p
                 return
-        bc.validate()
+        bc._decode(trust=True)
         self._check_fits(bc)
         fields["_fits"] = p
         if enc is not None and bc.decoded is enc.decoded:

@@ -45,8 +45,8 @@ def _may_train(example_inputs) -> bool:
 def compile_graph(gm: torch.fx.GraphModule, kind: str):
     """The runner of one AOTAutograd graph: an earlier compiled graph when ``gm`` is that graph at other sizes (a
     Dynamo recompile at a size of 1, the model compiled again: reuse.py), else a new ``CompiledGraph``."""
-    # named after the graph's code: the same model compiles to the same kernel names in every process
-    name = f"torch_{kind}_{hashlib.sha1(gm.code.encode()).hexdigest()[:6]}"
+    # named after the graph: the same model compiles to the same kernel names in every process
+    name = f"torch_{kind}_{_fingerprint(gm)}"
     rewrite(gm)
     cg = reuse.find(gm, kind, name)
     if cg is None:
@@ -54,6 +54,19 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str):
         reuse.register(cg, kind)
     COMPILED.append(cg)
     return cg
+
+
+def _fingerprint(gm: torch.fx.GraphModule) -> str:
+    """Six hex digits of the graph's nodes (ops, targets, arguments), the same in every process. (Not the graph's
+    Python code: a lazy ``GraphModule`` writes that only when asked, which costs a model's first call more than
+    the rest of its graph's compile.)"""
+    index: dict = {}
+    h = hashlib.sha1()
+    for i, n in enumerate(gm.graph.nodes):
+        index[n] = i
+        args = torch.fx.node.map_arg((n.args, n.kwargs), lambda x: f"%{index[x]}")
+        h.update(f"{n.op} {n.target} {args}\n".encode())
+    return h.hexdigest()[:6]
 
 
 def _compiler(kind: str):

@@ -72,6 +72,10 @@ def _atomized(*es):
 def _eq(a, b) -> bool:
     if isinstance(a, int) and isinstance(b, int):
         return a == b
+    if a is b or a == b:  # (structurally equal: the common case, without expanding)
+        return True
+    if all(isinstance(x, (int, sympy.Symbol)) for x in (a, b)):
+        return False  # two different symbols, or a symbol and a number: never equal as polynomials
     (x, y), _ = _atomized(a, b)
     return sympy.expand(sympy.sympify(x) - sympy.sympify(y)) == 0
 
