@@ -68,7 +68,7 @@ def _forget_builds():
     """Nothing built before: the builds and the validator's verdicts on their code (a structure never seen has
     its code validated at its first launch)."""
     fbuild.settle()
-    fbuild.BUILDS.clear()
+    fbuild.forget()
     codegen._BUILT.clear()
     validator._VERDICTS.clear()
 

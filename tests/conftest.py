@@ -40,5 +40,5 @@ def _own_fused_kernels():
     from dvmlang.fuser import build, codegen
     build.settle()  # (an earlier test's builds ahead land before the table is emptied, not after)
     codegen._BUILT.clear()
-    build.BUILDS.clear()
+    build.forget()
     yield

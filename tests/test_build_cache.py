@@ -33,7 +33,7 @@ def scaled(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
 def disk(tmp_path, monkeypatch):
     fbuild.settle()  # builds ahead that earlier tests started go where the cache was then, not here
     monkeypatch.setenv("DVMLANG_CACHE_DIR", str(tmp_path))
-    fbuild.BUILDS.clear()
+    fbuild.forget()
     yield tmp_path
     cache.flush(timeout=120)
 
@@ -72,7 +72,7 @@ def test_a_fused_program_is_read_back_when_no_build_is_in_memory(disk, monkeypat
     want = g(x)
     assert g.stats.builds == 1 and len(_entries(disk)) >= 1
     assert all(b.encoder.trusted for b in fbuild.BUILDS.values())
-    fbuild.BUILDS.clear()
+    fbuild.forget()
     h = dvmlang.graph(fn)
     np.testing.assert_array_equal(h(x), want)
     assert h.stats.builds == 0 and h.stats.loads == 1
@@ -224,3 +224,59 @@ def test_the_cache_command_shows_and_clears(disk):
     r = subprocess.run([sys.executable, "-m", "dvmlang.cli", "cache", "--clear"], capture_output=True, text=True,
                        timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert r.returncode == 0 and "removed 1" in r.stdout and _entries(disk) == []
+
+
+def _lines(bc) -> set:
+    return {(bc.debug.files[fi], line) for _, fi, line, _ in bc.debug.lines}
+
+
+def _projections(x, wq, wk, wv):
+    q = ops.exp(x @ wq)  # three groups of one structure, each on its own line
+    k = ops.exp(x @ wk)
+    v = ops.exp(x @ wv)
+    return q, k, v
+
+
+def test_groups_that_differ_only_in_their_lines_share_one_composition():
+    """A model's projections are one composition: the second and third take the first's words and get line
+    tables of their own (each kernel still points at its own line), and compute what numpy computes."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 16)).astype(np.float32)
+    ws = [rng.standard_normal((16, 8)).astype(np.float32) * 0.3 for _ in range(3)]
+    g = dvmlang.graph(_projections)
+    got = g(x, *ws)
+    for out, w in zip(got, ws):
+        np.testing.assert_allclose(out, np.exp(x @ w), rtol=1e-5, atol=1e-5)
+    bcs = g.encode(x, *ws)
+    assert len(bcs) == 3 and g.stats.builds == 1  # one composition, not three
+    first = _projections.__code__.co_firstlineno
+    lines = [_lines(bc) for bc in bcs]
+    for i, own in enumerate(lines):  # each kernel's table names its own line and no other projection's
+        assert (__file__, first + 1 + i) in own
+        assert not any((__file__, first + 1 + j) in own for j in range(3) if j != i)
+    assert [bc.code.tobytes() for bc in bcs[1:]] == [bcs[0].code.tobytes()] * 2  # the same words
+    with_lines = dvmlang.graph(_projections)  # and the shared words give the bits a composition of its own gives
+    fbuild.forget()
+    np.testing.assert_array_equal(np.stack(with_lines(x, *ws)), np.stack(got))
+
+
+def _trap_on_each_line(t, i, j):
+    a = ops.gather(t, 0, i)  # two gathers: bounds-checked, their traps' messages name their own operands
+    b = ops.gather(t, 0, j)
+    return a, b
+
+
+def test_a_group_whose_code_names_a_place_is_composed_on_its_own():
+    t = np.arange(12, dtype=np.float32).reshape(4, 3)
+    i = np.array([[0, 1, 2], [3, 0, 1]], np.int32)
+    g = dvmlang.graph(_trap_on_each_line)
+    a, b = g(t, i, i[::-1].copy())
+    np.testing.assert_array_equal(a, np.take_along_axis(t, i, 0))
+    np.testing.assert_array_equal(b, np.take_along_axis(t, i[::-1], 0))
+    said = []
+    for k, bad in enumerate([(np.full_like(i, 7), i), (i, np.full_like(i, 7))]):
+        with pytest.raises(dvmlang.DvmError) as e:
+            g(t, *bad)
+        assert f"{__file__}:{_trap_on_each_line.__code__.co_firstlineno + 1 + k}" in str(e.value)
+        said.append(str(e.value).splitlines()[0].split(": ", 1)[1])
+    assert said[0] != said[1] and g.stats.builds == 2  # each trap names its own gather

@@ -600,10 +600,16 @@ def test_two_graphs_with_the_same_group_share_one_build(rng):
     assert ka.cache_info().encodes == 1 and kb.cache_info().encodes == 1
     (ba,), (bb,) = ka.builds(), kb.builds()
     assert ba is bb
-    c = dvmlang.graph(lambda x: ops.exp(x) * 3.0 + 1.0)  # another constant: another structure, another build
-    c(x)
+    # another constant (a runtime parameter) on another line: the same composition, with a line table of its own
+    c = dvmlang.graph(lambda x: ops.exp(x) * 3.0 + 1.0)
+    np.testing.assert_allclose(c(x), np.exp(x) * 3 + 1, rtol=1e-5)
     (kc,) = kernels(c)
-    assert kc.cache_info().builds == 1 and kc.builds()[0] is not ba
+    assert kc.cache_info().builds == 0 and kc.builds()[0] is not ba
+    assert kc.builds()[0].template.words is ba.template.words
+    d = dvmlang.graph(lambda x: ops.exp(x) * 3.0 - 1.0)  # another operation: another structure, another build
+    np.testing.assert_allclose(d(x), np.exp(x) * 3 - 1, rtol=1e-5)
+    (kd,) = kernels(d)
+    assert kd.cache_info().builds == 1
 
 
 @pytest.mark.parametrize("op", ["sum", "max", "min", "mean"])

@@ -189,7 +189,7 @@ def test_a_composed_build_is_decoded_as_the_validator_decodes_it(case, monkeypat
     ``validate()`` still runs the validator, which accepts the code."""
     monkeypatch.delenv("DVMLANG_VALIDATE", raising=False)
     from dvmlang.fuser import build
-    build.BUILDS.clear()
+    build.forget()
     fn, ref = _TRUSTED_CASES[case]
     x = np.random.default_rng(3).standard_normal((7, 40)).astype(np.float32)
     g = dvmlang.graph(fn)
@@ -211,7 +211,7 @@ def test_a_composed_build_is_decoded_as_the_validator_decodes_it(case, monkeypat
 
 def test_the_test_suite_validates_every_composed_build():
     from dvmlang.fuser import build
-    build.BUILDS.clear()
+    build.forget()
     g = dvmlang.graph(lambda x: ops.exp(x) + 1.0)
     g(np.ones((3, 5), np.float32))
     bc, = g.encode(np.ones((3, 5), np.float32))

@@ -299,7 +299,7 @@ def _host_pass(w: Workload, stream: list[int], pad: bool = False, fuse: bool = T
     from dvmlang.fuser import build, codegen
     from dvmlang.vm import validator
     build.settle()
-    build.BUILDS.clear()
+    build.forget()
     codegen._BUILT.clear()
     validator._VERDICTS.clear()  # (the device pass launched the same code: its verdicts are not the host pass's)
     g = dvmlang.graph(w.graph, fuse=fuse, static=w.static)

@@ -9,7 +9,8 @@ Composed builds are content-addressed: the key is the group's structure without 
 dtype, attribute and layout, the symbols as the group's own numbering, the tiles, the device profile, and the
 source lines the instructions map to), so groups that differ only in name, the same group in another program,
 a second ``@graph`` or a Dynamo recompile share one build (``BUILDS``; ``cache`` adds a copy on disk for later
-processes).
+processes). Groups that differ only in their source lines (a model's q, k and v projections, its two norms)
+share one composition (``PATTERNS``): the second gets the first's words with its own line table.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import replace
 
 import numpy as np
 
@@ -37,6 +39,15 @@ MAX_BUILDS = 4096
 MAX_INSTANCES = 256
 # structure key -> ComposedBuild, most recently used last (shared by every program of the process)
 BUILDS: OrderedDict = OrderedDict()
+# the structure key with source lines as their order of appearance -> (a build of that pattern, its source
+# locations in that order): a group of the same pattern takes its words and gets a line table of its own
+PATTERNS: OrderedDict = OrderedDict()
+
+
+def forget() -> None:
+    """Nothing built in this process any more (the disk cache is left alone)."""
+    BUILDS.clear()
+    PATTERNS.clear()
 
 
 class _PausedGC:
@@ -151,10 +162,11 @@ def _worker() -> None:
 class ComposedBuild:
     """A composed kernel: its template and encoder, and the parameters' records."""
 
-    __slots__ = ("template", "encoder", "infos", "int_args")
+    __slots__ = ("template", "encoder", "infos", "int_args", "trusted")
 
     def __init__(self, template, infos: list[ParamInfo], profile, trusted: bool = False):
         self.template = template
+        self.trusted = trusted
         self.infos = infos
         ub = template.footprint.get("ub", 0)
         template.double_buffer = profile.double_buffer and 2 * ub <= profile.ub_bytes
@@ -163,6 +175,22 @@ class ComposedBuild:
         self.encoder = Encoder(template, infos, target, _sources(template.debug), validate=False)
         self.encoder.trusted = trusted
         self.int_args = [i for i, p in enumerate(infos) if p.kind == "scalar" and p.dtype is dt.int32]
+
+    def relocated(self, locs: list, own: list, infos: list[ParamInfo], profile) -> "ComposedBuild | None":
+        """This build for a group of the same pattern whose source locations are ``own`` (``locs``: this build's,
+        in the same order): the same words with the line table mapped across; None when the template holds
+        anything else that names a place (a trap's message) or a line outside ``locs``."""
+        t = self.template
+        if t.strings:
+            return None
+        where = {_loc_key(loc): i for i, loc in enumerate(locs)}
+        debug = []
+        for pc, loc in t.debug:
+            i = where.get(_loc_key(loc))
+            if i is None:
+                return None
+            debug.append((pc, own[i]))
+        return ComposedBuild(replace(t, debug=debug), infos, profile, self.trusted)
 
 
 def _sources(debug) -> dict:
@@ -175,12 +203,30 @@ def _loc_key(loc):
 
 
 def structure_key(g: Graph, grp: Group, sig: sg.Signature, tiles, profile) -> tuple:
+    """The key of a composed build (``pattern_key``'s, with the source locations themselves)."""
+    pattern, locs = pattern_key(g, grp, sig, tiles, profile)
+    return pattern + (("locs",) + tuple(_loc_key(loc) for loc in locs),)
+
+
+def pattern_key(g: Graph, grp: Group, sig: sg.Signature, tiles, profile) -> tuple[tuple, list]:
     """What a composed build depends on, without the group's name: the operations in order with their dtypes,
     attributes, operands (numbered within the group), layouts over the iteration space and source lines; the
     inputs and outputs; the tiles; the profile. Sizes are runtime parameters, so a symbol's identity counts only
     where the kernel reads it as a value (a size used as a number, a cat's offsets, a gather's bound): two
-    programs whose sizes happen to coincide differently share their builds."""
+    programs whose sizes happen to coincide differently share their builds. Source locations count by their order
+    of first appearance (returned with the key): groups that differ only in where their lines are share a
+    composition."""
     syms: dict[int, int] = {}
+    locs: dict = {}  # location key -> (its number, the location)
+
+    def place(loc):
+        if loc is None:
+            return None
+        k = _loc_key(loc)
+        got = locs.get(k)
+        if got is None:
+            got = locs[k] = (len(locs), loc)
+        return got[0]
 
     def sym(d):
         d = g.syms.find(d)
@@ -216,10 +262,10 @@ def structure_key(g: Graph, grp: Group, sig: sg.Signature, tiles, profile) -> tu
             ax = n.attrs["axis"]
             extra = tuple(sym(i.shape[ax]) for i in n.inputs)
         parts.append((ref(n), n.op, n.dtype.code, tuple(ref(i) for i in n.inputs), tuple(attrs),
-                      tuple(sg.Layout(g, n.shape, space).present), extra, _loc_key(getattr(n, "loc", None))))
+                      tuple(sg.Layout(g, n.shape, space).present), extra, place(getattr(n, "loc", None))))
     parts.append(("out",) + tuple(ref(o) for o in sig.outputs))
     parts.append(("dims",) + tuple(sym(s) for s in sig.dims) + ("idims",) + tuple(sym(s) for s in sig.int_dims))
-    return tuple(parts)
+    return tuple(parts), [loc for _, loc in locs.values()]
 
 
 def _load(key, profile) -> ComposedBuild | None:
@@ -284,11 +330,20 @@ class GroupKernel:
         b = self._builds.get(tiles)
         if b is not None and b.encoder.target.name == profile.name:
             return b
-        key = structure_key(self.g, self.grp, self.sig, tiles, profile)
+        pattern, locs = pattern_key(self.g, self.grp, self.sig, tiles, profile)
+        key = pattern + (("locs",) + tuple(_loc_key(loc) for loc in locs),)
         b = BUILDS.get(key)
         if b is None:
             t0 = time.perf_counter()
-            b = _load(key, profile)
+            seen = PATTERNS.get(pattern)
+            if seen is not None:  # the same composition at other source lines: its words, our line table
+                b = seen[0].relocated(seen[1], locs, self.param_infos(), profile)
+            if b is None:
+                b = _load(key, profile)
+                if b is not None:
+                    self.stats.loads += 1
+                    if self.sink is not None:
+                        self.sink.loads += 1
             if b is None:
                 with PAUSED_GC:
                     template = emit.compose(self.g, self.grp, self.name, self.sig, tiles, profile,
@@ -305,14 +360,12 @@ class GroupKernel:
                     self.stats.builds += 1
                     if self.sink is not None:
                         self.sink.builds += 1
-            else:
-                self.stats.loads += 1
-                if self.sink is not None:
-                    self.sink.loads += 1
             self.build_s += time.perf_counter() - t0
             BUILDS[key] = b
-            if len(BUILDS) > MAX_BUILDS:
-                BUILDS.popitem(last=False)
+            PATTERNS[pattern] = (b, locs)
+            for table in (BUILDS, PATTERNS):
+                if len(table) > MAX_BUILDS:
+                    table.popitem(last=False)
         else:
             BUILDS.move_to_end(key)
         self._builds[tiles] = b
