@@ -279,7 +279,7 @@ def cmd_trace(args) -> int:
 
 def cmd_disasm(args) -> int:
     from .errors import DvmError
-    from .vm.bytecode import read_file
+    from .vm.container import read_file
     from .vm.container import LIMITS
     from .vm.dump import disassemble_bytes
     path = Path(args.file)

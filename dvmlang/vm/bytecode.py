@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import stat
 import struct
 import sys
 import zlib
@@ -23,7 +22,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import ArgumentError, BytecodeError, DvmError, MalformedBytecodeError, VersionError, user_frames
 from . import container as C
-from .container import DebugInfo, KernelInfo, ParamInfo, TargetInfo
+from .container import DebugInfo, KernelInfo, ParamInfo, TargetInfo, read_file
 from .disasm import disassemble
 
 GM_BASE = 1 << 36
@@ -311,10 +310,6 @@ class DecodedKernels(list):
         self.machines: dict = {}
 
 
-_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
 def _as_path(path, what: str) -> Path:
     if not isinstance(path, (str, os.PathLike)):
         raise ArgumentError(f"{what} expects a file path (str or os.PathLike), got {type(path).__name__}")
@@ -325,28 +320,6 @@ def _check_limits(limits):
     if not isinstance(limits, C.Limits):
         raise ArgumentError(f"Bytecode.from_bytes/load expects limits=dvmlang.vm.container.Limits(...), got "
                             f"{type(limits).__name__}")
-
-
-def read_file(path, limit: int) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them. Anything else (a FIFO, a device, a
-    directory) is refused before a byte is read, so a path from outside can neither block the reader nor feed
-    it without end. Refusals are ``MalformedBytecodeError``; a file that cannot be opened is a ``DvmError``."""
-    path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # opening a FIFO must not wait for a writer
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            os.close(fd)
-            kind = next((name for test, name in _FILE_KINDS if test(mode)), "a special file")
-            raise MalformedBytecodeError(f"cannot read {path}: not a regular file ({kind}); bytecode is read only "
-                                         "from regular files")
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(limit + 1)
-    except OSError as e:
-        raise DvmError(f"cannot read {path}: {e.strerror}") from None
-    if len(data) > limit:
-        raise MalformedBytecodeError(f"{path} is too large", expected=f"at most {limit} bytes", found="more")
-    return data
 
 
 def _with_version_note(e: BytecodeError, data) -> BytecodeError:

@@ -9,14 +9,17 @@ canonical, and every failure is a ``MalformedBytecodeError`` naming section and 
 
 from __future__ import annotations
 
+import os
+import stat
 import struct
 import sys
 import zlib
 from array import array
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .. import dtypes as dt
-from ..errors import MalformedBytecodeError, VersionError
+from ..errors import DvmError, MalformedBytecodeError, VersionError
 
 MAGIC = b"\x00dvm"
 VERSION_MAJOR = 1
@@ -657,3 +660,29 @@ def read_debug(r: Reader, limits: Limits, strings: list[str], ncode: int, flags:
             debug.sources[fi] = (first, r.string(limits.max_source_bytes))
     r.done()
     return debug
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def read_file(path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them. Anything else (a FIFO, a device, a
+    directory) is refused before a byte is read, so a path from outside can neither block the reader nor feed
+    it without end. Refusals are ``MalformedBytecodeError``; a file that cannot be opened is a ``DvmError``."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # opening a FIFO must not wait for a writer
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            kind = next((name for test, name in _FILE_KINDS if test(mode)), "a special file")
+            raise MalformedBytecodeError(f"cannot read {path}: not a regular file ({kind}); bytecode is read only "
+                                         "from regular files")
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise DvmError(f"cannot read {path}: {e.strerror}") from None
+    if len(data) > limit:
+        raise MalformedBytecodeError(f"{path} is too large", expected=f"at most {limit} bytes", found="more")
+    return data
