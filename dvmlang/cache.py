@@ -8,11 +8,15 @@ stored under ``$DVMLANG_CACHE_DIR`` (default ``~/.cache/dvmlang``) in ``builds/<
   other code is never read;
 * the **file name** is a hash of the key (the build's structure and everything it depends on); the file holds the
   key's text too, and a key that differs is a miss (a foreign entry);
-* the **file** is ``DVMB`` + a format number + a CRC-32 + a JSON header + the instruction words. It is written
-  under a temporary name and renamed, so a reader never sees half a file and two processes writing one key
-  leave one whole entry. A file that is truncated, corrupt, foreign or unreadable is a miss: the build is made
-  again and the entry rewritten. Nothing in it is executed or unpickled; the template it holds is validated
-  before it runs, as every template is.
+* the **file** is ``DVMB`` + a format number + a CRC-32 + a MAC + a JSON header + the instruction words. It is
+  written under a temporary name and renamed, so a reader never sees half a file and two processes writing one
+  key leave one whole entry. A file that is truncated, corrupt, foreign or unreadable is a miss: the build is
+  made again and the entry rewritten. Nothing in it is executed or unpickled.
+* the **MAC** is an HMAC-SHA256 of the entry under this user's key (``key`` in the cache folder: 32 random
+  bytes, made once, readable by its owner only). An entry whose MAC holds was written by this user's dvmlang
+  from a template it composed, and is run as that template would have been (``signed``); any other entry (a
+  copied folder, another user's, edited bytes with a CRC made to match) meets the validator before it runs, and
+  one the validator refuses is a miss.
 
 ``DVMLANG_CACHE_DIR=off`` turns the disk cache off. ``dvmlang cache`` shows where it is and how much it holds;
 ``dvmlang cache --clear`` (or ``clear()``) removes it.
@@ -22,8 +26,10 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import hmac
 import json
 import os
+import stat
 import struct
 import threading
 import zlib
@@ -34,8 +40,9 @@ from . import dtypes as dt
 from .errors import SourceLoc
 
 MAGIC = b"DVMB"
-FORMAT = 1
-_HEAD = struct.Struct("<4sII")  # magic, format, crc32 of everything after the head
+FORMAT = 2
+_HEAD = struct.Struct("<4sII32s")  # magic, format, crc32 of everything after the head, its MAC under the user's key
+_NO_MAC = bytes(32)
 _lock = threading.Lock()
 _version: str | None = None
 # the modules whose code decides what a build holds (the frontend, the IR, lowering, the ISA, the fuser's
@@ -89,6 +96,50 @@ def profile_key(profile) -> str:
     if k is None or k[0] is not profile:
         k = _PROFILE_KEYS[id(profile)] = (profile, repr(profile))
     return k[1]
+
+
+_SECRETS: dict = {}  # cache folder -> this user's key there (None: no key can be trusted there)
+
+
+def secret() -> bytes | None:
+    """This user's key for the entries in the cache folder: made once (32 random bytes, mode 0600, created
+    exclusively so that two processes agree on one), or None when it cannot be made or read, is not a regular
+    file of this user's, or others may read or write it (then no entry is trusted)."""
+    r = root()
+    if r is None:
+        return None
+    if r in _SECRETS:
+        return _SECRETS[r]
+    path = r / "key"
+    got = None
+    try:
+        if not path.exists():
+            r.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"key.{os.getpid()}.{threading.get_ident()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(32))
+            try:
+                os.link(tmp, path)  # (fails when another process made the key first: then its key is the key)
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            mine = not hasattr(os, "getuid") or st.st_uid == os.getuid()
+            if stat.S_ISREG(st.st_mode) and mine and not st.st_mode & 0o077:
+                data = f.read(33)
+                got = data if len(data) == 32 else None
+    except OSError:
+        got = None
+    _SECRETS[r] = got
+    return got
+
+
+def _mac(key: bytes | None, body: bytes) -> bytes:
+    return _NO_MAC if key is None else hmac.new(key, body, hashlib.sha256).digest()
 
 
 def _folder() -> Path | None:
@@ -211,7 +262,7 @@ atexit.register(flush, 2.0)
 def _write(folder: Path, kind: str, text: str, header: dict, words: array) -> None:
     head = json.dumps({**header, "entry": kind, "key": text}, separators=(",", ":")).encode()
     body = struct.pack("<I", len(head)) + head + words.tobytes()
-    data = _HEAD.pack(MAGIC, FORMAT, zlib.crc32(body)) + body
+    data = _HEAD.pack(MAGIC, FORMAT, zlib.crc32(body), _mac(secret(), body)) + body
     path = _path(folder, text)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
@@ -227,6 +278,13 @@ def _write(folder: Path, kind: str, text: str, header: dict, words: array) -> No
 
 def load(kind: str, key) -> tuple[dict, array] | None:
     """(header, words) of the entry for ``key``, or None: absent, unreadable, truncated, corrupt or foreign."""
+    got = load_signed(kind, key)
+    return None if got is None else got[:2]
+
+
+def load_signed(kind: str, key) -> tuple[dict, array, bool] | None:
+    """``load``'s (header, words), and whether the entry's MAC holds under this user's key (written by this
+    user's dvmlang, not changed since)."""
     folder = _folder()
     if folder is None:
         return None
@@ -238,10 +296,12 @@ def load(kind: str, key) -> tuple[dict, array] | None:
     try:
         if len(data) < _HEAD.size + 4:
             return None
-        magic, fmt, crc = _HEAD.unpack_from(data)
+        magic, fmt, crc, mac = _HEAD.unpack_from(data)
         body = data[_HEAD.size:]
         if magic != MAGIC or fmt != FORMAT or zlib.crc32(body) != crc:
             return None
+        key_bytes = secret()
+        signed = key_bytes is not None and hmac.compare_digest(mac, _mac(key_bytes, body))
         (n,) = struct.unpack_from("<I", body)
         head = json.loads(body[4:4 + n].decode())
         raw = body[4 + n:]
@@ -251,7 +311,7 @@ def load(kind: str, key) -> tuple[dict, array] | None:
         words.frombytes(raw)
         if struct.pack("=I", 1) != struct.pack("<I", 1):
             words.byteswap()
-        return head, words
+        return head, words, signed
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, struct.error, RecursionError):
         return None
 

@@ -76,8 +76,61 @@ def test_a_fused_program_is_read_back_when_no_build_is_in_memory(disk, monkeypat
     h = dvmlang.graph(fn)
     np.testing.assert_array_equal(h(x), want)
     assert h.stats.builds == 0 and h.stats.loads == 1
-    assert not any(b.encoder.trusted for b in fbuild.BUILDS.values())  # bytes read back always meet the validator
-    assert all(b.encoder.validated for b in fbuild.BUILDS.values())
+    # an entry this user's dvmlang wrote (its MAC holds) runs as the composition it holds did: decoded only
+    assert all(b.encoder.trusted and not b.encoder.validated for b in fbuild.BUILDS.values())
+
+
+def _fused_entry(disk, fn, x):
+    """Run ``fn`` (built and written to disk), forget the builds in memory: the entries' paths."""
+    want = dvmlang.graph(fn)(x)
+    entries = _entries(disk)
+    fbuild.forget()
+    return want, entries
+
+
+def _exp_plus(x):
+    return ops.exp(x) * 2.0 + 0.5
+
+
+@pytest.mark.parametrize("whose", ["another key", "edited bytes", "open key file"])
+def test_an_entry_this_process_cannot_vouch_for_meets_the_validator(disk, monkeypatch, whose):
+    """An entry whose MAC does not hold under this user's key (another user's, a copied folder, bytes edited with
+    a CRC made to match) or a key others can read is validated before it runs; one the validator refuses is a
+    miss, built again."""
+    monkeypatch.delenv("DVMLANG_VALIDATE", raising=False)
+    x = np.random.default_rng(1).standard_normal((6, 50)).astype(np.float32)
+    want, (entry,) = _fused_entry(disk, _exp_plus, x)
+    if whose == "another key":
+        (disk / "key").write_bytes(os.urandom(32))
+    elif whose == "open key file":
+        os.chmod(disk / "key", 0o644)
+    else:  # every code word made an opcode that does not exist, the CRC recomputed
+        import struct
+        import zlib
+        data = bytearray(entry.read_bytes())
+        head = struct.calcsize("<4sII32s")
+        (n,) = struct.unpack_from("<I", data, head)
+        start = head + 4 + n
+        data[start:] = b"\xff" * (len(data) - start)
+        struct.pack_into("<I", data, 8, zlib.crc32(bytes(data[head:])))
+        entry.write_bytes(bytes(data))
+    monkeypatch.setattr(cache, "_SECRETS", {})  # (a later process: the key read again)
+    g = dvmlang.graph(_exp_plus)
+    np.testing.assert_array_equal(g(x), want)
+    (b,) = fbuild.BUILDS.values()
+    if whose == "edited bytes":  # refused by the validator: a miss, composed again here
+        assert g.stats.builds == 1 and g.stats.loads == 0
+    else:
+        assert g.stats.loads == 1 and not b.encoder.trusted and b.encoder.validated
+
+
+def test_the_key_is_made_once_and_kept_from_others(disk):
+    k = cache.secret()
+    assert k is not None and len(k) == 32
+    mode = os.stat(disk / "key").st_mode & 0o777
+    assert mode == 0o600
+    cache._SECRETS.clear()
+    assert cache.secret() == k  # read back, not made again
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "garbage", "foreign"])

@@ -28,6 +28,7 @@ import numpy as np
 from .. import cache
 from .. import dtypes as dt
 from ..runtime import CacheInfo
+from ..errors import BytecodeError
 from ..vm.bytecode import Encoder
 from ..vm.container import ParamInfo, TargetInfo
 from . import emit
@@ -164,7 +165,7 @@ class ComposedBuild:
 
     __slots__ = ("template", "encoder", "infos", "int_args", "trusted")
 
-    def __init__(self, template, infos: list[ParamInfo], profile, trusted: bool = False):
+    def __init__(self, template, infos: list[ParamInfo], profile, trusted: bool = False, validate: bool = False):
         self.template = template
         self.trusted = trusted
         self.infos = infos
@@ -172,7 +173,7 @@ class ComposedBuild:
         template.double_buffer = profile.double_buffer and 2 * ub <= profile.ub_bytes
         target = TargetInfo(profile.name, profile.vector_cores, profile.cube_cores, profile.ub_bytes,
                             profile.l1_bytes, profile.l0a_bytes, profile.l0b_bytes, profile.l0c_bytes)
-        self.encoder = Encoder(template, infos, target, _sources(template.debug), validate=False)
+        self.encoder = Encoder(template, infos, target, _sources(template.debug), validate=validate)
         self.encoder.trusted = trusted
         self.int_args = [i for i, p in enumerate(infos) if p.kind == "scalar" and p.dtype is dt.int32]
 
@@ -270,10 +271,10 @@ def pattern_key(g: Graph, grp: Group, sig: sg.Signature, tiles, profile) -> tupl
 
 def _load(key, profile) -> ComposedBuild | None:
     """The composed build of ``key`` from the disk cache, or None (absent, damaged or foreign: a miss)."""
-    got = cache.load("composed", key)
+    got = cache.load_signed("composed", key)
     if got is None:
         return None
-    head, words = got
+    head, words, signed = got
     try:
         template = cache.template_from(head, words)
         infos = []
@@ -281,8 +282,9 @@ def _load(key, profile) -> ComposedBuild | None:
             if kind not in ("tensor", "scalar") or not isinstance(name, str) or not isinstance(rank, int):
                 return None
             infos.append(ParamInfo(kind, name, dt.BY_CODE[code], rank))
-        return ComposedBuild(template, infos, profile)
-    except (ValueError, KeyError, TypeError, IndexError):
+        # bytes this process cannot vouch for are validated now: one the validator refuses is a miss
+        return ComposedBuild(template, infos, profile, trusted=signed and trusted(), validate=not signed)
+    except (ValueError, KeyError, TypeError, IndexError, BytecodeError):
         return None
 
 
