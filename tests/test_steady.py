@@ -1,0 +1,170 @@
+"""The steady launch (``npu/steady.py``): a member of a stacked launch whose timing is kept and whose path is
+replayed runs without the launch's machinery. Random fused programs (the fuser property test's generator) and the
+torch models of the test suite are called many times, with new data, shapes alternating, aliased arguments and a
+trace requested in the middle of the stream, on a device that takes the steady way, on one that never replays
+(``Device(replay=False)``) and on the sequential device. Every call's outputs must be the same bits, its record
+(cycles, bytes, instructions, pipe times, L2 figures, and each member's) the same as the full path's, its cycles
+the sequential device's, and the devices' summed cycles the same."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import dvmlang
+import dvmlang.npu.steady as steady_mod
+from dvmlang.npu.device import Device
+from fuzzing import budget
+from test_fuser_property import as_graph, programs
+from test_timing_cache import _record
+
+
+class _Count:
+    """Launches that took the steady way (``steady.run`` returned a record)."""
+
+    def __init__(self, monkeypatch):
+        self.n = 0
+        run = steady_mod.run
+
+        def counted(*a):
+            rec = run(*a)
+            self.n += rec is not None
+            return rec
+        monkeypatch.setattr(steady_mod, "run", counted)
+
+
+def _inputs(rng, rows, cols):
+    return (rng.standard_normal((rows, cols)).astype(np.float32), rng.standard_normal((rows, cols)).astype(np.float32),
+            rng.standard_normal((rows, 1)).astype(np.float32), rng.standard_normal(cols).astype(np.float32))
+
+
+def _calls(shapes, seed, n=9):
+    """``n`` calls' inputs: new data at every call, the shapes taken in turn (alternating when there are two)."""
+    rng = np.random.default_rng(seed)
+    return [_inputs(rng, *shapes[k % len(shapes)]) for k in range(n)]
+
+
+TRACE_AT = 5  # the call made inside a trace session
+
+
+def _stream(steps, n_out, dev, calls, trace_at=TRACE_AT, same_x=False):
+    """Each call's (output bits, record) on ``dev``, the call ``trace_at`` traced; with ``same_x`` the first two
+    arguments are one array (aliased inputs)."""
+    g = as_graph(steps, n_out, True)
+    out = []
+    for k, (x, y, r, w) in enumerate(calls):
+        args = (x, x if same_x else y, r, w)
+        if k == trace_at:
+            with dvmlang.trace():
+                got = g(*args, device=dev)
+        else:
+            got = g(*args, device=dev)
+        got = got if isinstance(got, tuple) else (got,)
+        rec = g.last_launch
+        out.append(([o.tobytes() for o in got], _record(rec) if rec is not None else None,
+                     rec.cycles if rec is not None else None))
+    return out, dev.simulated_cycles
+
+
+def _compare(steps, n_out, calls, same_x=False):
+    steady, full, seq = Device(), Device(replay=False), Device(sequential=True)
+    a, ca = _stream(steps, n_out, steady, calls, same_x=same_x)
+    b, cb = _stream(steps, n_out, full, calls, same_x=same_x)
+    c, cc = _stream(steps, n_out, seq, calls, same_x=same_x)
+    assert a == b, "a steady call differs from the full path's"
+    assert ca == cb
+    assert [(o, cyc) for o, _, cyc in a] == [(o, cyc) for o, _, cyc in c], "a steady call differs from the sequential device's"
+    assert ca == cc
+
+
+def _shapes(draw_shapes):
+    return [(rows + 1 if rows == 1 else rows, cols + 1 if cols == 1 else cols) for rows, cols in draw_shapes]
+
+
+@budget(12)
+@given(prog=programs(), shapes=st.lists(st.tuples(st.integers(1, 9), st.integers(1, 70)), min_size=1, max_size=2),
+       seed=st.integers(0, 2 ** 16), same_x=st.booleans())
+def test_steady_calls_of_random_programs_are_the_full_paths(prog, shapes, seed, same_x):
+    steps, n_out = prog
+    _compare(steps, n_out, _calls(_shapes(shapes), seed), same_x)
+
+
+def test_random_programs_take_the_steady_way(monkeypatch):
+    """Not vacuous: the steady way runs, and most relaunches take it (after a call times, and one records)."""
+    count = _Count(monkeypatch)
+    steps = [("unary", "exp_tanh", (0,)), ("binary", "add", (4, 1)), ("reduce", "sum", (5,)), ("binary", "mul", (6, 2))]
+    calls = _calls([(4, 33), (7, 12)], 3, n=12)
+    _compare(steps, 1, calls)
+    steady_calls = count.n
+    assert steady_calls >= 6, steady_calls
+
+
+def test_a_steady_launch_after_a_fault_is_the_full_paths(monkeypatch):
+    """A fault in a steady launch (an out-of-range gather) fails as the full path does, and the launches after it
+    are the full path's again."""
+    import dvmlang.ops as ops
+
+    count = _Count(monkeypatch)
+    outcomes = []
+    for replay in (True, False):
+        dev = Device(replay=replay)
+
+        @dvmlang.graph(device=dev)
+        def pick(x, idx):
+            return ops.gather(x, 1, idx) * 2.0 + 1.0
+
+        x = np.arange(3 * 16, dtype=np.float32).reshape(3, 16)
+        good = np.tile(np.arange(8, dtype=np.int32)[::-1], (3, 1))
+        bad = good.copy()
+        bad[1, 3] = 99
+        got = []
+        for idx in (good, good, good, good, bad, good, good, bad, good):
+            try:
+                got.append((pick(x, idx).tobytes(), _record(pick.last_launch)))
+            except dvmlang.DvmError as e:
+                got.append((type(e).__name__, str(e)))
+        outcomes.append((got, dev.simulated_cycles))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0][4][0] != outcomes[0][0][3][0]  # (the fault)
+    assert count.n >= 2
+
+
+# ---- the torch models of the test suite -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["mlp", "transformer_encoder_layer", "llama_tiny", "sdpa_causal_and_bool_mask",
+                                  "cumsum_flip_pad_tril", "embedding_index_select_gather"])
+def test_steady_model_calls_are_the_full_paths(name, monkeypatch):
+    """A model's calls (new data each time, a trace in the middle) on the steady device and on
+    ``Device(replay=False)``: outputs, every launch's record, and the devices' summed cycles."""
+    torch = pytest.importorskip("torch")
+    from test_replay import _models
+    tst = importlib.import_module("dvmlang.torch.stats")
+    f, make = _models()[name]
+    torch.manual_seed(2)
+    inputs = [make() for _ in range(8)]
+    count = _Count(monkeypatch)
+    results = []
+    for replay in (True, False):
+        torch._dynamo.reset()
+        dev = Device(replay=replay)
+        with dev:
+            c = torch.compile(f, backend="dvmlang")
+            got = []
+            with torch.no_grad():
+                for k, args in enumerate(inputs):
+                    tst.LAST_LAUNCHES.clear()
+                    if k == 4:
+                        with dvmlang.trace():
+                            out = c(*args)
+                    else:
+                        out = c(*args)
+                    outs = out if isinstance(out, tuple) else (out,)
+                    got.append(([o.detach().numpy().tobytes() for o in outs],
+                                [_record(r) for r in tst.LAST_LAUNCHES]))
+        results.append((got, dev.simulated_cycles))
+    assert count.n > 0, "no launch took the steady way"
+    assert results[0] == results[1], "a steady model call differs from the full path's"
