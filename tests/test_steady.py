@@ -168,3 +168,23 @@ def test_steady_model_calls_are_the_full_paths(name, monkeypatch):
         results.append((got, dev.simulated_cycles))
     assert count.n > 0, "no launch took the steady way"
     assert results[0] == results[1], "a steady model call differs from the full path's"
+
+
+def test_compiled_outputs_keep_torchs_stride_order_at_every_call():
+    """A result whose fake value has another stride order than C's (an elementwise op on a permuted view keeps the
+    view's order in eager): the compiled graph gives it that order at its first call and at the steady ones after
+    (the order is worked out once per output: ``partition.stride_order``)."""
+    torch = pytest.importorskip("torch")
+
+    def f(x):
+        return x.permute(0, 2, 1) * 2.0 + 1.0, (x * 3.0).transpose(0, 1)
+
+    torch._dynamo.reset()
+    c = torch.compile(f, backend="dvmlang")
+    for k in range(4):
+        x = torch.randn(3, 4, 5) if k % 2 == 0 else torch.randn(2, 6, 7)
+        want = f(x)
+        got = c(x)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.stride() == w.stride(), (k, g.stride(), w.stride())
+            assert torch.equal(g, w)
