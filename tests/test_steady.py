@@ -188,3 +188,33 @@ def test_compiled_outputs_keep_torchs_stride_order_at_every_call():
         for g, w in zip(got, want):
             assert g.shape == w.shape and g.stride() == w.stride(), (k, g.stride(), w.stride())
             assert torch.equal(g, w)
+
+
+def test_steady_calls_with_alternating_shapes_under_dynamic_shapes_are_the_full_paths(monkeypatch):
+    """``torch.compile(dynamic=True)``: one graph, its programs' instances alternating with the batch size (as a
+    decode loop's lengths do): outputs, every launch's record and the summed cycles as ``Device(replay=False)``."""
+    torch = pytest.importorskip("torch")
+    tst = importlib.import_module("dvmlang.torch.stats")
+    torch.manual_seed(3)
+    lin1, lin2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+    def f(x):
+        h = torch.nn.functional.gelu(lin1(x))
+        return torch.softmax(lin2(h), dim=-1) + x
+
+    xs = [torch.randn(n, 16) for n in (5, 9, 5, 9, 3, 5, 9, 3, 5)]
+    count = _Count(monkeypatch)
+    results = []
+    for replay in (True, False):
+        torch._dynamo.reset()
+        dev = Device(replay=replay)
+        with dev:
+            c = torch.compile(f, backend="dvmlang", dynamic=True)
+            got = []
+            with torch.no_grad():
+                for x in xs:
+                    tst.LAST_LAUNCHES.clear()
+                    got.append((c(x).numpy().tobytes(), [_record(r) for r in tst.LAST_LAUNCHES]))
+        results.append((got, dev.simulated_cycles))
+    assert count.n > 0, "no launch took the steady way"
+    assert results[0] == results[1]
