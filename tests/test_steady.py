@@ -218,3 +218,41 @@ def test_steady_calls_with_alternating_shapes_under_dynamic_shapes_are_the_full_
         results.append((got, dev.simulated_cycles))
     assert count.n > 0, "no launch took the steady way"
     assert results[0] == results[1]
+
+
+def test_a_steady_state_whose_timing_was_dropped_or_whose_launch_is_held_takes_the_general_way(monkeypatch):
+    """Mid-stream, every launch base's kept timings are dropped (as a base keeping 16 timings drops them) on both
+    devices, then the steady device's launches are held (as another thread's launch holds them): the calls after
+    each are still the full path's, and the steady way comes back."""
+    bases: dict = {}
+    made = Device._bases
+
+    def collect(self, *a):
+        base = made(self, *a)
+        bases.setdefault(id(self), {})[id(base)] = base
+        return base
+    monkeypatch.setattr(Device, "_bases", collect)
+    count = _Count(monkeypatch)
+    steps = [("unary", "tanh", (0,)), ("reduce", "softmax", (4,)), ("binary", "add", (5, 1)),
+             ("reduce", "max", (6,))]
+    calls = _calls([(5, 40), (3, 17)], 11, n=14)
+    out = []
+    for dev in (Device(), Device(replay=False)):
+        g = as_graph(steps, 2, True)
+        got = []
+        for k, args in enumerate(calls):
+            if k == 6:
+                for base in bases[id(dev)].values():
+                    base.timing.clear()
+            if k == 10:  # (both shapes' steady states made again, at calls 8 and 9)
+                for base in bases[id(dev)].values():
+                    if base.steady is not None:
+                        base.steady.spare.clear()
+            res = g(*args, device=dev)
+            got.append(([o.tobytes() for o in res], _record(g.last_launch), count.n))
+        out.append((got, dev.simulated_cycles))
+    steady, full = out
+    assert [(o, r) for o, r, _ in steady[0]] == [(o, r) for o, r, _ in full[0]] and steady[1] == full[1]
+    n = [c for _, _, c in steady[0]]
+    # steady before the drop, not at the calls that time again (6, 7), again after them (8, 9), never while held
+    assert n[5] > n[3] and n[7] == n[5] and n[9] > n[8] > n[7] and n[13] == n[9], n

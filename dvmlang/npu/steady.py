@@ -19,11 +19,12 @@ them: ``timing_cache.key``). A call then
   of that moment, never assumed.
 
 What it leaves out: the launch's reset (its rates' dicts emptied and refilled with the same values, the
-alias-group sizes recomputed), the timing key's tuple and lookup, the spare launch's pop and release. The launch
-holds no array after it returns (the L2 model forgets an array's line when the array is freed: holding one would
-change what L2 holds). A fault in the replay propagates as it does on the general path, and the base's steady
-state is dropped (the next launch makes it anew). Not used (the general path runs): traced launches, devices
-in debug or race-detection mode, with ``timing_cache`` other than True, ``replay=False`` or ``sequential=True``.
+alias-group sizes recomputed) and the timing key's tuple. The launch holds no array after it returns (the L2
+model forgets an array's line when the array is freed: holding one would change what L2 holds). A fault in the
+replay propagates as it does on the general path, and the base's steady state is dropped (the next launch makes
+it anew), as it is when the base's replay or kept timing changed. A launch of the base while another holds its
+launch (another thread's) goes the general way. Not used (the general path runs): traced launches, devices in
+debug or race-detection mode, with ``timing_cache`` other than True, ``replay=False`` or ``sequential=True``.
 ``tests/test_steady.py`` compares results, records (cycles, bytes, instructions, pipe times, L2 figures) and
 faults with ``Device(replay=False)`` and the sequential device, on random programs, torch models, alternating
 shapes, aliases and a trace requested mid-stream.
@@ -42,7 +43,7 @@ from .timing_cache import key as timing_key
 class Steady:
     """What every steady relaunch of one launch base repeats (see the module's docstring)."""
 
-    __slots__ = ("L", "rp", "kept", "key", "alias", "alias_items", "sizes", "one", "state", "prefix", "pids", "coords",
+    __slots__ = ("spare", "rp", "kept", "key", "alias", "alias_items", "sizes", "one", "state", "prefix", "pids", "coords",
                  "grid", "zero_regs")
 
     def fits(self, arrays: dict, alias: dict) -> bool:
@@ -73,7 +74,7 @@ def make(device, base, bc, arrays: dict, alias: dict) -> Steady | None:
     kept.restore(L.rates)
     L.untimed = True
     st = Steady()
-    st.L, st.rp, st.kept, st.key = L, rp, kept, key
+    st.spare, st.rp, st.kept, st.key = [L], rp, kept, key
     st.alias, st.alias_items = alias, list(alias.items())
     st.sizes = [(q, a.nbytes) for q, a in arrays.items()]
     P = base.programs
@@ -96,8 +97,12 @@ def make(device, base, bc, arrays: dict, alias: dict) -> Steady | None:
 
 def run(device, base, st: Steady, bc, arrays: dict, alias: dict):
     """The record of a launch of ``bc`` on ``arrays`` (``st.fits`` them) through the kept replay and timing."""
-    L = st.L
     if base.replay is not st.rp or base.timing.get(st.key) is not st.kept:
+        base.steady = None  # (made anew from the next launch that finds a replay and a kept timing)
+        return None
+    try:
+        L = st.spare.pop()  # (another thread's launch of this base holds it: the general way, with a launch of its own)
+    except IndexError:
         return None
     L.bc, L.arrays, L.alias = bc, arrays, alias
     L.rates.alias = alias
@@ -127,4 +132,5 @@ def run(device, base, st: Steady, bc, arrays: dict, alias: dict):
         b.park()
         L.parked = b
     L.arrays = L.bc = None
+    st.spare.append(L)
     return record
