@@ -256,3 +256,51 @@ def test_a_steady_state_whose_timing_was_dropped_or_whose_launch_is_held_takes_t
     n = [c for _, _, c in steady[0]]
     # steady before the drop, not at the calls that time again (6, 7), again after them (8, 9), never while held
     assert n[5] > n[3] and n[7] == n[5] and n[9] > n[8] > n[7] and n[13] == n[9], n
+
+
+def test_a_stacked_launchs_record_sums_its_members_as_the_dataclass_did():
+    """``LaunchRecord.combined`` (one pass, a record made by ``LaunchRecord.of``) against the sums written out as
+    the dataclass constructor took them, on the stacked launches of a torch model's first and steady calls."""
+    torch = pytest.importorskip("torch")
+    from dvmlang.npu.device import LaunchRecord
+
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 48), torch.nn.GELU(), torch.nn.LayerNorm(48),
+                                torch.nn.Linear(48, 8)).eval()
+    seen = []
+    combined = LaunchRecord.combined.__func__
+
+    def spy(cls, name, parts, cycles, kind, launch_overhead, profile, launches=1):
+        total = combined(cls, name, parts, cycles, kind, launch_overhead, profile, launches)
+        seen.append((list(parts), total, (name, cycles, kind, launch_overhead, profile, launches)))
+        return total
+    torch._dynamo.reset()
+    LaunchRecord.combined = classmethod(spy)
+    try:
+        with Device():
+            c = torch.compile(model, backend="dvmlang")
+            with torch.no_grad():
+                for n in (5, 5, 5, 5):
+                    c(torch.randn(n, 16))
+    finally:
+        LaunchRecord.combined = classmethod(combined)
+    assert any(len(parts) > 1 for parts, _, _ in seen)
+    for parts, total, (name, cycles, kind, overhead, profile, launches) in seen:
+        want = LaunchRecord(name=name, grid=(), cycles=cycles, bytes_read=sum(r.bytes_read for r in parts),
+                            bytes_written=sum(r.bytes_written for r in parts), time_us=cycles / profile.clock_hz * 1e6,
+                            cores=max((r.cores for r in parts), default=0), kind=kind, launch_overhead=overhead,
+                            profile=profile, group=name, instructions=sum(r.instructions for r in parts),
+                            launches=launches, hbm_bytes=sum(r.hbm_bytes for r in parts),
+                            l2_hit_bytes=sum(r.l2_hit_bytes for r in parts),
+                            writeback_bytes=sum(r.writeback_bytes for r in parts),
+                            dispatched=sum(r.dispatched for r in parts),
+                            unaligned_cycles=sum(r.unaligned_cycles for r in parts))
+        for r in parts:
+            for q, v in r.pipe_busy.items():
+                want.pipe_busy[q] = want.pipe_busy.get(q, 0.0) + v
+        for f in ("name", "grid", "cycles", "bytes_read", "bytes_written", "time_us", "cores", "kind",
+                  "launch_overhead", "profile", "group", "instructions", "launches", "hbm_bytes", "l2_hit_bytes",
+                  "writeback_bytes", "dispatched", "unaligned_cycles", "pipe_busy", "trace", "start",
+                  "hbm_stretch", "timing_kept", "waves", "double_buffer", "bytecode", "prints", "diagnostics"):
+            got, exp = getattr(total, f), getattr(want, f)
+            assert got == exp and type(got) is type(exp), (f, got, exp)
