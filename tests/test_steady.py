@@ -304,3 +304,36 @@ def test_a_stacked_launchs_record_sums_its_members_as_the_dataclass_did():
                   "hbm_stretch", "timing_kept", "waves", "double_buffer", "bytecode", "prints", "diagnostics"):
             got, exp = getattr(total, f), getattr(want, f)
             assert got == exp and type(got) is type(exp), (f, got, exp)
+
+
+def _split_cores_as_it_was(stage, prof):
+    if len(stage) == 1:
+        bc = stage[0][0]
+        return [prof.cube_cores if bc.kernels[0].mix else prof.vector_cores]
+    out = []
+    progs = [bc.kernels[0].grid[0] * bc.kernels[0].grid[1] * bc.kernels[0].grid[2] for bc, _, _, _ in stage]
+    for (bc, _, _, _), p in zip(stage, progs):
+        mix = bc.kernels[0].mix
+        pool = prof.cube_cores if mix else prof.vector_cores
+        same = sum(q for (b2, _, _, _), q in zip(stage, progs) if b2.kernels[0].mix == mix)
+        n_same = sum(1 for b2, _, _, _ in stage if b2.kernels[0].mix == mix)
+        share = max(1, int(pool * p / max(1, same)))
+        out.append(min(share, max(1, pool - (n_same - 1))))
+    return out
+
+
+def test_a_stages_cores_are_split_as_before():
+    """``device._split_cores`` (one pass over the stage) against its former quadratic form, on random stages."""
+    from types import SimpleNamespace
+
+    from dvmlang.npu.device import _split_cores
+    rng = np.random.default_rng(38)
+    for prof in (Device().profile, Device(profile="910B3").profile):
+        for _ in range(3000):
+            n = int(rng.integers(1, 9))
+            stage = []
+            for _ in range(n):
+                grid = tuple(int(g) for g in rng.integers(0, 5, 3) ** rng.integers(0, 4, 3))
+                kern = SimpleNamespace(grid=grid, mix=bool(rng.integers(0, 2)))
+                stage.append((SimpleNamespace(kernels=[kern]), {}, "k", None))
+            assert _split_cores(stage, prof) == _split_cores_as_it_was(stage, prof)

@@ -290,11 +290,8 @@ class Device:
                 share = cores / sum(shares)
                 rec = None
                 if steady:
-                    base = self._bases(bc, 0, kname, cores, 0, kname, clock, share)
-                    al = alias or {q: q for q in arrays}
-                    st = base.steady
-                    if st is None and base.replay:
-                        st = _steady.make(self, base, bc, arrays, al)
+                    base, al = self._bases(bc, 0, kname, cores, 0, kname, clock, share), alias or {q: q for q in arrays}
+                    st = base.steady or (_steady.make(self, base, bc, arrays, al) if base.replay else None)
                     if st is not None and st.fits(arrays, al):
                         rec = _steady.run(self, base, st, bc, arrays, al)
                 if rec is None:
@@ -649,15 +646,17 @@ def _split_cores(stage, prof) -> list[int]:
     if len(stage) == 1:
         bc = stage[0][0]
         return [prof.cube_cores if bc.kernels[0].mix else prof.vector_cores]
+    kerns = [bc.kernels[0] for bc, _, _, _ in stage]
+    progs = [k.grid[0] * k.grid[1] * k.grid[2] for k in kerns]
+    same, n_same = {}, {}  # mix -> the programs of the stage's kernels of that kind, summed in order; their count
+    for k, p in zip(kerns, progs):
+        same[k.mix] = same.get(k.mix, 0) + p
+        n_same[k.mix] = n_same.get(k.mix, 0) + 1
     out = []
-    progs = [bc.kernels[0].grid[0] * bc.kernels[0].grid[1] * bc.kernels[0].grid[2] for bc, _, _, _ in stage]
-    for (bc, _, _, _), p in zip(stage, progs):
-        mix = bc.kernels[0].mix
-        pool = prof.cube_cores if mix else prof.vector_cores
-        same = sum(q for (b2, _, _, _), q in zip(stage, progs) if b2.kernels[0].mix == mix)
-        n_same = sum(1 for b2, _, _, _ in stage if b2.kernels[0].mix == mix)
-        share = max(1, int(pool * p / max(1, same)))
-        out.append(min(share, max(1, pool - (n_same - 1))))
+    for k, p in zip(kerns, progs):
+        pool = prof.cube_cores if k.mix else prof.vector_cores
+        share = max(1, int(pool * p / max(1, same[k.mix])))
+        out.append(min(share, max(1, pool - (n_same[k.mix] - 1))))
     return out
 
 
