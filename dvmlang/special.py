@@ -43,12 +43,9 @@ def _one_plus(x, cs):
     return 1.0 + x * _poly(x, cs)
 
 
-def erf(x: np.ndarray) -> np.ndarray:
-    """erf in float64 of float64 ``x``, elementwise, with fdlibm's method: x + x*P/Q below 0.84375, erx + P/Q of
-    |x| - 1 up to 1.25, 1 - exp(-x^2 - 0.5625 + ...)/|x| with R/S of 1/x^2 up to 6, then +-1. Within one float64
-    ulp of ``math.erf``; rounded to float32 or narrower, it gave ``math.erf``'s result on every value tested (all
-    float16 and bfloat16 values, millions of float32 ones: tests/test_opdefs.py)."""
-    x = np.asarray(x, dtype=np.float64)
+def _erf_regions(x: np.ndarray) -> np.ndarray:
+    """``erf`` of a float64 array by evaluating every region's rational function on every element and taking each
+    element's region's (fewer numpy calls per element than ``erf``'s table, for large arrays)."""
     a = np.abs(x)
     with np.errstate(all="ignore"):
         z = x * x
@@ -59,5 +56,60 @@ def erf(x: np.ndarray) -> np.ndarray:
         rs = np.where(a < 1 / 0.35, _poly(s, _RA) / _one_plus(s, _SA), _poly(s, _RB) / _one_plus(s, _SB))
         hi = (a.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)  # |x| with its low word cleared
         tail = 1.0 - np.exp(-hi * hi - 0.5625) * np.exp((hi - a) * (hi + a) + rs) / a
+    out = np.where(a < 0.84375, small, np.copysign(np.where(a < 6.0, np.where(a < 1.25, mid, tail), 1.0), x))
+    return np.where(np.isnan(x), x, out)
+
+
+TABLE_MAX = 512  # erf takes its coefficients per element (fewer numpy calls) up to this many elements
+
+
+def _table(*polys) -> np.ndarray:
+    """The coefficients of ``polys`` (each lowest degree first) as rows of one array, each padded with zeros at the
+    high end to the longest's length."""
+    n = max(len(p) for p in polys)
+    return np.array([list(p) + [0.0] * (n - len(p)) for p in polys], dtype=np.float64)
+
+
+# erf's four rational approximations, one row per region (see erf): numerators and the denominators' polynomials
+# (a column per region: row j is every region's coefficient of degree j)
+_NUM = _table(_PP, _PA, _RA, _RB).T.copy()
+_DEN = _table(_QQ, _QA, _SA, _SB).T.copy()
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """erf in float64 of float64 ``x``, elementwise, with fdlibm's method: x + x*P/Q below 0.84375, erx + P/Q of
+    |x| - 1 up to 1.25, 1 - exp(-x^2 - 0.5625 + ...)/|x| with R/S of 1/x^2 up to 6, then +-1. Within one float64
+    ulp of ``math.erf``; rounded to float32 or narrower, it gave ``math.erf``'s result on every value tested (all
+    float16 and bfloat16 values, millions of float32 ones: tests/test_opdefs.py).
+
+    Each element's four rational functions are one: its region's coefficients (``_NUM``, ``_DEN``: a row per region,
+    gathered per element) by Horner's rule on its region's variable, ``c + t*r`` per term as fdlibm computes it (a
+    row padded with zeros at its high end gives +0 until its own highest coefficient, which it then holds exactly:
+    ``t`` is finite wherever the result is taken), so every element gets the bits of its region's polynomial alone,
+    in about half the numpy calls of evaluating every region's (``_erf_regions``, which larger arrays take: there the
+    gathers cost more than the calls; tests/test_special.py compares both ways with it as it was)."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.size > TABLE_MAX:
+        return _erf_regions(x)
+    a = np.abs(x)
+    with np.errstate(all="ignore"):
+        z = x * x
+        s = a - 1.0
+        inv = 1.0 / z
+        region = (a >= 0.84375).view(np.int8) + (a >= 1.25).view(np.int8) + (a >= 1 / 0.35).view(np.int8)
+        t = np.where(a < 0.84375, z, np.where(a < 1.25, s, inv))  # (NaN: region 0, its result not taken)
+        num = _NUM[:, region]
+        den = _DEN[:, region]
+        k = len(num) - 1
+        p = num[k]
+        q = den[k]
+        for j in range(k - 1, -1, -1):
+            p = num[j] + t * p
+            q = den[j] + t * q
+        ratio = p / (1.0 + t * q)
+        small = x + x * ratio
+        mid = _ERX + ratio
+        hi = (a.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)  # |x| with its low word cleared
+        tail = 1.0 - np.exp(-hi * hi - 0.5625) * np.exp((hi - a) * (hi + a) + ratio) / a
     out = np.where(a < 0.84375, small, np.copysign(np.where(a < 6.0, np.where(a < 1.25, mid, tail), 1.0), x))
     return np.where(np.isnan(x), x, out)

@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import DvmError, LaunchError, ResourceError, warn_user
 from ..vm import isa
 from . import replay as _replay
+from . import steady as _steady
 from .compiled import compiled as compiled_blocks
 from .execute import execute, quietly, run_alone, run_prefix
 from .l2 import L2Cache
@@ -81,19 +82,30 @@ class LaunchRecord:
                  launches: int = 1) -> "LaunchRecord":
         """One record for several kernels' records: bytes, instructions and pipe time summed, ``cycles`` as
         the caller composed them (side by side, in sequence, or in separate launches)."""
-        total = cls(name=name, grid=(), cycles=cycles, bytes_read=sum(r.bytes_read for r in parts),
-                    bytes_written=sum(r.bytes_written for r in parts), time_us=cycles / profile.clock_hz * 1e6,
-                    cores=max((r.cores for r in parts), default=0), kind=kind, launch_overhead=launch_overhead,
-                    profile=profile, group=name, instructions=sum(r.instructions for r in parts),
-                    launches=launches, hbm_bytes=sum(r.hbm_bytes for r in parts),
-                    l2_hit_bytes=sum(r.l2_hit_bytes for r in parts),
-                    writeback_bytes=sum(r.writeback_bytes for r in parts),
-                    dispatched=sum(r.dispatched for r in parts),
-                    unaligned_cycles=sum(r.unaligned_cycles for r in parts))
+        # each sum from 0 in the parts' order, as sum() takes it (one pass over the parts)
+        read = written = instructions = hbm = hits = back = dispatched = unaligned = 0
+        cores = None
+        busy: dict = {}
         for r in parts:
+            read += r.bytes_read
+            written += r.bytes_written
+            instructions += r.instructions
+            hbm += r.hbm_bytes
+            hits += r.l2_hit_bytes
+            back += r.writeback_bytes
+            dispatched += r.dispatched
+            unaligned += r.unaligned_cycles
+            c = r.cores
+            if cores is None or c > cores:
+                cores = c
             for q, v in r.pipe_busy.items():
-                total.pipe_busy[q] = total.pipe_busy.get(q, 0.0) + v
-        return total
+                busy[q] = busy.get(q, 0.0) + v
+        return cls.of(_COMBINED, {
+            "name": name, "grid": (), "cycles": cycles, "bytes_read": read, "bytes_written": written,
+            "time_us": cycles / profile.clock_hz * 1e6, "cores": 0 if cores is None else cores, "kind": kind,
+            "launch_overhead": launch_overhead, "profile": profile, "group": name, "instructions": instructions,
+            "launches": launches, "hbm_bytes": hbm, "l2_hit_bytes": hits, "writeback_bytes": back,
+            "dispatched": dispatched, "unaligned_cycles": unaligned, "pipe_busy": busy})
 
     def __repr__(self) -> str:
         return (f"<Launch {self.name} grid={self.grid} cycles={self.cycles} ({self.time_us:.2f} us) "
@@ -160,6 +172,7 @@ del _RECORD_DEFAULTS["time_us"]
 for _name in _RECORD_DEFAULTS:
     delattr(LaunchRecord, _name)
 delattr(LaunchRecord, "time_us")
+_COMBINED = LaunchRecord.base()  # (a combined record's own dict holds every field it sets: the rest are defaults)
 # a pipe's busy cycles, per pipe in pipe order (a list or an array) -> the record's pipe_busy dict
 _pipe_busy = eval(  # noqa: S307 - from the pipe labels
     "lambda b: {" + ", ".join(f"{name!r}: b[{q}]" for q, name in enumerate(PIPE_LABELS)) + "}")
@@ -264,6 +277,9 @@ class Device:
         overhead = prof.launch_overhead_cycles
         clock = 0.0
         members = []
+        # a member whose timing is kept and whose path is replayed takes the steady way (npu/steady.py)
+        steady = trace is None and self.replay and not self.sequential and self.timing_cache is True and \
+            not self.debug and not self.race_detection
         for stage in stages:
             for bc, _, _, _ in stage:
                 self._ready(bc)
@@ -271,8 +287,16 @@ class Device:
             longest = 0.0
             for (bc, arrays, kname, alias), cores in zip(stage, shares):
                 # side by side, the kernels share HBM: each gets the part of it its cores are of the stage's
-                rec = self._run_kernel(bc, 0, arrays, trace, kname, alias, cores=cores, overhead=0,
-                                       start=clock, group=kname, hbm_share=cores / sum(shares))
+                share = cores / sum(shares)
+                rec = None
+                if steady:
+                    base, al = self._bases(bc, 0, kname, cores, 0, kname, clock, share), alias or {q: q for q in arrays}
+                    st = base.steady or (_steady.make(self, base, bc, arrays, al) if base.replay else None)
+                    if st is not None and st.fits(arrays, al):
+                        rec = _steady.run(self, base, st, bc, arrays, al)
+                if rec is None:
+                    rec = self._run_kernel(bc, 0, arrays, trace, kname, alias, cores=cores, overhead=0,
+                                           start=clock, group=kname, hbm_share=share)
                 members.append(rec)
                 longest = max(longest, rec.cycles)
             clock += longest
@@ -622,15 +646,17 @@ def _split_cores(stage, prof) -> list[int]:
     if len(stage) == 1:
         bc = stage[0][0]
         return [prof.cube_cores if bc.kernels[0].mix else prof.vector_cores]
+    kerns = [bc.kernels[0] for bc, _, _, _ in stage]
+    progs = [k.grid[0] * k.grid[1] * k.grid[2] for k in kerns]
+    same, n_same = {}, {}  # mix -> the programs of the stage's kernels of that kind, summed in order; their count
+    for k, p in zip(kerns, progs):
+        same[k.mix] = same.get(k.mix, 0) + p
+        n_same[k.mix] = n_same.get(k.mix, 0) + 1
     out = []
-    progs = [bc.kernels[0].grid[0] * bc.kernels[0].grid[1] * bc.kernels[0].grid[2] for bc, _, _, _ in stage]
-    for (bc, _, _, _), p in zip(stage, progs):
-        mix = bc.kernels[0].mix
-        pool = prof.cube_cores if mix else prof.vector_cores
-        same = sum(q for (b2, _, _, _), q in zip(stage, progs) if b2.kernels[0].mix == mix)
-        n_same = sum(1 for b2, _, _, _ in stage if b2.kernels[0].mix == mix)
-        share = max(1, int(pool * p / max(1, same)))
-        out.append(min(share, max(1, pool - (n_same - 1))))
+    for k, p in zip(kerns, progs):
+        pool = prof.cube_cores if k.mix else prof.vector_cores
+        share = max(1, int(pool * p / max(1, same[k.mix])))
+        out.append(min(share, max(1, pool - (n_same[k.mix] - 1))))
     return out
 
 

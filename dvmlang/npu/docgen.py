@@ -233,6 +233,22 @@ and the torch models of the test suite four times (timed, recorded, replayed, re
 device that replays and one that does not (`Device(replay=False)`), and the random kernels on the sequential
 device too, and compares records, outputs and faults, including an out-of-range gather on a replayed launch.
 
+**The steady launch** (`npu/steady.py`). A fused program's call is one stacked launch (`Device.run_stack`). A
+member of it whose timing is kept and whose path is replayed runs its replay and takes its record without the
+launch's reset, the timing key's tuple and the spare launch: what its relaunches repeat is kept with its launch
+base (its own launch, whose rates hold the kept transfer totals; the state its one-program prefix ends in, or its
+batch's program ids; the alias groups and tensor sizes the kept timing was found for). Each call checks that the
+alias groups and sizes are those (so the timing key is), and that the base's replay and kept timing are still the
+ones it was made with (else the state is dropped and made anew at the next launch that finds both); anything else,
+and a launch of the base while another holds its launch, runs the general way. The record still comes from
+`Device._finish` with the kept figures: the L2 model settles at every launch, so HBM bytes, hits, write-backs and
+the roofline follow what L2 holds then. Traced launches, `replay=False`, the sequential device, debug and race
+detection, and `timing_cache` other than True take the general way. A fault in a steady launch propagates as on
+the general path and drops the steady state. `tests/test_steady.py` calls random fused programs (alternating
+shapes, aliased inputs, a trace in the middle of the stream, kept timings dropped and launches held mid-stream),
+an out-of-range gather and torch models on a device that takes the steady way, on `Device(replay=False)` and on
+the sequential device, and compares outputs, records (and each member's) and the devices' summed cycles.
+
 A product of fewer than 2^24 multiply-accumulates runs on one BLAS thread (`npu/host.blas_one_thread`;
 `DVMLANG_BLAS_SMALL=N` sets the bound, 0 never): OpenBLAS splits products of a few hundred thousand MACs
 between its threads, which wait for cores when others are busy (torch's threads spinning after an eager op):

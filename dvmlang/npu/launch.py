@@ -117,7 +117,7 @@ class LaunchBase:
     after the machine's prefix (``after_prefix``, ``Device._one``)."""
 
     __slots__ = ("kern", "machine", "profile", "options", "fields", "record", "programs", "cores", "overhead",
-                 "share", "spare", "after_prefix", "fixed", "timing", "replay")
+                 "share", "spare", "after_prefix", "fixed", "timing", "replay", "steady")
 
     def __init__(self, kern, machine, profile, options: tuple, fields: dict, record: dict, programs: int,
                  cores: int, overhead: int, share: float):
@@ -129,6 +129,7 @@ class LaunchBase:
         self.fixed = False  # whether its timing is the instance's (timing_cache.fixed; not in debug or race mode)
         self.timing: dict = {}  # timing_cache.key -> the instance's timing (timing_cache.Timing)
         self.replay = None  # its untimed launches' path as one function (replay.Replay); None: not yet tried, False: none
+        self.steady = None  # what its steady relaunches in a stacked launch repeat (steady.Steady), once made
 
     def launch(self, bc, arrays: dict, alias: dict) -> Launch:
         """A launch of ``bc`` on ``arrays``: the spare one reset, or a new one (when another run holds it)."""

@@ -53,6 +53,7 @@ class Step:
     outputs: list = field(default_factory=list)  # (fx node, LVal) the region returns
     reason: str = ""
     out_index: list = field(default_factory=list)  # per output, its index in the program's graph outputs
+    orders: list | None = None  # per output, its stride order (stride_order), worked out at the first call
 
 
 class CompiledGraph:
@@ -260,9 +261,12 @@ class CompiledGraph:
             st.LAST_LAUNCHES.append(record)
         outs = step.program.graph.outputs
         given = [a for a in arrays if a.size]
-        for (fx, lv), i in zip(step.outputs, step.out_index):
+        orders = step.orders
+        if orders is None:  # (each output's stride order: its fake value's, the same at every call)
+            orders = step.orders = [stride_order(fx.meta.get("val")) for fx, _ in step.outputs]
+        for (fx, lv), i, order in zip(step.outputs, step.out_index, orders):
             arr = values[outs[i].id]
-            env[fx] = from_numpy(arr, lv, given, fx)
+            env[fx] = from_numpy(arr, lv, given, fx, order)
             given.append(arr)
 
 
@@ -338,7 +342,7 @@ def to_numpy(t) -> np.ndarray:
     return t.numpy()
 
 
-def from_numpy(arr: np.ndarray, lv: LVal, others, fx) -> torch.Tensor:
+def from_numpy(arr: np.ndarray, lv: LVal, others, fx, order=False) -> torch.Tensor:
     """A torch tensor sharing ``arr``'s memory, in the layout torch's metadata says (an eager kernel downstream
     may rely on it). Copied when read-only, when it aliases a region input or another output (autograd may
     accumulate into a gradient in place), or when its strides are not torch's."""
@@ -351,7 +355,7 @@ def from_numpy(arr: np.ndarray, lv: LVal, others, fx) -> torch.Tensor:
         t = torch.from_numpy(arr)
     if lv.folded:
         t = t.reshape([int(np.prod([arr.shape[a] for a in g], dtype=np.int64)) for g in lv.groups])
-    return _layout(t, fx.meta.get("val"))
+    return _layout(t, fx.meta.get("val"), order)
 
 
 def _hint(s) -> int:
@@ -361,12 +365,22 @@ def _hint(s) -> int:
     return int(s)
 
 
-def _layout(t: torch.Tensor, val) -> torch.Tensor:
-    """``t`` with the stride order of torch's fake value ``val`` (a copy only when the order differs)."""
-    if not isinstance(val, torch.Tensor) or t.dim() != val.dim() or t.dim() < 2:
-        return t
+def stride_order(val):
+    """The dims of torch's fake value ``val`` outermost first, as its strides order them (None when it is not a
+    tensor of two dims or more): what ``_layout`` gives a result, the same at every call of a graph."""
+    if not isinstance(val, torch.Tensor) or val.dim() < 2:
+        return None
     want = [_hint(s) for s in val.stride()]
-    order = sorted(range(t.dim()), key=lambda i: (-want[i], i))  # outermost first
+    return sorted(range(val.dim()), key=lambda i: (-want[i], i))
+
+
+def _layout(t: torch.Tensor, val, order=False) -> torch.Tensor:
+    """``t`` with the stride order of torch's fake value ``val`` (a copy only when the order differs); ``order``:
+    ``stride_order(val)`` when the caller kept it."""
+    if order is False:
+        order = stride_order(val)
+    if order is None or t.dim() != len(order):
+        return t
     expect, acc = [0] * t.dim(), 1
     for i in reversed(order):
         expect[i] = acc
