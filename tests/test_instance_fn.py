@@ -205,3 +205,59 @@ def test_a_plan_of_views_alone_has_an_instance_function():
         np.testing.assert_array_equal(t, x.T)
         np.testing.assert_array_equal(s, x[1:])
     assert _fast_count(g) >= 1
+
+
+def _words_agree(g, w, lengths, seed):
+    """Calls ``g`` at ``lengths`` and checks, per call, that the instances the call launched (the instance
+    function's written-out encodes, once it has one) are the generic path's (``encode``, which never takes the
+    function) word for word and byte for byte, and that the outputs match numpy. Returns the calls the function
+    served."""
+    from dvmlang.npu import device as npu_device
+
+    launched = []
+    run_stack = npu_device.Device.run_stack
+
+    def recording(self, stages, name=None, trace=None):
+        launched.append([it.bytecode for st in stages for it in st])
+        return run_stack(self, stages, name=name, trace=trace)
+
+    served = 0
+    rng = np.random.default_rng(seed)
+    npu_device.Device.run_stack = recording
+    try:
+        for L in lengths:
+            args = w.args(rng, L)
+            launched.clear()
+            runs = sum(1 for p in g._captured.values() if p for f in p._fast.values() if f)
+            out = g(*args)
+            np.testing.assert_allclose(out, w.reference(*args), rtol=w.tol, atol=w.tol)
+            (got,) = launched
+            want = g.encode(*args)
+            assert len(got) == len(want), L
+            for a, b in zip(got, want):
+                assert a.code.tobytes() == b.code.tobytes(), f"length {L}: `{a.name}` has other words"
+                assert a.to_bytes() == b.to_bytes(), f"length {L}: `{a.name}` has another container"
+            served += runs > 0
+    finally:
+        npu_device.Device.run_stack = run_stack
+    return served
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "attention", "decoder block", "matmul + bias + gelu",
+                                  "rotary embedding"])
+def test_written_out_encodes_are_the_generic_words(name):
+    """The instance function writes every kernel's words itself (no encoder call, no instance key): across random
+    lengths (size 1, lengths seen before, and for attention and the decoder lengths past the row block built at
+    the first call, so that calls switch between the row plan and the split plan and back), every instance it
+    launches is, byte for byte, the one the generic path encodes."""
+    from dvmlang.fuser import build as fbuild
+
+    w = next(w for w in pops.WORKLOADS if w.name == name)
+    g = dvmlang.graph(w.graph, static=w.static)
+    rng = np.random.default_rng(5)
+    big = name in ("attention", "decoder block")
+    lengths = [int(x) for x in rng.integers(1, 300 if big else 90, 10)]
+    lengths = [16, 1] + lengths[:4] + ([290, 20, 300, 290] if big else [3]) + [1, 16] + lengths[4:] + lengths[:2]
+    g(*w.args(rng, 16))
+    fbuild.settle()  # (the worker writes the plans' instance functions after the first call)
+    assert _words_agree(g, w, lengths, 3) >= len(lengths) - 2

@@ -87,6 +87,7 @@ class Program:
         self._ahead = Ahead()  # the split plan's kernels, built off the critical path after the first call
         self._fast: dict = {}  # id(plan) -> its instance function (instance.py), None where it has none
         self._generic_runs: dict = {}  # id(plan) -> calls the generic path ran (the function is written at 2)
+        self._seeds: dict = {}  # id(plan) -> instances generic runs encoded before its function was written
 
     def bind(self, inputs: dict[int, np.ndarray]):
         if self._binder is None:
@@ -120,19 +121,29 @@ class Program:
         env = self.bind(inputs)
         chosen = self.choose(env, device.profile)
         if chosen is not self.plan:
+            if self._ahead.done is not None and values is None and not encode_only:
+                # the split plan's kernels and instance function are being made ahead: take them when ready
+                self._ahead.wait()
+                r = self.run_fast([inputs[n.id] for n in self.graph.inputs], device, session, consts)
+                if r is not None:
+                    return r
             self.fallbacks += 1
             self._ahead.wait()  # (the split plan's kernels are being built ahead: take them when they are ready)
+        preset = bool(values)
         values = dict(values or {})
         values.update(inputs)
         launch = self._launches.get(id(chosen))
         if launch is None:
             launch = self._launches[id(chosen)] = ProgramLaunch(self, chosen)
         record, launches = launch.replay(env, values, device, session, encode_only, consts)
+        if not encode_only and not preset and self.fuse and instance.INLINE:
+            self._seed(chosen, env, consts, launch.last_bcs, inputs)
         for o in self.graph.outputs:
             values[o.id] = _materialise(o, values, env)
-        if chosen is self.plan and self.plan.fallback is not None and not self._ahead.started:
-            # after the launch, which keeps the row blocks the split plan is built past (not racing it)
-            self._ahead.start(self._build_split_plan, env, device.profile)
+        if chosen is self.plan and not self._ahead.started and not encode_only:
+            # after the launch, which keeps the tiles (and the row blocks the split plan is built past): the split
+            # plan's kernels and both plans' instance functions, off the critical path
+            self._ahead.start(self._work_ahead, env, device.profile)
         if not encode_only:
             self._written(chosen, launch, device.profile)
         return Run(values, record, launches)
@@ -149,6 +160,31 @@ class Program:
             r = fn(arrays, device, session, consts) if fn is not None else None
         return r
 
+    def _seed(self, p: Plan, env, consts, bcs, inputs) -> None:
+        """After a generic run of plan ``p``: its instances, kept by the plan's instance function for these sizes
+        (or kept until it is written), so that a call at sizes seen before encodes nothing, whichever path ran
+        first. Only when the function would have encoded the same words: inputs C-contiguous over buffers of
+        their own (the addresses follow the arrays' lengths)."""
+        arrays = list(inputs.values())
+        if not all(a.base is None and a.flags.c_contiguous for a in arrays) or \
+                len({id(a) for a in arrays}) != len(arrays):
+            return
+        item = (dict(env.values), None if consts is None else dict(consts), list(bcs))
+        fn = self._fast.get(id(p))
+        if fn is not None:
+            instance.seed(fn, *item)
+        else:
+            pending = self._seeds.setdefault(id(p), [])
+            if len(pending) < 16:
+                pending.append(item)
+
+    def _store(self, p: Plan, fn) -> None:
+        """Make ``fn`` plan ``p``'s instance function, with the instances generic runs encoded before it."""
+        if fn is not None:
+            for item in self._seeds.pop(id(p), ()):
+                instance.seed(fn, *item)
+        self._fast[id(p)] = fn
+
     def _written(self, p: Plan, launch: ProgramLaunch, profile) -> None:
         """After a generic run of plan ``p``: write its instance function at its second run, or again when the
         tiles it was written with have changed."""
@@ -156,10 +192,36 @@ class Program:
         n = self._generic_runs[key] = self._generic_runs.get(key, 0) + 1
         fn = self._fast.get(key, _MISSING)
         if fn is _MISSING:
-            if n >= 2:
-                self._fast[key] = instance.generate(self, launch, profile, self._binder, Run, _Env)
+            done = self._ahead.done
+            if n >= 2 and (done is None or done.is_set()):  # (not while the worker writes it)
+                self._store(p, instance.generate(self, launch, profile, self._binder, Run, _Env))
         elif fn is not None and any(self._tiles.get(k) is not t for k, t in fn.kept):
-            self._fast[key] = instance.generate(self, launch, profile, self._binder, Run, _Env)
+            self._store(p, instance.generate(self, launch, profile, self._binder, Run, _Env))
+
+    def _work_ahead(self, env, profile) -> None:
+        """What the background worker does after a program's first call: build the split plan's kernels (when it
+        has one), then write the instance functions of both plans, so that neither a second call nor the first
+        call of the split plan runs the generic path or waits for Python to compile a function."""
+        if self.plan.fallback is not None:
+            self._build_split_plan(env, profile)
+        if not self.fuse or not instance.ENABLED:
+            return
+        for p in (self.plan, self.plan.fallback):
+            if p is None or self._fast.get(id(p)) is not None:
+                continue
+            launch = self._launches.get(id(p))
+            if launch is None:
+                launch = self._launches.setdefault(id(p), ProgramLaunch(self, p))
+            fn = instance.generate(self, launch, profile, self._binder, Run, _Env)
+            if fn is not None and self._fast.get(id(p)) is None:  # (None: the generic runs write it, as before)
+                self._store(p, fn)
+        if self.plan.fallback is not None:  # the split plan's new builds: validated now, not by its first launch
+            for grp in self.plan.fallback.groups:
+                if grp.kind != "custom":
+                    for b in list(self.kernel(self.plan.fallback, grp)._builds.values()):
+                        enc = getattr(b, "encoder", None)
+                        if enc is not None and enc.decoded is None:
+                            enc.validate_template()
 
     def _build_split_plan(self, env, profile) -> None:
         """Build the split plan's kernels for the lengths it will run (a guarded row just past the row block the
