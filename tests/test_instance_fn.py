@@ -261,3 +261,33 @@ def test_written_out_encodes_are_the_generic_words(name):
     g(*w.args(rng, 16))
     fbuild.settle()  # (the worker writes the plans' instance functions after the first call)
     assert _words_agree(g, w, lengths, 3) >= len(lengths) - 2
+
+
+def test_a_lazy_program_reused_with_other_constants_writes_their_words(monkeypatch):
+    """A lazy program is reused for another Python number (a runtime scalar): its instance function writes the
+    constants' words per call (the template holds the program's own), at new shapes and shapes seen before, and
+    every result is numpy's."""
+    from dvmlang.fuser import api
+    from dvmlang.fuser import build as fbuild
+
+    served = []
+    run_fast = api.Program.run_fast
+
+    def counting(self, *a, **k):
+        r = run_fast(self, *a, **k)
+        served.append(r is not None)
+        return r
+
+    monkeypatch.setattr(api.Program, "run_fast", counting)
+    rng = np.random.default_rng(3)
+    cases = [(5, 33, 3.0), (17, 40, -0.5), (9, 33, 3.0), (9, 33, 2.5), (30, 7, -0.0), (1, 33, 0.25), (9, 33, -0.5),
+             (5, 33, 3.0), (1, 1, 7.0), (17, 40, -0.5)]
+    for rows, cols, c in cases:
+        x = rng.standard_normal((rows, cols)).astype(np.float32)
+        with dvmlang.lazy(background=False):
+            got = (ops.tanh(dvmlang.tensor(x) * c) + c).numpy()
+        want = np.tanh(x * np.float32(c)) + np.float32(c)
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+        assert np.array_equal(np.signbit(got), np.signbit(want)) or c != -0.0
+        fbuild.settle()
+    assert any(served), "no call took an instance function"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -140,10 +141,12 @@ class Program:
             self._seed(chosen, env, consts, launch.last_bcs, inputs)
         for o in self.graph.outputs:
             values[o.id] = _materialise(o, values, env)
-        if chosen is self.plan and not self._ahead.started and not encode_only:
+        if chosen is self.plan and not self._ahead.started and not encode_only and (
+                self.plan.fallback is not None or self._writable()):
             # after the launch, which keeps the tiles (and the row blocks the split plan is built past): the split
-            # plan's kernels and both plans' instance functions, off the critical path
-            self._ahead.start(self._work_ahead, env, device.profile)
+            # plan's kernels and both plans' instance functions, off the critical path (the worker holds the
+            # program weakly: a program dropped before its turn is not kept alive for it)
+            self._ahead.start(_work_ahead, weakref.ref(self), env, device.profile)
         if not encode_only:
             self._written(chosen, launch, device.profile)
         return Run(values, record, launches)
@@ -186,17 +189,24 @@ class Program:
         self._fast[id(p)] = fn
 
     def _written(self, p: Plan, launch: ProgramLaunch, profile) -> None:
-        """After a generic run of plan ``p``: write its instance function at its second run, or again when the
-        tiles it was written with have changed."""
+        """After a generic run of plan ``p``: write its instance function at its second run when the worker has
+        not (it writes both plans' after the first call, ``_work_ahead``; at the third, whatever the worker is
+        doing), or again when the tiles it was written with have changed."""
         key = id(p)
         n = self._generic_runs[key] = self._generic_runs.get(key, 0) + 1
         fn = self._fast.get(key, _MISSING)
         if fn is _MISSING:
             done = self._ahead.done
-            if n >= 2 and (done is None or done.is_set()):  # (not while the worker writes it)
+            # (not while the worker writes it, unless it is a call behind: it may be busy with other programs)
+            if n >= 3 or (n >= 2 and (done is None or done.is_set())):
                 self._store(p, instance.generate(self, launch, profile, self._binder, Run, _Env))
         elif fn is not None and any(self._tiles.get(k) is not t for k, t in fn.kept):
             self._store(p, instance.generate(self, launch, profile, self._binder, Run, _Env))
+
+    def _writable(self) -> bool:
+        """Whether the plan can have an instance function (fused, and every kernel composed: a text-path kernel
+        has none)."""
+        return self.fuse and instance.ENABLED and all(gk.text is None for gk in self.kernels.values())
 
     def _work_ahead(self, env, profile) -> None:
         """What the background worker does after a program's first call: build the split plan's kernels (when it
@@ -271,6 +281,13 @@ class Program:
                                 tuple(design(d) for d in grp.space))
         self._tiles[key] = t
         return t
+
+def _work_ahead(ref, env, profile) -> None:
+    """The background worker's job for a program (``Program._work_ahead``), unless it has been dropped."""
+    prog = ref()
+    if prog is not None:
+        prog._work_ahead(env, profile)
+
 
 def _signature(args, static: dict, names, fn=None, ones: bool = True):
     """The capture key of a call: the arguments' structure, per array its dtype and its static dims' sizes (and,

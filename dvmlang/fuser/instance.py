@@ -190,8 +190,12 @@ class _Generator:
         w("values = {" + ", ".join(f"{n.id}: a{i}" for i, n in enumerate(ins)) + "}")
         if len(ins) > 1:
             w.const("INPUTS", list(ins))
-            w("if _input_classes(INPUTS, values):")
-            w("    return None")
+            # (inputs over buffers of their own, the common case, cannot share one unless one array is passed twice)
+            ids = ", ".join(f"id(a{i})" for i in range(len(ins)))
+            bases = " or ".join(f"a{i}.base is not None" for i in range(len(ins)))
+            w(f"if len({{{ids}}}) != {len(ins)} or {bases}:")
+            w("    if _input_classes(INPUTS, values):")
+            w("        return None")
         for i, n in enumerate(ins):
             self.stored[n.id] = f"a{i}"
         w.const("KEPT", self.kept)
@@ -306,7 +310,7 @@ class _Generator:
             return v
 
         ints: list[str] = []
-        for tag, gk, build, exprs, arrays in self.encodes:
+        for tag, gk, build, exprs, arrays, _ in self.encodes:
             for i in build.int_args:
                 e = exprs[i]
                 v = _literal(e)
@@ -316,10 +320,10 @@ class _Generator:
                 elif not -(1 << 31) <= v < 1 << 31:
                     raise _Unsupported  # (the generic path reports it)
         if ints:
-            many = ", ".join(ints) + ("," if len(ints) == 1 else "")
-            w(f"if max({many}) > {(1 << 31) - 1} or min({many}) < {-(1 << 31)}:")
+            hi, lo = (f"max({', '.join(ints)})", f"min({', '.join(ints)})") if len(ints) > 1 else (ints[0], ints[0])
+            w(f"if {hi} > {(1 << 31) - 1} or {lo} < {-(1 << 31)}:")
             w("    return None")
-        for tag, gk, build, exprs, arrays in self.encodes:
+        for tag, gk, build, exprs, arrays, fixed in self.encodes:
             enc = build.encoder
             slots, tensors, ranks = enc._patch_tables
             words = enc._words[:]
@@ -330,9 +334,15 @@ class _Generator:
             w.const(f"W{tag}", words)
             w.const(f"E{tag}", enc)
             body = [f"code = W{tag}[:]"]
+            other = []  # the constants' words when the call gives other values (a lazy program reused)
             for wd, p, d in slots:
                 e = exprs[p]
                 if _literal(e) is not None:
+                    continue
+                if e in fixed:  # a graph constant: its value's bits in the template, others written per call
+                    words[wd] = bytecode._CONVERTERS[d](fixed[e])
+                    w.const(f"CV{d.name}", bytecode._CONVERTERS[d])
+                    other.append(f"    code[{wd}] = CV{d.name}({e})")
                     continue
                 if d.is_float or not d.is_int:
                     w.const(f"CV{d.name}", bytecode._CONVERTERS[d])
@@ -355,6 +365,8 @@ class _Generator:
                     span = val(f"({count} * {itemsize} + {bytecode.GM_ALIGN - 1}) & {-bytecode.GM_ALIGN}")
                     body.append(f"cur = {bytecode.GM_BASE} + {span}" if first else f"cur += {span}")
                     first = False
+            if other:
+                body += ["if consts is not None:"] + other
             keys = ", ".join(val(f"({arrays[i]}.dtype, {arrays[i]}.shape, {arrays[i]}.strides)") if i in arrays
                              else "None" for i in range(len(exprs)))
             body.append(f"bc{tag} = E{tag}._instance(code, ({keys},), None, lg{tag})")
@@ -547,7 +559,14 @@ class _Generator:
                 w(f"o{oid} = values[{oid}] = empty(({dims}), DT{oid})")
             else:  # an intermediate: a piece of the program's buffer for it, grown when a call needs more
                 n = " * ".join(self.dim(d) for d in shape if self.dim(d) != "1") or "1"
-                w(f"fl_o{oid} = _take(pool, {k}, {n}, DT{oid})")
+                if n.isdigit():
+                    w(f"fl_o{oid} = _take(pool, {k}, {n}, DT{oid})")
+                else:  # (``_take`` written out)
+                    w(f"n{oid} = {n}")
+                    w(f"b = pool[{k}]")
+                    w(f"if b.size < n{oid}:")
+                    w(f"    b = pool[{k}] = empty(n{oid} + (n{oid} >> 2), DT{oid})")
+                    w(f"fl_o{oid} = b[:n{oid}]")
                 w(f"o{oid} = values[{oid}] = fl_o{oid}.reshape(({dims}))")
                 self.flat_of[f"o{oid}"] = f"fl_o{oid}"
             self.stored[oid] = f"o{oid}"
@@ -666,7 +685,7 @@ class _Generator:
             # the arguments by parameter position: the constants one by one, then the logical grid
             consts_at = [f"c{tag}[{j}]" for j in range(len(gl.consts))]
             self.encodes.append((tag, gk, build, args + consts_at + [x.strip() for x in grid.split(",")] +
-                                 [f"T{tag}"], dict(zip(at, flats))))
+                                 [f"T{tag}"], dict(zip(at, flats)), dict(zip(consts_at, gl.consts))))
         else:
             w(f"args{tag} = [{', '.join(args)}{consts}, {grid}, T{tag}]")
             w.const(f"B{tag}", build)
