@@ -207,7 +207,7 @@ def test_a_plan_of_views_alone_has_an_instance_function():
     assert _fast_count(g) >= 1
 
 
-def _words_agree(g, w, lengths, seed):
+def _words_agree(g, w, lengths, seed, wrap=lambda a: a):
     """Calls ``g`` at ``lengths`` and checks, per call, that the instances the call launched (the instance
     function's written-out encodes, once it has one) are the generic path's (``encode``, which never takes the
     function) word for word and byte for byte, and that the outputs match numpy. Returns the calls the function
@@ -227,10 +227,12 @@ def _words_agree(g, w, lengths, seed):
     try:
         for L in lengths:
             args = w.args(rng, L)
+            ref = w.reference(*args)
+            args = tuple(wrap(a) for a in args)
             launched.clear()
             runs = sum(1 for p in g._captured.values() if p for f in p._fast.values() if f)
             out = g(*args)
-            np.testing.assert_allclose(out, w.reference(*args), rtol=w.tol, atol=w.tol)
+            np.testing.assert_allclose(np.asarray(out), ref, rtol=w.tol, atol=w.tol)
             (got,) = launched
             want = g.encode(*args)
             assert len(got) == len(want), L
@@ -291,3 +293,19 @@ def test_a_lazy_program_reused_with_other_constants_writes_their_words(monkeypat
         assert np.array_equal(np.signbit(got), np.signbit(want)) or c != -0.0
         fbuild.settle()
     assert any(served), "no call took an instance function"
+
+
+@pytest.mark.parametrize("name", ["softmax", "decoder block"])
+def test_written_out_encodes_of_torch_tensors_are_the_generic_words(name):
+    """The same with torch tensors in (numpy views over torch's memory, whose base is not an array): the
+    instances a generic run encoded are kept for the function too, and every launched instance is the generic
+    path's."""
+    torch = pytest.importorskip("torch")
+    from dvmlang.fuser import build as fbuild
+
+    w = next(w for w in pops.WORKLOADS if w.name == name)
+    g = dvmlang.graph(w.graph, static=w.static)
+    g(*[torch.from_numpy(a) for a in w.args(np.random.default_rng(1), 16)])
+    fbuild.settle()
+    lengths = [16, 1, 40, 7, 16, 300 if name == "decoder block" else 90, 40, 1]
+    assert _words_agree(g, w, lengths, 4, torch.from_numpy) >= len(lengths) - 2

@@ -29,7 +29,7 @@ from . import tiling as tl
 from . import instance
 from .build import Ahead, GroupKernel
 from .instance import SPLIT
-from .launch import ProgramLaunch, _materialise, kernel_name
+from .launch import ProgramLaunch, _input_classes, _materialise, kernel_name
 from .canonical import canonicalize
 from .fusion import Group, Plan, plan
 from .graph import Graph, GraphError, GraphValue, Node, Tracer
@@ -169,8 +169,9 @@ class Program:
         first. Only when the function would have encoded the same words: inputs C-contiguous over buffers of
         their own (the addresses follow the arrays' lengths)."""
         arrays = list(inputs.values())
-        if not all(a.base is None and a.flags.c_contiguous for a in arrays) or \
-                len({id(a) for a in arrays}) != len(arrays):
+        # (an array over memory numpy does not own, torch's, is addressed like one over its own)
+        if not all(a.flags.c_contiguous and a.base.__class__ is not np.ndarray for a in arrays) or \
+                _input_classes(self.graph.inputs, inputs):
             return
         item = (dict(env.values), None if consts is None else dict(consts), list(bcs))
         fn = self._fast.get(id(p))
