@@ -31,6 +31,11 @@ def _tuple(x):
 
 
 def _fast_count(g) -> int:
+    """The instance functions ``g``'s programs have, once the background worker (which writes them after a
+    program's first call) has done what it was handed."""
+    from dvmlang.fuser import build as fbuild
+
+    fbuild.settle()
     return sum(1 for p in g._captured.values() if p is not None for f in p._fast.values() if f)
 
 

@@ -190,16 +190,16 @@ class Program:
         self._fast[id(p)] = fn
 
     def _written(self, p: Plan, launch: ProgramLaunch, profile) -> None:
-        """After a generic run of plan ``p``: write its instance function at its second run when the worker has
-        not (it writes both plans' after the first call, ``_work_ahead``; at the third, whatever the worker is
-        doing), or again when the tiles it was written with have changed."""
+        """After a generic run of plan ``p``: write its instance function at its second run when the worker is
+        not to (it writes both plans' after the first call, ``_work_ahead``), or again when the tiles it was
+        written with have changed."""
         key = id(p)
         n = self._generic_runs[key] = self._generic_runs.get(key, 0) + 1
         fn = self._fast.get(key, _MISSING)
         if fn is _MISSING:
             done = self._ahead.done
-            # (not while the worker writes it, unless it is a call behind: it may be busy with other programs)
-            if n >= 3 or (n >= 2 and (done is None or done.is_set())):
+            # (not while the worker is to write it: calls take the generic path meanwhile, no call stalls for it)
+            if n >= 2 and (done is None or done.is_set()):
                 self._store(p, instance.generate(self, launch, profile, self._binder, Run, _Env))
         elif fn is not None and any(self._tiles.get(k) is not t for k, t in fn.kept):
             self._store(p, instance.generate(self, launch, profile, self._binder, Run, _Env))
