@@ -173,9 +173,11 @@ class Program:
         if not all(a.flags.c_contiguous and a.base.__class__ is not np.ndarray for a in arrays) or \
                 _input_classes(self.graph.inputs, inputs):
             return
+        fn = self._fast.get(id(p), _MISSING)
+        if fn is None:  # (the plan has no function)
+            return
         item = (dict(env.values), None if consts is None else dict(consts), list(bcs))
-        fn = self._fast.get(id(p))
-        if fn is not None:
+        if fn is not _MISSING:
             instance.seed(fn, *item)
         else:
             pending = self._seeds.setdefault(id(p), [])

@@ -452,7 +452,7 @@ class Encoder:
         placeholder = [ParamInfo(p.kind, p.name, p.dtype, p.rank, (1,) * p.rank if p.kind == "tensor" else (),
                                  (1,) * p.rank if p.kind == "tensor" else ()) for p in params]
         scalars = {i: 0 for i, p in enumerate(params) if p.kind == "scalar"}
-        self.encode(placeholder, scalars, (1, 1, 1)).validate()  # (sets ``decoded``: Bytecode.validate)
+        self.decoded = self.encode(placeholder, scalars, (1, 1, 1)).validate().decoded
 
     def _first_patch(self, code, values, keys) -> None:
         """``_patcher``'s work as a loop over the build's tables (the first ``_LOOPED`` instances); later instances
