@@ -31,7 +31,25 @@ def _tuple(x):
 
 
 def _fast_count(g) -> int:
+    """The instance functions ``g``'s programs have, once the background worker (which writes them after a
+    program's first call) has done what it was handed."""
+    from dvmlang.fuser import build as fbuild
+
+    fbuild.settle()
     return sum(1 for p in g._captured.values() if p is not None for f in p._fast.values() if f)
+
+
+def _generic_only(g) -> None:
+    """No instance function for ``g``'s next call: the background worker (which writes them after a first call,
+    and may have run while ``instance.ENABLED`` was on for the other graph) has finished, and what it wrote is
+    dropped."""
+    from dvmlang.fuser import build as fbuild
+
+    fbuild.settle()
+    g._direct.clear()
+    for p in g._captured.values():
+        if p is not None:
+            p._fast.clear()
 
 
 def _compare(fn, make_args, lengths, static=None):
@@ -45,6 +63,7 @@ def _compare(fn, make_args, lengths, static=None):
         got = _tuple(fast(*args))
         rec = fast.last_launch
         instance.ENABLED = False
+        _generic_only(generic)
         want = _tuple(generic(*args))
         ref = generic.last_launch
         assert len(got) == len(want)
@@ -205,3 +224,107 @@ def test_a_plan_of_views_alone_has_an_instance_function():
         np.testing.assert_array_equal(t, x.T)
         np.testing.assert_array_equal(s, x[1:])
     assert _fast_count(g) >= 1
+
+
+def _words_agree(g, w, lengths, seed, wrap=lambda a: a):
+    """Calls ``g`` at ``lengths`` and checks, per call, that the instances the call launched (the instance
+    function's written-out encodes, once it has one) are the generic path's (``encode``, which never takes the
+    function) word for word and byte for byte, and that the outputs match numpy. Returns the calls the function
+    served."""
+    from dvmlang.npu import device as npu_device
+
+    launched = []
+    run_stack = npu_device.Device.run_stack
+
+    def recording(self, stages, name=None, trace=None):
+        launched.append([it.bytecode for st in stages for it in st])
+        return run_stack(self, stages, name=name, trace=trace)
+
+    served = 0
+    rng = np.random.default_rng(seed)
+    npu_device.Device.run_stack = recording
+    try:
+        for L in lengths:
+            args = w.args(rng, L)
+            ref = w.reference(*args)
+            args = tuple(wrap(a) for a in args)
+            launched.clear()
+            runs = sum(1 for p in g._captured.values() if p for f in p._fast.values() if f)
+            out = g(*args)
+            np.testing.assert_allclose(np.asarray(out), ref, rtol=w.tol, atol=w.tol)
+            (got,) = launched
+            want = g.encode(*args)
+            assert len(got) == len(want), L
+            for a, b in zip(got, want):
+                assert a.code.tobytes() == b.code.tobytes(), f"length {L}: `{a.name}` has other words"
+                assert a.to_bytes() == b.to_bytes(), f"length {L}: `{a.name}` has another container"
+            served += runs > 0
+    finally:
+        npu_device.Device.run_stack = run_stack
+    return served
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "attention", "decoder block", "matmul + bias + gelu",
+                                  "rotary embedding"])
+def test_written_out_encodes_are_the_generic_words(name):
+    """The instance function writes every kernel's words itself (no encoder call, no instance key): across random
+    lengths (size 1, lengths seen before, and for attention and the decoder lengths past the row block built at
+    the first call, so that calls switch between the row plan and the split plan and back), every instance it
+    launches is, byte for byte, the one the generic path encodes."""
+    from dvmlang.fuser import build as fbuild
+
+    w = next(w for w in pops.WORKLOADS if w.name == name)
+    g = dvmlang.graph(w.graph, static=w.static)
+    rng = np.random.default_rng(5)
+    big = name in ("attention", "decoder block")
+    lengths = [int(x) for x in rng.integers(1, 300 if big else 90, 10)]
+    lengths = [16, 1] + lengths[:4] + ([290, 20, 300, 290] if big else [3]) + [1, 16] + lengths[4:] + lengths[:2]
+    g(*w.args(rng, 16))
+    fbuild.settle()  # (the worker writes the plans' instance functions after the first call)
+    assert _words_agree(g, w, lengths, 3) >= len(lengths) - 2
+
+
+def test_a_lazy_program_reused_with_other_constants_writes_their_words(monkeypatch):
+    """A lazy program is reused for another Python number (a runtime scalar): its instance function writes the
+    constants' words per call (the template holds the program's own), at new shapes and shapes seen before, and
+    every result is numpy's."""
+    from dvmlang.fuser import api
+    from dvmlang.fuser import build as fbuild
+
+    served = []
+    run_fast = api.Program.run_fast
+
+    def counting(self, *a, **k):
+        r = run_fast(self, *a, **k)
+        served.append(r is not None)
+        return r
+
+    monkeypatch.setattr(api.Program, "run_fast", counting)
+    rng = np.random.default_rng(3)
+    cases = [(5, 33, 3.0), (17, 40, -0.5), (9, 33, 3.0), (9, 33, 2.5), (30, 7, -0.0), (1, 33, 0.25), (9, 33, -0.5),
+             (5, 33, 3.0), (1, 1, 7.0), (17, 40, -0.5)]
+    for rows, cols, c in cases:
+        x = rng.standard_normal((rows, cols)).astype(np.float32)
+        with dvmlang.lazy(background=False):
+            got = (ops.tanh(dvmlang.tensor(x) * c) + c).numpy()
+        want = np.tanh(x * np.float32(c)) + np.float32(c)
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+        assert np.array_equal(np.signbit(got), np.signbit(want)) or c != -0.0
+        fbuild.settle()
+    assert any(served), "no call took an instance function"
+
+
+@pytest.mark.parametrize("name", ["softmax", "decoder block"])
+def test_written_out_encodes_of_torch_tensors_are_the_generic_words(name):
+    """The same with torch tensors in (numpy views over torch's memory, whose base is not an array): the
+    instances a generic run encoded are kept for the function too, and every launched instance is the generic
+    path's."""
+    torch = pytest.importorskip("torch")
+    from dvmlang.fuser import build as fbuild
+
+    w = next(w for w in pops.WORKLOADS if w.name == name)
+    g = dvmlang.graph(w.graph, static=w.static)
+    g(*[torch.from_numpy(a) for a in w.args(np.random.default_rng(1), 16)])
+    fbuild.settle()
+    lengths = [16, 1, 40, 7, 16, 300 if name == "decoder block" else 90, 40, 1]
+    assert _words_agree(g, w, lengths, 4, torch.from_numpy) >= len(lengths) - 2

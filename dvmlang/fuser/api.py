@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -28,7 +29,7 @@ from . import tiling as tl
 from . import instance
 from .build import Ahead, GroupKernel
 from .instance import SPLIT
-from .launch import ProgramLaunch, _materialise, kernel_name
+from .launch import ProgramLaunch, _input_classes, _materialise, kernel_name
 from .canonical import canonicalize
 from .fusion import Group, Plan, plan
 from .graph import Graph, GraphError, GraphValue, Node, Tracer
@@ -87,6 +88,7 @@ class Program:
         self._ahead = Ahead()  # the split plan's kernels, built off the critical path after the first call
         self._fast: dict = {}  # id(plan) -> its instance function (instance.py), None where it has none
         self._generic_runs: dict = {}  # id(plan) -> calls the generic path ran (the function is written at 2)
+        self._seeds: dict = {}  # id(plan) -> instances generic runs encoded before its function was written
 
     def bind(self, inputs: dict[int, np.ndarray]):
         if self._binder is None:
@@ -120,19 +122,31 @@ class Program:
         env = self.bind(inputs)
         chosen = self.choose(env, device.profile)
         if chosen is not self.plan:
+            if self._ahead.done is not None and values is None and not encode_only:
+                # the split plan's kernels and instance function are being made ahead: take them when ready
+                self._ahead.wait()
+                r = self.run_fast([inputs[n.id] for n in self.graph.inputs], device, session, consts)
+                if r is not None:
+                    return r
             self.fallbacks += 1
             self._ahead.wait()  # (the split plan's kernels are being built ahead: take them when they are ready)
+        preset = bool(values)
         values = dict(values or {})
         values.update(inputs)
         launch = self._launches.get(id(chosen))
         if launch is None:
             launch = self._launches[id(chosen)] = ProgramLaunch(self, chosen)
         record, launches = launch.replay(env, values, device, session, encode_only, consts)
+        if not encode_only and not preset and self.fuse and instance.INLINE:
+            self._seed(chosen, env, consts, launch.last_bcs, inputs)
         for o in self.graph.outputs:
             values[o.id] = _materialise(o, values, env)
-        if chosen is self.plan and self.plan.has_fallback and not self._ahead.started:
-            # after the launch, which keeps the row blocks the split plan is built past (not racing it)
-            self._ahead.start(self._build_split_plan, env, device.profile)
+        if chosen is self.plan and not self._ahead.started and not encode_only and (
+                self.plan.has_fallback or self._writable()):
+            # after the launch, which keeps the tiles (and the row blocks the split plan is built past): the split
+            # plan's kernels and both plans' instance functions, off the critical path (the worker holds the
+            # program weakly: a program dropped before its turn is not kept alive for it)
+            self._ahead.start(_work_ahead, weakref.ref(self), env, device.profile)
         if not encode_only:
             self._written(chosen, launch, device.profile)
         return Run(values, record, launches)
@@ -149,17 +163,78 @@ class Program:
             r = fn(arrays, device, session, consts) if fn is not None else None
         return r
 
+    def _seed(self, p: Plan, env, consts, bcs, inputs) -> None:
+        """After a generic run of plan ``p``: its instances, kept by the plan's instance function for these sizes
+        (or kept until it is written), so that a call at sizes seen before encodes nothing, whichever path ran
+        first. Only when the function would have encoded the same words: inputs C-contiguous over buffers of
+        their own (the addresses follow the arrays' lengths)."""
+        arrays = list(inputs.values())
+        # (an array over memory numpy does not own, torch's, is addressed like one over its own)
+        if not all(a.flags.c_contiguous and a.base.__class__ is not np.ndarray for a in arrays) or \
+                _input_classes(self.graph.inputs, inputs):
+            return
+        fn = self._fast.get(id(p), _MISSING)
+        if fn is None:  # (the plan has no function)
+            return
+        item = (dict(env.values), None if consts is None else dict(consts), list(bcs))
+        if fn is not _MISSING:
+            instance.seed(fn, *item)
+        else:
+            pending = self._seeds.setdefault(id(p), [])
+            if len(pending) < 16:
+                pending.append(item)
+
+    def _store(self, p: Plan, fn) -> None:
+        """Make ``fn`` plan ``p``'s instance function, with the instances generic runs encoded before it."""
+        if fn is not None:
+            for item in self._seeds.pop(id(p), ()):
+                instance.seed(fn, *item)
+        self._fast[id(p)] = fn
+
     def _written(self, p: Plan, launch: ProgramLaunch, profile) -> None:
-        """After a generic run of plan ``p``: write its instance function at its second run, or again when the
-        tiles it was written with have changed."""
+        """After a generic run of plan ``p``: write its instance function at its second run when the worker is
+        not to (it writes both plans' after the first call, ``_work_ahead``), or again when the tiles it was
+        written with have changed."""
         key = id(p)
         n = self._generic_runs[key] = self._generic_runs.get(key, 0) + 1
         fn = self._fast.get(key, _MISSING)
         if fn is _MISSING:
-            if n >= 2:
-                self._fast[key] = instance.generate(self, launch, profile, self._binder, Run, _Env)
+            done = self._ahead.done
+            # (not while the worker is to write it: calls take the generic path meanwhile, no call stalls for it)
+            if n >= 2 and (done is None or done.is_set()):
+                self._store(p, instance.generate(self, launch, profile, self._binder, Run, _Env))
         elif fn is not None and any(self._tiles.get(k) is not t for k, t in fn.kept):
-            self._fast[key] = instance.generate(self, launch, profile, self._binder, Run, _Env)
+            self._store(p, instance.generate(self, launch, profile, self._binder, Run, _Env))
+
+    def _writable(self) -> bool:
+        """Whether the plan can have an instance function (fused, and every kernel composed: a text-path kernel
+        has none)."""
+        return self.fuse and instance.ENABLED and all(gk.text is None for gk in self.kernels.values())
+
+    def _work_ahead(self, env, profile) -> None:
+        """What the background worker does after a program's first call: build the split plan's kernels (when it
+        has one), then write the instance functions of both plans, so that neither a second call nor the first
+        call of the split plan runs the generic path or waits for Python to compile a function."""
+        if self.plan.has_fallback:
+            self._build_split_plan(env, profile)
+        if not self.fuse or not instance.ENABLED:
+            return
+        for p in (self.plan, self.plan.fallback):
+            if p is None or self._fast.get(id(p)) is not None:
+                continue
+            launch = self._launches.get(id(p))
+            if launch is None:
+                launch = self._launches.setdefault(id(p), ProgramLaunch(self, p))
+            fn = instance.generate(self, launch, profile, self._binder, Run, _Env)
+            if fn is not None and self._fast.get(id(p)) is None:  # (None: the generic runs write it, as before)
+                self._store(p, fn)
+        if self.plan.has_fallback:  # the split plan's new builds: decoded (validated, if not trusted) now, not by
+            for grp in self.plan.fallback.groups:  # its first launch
+                if grp.kind != "custom":
+                    for b in list(self.kernel(self.plan.fallback, grp)._builds.values()):
+                        enc = getattr(b, "encoder", None)
+                        if enc is not None and enc.decoded is None:
+                            enc.validate_template(trust=True)
 
     def _build_split_plan(self, env, profile) -> None:
         """Build the split plan's kernels for the lengths it will run (a guarded row just past the row block the
@@ -209,6 +284,13 @@ class Program:
                                 tuple(design(d) for d in grp.space))
         self._tiles[key] = t
         return t
+
+def _work_ahead(ref, env, profile) -> None:
+    """The background worker's job for a program (``Program._work_ahead``), unless it has been dropped."""
+    prog = ref()
+    if prog is not None:
+        prog._work_ahead(env, profile)
+
 
 def _signature(args, static: dict, names, fn=None, ones: bool = True):
     """The capture key of a call: the arguments' structure, per array its dtype and its static dims' sizes (and,

@@ -21,10 +21,12 @@ written); the generic path then runs the call and reports any error as it always
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import numpy as np
 
+from ..vm import bytecode
 from .build import MAX_INSTANCES, alias_groups
 from .captured_args import exact
 from .fusion import VIEWS, Plan
@@ -33,12 +35,25 @@ from .launch import GroupLaunch, StackItem, _addressing, _input_classes, _materi
 
 ENABLED = os.environ.get("DVMLANG_INSTANCE_FN", "1") != "0"  # 0: every call takes the generic path
 _POOLS = 4  # sets of intermediate buffers a program keeps (calls on as many threads at once reuse them)
+INLINE = os.environ.get("DVMLANG_INSTANCE_INLINE", "1") != "0"  # 0: encode through the kernels' instances
 SPLIT = object()  # what a plan's function returns when the call's sizes take the split plan
 _SIZED = 256  # the sizes whose instances a program keeps (the oldest goes first)
 
 
 class _Unsupported(Exception):
     """The plan has something the generated function does not write (the generic path runs it)."""
+
+
+def seed(fn, sizes: dict, consts, bcs) -> None:
+    """Give ``fn`` (an instance function) the instances a generic run of its plan encoded at ``sizes`` (root
+    symbol id -> size): a call at those sizes then encodes nothing. Only for a run the function would have
+    served the same way (its caller checks: C-contiguous inputs over buffers of their own)."""
+    cache = fn.instances
+    if cache is None or len(bcs) != fn.kernels or any(r not in sizes for r in fn.roots):
+        return
+    key = tuple([sizes[r] for r in fn.roots]) + (None if consts is None else _consts_key(consts),)
+    if key not in cache and len(cache) < _SIZED:
+        cache[key] = tuple(bcs)
 
 
 def _consts_key(consts: dict) -> tuple:
@@ -124,6 +139,8 @@ class _Generator:
         self.bound: dict[int, str] = {}  # root symbol id -> its variable
         self.stored: dict[int, str] = {}  # node id -> the variable of its array
         self.kept: list = []  # (GroupKernel.key, the tiles written in)
+        self.inline = INLINE  # the encodes written out (encode_all), not through the kernels' instances
+        self.encodes: list = []  # per kernel: (tag, GroupKernel, build, argument expressions, position -> array)
 
     # ---- sizes -------------------------------------------------------------------------------------------
     def dim(self, d) -> str:
@@ -173,8 +190,12 @@ class _Generator:
         w("values = {" + ", ".join(f"{n.id}: a{i}" for i, n in enumerate(ins)) + "}")
         if len(ins) > 1:
             w.const("INPUTS", list(ins))
-            w("if _input_classes(INPUTS, values):")
-            w("    return None")
+            # (inputs over buffers of their own, the common case, cannot share one unless one array is passed twice)
+            ids = ", ".join(f"id(a{i})" for i in range(len(ins)))
+            bases = " or ".join(f"a{i}.base is not None" for i in range(len(ins)))
+            w(f"if len({{{ids}}}) != {len(ins)} or {bases}:")
+            w("    if _input_classes(INPUTS, values):")
+            w("        return None")
         for i, n in enumerate(ins):
             self.stored[n.id] = f"a{i}"
         w.const("KEPT", self.kept)
@@ -230,6 +251,9 @@ class _Generator:
         fn.source = src
         fn.sized_source = self.sized_source
         fn.kept = self.kept
+        fn.roots = list(self.bound)  # the root symbols whose sizes key the instances (``SIZED``), in order
+        fn.instances = w.ns.get("SIZED")  # sizes -> the kernels' instances (None: a plan with no kernel)
+        fn.kernels = len(self.tags)
         return fn
 
     def sized(self) -> None:
@@ -242,6 +266,8 @@ class _Generator:
             self.sized_source = ""
             w("bcs = ()")
             return
+        if self.inline:
+            self.encode_all()
         sizes = list(self.bound.values())
         params = sizes + ["consts"] + self.sized_params
         bcs = ", ".join(f"bc{t}" for t in self.tags)
@@ -264,6 +290,93 @@ class _Generator:
         for t in self.tags:
             w(f"    GS{t}.hits += 1")
             w(f"    GS{t}.launches += 1")
+
+    def encode_all(self) -> None:
+        """The program's encodes, written out (``inline``): every distinct value the sizes decide computed once
+        (a scalar argument's bits, an array's parameter-table key and global-memory span), one range check of the
+        size arguments, then per kernel a copy of its words (the build's template with every word the program
+        fixes already written: constant scalars, the first tensor's address), the words the sizes decide
+        written in place (each scalar's MOVI immediate, each tensor's address: tensors one after another,
+        ``gm_span``) and the instance made around them. The words are those ``Encoder.encode_values`` writes; no
+        kernel-level instance key is built (the program keeps its instances by the sizes, ``SIZED``)."""
+        w = self.ws
+        names: dict = {}  # an expression -> the variable holding it
+
+        def val(e: str) -> str:
+            v = names.get(e)
+            if v is None:
+                v = names[e] = f"x{len(names)}"
+                w(f"{v} = {e}")
+            return v
+
+        ints: list[str] = []
+        for tag, gk, build, exprs, arrays, _ in self.encodes:
+            for i in build.int_args:
+                e = exprs[i]
+                v = _literal(e)
+                if v is None:
+                    if val(e) not in ints:
+                        ints.append(val(e))
+                elif not -(1 << 31) <= v < 1 << 31:
+                    raise _Unsupported  # (the generic path reports it)
+        if ints:
+            hi, lo = (f"max({', '.join(ints)})", f"min({', '.join(ints)})") if len(ints) > 1 else (ints[0], ints[0])
+            w(f"if {hi} > {(1 << 31) - 1} or {lo} < {-(1 << 31)}:")
+            w("    return None")
+        for tag, gk, build, exprs, arrays, fixed in self.encodes:
+            enc = build.encoder
+            slots, tensors, ranks = enc._patch_tables
+            words = enc._words[:]
+            for wd, p, d in slots:
+                v = _literal(exprs[p])
+                if v is not None:
+                    words[wd] = bytecode._CONVERTERS[d](v)
+            w.const(f"W{tag}", words)
+            w.const(f"E{tag}", enc)
+            body = [f"code = W{tag}[:]"]
+            other = []  # the constants' words when the call gives other values (a lazy program reused)
+            for wd, p, d in slots:
+                e = exprs[p]
+                if _literal(e) is not None:
+                    continue
+                if e in fixed:  # a graph constant: its value's bits in the template, others written per call
+                    words[wd] = bytecode._CONVERTERS[d](fixed[e])
+                    w.const(f"CV{d.name}", bytecode._CONVERTERS[d])
+                    other.append(f"    code[{wd}] = CV{d.name}({e})")
+                    continue
+                if d.is_float or not d.is_int:
+                    w.const(f"CV{d.name}", bytecode._CONVERTERS[d])
+                    body.append(f"code[{wd}] = {val(f'CV{d.name}({e})')}")
+                else:
+                    mask = (1 << (d.itemsize * 8)) - 1
+                    x = val(f"int({e})") if _NOT_INT.search(e) else val(e)  # (a constant: a numpy scalar)
+                    body.append(f"code[{wd}] = {val(f'{x} & {mask}')}")
+            first = True
+            for n, (i, _, itemsize, tw) in enumerate(tensors):
+                if first:
+                    for x in tw:
+                        words[x] = bytecode.GM_BASE
+                else:
+                    body += [f"code[{x}] = cur" for x in tw]
+                if n + 1 < len(tensors):
+                    if ranks[i] > 1:
+                        raise _Unsupported
+                    count = f"(len({arrays[i]}) or 1)" if ranks[i] else "1"
+                    span = val(f"({count} * {itemsize} + {bytecode.GM_ALIGN - 1}) & {-bytecode.GM_ALIGN}")
+                    body.append(f"cur = {bytecode.GM_BASE} + {span}" if first else f"cur += {span}")
+                    first = False
+            if other:
+                body += ["if consts is not None:"] + other
+            keys = ", ".join(val(f"({arrays[i]}.dtype, {arrays[i]}.shape, {arrays[i]}.strides)") if i in arrays
+                             else "None" for i in range(len(exprs)))
+            body.append(f"bc{tag} = E{tag}._instance(code, ({keys},), None, lg{tag})")
+            w.const(f"GS{tag}", gk.stats)
+            body += [f"GS{tag}.encodes += 1", f"GS{tag}.launches += 1"]
+            if gk.sink is not None:
+                w.const(f"SINK{tag}", gk.sink)
+                body.append(f"SINK{tag}.encodes += 1")
+            for line in body:
+                w(line)
 
     def bind(self) -> None:
         """The ``_Binder``'s checks, unrolled: any mismatch returns None (the generic binder reports it)."""
@@ -446,7 +559,14 @@ class _Generator:
                 w(f"o{oid} = values[{oid}] = empty(({dims}), DT{oid})")
             else:  # an intermediate: a piece of the program's buffer for it, grown when a call needs more
                 n = " * ".join(self.dim(d) for d in shape if self.dim(d) != "1") or "1"
-                w(f"fl_o{oid} = _take(pool, {k}, {n}, DT{oid})")
+                if n.isdigit():
+                    w(f"fl_o{oid} = _take(pool, {k}, {n}, DT{oid})")
+                else:  # (``_take`` written out)
+                    w(f"n{oid} = {n}")
+                    w(f"b = pool[{k}]")
+                    w(f"if b.size < n{oid}:")
+                    w(f"    b = pool[{k}] = empty(n{oid} + (n{oid} >> 2), DT{oid})")
+                    w(f"fl_o{oid} = b[:n{oid}]")
                 w(f"o{oid} = values[{oid}] = fl_o{oid}.reshape(({dims}))")
                 self.flat_of[f"o{oid}"] = f"fl_o{oid}"
             self.stored[oid] = f"o{oid}"
@@ -500,11 +620,14 @@ class _Generator:
         if gl.kind == "matmul":
             bm, bn, _ = kept
             m, n_, kk = (self.dim(d) for d in gl.mm)
-            w(f"nbn{tag} = -(-{n_} // {bn})")
+            nbn = _folded(f"-(-{n_} // {bn})")
+            if not nbn.isdigit():
+                w(f"nbn{tag} = {nbn}")
+                nbn = f"nbn{tag}"
             batch = space[:-2]
-            g0, g1, g2 = (f"(-(-{m} // {bm})) * nbn{tag}", batch[0] if len(batch) > 0 else "1",
+            g0, g1, g2 = (_folded(f"(-(-{m} // {bm})) * {nbn}"), batch[0] if len(batch) > 0 else "1",
                           batch[1] if len(batch) > 1 else "1")
-            scal = [m, n_, kk, f"nbn{tag}"] + [f"float({self.dim(d)})" for d in gl.dims]
+            scal = [m, n_, kk, nbn] + [f"float({self.dim(d)})" for d in gl.dims]
             tiles = tuple(kept)
             cores = profile.cube_cores
         else:
@@ -522,13 +645,15 @@ class _Generator:
                     w(f"if {cols} > {kept.bc}:")
                     w("    return None")
                 ncb = "1" if gl.mode in ("row", "loop") else _folded(f"-(-{cols} // {kept.bc})")
-                w(f"ncb{tag} = {ncb}")
-                w(f"g{tag} = {_folded(f'-(-{rows} // {kept.br})')} * ncb{tag}")
+                if not ncb.isdigit():
+                    w(f"ncb{tag} = {ncb}")
+                    ncb = f"ncb{tag}"
+                w(f"g{tag} = {_folded(_folded(f'-(-{rows} // {kept.br})') + f' * {ncb}')}")
                 prod = " * ".join(f"max(1, {d})" for d in outer if d != "1") if r > 2 else ""
                 w(f"if g{tag}{' * ' + prod if prod else ''} > {profile.max_programs}:")
                 w("    return None")
                 g0 = f"g{tag}"
-                extra = [f"ncb{tag}"] if gl.mode == "tiled" else []
+                extra = [ncb] if gl.mode == "tiled" else []
             g1 = outer[0] if len(outer) > 0 else "1"
             g2 = outer[1] if len(outer) > 1 else "1"
             scal = [space[-2] if r >= 2 else "1", space[-1] if r >= 1 else "1"] + extra
@@ -550,19 +675,25 @@ class _Generator:
             consts = bits = ""
         args += scal
         keys += scal
-        w(f"args{tag} = [{', '.join(args)}{consts}, {grid}, T{tag}]")
         w(f"lg{tag} = (T{tag} if T{tag} < {cores} else {cores}) or 1, 1, 1")
         build = gk._builds.get(tiles)
         if build is None or build.encoder.target.name != profile.name:
             raise _Unsupported
-        w.const(f"B{tag}", build)
-        w.const(f"I{tag}", gk._instances)
-        w.const(f"TILES{tag}", tiles)
-        # the instance key: the arguments with each array's length in its place (GroupKernel.prepare's key)
-        w(f"ikey{tag} = (TILES{tag}, lg{tag}, ({', '.join(keys)}{bits}, {grid}, T{tag}), {id(profile)})")
         at = gl.tensor_at
         arrays = "{" + ", ".join(f"{i}: {f}" for i, f in zip(at, flats)) + "}"
-        w(f"bc{tag} = _instance(GK{tag}, B{tag}, I{tag}, ikey{tag}, args{tag}, lg{tag}, {arrays})")
+        if self.inline:
+            # the arguments by parameter position: the constants one by one, then the logical grid
+            consts_at = [f"c{tag}[{j}]" for j in range(len(gl.consts))]
+            self.encodes.append((tag, gk, build, args + consts_at + [x.strip() for x in grid.split(",")] +
+                                 [f"T{tag}"], dict(zip(at, flats)), dict(zip(consts_at, gl.consts))))
+        else:
+            w(f"args{tag} = [{', '.join(args)}{consts}, {grid}, T{tag}]")
+            w.const(f"B{tag}", build)
+            w.const(f"I{tag}", gk._instances)
+            w.const(f"TILES{tag}", tiles)
+            # the instance key: the arguments with each array's length in its place (GroupKernel.prepare's key)
+            w(f"ikey{tag} = (TILES{tag}, lg{tag}, ({', '.join(keys)}{bits}, {grid}, T{tag}), {id(profile)})")
+            w(f"bc{tag} = _instance(GK{tag}, B{tag}, I{tag}, ikey{tag}, args{tag}, lg{tag}, {arrays})")
         w = self.w  # per call again: the arrays and the launch's item
         w.const(f"GS{tag}", gk.stats)
         n = len(self.tags)
@@ -576,6 +707,18 @@ class _Generator:
             arrays = f"arrs{tag}"
             alias = f"alias_groups(arrs{tag}, BASES{tag})"
         self.items[-1].append(f"StackItem(bcs[{n}], {arrays}, {gk.name!r}, {alias})")
+
+
+def _literal(e: str):
+    """The value of an argument expression that has no variables (``512``, ``float(64)``), else None."""
+    if _LITERAL.fullmatch(e):
+        return eval(e, {"max": max, "float": float})  # noqa: S307 - digits, operators, max and float only
+    return None
+
+
+_LITERAL = re.compile(r"(?:[0-9\s+\-*/().,]|float|max)+")
+# a graph constant (a numpy scalar) or a float in an argument expression: written through int(), as the encoder does
+_NOT_INT = re.compile(r"\bc\d+_\d+\[|float\(")
 
 
 def _folded(e: str) -> str:

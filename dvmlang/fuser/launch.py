@@ -120,6 +120,7 @@ class ProgramLaunch:
             if items:
                 stages.append(items)
         prog.encode_s += time.perf_counter() - t0
+        self.last_bcs = [it.bytecode for st in stages for it in st]  # (the plan's instance function keeps them)
         if encode_only:
             return None, stages
         if not stages:

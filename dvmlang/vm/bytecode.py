@@ -430,12 +430,23 @@ class Encoder:
         # instance's dict is a copy: no insertion, no resizing), but its kernel record's (Bytecode.__getattr__)
         self._shared = dict(proto.__dict__, _encoder=self, _table=None, _grid=None, _code_bytes=None, encode_s=0.0)
         del self._shared["kernels"]
+        self._params = params
+        self.decoded = None
+        if validate:
+            self.validate_template()
+
+    def validate_template(self, trust: bool = False) -> None:
+        """Validate the template (an instance with placeholder shapes and zero scalars): the verdict every
+        instance of the build shares. Done at once unless the build asked otherwise (a composed kernel's is done
+        by its first launch, or ahead of it, on the background worker, for a plan built ahead). ``trust``: decoded
+        only, when the build is ``trusted`` (``Bytecode._decode``)."""
+        if self.decoded is not None:
+            return
+        params = self._params
         placeholder = [ParamInfo(p.kind, p.name, p.dtype, p.rank, (1,) * p.rank if p.kind == "tensor" else (),
                                  (1,) * p.rank if p.kind == "tensor" else ()) for p in params]
         scalars = {i: 0 for i, p in enumerate(params) if p.kind == "scalar"}
-        self.decoded = None
-        if validate:
-            self.decoded = self.encode(placeholder, scalars, (1, 1, 1)).validate().decoded
+        self.decoded = self.encode(placeholder, scalars, (1, 1, 1))._decode(trust).decoded
 
     def _first_patch(self, code, values, keys) -> None:
         """``_patcher``'s work as a loop over the build's tables (the first ``_LOOPED`` instances); later instances
