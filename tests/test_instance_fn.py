@@ -328,3 +328,36 @@ def test_written_out_encodes_of_torch_tensors_are_the_generic_words(name):
     fbuild.settle()
     lengths = [16, 1, 40, 7, 16, 300 if name == "decoder block" else 90, 40, 1]
     assert _words_agree(g, w, lengths, 4, torch.from_numpy) >= len(lengths) - 2
+
+
+def test_which_path_a_call_runs_does_not_depend_on_the_workers_progress(monkeypatch):
+    """The background worker writes a program's instance functions after its first call; the second call takes
+    them however long the worker takes, so the calls (and the device's L2 model, which sees which arrays a path
+    reuses) are the same whether the worker is quick or slow."""
+    import threading
+    import time
+
+    def calls(delay):
+        real = instance.generate
+
+        def slow(*a, **k):
+            if threading.current_thread() is not threading.main_thread():
+                time.sleep(delay)
+            return real(*a, **k)
+        monkeypatch.setattr(instance, "generate", slow)
+        dev = dvmlang.npu.Device()
+        g = dvmlang.graph(lambda x, w: ops.softmax(x @ w, axis=-1) * 2.0, device=dev)
+        rng = np.random.default_rng(3)
+        w = rng.standard_normal((32, 48)).astype(np.float32)
+        out = []
+        for L in (5, 9, 5, 9, 12):
+            y = g(rng.standard_normal((L, 32)).astype(np.float32), w)
+            r = g.last_launch
+            out.append((y.tobytes(), r.cycles, r.hbm_bytes, r.l2_hit_bytes, sum(1 for p in g._captured.values()
+                                                                                 for f in p._fast.values() if f)))
+        monkeypatch.setattr(instance, "generate", real)
+        return out, dev.simulated_cycles
+
+    quick, slow = calls(0.0), calls(0.3)
+    assert quick == slow
+    assert quick[0][1][4] >= 1  # (the second call had the function)

@@ -115,10 +115,16 @@ class Program:
 
         A plan that has run twice has its instance function (instance.py): the call's host work as one
         straight-line function. It returns None for anything it does not cover, and the generic path runs."""
-        if values is None and not encode_only and self._fast:
-            r = self.run_fast([inputs[n.id] for n in self.graph.inputs], device, session, consts)
-            if r is not None:
-                return r
+        if values is None and not encode_only:
+            done = self._ahead.done
+            if done is not None and not done.is_set() and id(self.plan) not in self._fast:
+                # the worker is writing the instance functions: this call takes them, so that which path a call
+                # runs (and so which arrays the device's L2 model sees) never depends on the worker's progress
+                self._ahead.wait()
+            if self._fast:
+                r = self.run_fast([inputs[n.id] for n in self.graph.inputs], device, session, consts)
+                if r is not None:
+                    return r
         env = self.bind(inputs)
         chosen = self.choose(env, device.profile)
         if chosen is not self.plan:
