@@ -89,6 +89,10 @@ class Program:
         self._fast: dict = {}  # id(plan) -> its instance function (instance.py), None where it has none
         self._generic_runs: dict = {}  # id(plan) -> calls the generic path ran (the function is written at 2)
         self._seeds: dict = {}  # id(plan) -> instances generic runs encoded before its function was written
+        # whether the instance functions may write the encodes out: not once a generic run had inputs whose words
+        # the written-out encodes would lay out otherwise (views addressed from their root arrays), so that a call at
+        # sizes that run saw takes its kernels' instances and encodes nothing
+        self._inline = True
 
     def bind(self, inputs: dict[int, np.ndarray]):
         if self._binder is None:
@@ -178,6 +182,8 @@ class Program:
         # (an array over memory numpy does not own, torch's, is addressed like one over its own)
         if not all(a.flags.c_contiguous and a.base.__class__ is not np.ndarray for a in arrays) or \
                 _input_classes(self.graph.inputs, inputs):
+            if id(p) not in self._fast:  # (its function is not written yet: it will encode through the kernels)
+                self._inline = False
             return
         fn = self._fast.get(id(p), _MISSING)
         if fn is None:  # (the plan has no function)
