@@ -172,11 +172,10 @@ def _worker() -> None:
 class ComposedBuild:
     """A composed kernel: its template and encoder, and the parameters' records."""
 
-    __slots__ = ("template", "encoder", "infos", "int_args", "trusted")
+    __slots__ = ("template", "encoder", "infos", "int_args")
 
     def __init__(self, template, infos: list[ParamInfo], profile, trusted: bool = False, validate: bool = False):
         self.template = template
-        self.trusted = trusted
         self.infos = infos
         ub = template.footprint.get("ub", 0)
         template.double_buffer = profile.double_buffer and 2 * ub <= profile.ub_bytes
@@ -200,7 +199,7 @@ class ComposedBuild:
             if i is None:
                 return None
             debug.append((pc, own[i]))
-        return ComposedBuild(replace(t, debug=debug), infos, profile, self.trusted)
+        return ComposedBuild(replace(t, debug=debug), infos, profile, self.encoder.trusted)
 
 
 def _sources(debug) -> dict:

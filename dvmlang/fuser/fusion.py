@@ -108,9 +108,13 @@ class Plan:
     # the split plan a guarded row falls back to: planned at its first use (``fallback``), not with this plan (a
     # program that never meets a row too long for its block never pays for it; the build ahead plans it off the
     # critical path)
-    has_fallback: bool = False
     _make_fallback: object = field(default=None, repr=False, compare=False)
     _fallback: "Plan | None" = field(default=None, repr=False, compare=False)
+
+    @property
+    def has_fallback(self) -> bool:
+        """Whether there is a split plan (planned or still to plan), without planning it."""
+        return self._make_fallback is not None or self._fallback is not None
 
     @property
     def fallback(self) -> "Plan | None":
@@ -617,6 +621,5 @@ def plan(g: Graph, fuse: bool = True, row_fits=None, split_reductions: bool = Fa
             return plan(g, fuse, row_fits, split_reductions, {**(no_row or {}), **too_long})
     result = Plan(g, groups, p.rejections, stages, fuse, split_reductions)
     if fuse and not split_reductions and any(grp.mode == "row" and grp.guard is not None for grp in groups):
-        result.has_fallback = True
         result._make_fallback = lambda: plan(g, fuse, row_fits, True, no_row)
     return result
