@@ -115,6 +115,7 @@ class Ahead:
             _quietly(fn, args)
             return
         self.done = threading.Event()
+        _pending(1)
         _WORK.put((fn, args, self.done))
         _worker()
 
@@ -126,9 +127,11 @@ class Ahead:
 
 
 def settle() -> None:
-    """Wait until the background worker has done everything handed to it so far."""
-    if _WORKER and _WORKER[0].is_alive():
+    """Wait until the background worker has done everything handed to it so far (at once when it has nothing
+    left: no round trip through its thread)."""
+    if _PENDING[0] and _WORKER and _WORKER[0].is_alive():
         done = threading.Event()
+        _pending(1)
         _WORK.put((lambda: None, (), done))
         done.wait()
 
@@ -142,6 +145,14 @@ def _quietly(fn, args) -> None:
 
 _WORK: queue.SimpleQueue = queue.SimpleQueue()
 _WORKER: list = []
+_PENDING = [0]  # pieces of work handed to the worker and not done yet
+_PENDING_LOCK = threading.Lock()
+
+
+def _pending(n: int) -> None:
+    with _PENDING_LOCK:
+        _PENDING[0] += n
+
 _WORKER_CPU = [0.0]  # thread CPU seconds the worker has spent on work handed to it
 
 
@@ -161,6 +172,7 @@ def _worker() -> None:
             c = time.thread_time()
             _quietly(fn, args)
             _WORKER_CPU[0] += time.thread_time() - c
+            _pending(-1)
             done.set()
             time.sleep(0)  # let the caller's thread run between pieces of work
 
