@@ -386,3 +386,28 @@ def test_a_length_seen_before_encodes_nothing_when_its_first_inputs_were_views()
     from math import erf
     want = 2 * (0.5 * z * (1 + np.vectorize(erf)(z / np.sqrt(2))))
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_size_one_capture_is_called_directly_and_only_for_its_ones(monkeypatch):
+    """A function that broadcasts a size-1 dim (rotary's ``cos`` of shape (L, 1, D) against (L, H, D)) has a
+    capture specialised to its size-1 dims. Calls with the same dims of size 1 go straight to its instance
+    functions (no capture lookup); a call with other dims of size 1 (L = 1, H = 1) takes a capture of its own;
+    every output equals numpy's, calls alternating between the patterns included."""
+    g = dvmlang.graph(lambda x, c: x * c + 1.0)
+    rng = np.random.default_rng(3)
+    looked_up = []
+    program = type(g)._program
+    monkeypatch.setattr(type(g), "_program", lambda self, args: looked_up.append(1) or program(self, args))
+    shapes = [(5, 4), (6, 4), (7, 4), (8, 4), (9, 4), (1, 4), (10, 4), (11, 1), (12, 4), (1, 1), (13, 4), (11, 1)]
+    counts = []
+    for L, H in shapes:
+        x = rng.standard_normal((L, H, 8)).astype(np.float32)
+        c = rng.standard_normal((L, 1, 8)).astype(np.float32)
+        np.testing.assert_array_equal(g(x, c), x * c + np.float32(1.0))
+        counts.append(len(looked_up))
+    assert _fast_count(g) >= 1
+    # the (L, H, 1) pattern's calls after its first two (capture, then the instance function written) and the
+    # worker's turn take the direct path: (9, 4), (10, 4), (12, 4) and (13, 4) make no lookup
+    direct = [shapes[i] for i in range(1, len(shapes)) if counts[i] == counts[i - 1]]
+    assert (10, 4) in direct and (12, 4) in direct and (13, 4) in direct, direct
+    assert (1, 4) not in direct and (1, 1) not in direct, direct

@@ -312,6 +312,11 @@ def _signature(args, static: dict, names, fn=None, ones: bool = True):
     return key + (ca.closure_key(fn),) if fn is not None else key
 
 
+def _ones(arrays) -> tuple:
+    """Which dims of each array are 1 (the part of a call's signature a size-1 capture is keyed by)."""
+    return tuple([1 in a.shape and tuple([n == 1 for n in a.shape]) for a in arrays])
+
+
 def _has_ones(args) -> bool:
     return any(1 in a.shape for arr in args for _, _, a in ca.leaves("", arr))
 
@@ -339,7 +344,9 @@ class GraphFunction:
         self._tail = tuple(tail) if plain and tail else None
         self._captured: dict = {}  # signature -> Program (None: the generic capture cannot serve it)
         self._generic_ok: dict = {}  # signature with its size-1 dims -> whether the generic capture takes it
-        self._direct: dict = {}  # (dtypes and ranks, closure key) -> (program, where each input comes from)
+        # (dtypes and ranks, closure key) -> [the generic capture's (program, where each input comes from), {which
+        # dims are 1 (_ones) -> a size-1 capture's}]
+        self._direct: dict = {}
         self.stats = GraphStats()
         self.last_launch = None
 
@@ -507,17 +514,22 @@ class GraphFunction:
         return tuple([(a.dtype, a.ndim) for a in args]), ca.closure_key(self.fn)
 
     def _remember_direct(self, prog: Program, args, raw) -> None:
-        """After a call of numpy arrays (``raw``, positional; ``args`` with the defaults) that the generic capture
-        served: calls with the same dtypes, ranks and closed-over arrays go straight to its instance functions
-        (``_call_direct``). Not for a capture that compared sizes (its size-1 calls have a capture of their own),
+        """After a call of numpy arrays (``raw``, positional; ``args`` with the defaults) that a capture served:
+        calls with the same dtypes, ranks and closed-over arrays go straight to its instance functions
+        (``_call_direct``). A capture specialised to the call's size-1 dims serves the calls with those dims of
+        size 1 (``_ones``). Not for a capture that compared sizes (its size-1 calls have a capture of their own),
         arrays inside containers or arrays from defaults."""
         if prog.compared_sizes or not all([a.__class__ is np.ndarray for a in raw]):
             return
         if any(w is not None and (w[1] or w[0] >= len(raw)) for w in prog.arg_paths):
             return
+        entry = (prog, [w[0] if w is not None else prog.graph.closures[n]
+                        for n, w in zip(prog.graph.inputs, prog.arg_paths)])
+        d = self._direct.setdefault(self._direct_key(raw), [None, {}])
         if self._captured.get(_signature(args, self.static, self.names, self.fn, ones=False)) is prog:
-            self._direct[self._direct_key(raw)] = (prog, [w[0] if w is not None else prog.graph.closures[n]
-                                                          for n, w in zip(prog.graph.inputs, prog.arg_paths)])
+            d[0] = entry
+        elif self._captured.get(("ones", _signature(args, self.static, self.names, self.fn))) is prog:
+            d[1][_ones(raw)] = entry
 
     def _call_direct(self, args, device):
         """A call of numpy arrays, through the instance functions of the program that served calls like it; None
@@ -525,7 +537,12 @@ class GraphFunction:
         d = self._direct.get(self._direct_key(args))
         if d is None:
             return None
-        prog, order = d
+        entry = d[1].get(_ones(args)) if d[1] else None
+        if entry is None:
+            entry = d[0]
+            if entry is None:
+                return None
+        prog, order = entry
         arrays = [args[p] if p.__class__ is int else p for p in order]
         before = prog.fallbacks
         r = prog.run_fast(arrays, device, active_session())

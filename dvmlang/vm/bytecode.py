@@ -241,9 +241,13 @@ class Bytecode:
             self.decoded = enc.decoded  # another instance of the build was decoded since
             return self
         if trust and enc is not None and enc.trusted:
-            from .decode import decode_kernel
-            self.decoded = DecodedKernels([decode_kernel(self.code, k.code_start, k.code_words)
-                                           for k in self.kernels])
+            assembled = enc._template.decoded  # (the assembler's record of what it packed: nothing to read back)
+            if assembled is not None:
+                self.decoded = DecodedKernels([assembled])
+            else:
+                from .decode import decode_kernel
+                self.decoded = DecodedKernels([decode_kernel(self.code, k.code_start, k.code_words)
+                                               for k in self.kernels])
         else:
             from .validator import validate
             decoded = validate(self)

@@ -1,12 +1,17 @@
 """Pass 6: assembly. Labels get their pcs, every instruction is packed into 64-bit words (``encode_into``,
 shared with the tests), and the relocation slots (tensor addresses), scalar-parameter slots and the debug
-line table are recorded: the ``Template`` every launch instance of the build shares."""
+line table are recorded: the ``Template`` every launch instance of the build shares. Each instruction's
+decoded form (the fields ``decode.decode_one`` would read back from its words) is recorded as it is packed:
+the device's decoding of a template it trusts (``Bytecode._decode``) is that list, not a second pass over the
+words."""
 
 from __future__ import annotations
 
 from array import array
 
+from ... import dtypes as dt
 from .. import isa
+from ..decode import Decoded
 from .program import Code, Label, Template
 
 
@@ -21,12 +26,16 @@ def assemble(kernel: str, code: Code, reg_types: list, footprint: dict[str, int]
             pc += item.ins.words
             instrs.append(item)
     words = array("Q", bytes(8 * pc))
-    relocs, slots, debug = [], [], []
+    relocs, slots, debug, decoded = [], [], [], []
     last_loc = None
+    by_code = dt.BY_CODE
     for e in instrs:
         if e.target is not None:
             e.vals["target"] = e.target.pc
-        encode_into(words, e.pc, e.ins, e.vals, e.dtype, e.set, e.wait)
+        head, vals = encode_into(words, e.pc, e.ins, e.vals, e.dtype, e.set, e.wait)
+        decoded.append(Decoded(e.pc, e.ins, vals, by_code.get(0 if e.dtype is None else e.dtype.code),
+                               None if e.set is None else (int(e.set[0]), e.set[1]),
+                               None if e.wait is None else (int(e.wait[0]), e.wait[1]), head))
         if e.reloc_param is not None:
             relocs.append((e.pc + _field_word(e.ins, "gm"), 0, e.reloc_param))
         if e.scalar_param is not None:
@@ -36,7 +45,8 @@ def assemble(kernel: str, code: Code, reg_types: list, footprint: dict[str, int]
             last_loc = e.loc
     kind = "mix" if code.uses_cube else "vector"
     return Template(kernel, words, list(code.layout_list), list(reg_types), footprint,
-                    [b for b in buffers if b.nbytes > 0], relocs, slots, debug, list(code.strings), kind)
+                    [b for b in buffers if b.nbytes > 0], relocs, slots, debug, list(code.strings), kind,
+                    decoded=decoded)
 
 
 def _field_word(ins: isa.Instr, name: str) -> int:
@@ -46,8 +56,9 @@ def _field_word(ins: isa.Instr, name: str) -> int:
     raise KeyError(name)
 
 
-def encode_into(words: array, pc: int, ins: isa.Instr, vals: dict, dtype, set_, wait) -> None:
-    """Pack one instruction into ``words`` at ``pc`` (the assembler and the tests share this)."""
+def encode_into(words: array, pc: int, ins: isa.Instr, vals: dict, dtype, set_, wait) -> tuple[int, dict]:
+    """Pack one instruction into ``words`` at ``pc`` (the assembler and the tests share this). Returns its head
+    word and its fields as packed (each masked to its width: what decoding reads back)."""
     head = ins.opcode | (int(ins.pipe) << isa.PIPE_SHIFT) | ((ins.words - 1) << isa.LEN_SHIFT)
     if set_ is not None:
         head |= (1 << isa.SET_FLAG_SHIFT) | (int(set_[0]) << isa.SET_PIPE_SHIFT) | (set_[1] << isa.SET_EVENT_SHIFT)
@@ -56,12 +67,14 @@ def encode_into(words: array, pc: int, ins: isa.Instr, vals: dict, dtype, set_, 
     if dtype is not None:
         head |= dtype.code << isa.DTYPE_SHIFT
     ops = [0] * (ins.words - 1)
+    packed = {}
     for name, w, shift, mask in ins.packing:
-        v = (int(vals.get(name, 0)) & mask) << shift
+        v = packed[name] = int(vals.get(name, 0)) & mask
         if w:
-            ops[w - 1] |= v
+            ops[w - 1] |= v << shift
         else:
-            head |= v
+            head |= v << shift
     words[pc] = head
     for i, o in enumerate(ops):
         words[pc + 1 + i] = o
+    return head, packed

@@ -88,6 +88,7 @@ class Template:
     strings: list[str]
     kind: str
     double_buffer: bool = False
+    decoded: list | None = None  # per instruction, its ``decode.Decoded`` (the assembler's record; None: read back)
 
 
 def nbytes(shape, dtype: dt.DType) -> int:
