@@ -89,10 +89,6 @@ class Program:
         self._fast: dict = {}  # id(plan) -> its instance function (instance.py), None where it has none
         self._generic_runs: dict = {}  # id(plan) -> calls the generic path ran (the function is written at 2)
         self._seeds: dict = {}  # id(plan) -> instances generic runs encoded before its function was written
-        # whether the instance functions may write the encodes out: not once a generic run had inputs whose words
-        # the written-out encodes would lay out otherwise (views addressed from their root arrays), so that a call at
-        # sizes that run saw takes its kernels' instances and encodes nothing
-        self._inline = True
 
     def bind(self, inputs: dict[int, np.ndarray]):
         if self._binder is None:
@@ -176,14 +172,10 @@ class Program:
     def _seed(self, p: Plan, env, consts, bcs, inputs) -> None:
         """After a generic run of plan ``p``: its instances, kept by the plan's instance function for these sizes
         (or kept until it is written), so that a call at sizes seen before encodes nothing, whichever path ran
-        first. Only when the function would have encoded the same words: inputs C-contiguous over buffers of
-        their own (the addresses follow the arrays' lengths)."""
-        arrays = list(inputs.values())
-        # (an array over memory numpy does not own, torch's, is addressed like one over its own)
-        if not all(a.flags.c_contiguous and a.base.__class__ is not np.ndarray for a in arrays) or \
-                _input_classes(self.graph.inputs, inputs):
-            if id(p) not in self._fast:  # (its function is not written yet: it will encode through the kernels)
-                self._inline = False
+        first. Only when the function would have encoded the same words: inputs C-contiguous over buffers no
+        other input shares (both paths address each as an array of its own: the addresses follow the arrays'
+        lengths, ``launch.ProgramLaunch._group``)."""
+        if not all(a.flags.c_contiguous for a in inputs.values()) or _input_classes(self.graph.inputs, inputs):
             return
         fn = self._fast.get(id(p), _MISSING)
         if fn is None:  # (the plan has no function)

@@ -138,8 +138,7 @@ class _Generator:
         self.bound: dict[int, str] = {}  # root symbol id -> its variable
         self.stored: dict[int, str] = {}  # node id -> the variable of its array
         self.kept: list = []  # (GroupKernel.key, the tiles written in)
-        self.inline = INLINE and prog._inline  # the encodes written out (encode_all), not through the kernels'
-        # instances
+        self.inline = INLINE  # the encodes written out (encode_all), not through the kernels' instances
         self.encodes: list = []  # per kernel: (tag, GroupKernel, build, argument expressions, position -> array)
 
     # ---- sizes -------------------------------------------------------------------------------------------

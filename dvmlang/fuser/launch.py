@@ -145,9 +145,11 @@ class ProgramLaunch:
         args = []
         for x, own, arg_dims, plain in gl.tensors:
             arr = values.get(x.id) if plain else None
-            if arr is not None and arr.base is None and arr.flags.c_contiguous:
-                # an array over its own memory (outputs, most inputs): its flat view and its strides in elements
-                # along the space's dims, lined up on the right (0 along a dim of 1, which it does not vary along)
+            if arr is not None and arr.flags.c_contiguous and (arr.base is None or (not classes and x.op == "input")):
+                # an array over its own memory (outputs, most inputs), or a C-contiguous input over a buffer no
+                # other input shares (a view the caller sliced: addressed as the instance function addresses it):
+                # its flat view and its strides in elements along the space's dims, lined up on the right (0 along
+                # a dim of 1, which it does not vary along)
                 args.append(arr.reshape(-1))
                 item = arr.itemsize
                 pad = r - arr.ndim
