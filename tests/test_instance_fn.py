@@ -39,6 +39,12 @@ def _fast_count(g) -> int:
     return sum(1 for p in g._captured.values() if p is not None for f in p._fast.values() if f)
 
 
+def _settle() -> None:
+    from dvmlang.fuser import build as fbuild
+
+    fbuild.settle()
+
+
 def _generic_only(g) -> None:
     """No instance function for ``g``'s next call: the background worker (which writes them after a first call,
     and may have run while ``instance.ENABLED`` was on for the other graph) has finished, and what it wrote is
@@ -62,6 +68,7 @@ def _compare(fn, make_args, lengths, static=None):
         instance.ENABLED = True
         got = _tuple(fast(*args))
         rec = fast.last_launch
+        _settle()  # (what the call handed the worker is done while functions are on, as for a user)
         instance.ENABLED = False
         _generic_only(generic)
         want = _tuple(generic(*args))
@@ -434,3 +441,31 @@ def test_inputs_sliced_from_larger_arrays_are_addressed_alike_on_both_paths(name
     fns = [f for p in fast._captured.values() if p is not None for f in p._fast.values() if f]
     assert fns and all("code = W" in f.sized_source for f in fns)
     assert _words_agree(fast, w, [31, 16, 40], 4, wrap=sliced) >= 2
+
+
+def test_the_split_plan_s_function_is_written_when_the_split_plan_first_runs():
+    """After the first call the worker builds the split plan's kernels and writes the fused plan's function
+    only: a program whose rows never outgrow the row block never pays for the split plan's function. The split
+    plan's first call runs the generic path on the kernels built ahead (no build) and hands its function to the
+    worker; its later calls are served by it, with the generic path's results."""
+    g = dvmlang.graph(lambda x: ops.softmax(x, axis=-1))
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    g(x)
+    assert _fast_count(g) == 1
+    prog = next(p for p in g._captured.values() if p is not None)
+    assert prog.plan.has_fallback and g.stats.built_ahead >= 1
+    builds = g.stats.builds
+    served = []
+    for L in (300, 8, 300, 700, 8):
+        x = rng.standard_normal((4, L)).astype(np.float32)
+        fast = prog.run_fast([x], dvmlang.npu.default_device())
+        _settle()
+        served.append(fast is not None)
+        e = np.exp(x - x.max(-1, keepdims=True))
+        np.testing.assert_allclose(fast.values[prog.graph.outputs[0].id] if fast is not None else g(x),
+                                   e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+        if fast is None:
+            _settle()
+    assert served == [False, True, True, True, True], served
+    assert g.stats.builds == builds and _fast_count(g) == 2

@@ -196,17 +196,22 @@ class Program:
         self._fast[id(p)] = fn
 
     def _written(self, p: Plan, launch: ProgramLaunch, profile) -> None:
-        """After a generic run of plan ``p``: write its instance function at its second run when the worker is
-        not to (it writes both plans' after the first call, ``_work_ahead``), or again when the tiles it was
-        written with have changed."""
+        """After a generic run of plan ``p``: have its instance function written. The fused plan's is written by
+        the worker after the first call (``_work_ahead``), or at its second generic run when the worker is not
+        to; the split plan's, which most programs never run, is handed to the worker at its first run (the
+        next call of the split plan waits for it: which path a call runs never depends on the worker's
+        progress). Written again when the tiles it was written with have changed."""
         key = id(p)
         n = self._generic_runs[key] = self._generic_runs.get(key, 0) + 1
         fn = self._fast.get(key, _MISSING)
         if fn is _MISSING:
             done = self._ahead.done
             # (not while the worker is to write it: calls take the generic path meanwhile, no call stalls for it)
-            if n >= 2 and (done is None or done.is_set()):
-                self._store(p, instance.generate(self, launch, profile, self._binder, Run, _Env))
+            if done is None or done.is_set():
+                if p is not self.plan and self._ahead.started and self._writable():
+                    self._ahead.start(_write_ahead, weakref.ref(self), p, profile)
+                elif n >= 2:
+                    self._store(p, instance.generate(self, launch, profile, self._binder, Run, _Env))
         elif fn is not None and any(self._tiles.get(k) is not t for k, t in fn.kept):
             self._store(p, instance.generate(self, launch, profile, self._binder, Run, _Env))
 
@@ -217,21 +222,13 @@ class Program:
 
     def _work_ahead(self, env, profile) -> None:
         """What the background worker does after a program's first call: build the split plan's kernels (when it
-        has one), then write the instance functions of both plans, so that neither a second call nor the first
-        call of the split plan runs the generic path or waits for Python to compile a function."""
+        has one) and decode them, and write the fused plan's instance function, so that neither a second call
+        nor the first call of the split plan waits for a build or for Python to compile a function (the split
+        plan's function is written when it first runs, ``_written``)."""
         if self.plan.has_fallback:
             self._build_split_plan(env, profile)
-        if not self.fuse or not instance.ENABLED:
-            return
-        for p in (self.plan, self.plan.fallback):
-            if p is None or self._fast.get(id(p)) is not None:
-                continue
-            launch = self._launches.get(id(p))
-            if launch is None:
-                launch = self._launches.setdefault(id(p), ProgramLaunch(self, p))
-            fn = instance.generate(self, launch, profile, self._binder, Run, _Env)
-            if fn is not None and self._fast.get(id(p)) is None:  # (None: the generic runs write it, as before)
-                self._store(p, fn)
+        if self.fuse and instance.ENABLED:
+            self._write_function(self.plan, profile)
         if self.plan.has_fallback:  # the split plan's new builds: decoded (validated, if not trusted) now, not by
             for grp in self.plan.fallback.groups:  # its first launch
                 if grp.kind != "custom":
@@ -239,6 +236,17 @@ class Program:
                         enc = getattr(b, "encoder", None)
                         if enc is not None and enc.decoded is None:
                             enc.validate_template(trust=True)
+
+    def _write_function(self, p: Plan, profile) -> None:
+        """Write plan ``p``'s instance function, unless it has one (or functions are switched off)."""
+        if self._fast.get(id(p)) is not None or not instance.ENABLED:
+            return
+        launch = self._launches.get(id(p))
+        if launch is None:
+            launch = self._launches.setdefault(id(p), ProgramLaunch(self, p))
+        fn = instance.generate(self, launch, profile, self._binder, Run, _Env)
+        if self._fast.get(id(p)) is None:  # (None: the plan has something a function does not cover)
+            self._store(p, fn)
 
     def _build_split_plan(self, env, profile) -> None:
         """Build the split plan's kernels for the lengths it will run (a guarded row just past the row block the
@@ -294,6 +302,13 @@ def _work_ahead(ref, env, profile) -> None:
     prog = ref()
     if prog is not None:
         prog._work_ahead(env, profile)
+
+
+def _write_ahead(ref, p: Plan, profile) -> None:
+    """The background worker's job for a plan's first run: its instance function (``Program._written``)."""
+    prog = ref()
+    if prog is not None:
+        prog._write_function(p, profile)
 
 
 def _signature(args, static: dict, names, fn=None, ones: bool = True):
