@@ -241,13 +241,8 @@ class Bytecode:
             self.decoded = enc.decoded  # another instance of the build was decoded since
             return self
         if trust and enc is not None and enc.trusted:
-            assembled = enc._template.decoded  # (the assembler's record of what it packed: nothing to read back)
-            if assembled is not None:
-                self.decoded = DecodedKernels([assembled])
-            else:
-                from .decode import decode_kernel
-                self.decoded = DecodedKernels([decode_kernel(self.code, k.code_start, k.code_words)
-                                               for k in self.kernels])
+            from .decode import decode_kernels
+            self.decoded = DecodedKernels(decode_kernels(self.code, self.kernels, enc._template.decoded))
         else:
             from .validator import validate
             decoded = validate(self)

@@ -112,6 +112,15 @@ def decode_kernel(code, start: int, nwords: int) -> list[Decoded]:
     return out
 
 
+def decode_kernels(code, kernels, assembled: list | None = None) -> list[list[Decoded]]:
+    """Per kernel, its decoded instructions: read from ``code``, or, for a one-kernel template the assembler
+    recorded as it packed it (``Template.decoded``), that record (the same fields, but for the words an instance
+    patches: the device reads those from the instance's words)."""
+    if assembled is not None and len(kernels) == 1:
+        return [assembled]
+    return [decode_kernel(code, k.code_start, k.code_words) for k in kernels]
+
+
 def sop_parts(v: int, kind: str = "sop") -> tuple[bool, int]:
     """(is_register, register index or signed immediate) of a scalar-operand field of ``kind`` (``sop``, or
     the 16-bit ``sop16``)."""
