@@ -38,14 +38,15 @@ def test_a_store_overwritten_before_any_read_is_dead():
     assert _dead_stores([(0, 0, 64), (1, 64, 128), [(0, 1 << 62)]]) == set()
 
 
-def _old_rule_stores(rp: Replay) -> int:
-    return len(re.findall(r"^\s+(MU\[\d+\] = Slot|place_among\()", rp.source, re.M))
+def _stores(rp: Replay) -> int:
+    """The tiles a replay stores in the unified buffer: vector results, and loads kept in the buffer too."""
+    return len(re.findall(r"^\s+(MU\[\d+\] = Slot|place_among\(|t\d+ = LV\d+\(b, L, True\))", rp.source, re.M))
 
 
 def test_the_models_replays_drop_the_stores_overwritten_before_a_read(monkeypatch):
     """The replays of a torch model store fewer tiles than vector instructions they compute (a result overwritten
-    on chip before any step reads it there is a local variable only), and the model's calls are those of a device
-    that never replays, bit for bit (outputs and every launch's record)."""
+    on chip before any step reads it there is a local variable only, and so is a loaded tile), and the model's calls
+    are those of a device that never replays, bit for bit (outputs and every launch's record)."""
     torch = pytest.importorskip("torch")
     from test_replay import _models
     tst = importlib.import_module("dvmlang.torch.stats")
@@ -77,8 +78,10 @@ def test_the_models_replays_drop_the_stores_overwritten_before_a_read(monkeypatc
     assert results[0] == results[1]
     assert made
     computed = sum(len(re.findall(r"^\s+t\d+ = FIN\d+\(", rp.source, re.M)) for rp in made)
-    stored = sum(_old_rule_stores(rp) for rp in made)
+    stored = sum(_stores(rp) for rp in made)
+    loads = sum(len(re.findall(r"= LV\d+\(b, L, False\)", rp.source)) for rp in made)
     assert computed > 0 and stored * 2 < computed, (stored, computed)  # (before: 294 of 295 on this model; 76 now)
+    assert loads > 0  # (loads only vector instructions read, into local variables alone)
 
 
 # ---- a batch's reads of a grid of programs ----------------------------------------------------------------------

@@ -166,6 +166,7 @@ def generate(m, trace, n: int) -> Replay | None:
     body: list[str] = []
     live: set = set()  # registers holding a value from memory, or computed from one, at this point of the path
     ub: list = []  # what the body does to the unified buffer, in order: reads, stores and overwrites (_dead_stores)
+    kept_loads: set = set()  # the body's lines loading a tile into a local variable (and the buffer, unless dead)
     lifts: dict = {}
 
     def lifted(match) -> str:  # a register's value as a tile operand: the register is the recorded constant
@@ -241,18 +242,32 @@ def generate(m, trace, n: int) -> Replay | None:
             cur[w_reg] = _UNKNOWN
         reads = _ub_ranges(m, d)
         if fast is not None and not any(r in live for r in r_in):
-            env[f"D{j}"] = fast
-            body.append(f"D{j}(b, L)")
             if s.ins.family == "dma_load" and w_tile is not None and w_tile[0] == "ub":
                 # a resolved load writes its whole destination and nothing else on chip (its descriptor was found
                 # for a load that keeps none of it: ``resolve``), and leaves global memory as it is: the locals
-                # of other ranges still hold what the buffer holds there
+                # of other ranges still hold what the buffer holds there. With a small batch, the tile is a local
+                # variable too, stored in the buffer only when a later step reads it from there (``_dead_stores``)
                 lo, hi = w_tile[1], w_tile[2]
                 ub.append([r for r in reads if r != (lo, hi)])
-                ub.append((None, lo, hi))
                 if tiles is not None:
                     tiles.forget_range(lo, hi)
+                value = getattr(fast, "value", None)
+                if tiles is not None and value is not None:
+                    env[f"LV{j}"] = value
+                    tiles.n += 1
+                    var = f"t{tiles.n}"
+                    body.append(f"{var} = LV{j}(b, L, True)")
+                    kept_loads.add(len(body) - 1)
+                    ub.append((len(body) - 1, lo, hi))
+                    _, dtp, shape = m.layout(d.vals["dst"])
+                    tiles.local[(lo, hi - lo, dtp.np)] = (var, tuple(shape))
+                else:
+                    env[f"D{j}"] = fast
+                    body.append(f"D{j}(b, L)")
+                    ub.append((None, lo, hi))
                 continue
+            env[f"D{j}"] = fast
+            body.append(f"D{j}(b, L)")
         else:
             env[f"S{i}"] = s.fn
             body.append(f"S{i}(b, L)")
@@ -261,8 +276,9 @@ def generate(m, trace, n: int) -> Replay | None:
             tiles.forget()
     regs_to(final)
     dead = _dead_stores(ub)
-    if dead:
-        body = [x for at, x in enumerate(body) if at not in dead]
+    if dead:  # (a dead load still loads, into its local variable alone)
+        body = [x if at not in dead else x[:-len("True)")] + "False)" for at, x in enumerate(body)
+                if at not in dead or at in kept_loads]
     head = ["def replay(b, L):", "    R = b.regs", "    k = 0"]
     if tiles is not None and tiles.used:
         head.append("    MU = b.mem['ub']")
