@@ -222,7 +222,8 @@ function (per instance, with the launch base), which keeps only what computes nu
   before another store or load overwrites them (a backward pass over the byte ranges the path's steps read from
   the buffer: a result only vector instructions read, or one overwritten first, is never stored; a batch's
   on-chip memory is dropped when its launch ends). A transfer from global memory overwrites its destination and
-  nothing else, so the local variables of other ranges outlive it;
+  nothing else, so the local variables of other ranges outlive it, and (in a small batch) the tile it loads is a
+  local variable too, stored in the buffer under the same rule;
 * a branch on a live register whose other way traps before the way on (a device assertion, such as a
   gather's index check) is tested as the step-by-step path tests it: the programs that go the other way trap,
   with the trap's error (the same programs, the same line), before any other program goes on. A path with any
