@@ -187,3 +187,36 @@ def test_an_arrays_address_is_numpys():
     for a in (r, r[10:500], r[10:500].reshape(10, 49), r[::2], r[5:], r[0:0], np.zeros((3, 4))[:, 1],
               np.broadcast_to(r[3:4], (5,)), r.view(np.uint8)[3:], ro, np.zeros(0), np.zeros((2, 3)).T):
         assert _address(a) == a.__array_interface__["data"][0]
+
+
+def test_a_stack_of_no_kernel_or_an_empty_stage_runs(monkeypatch):
+    """``run_stack`` of no stage, of an empty stage (what a lazy flush of views alone hands the device), and of an
+    empty stage before a model's stages, called again and again, on the steady device and on
+    ``Device(replay=False)``: the same records and outputs."""
+    torch = pytest.importorskip("torch")
+    from test_replay import _models
+    f, make = _models()["mlp"]
+    torch.manual_seed(5)
+    args = make()
+    out = []
+    for replay in (True, False):
+        dev = Device(replay=replay)
+        seen = []
+        run_stack = Device.run_stack
+
+        def spy(self, stages, **kw):
+            seen.append(stages)
+            return run_stack(self, stages, **kw)
+        monkeypatch.setattr(Device, "run_stack", spy)
+        torch._dynamo.reset()
+        with dev, torch.no_grad():
+            c = torch.compile(f, backend="dvmlang")
+            c(*args)
+        monkeypatch.setattr(Device, "run_stack", run_stack)
+        got = []
+        for _ in range(4):
+            for stages in ([], [[]], [[]] + seen[-1], seen[-1] + [[]]):
+                got.append(_record(dev.run_stack(stages, name="s")))
+                got.append([a.tobytes() for stage in stages for item in stage for a in item[1].values()])
+        out.append(got)
+    assert out[0] == out[1]

@@ -163,7 +163,7 @@ def _row(stage, prof) -> list:
 def _kept(device, stages, prof, options):
     """The plan kept for a stack of exactly these kernels (the same bytecodes and names, stage by stage), or
     None."""
-    kept = device.__dict__.get("_stacks", {}).get(id(stages[0][0][0]))
+    kept = device.__dict__.get("_stacks", {}).get(_first(stages))
     if kept is None or kept[0] is not prof or kept[1] != options or len(kept[2]) != len(stages):
         return None
     plan = kept[2]
@@ -174,6 +174,14 @@ def _kept(device, stages, prof, options):
             if item[0] is not m.bc or item[2] != m.name:
                 return None
     return plan
+
+
+def _first(stages) -> int | None:
+    """The id of a stack's first bytecode (what its plan is kept under), None for a stack of no kernel."""
+    for stage in stages:
+        for item in stage:
+            return id(item[0])
+    return None
 
 
 def members(device, stages) -> tuple[list, float]:
@@ -224,7 +232,7 @@ def members(device, stages) -> tuple[list, float]:
         stacks = device.__dict__.setdefault("_stacks", {})
         if len(stacks) >= 64:
             stacks.clear()
-        stacks[id(stages[0][0][0])] = (prof, options, made)
+        stacks[_first(stages)] = (prof, options, made)
     return out, clock
 
 
