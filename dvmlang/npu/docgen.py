@@ -77,7 +77,10 @@ MODEL = """\
   (`l2_across_launches`): what a launch read or wrote stays resident, so the next launch that reads it
   pays no HBM for those bytes; dirty bytes go back to HBM (charged to the launch that evicts them). A tensor
   is known by its host array: a new array is a new GM buffer and starts cold. A tensor larger than L2
-  streams through and evicts everything.
+  streams through and evicts everything. (Under `torch.compile` the backend hands the device a new array for
+  every tensor at every call, a parameter's too, so a model's weights start cold at each call, where on the
+  hardware a weight stays at its HBM address and a later call finds it in L2; the fused program's pooled
+  intermediates keep their arrays and stay resident.)
 
 ## The cycle model
 
