@@ -296,6 +296,11 @@ class _Tiles:
     def forget(self) -> None:
         self.local.clear()
 
+    def forget_range(self, lo: int, hi: int) -> None:
+        """Forget the locals of the unified-buffer bytes [lo, hi) (a step overwrote them, and nothing else)."""
+        for key in [k for k in self.local if k[0] < hi and lo < k[0] + k[1]]:
+            del self.local[key]
+
     def _read(self, d, field: str, rank, lines: list) -> str:
         m = self.m
         addr, dtp, shape = m.layout(d.vals[field])

@@ -23,6 +23,7 @@ from ..errors import DvmError, LaunchError, ResourceError, warn_user
 from ..vm import isa
 from . import replay as _replay
 from . import steady as _steady
+from .steady import split_cores as _split_cores
 from .compiled import compiled as compiled_blocks
 from .execute import execute, quietly, run_alone, run_prefix
 from .l2 import L2Cache
@@ -87,19 +88,36 @@ class LaunchRecord:
         cores = None
         busy: dict = {}
         for r in parts:
-            read += r.bytes_read
-            written += r.bytes_written
-            instructions += r.instructions
-            hbm += r.hbm_bytes
-            hits += r.l2_hit_bytes
-            back += r.writeback_bytes
-            dispatched += r.dispatched
-            unaligned += r.unaligned_cycles
-            c = r.cores
+            d = r.__dict__
+            raw = d.get("_raw")
+            if raw is not None and d.keys() <= _FRESH:  # (as Device._finish made it: its fields, not yet unpacked)
+                read += raw[0]
+                written += raw[1]
+                instructions += raw[4]
+                hbm += raw[6]
+                hits += raw[7]
+                back += raw[8]
+                shared = d["_shared"]
+                dispatched += shared["dispatched"]
+                unaligned += raw[9]
+                c = shared["cores"]
+                each = raw[2]
+                for q, label in enumerate(PIPE_LABELS):  # (what pipe_busy would hold: each pipe's, in pipe order)
+                    busy[label] = busy.get(label, 0.0) + each[q]
+            else:
+                read += r.bytes_read
+                written += r.bytes_written
+                instructions += r.instructions
+                hbm += r.hbm_bytes
+                hits += r.l2_hit_bytes
+                back += r.writeback_bytes
+                dispatched += r.dispatched
+                unaligned += r.unaligned_cycles
+                c = r.cores
+                for q, v in r.pipe_busy.items():
+                    busy[q] = busy.get(q, 0.0) + v
             if cores is None or c > cores:
                 cores = c
-            for q, v in r.pipe_busy.items():
-                busy[q] = busy.get(q, 0.0) + v
         return cls.of(_COMBINED, {
             "name": name, "grid": (), "cycles": cycles, "bytes_read": read, "bytes_written": written,
             "time_us": cycles / profile.clock_hz * 1e6, "cores": 0 if cores is None else cores, "kind": kind,
@@ -172,6 +190,8 @@ del _RECORD_DEFAULTS["time_us"]
 for _name in _RECORD_DEFAULTS:
     delattr(LaunchRecord, _name)
 delattr(LaunchRecord, "time_us")
+# the keys of a record as Device._finish makes it (LaunchRecord.combined reads its figures from "_raw" then)
+_FRESH = frozenset(("cycles", "_raw", "_shared", "prints", "diagnostics", "timing_kept"))
 _COMBINED = LaunchRecord.base()  # (a combined record's own dict holds every field it sets: the rest are defaults)
 # a pipe's busy cycles, per pipe in pipe order (a list or an array) -> the record's pipe_busy dict
 _pipe_busy = eval(  # noqa: S307 - from the pipe labels
@@ -275,31 +295,24 @@ class Device:
         t0 = time.perf_counter()
         prof = self.profile
         overhead = prof.launch_overhead_cycles
-        clock = 0.0
-        members = []
         # a member whose timing is kept and whose path is replayed takes the steady way (npu/steady.py)
-        steady = trace is None and self.replay and not self.sequential and self.timing_cache is True and \
-            not self.debug and not self.race_detection
-        for stage in stages:
-            for bc, _, _, _ in stage:
-                self._ready(bc)
-            shares = _split_cores(stage, prof)
-            longest = 0.0
-            for (bc, arrays, kname, alias), cores in zip(stage, shares):
-                # side by side, the kernels share HBM: each gets the part of it its cores are of the stage's
-                share = cores / sum(shares)
-                rec = None
-                if steady:
-                    base, al = self._bases(bc, 0, kname, cores, 0, kname, clock, share), alias or {q: q for q in arrays}
-                    st = base.steady or (_steady.make(self, base, bc, arrays, al) if base.replay else None)
-                    if st is not None and st.fits(arrays, al):
-                        rec = _steady.run(self, base, st, bc, arrays, al)
-                if rec is None:
-                    rec = self._run_kernel(bc, 0, arrays, trace, kname, alias, cores=cores, overhead=0,
-                                           start=clock, group=kname, hbm_share=share)
-                members.append(rec)
-                longest = max(longest, rec.cycles)
-            clock += longest
+        if trace is None and self.replay and not self.sequential and self.timing_cache is True and \
+                not self.debug and not self.race_detection:
+            members, clock = _steady.members(self, stages)
+        else:
+            members, clock = [], 0.0
+            for stage in stages:
+                for bc, _, _, _ in stage:
+                    self._ready(bc)
+                shares = _split_cores(stage, prof)
+                longest = 0.0
+                for (bc, arrays, kname, alias), cores in zip(stage, shares):
+                    # side by side, the kernels share HBM: each gets the part of it its cores are of the stage's
+                    rec = self._run_kernel(bc, 0, arrays, trace, kname, alias, cores=cores, overhead=0, start=clock,
+                                           group=kname, hbm_share=cores / sum(shares))
+                    members.append(rec)
+                    longest = max(longest, rec.cycles)
+                clock += longest
         total = LaunchRecord.combined(name, members, int(round(overhead + clock)), "stack", overhead, prof)
         total.members = members
         total.stages = [len(s) for s in stages]
@@ -639,25 +652,6 @@ def _dispatch(T, first, last, cores: int, cycles: int):
         first[1:, cores:] += cycles
         last[:, cores:] += cycles
     return shift
-
-
-def _split_cores(stage, prof) -> list[int]:
-    """Cores for each kernel of a stage: every kernel gets at least one, the rest go by program count."""
-    if len(stage) == 1:
-        bc = stage[0][0]
-        return [prof.cube_cores if bc.kernels[0].mix else prof.vector_cores]
-    kerns = [bc.kernels[0] for bc, _, _, _ in stage]
-    progs = [k.grid[0] * k.grid[1] * k.grid[2] for k in kerns]
-    same, n_same = {}, {}  # mix -> the programs of the stage's kernels of that kind, summed in order; their count
-    for k, p in zip(kerns, progs):
-        same[k.mix] = same.get(k.mix, 0) + p
-        n_same[k.mix] = n_same.get(k.mix, 0) + 1
-    out = []
-    for k, p in zip(kerns, progs):
-        pool = prof.cube_cores if k.mix else prof.vector_cores
-        share = max(1, int(pool * p / max(1, same[k.mix])))
-        out.append(min(share, max(1, pool - (n_same[k.mix] - 1))))
-    return out
 
 
 _local = threading.local()

@@ -431,7 +431,7 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n, pending=False):
         # programs that read the same window (e.g. the tiles of a matmul shared by a row of programs): read
         # each distinct window once
         bases, inverse, prog = _windows_of(desc, n)
-        if len(bases) <= n // 2:
+        if len(bases) <= n // 2 or prog is not None:  # (stepping windows: one strided read, then one per program)
             if u.empty:
                 return _pad_array(n, shape, npdt, pad), False
             if prog is not None:  # the windows step uniformly: one strided read of them all
@@ -442,6 +442,17 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n, pending=False):
                 return (Windows(windows, inverse) if pending else windows[inverse]), False
             out = _padded(n, shape, npdt, pad)
             out[(slice(None),) + u.box] = windows[inverse]
+            return out, False
+        grid = _grid_of(desc, n)
+        if grid is not None:  # a grid of programs (rows and columns of tiles): one strided read of every box
+            if u.empty:
+                return _pad_array(n, shape, npdt, pad), False
+            first, s1, k, s2 = grid
+            boxes = _strided(g, first + u.offset, (n // k, k) + u.ext, (s2, s1) + u.st).reshape((n,) + u.ext)
+            if full:
+                return boxes, True  # (a view of GM, or a copy of it: either may be materialised before a store)
+            out = _padded(n, shape, npdt, pad)
+            out[(slice(None),) + u.box] = boxes
             return out, False
     out = _padded(n, shape, npdt, pad)
     plan = _gather_plan(desc, n, shape)

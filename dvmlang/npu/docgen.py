@@ -77,7 +77,10 @@ MODEL = """\
   (`l2_across_launches`): what a launch read or wrote stays resident, so the next launch that reads it
   pays no HBM for those bytes; dirty bytes go back to HBM (charged to the launch that evicts them). A tensor
   is known by its host array: a new array is a new GM buffer and starts cold. A tensor larger than L2
-  streams through and evicts everything.
+  streams through and evicts everything. (Under `torch.compile` the backend hands the device a new array for
+  every tensor at every call, a parameter's too, so a model's weights start cold at each call, where on the
+  hardware a weight stays at its HBM address and a later call finds it in L2; the fused program's pooled
+  intermediates keep their arrays and stay resident.)
 
 ## The cycle model
 
@@ -217,8 +220,13 @@ function (per instance, with the launch base), which keeps only what computes nu
 * a transfer uses the descriptor its step found for the recorded registers (a tensor of another size than
   the one its box was checked against goes through the step, which checks it);
 * a small batch's vector instructions are computed directly, as the compiled path computes them, with their
-  register operands as constants, and a result is not stored in the unified buffer when no later step of the
-  path reads those bytes (a batch's on-chip memory is dropped when its launch ends);
+  register operands as constants; a result read again by a later vector instruction is taken from a local
+  variable, and it is stored in the unified buffer only when a later step reads those bytes from the buffer
+  before another store or load overwrites them (a backward pass over the byte ranges the path's steps read from
+  the buffer: a result only vector instructions read, or one overwritten first, is never stored; a batch's
+  on-chip memory is dropped when its launch ends). A transfer from global memory overwrites its destination and
+  nothing else, so the local variables of other ranges outlive it, and (in a small batch) the tile it loads is a
+  local variable too, stored in the buffer under the same rule;
 * a branch on a live register whose other way traps before the way on (a device assertion, such as a
   gather's index check) is tested as the step-by-step path tests it: the programs that go the other way trap,
   with the trap's error (the same programs, the same line), before any other program goes on. A path with any
@@ -248,6 +256,18 @@ the general path and drops the steady state. `tests/test_steady.py` calls random
 shapes, aliased inputs, a trace in the middle of the stream, kept timings dropped and launches held mid-stream),
 an out-of-range gather and torch models on a device that takes the steady way, on `Device(replay=False)` and on
 the sequential device, and compares outputs, records (and each member's) and the devices' summed cycles.
+What a stacked launch's call repeats is kept too, per stack (the same kernels, stage by stage) and device
+options: each stage's split of the cores and of HBM, each member's launch base for the clock its stage starts at
+(looked up again when that clock differs), and one alias dict per member that has none of its own; the launch's
+record sums its members' figures from what `Device._finish` left, in the same order, without making each member's
+fields. `tests/test_steady_call.py` calls two models' stacks in turn on one device, and changes the device's
+options mid-stream, against `Device(replay=False)`.
+
+A batch's transfer whose programs' boxes lie on a grid (the programs' bases a row step and a column step apart:
+a matmul's tiles) reads every box through one strided view, and one whose distinct windows step uniformly (in
+another order than the programs') through one strided read and one copy per program; both read element by
+element through an index plan before. The L2 model finds a view's offset in its root array from the buffer
+protocol's address (a steady call makes new views of its pooled buffers at every call).
 
 A product of fewer than 2^24 multiply-accumulates runs on one BLAS thread (`npu/host.blas_one_thread`;
 `DVMLANG_BLAS_SMALL=N` sets the bound, 0 never): OpenBLAS splits products of a few hundred thousand MACs

@@ -3,6 +3,7 @@ they give a later launch (hits) and what evicting them costs (dirty bytes writte
 
 from __future__ import annotations
 
+import ctypes
 import weakref
 
 import numpy as np
@@ -59,7 +60,7 @@ class L2Cache:
         root = a
         while isinstance(root.base, np.ndarray):
             root = root.base
-        off = 0 if root is a else a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        off = 0 if root is a else _address(a) - _address(root)
         key = (id(root), off, a.nbytes)
         known = self._known
         if len(known) >= 4096:
@@ -267,6 +268,15 @@ class L2Cache:
                 if self.used <= capacity:
                     break
         return hbm + back, hits, back
+
+
+def _address(a: np.ndarray) -> int:
+    """The address of ``a``'s first byte: through the buffer protocol for a writable contiguous array (a few times
+    faster than building ``__array_interface__``), else from ``__array_interface__``."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.__array_interface__["data"][0]
 
 
 def _stamp(line: _Line) -> int:

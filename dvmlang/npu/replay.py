@@ -165,7 +165,8 @@ def generate(m, trace, n: int) -> Replay | None:
     cur = [_UNKNOWN] * len(first)  # (every register set at the first step that runs: whatever the batch starts with)
     body: list[str] = []
     live: set = set()  # registers holding a value from memory, or computed from one, at this point of the path
-    read_after = _ub_reads_after(m, path) if tiles is not None else None
+    ub: list = []  # what the body does to the unified buffer, in order: reads, stores and overwrites (_dead_stores)
+    kept_loads: set = set()  # the body's lines loading a tile into a local variable (and the buffer, unless dead)
     lifts: dict = {}
 
     def lifted(match) -> str:  # a register's value as a tile operand: the register is the recorded constant
@@ -191,7 +192,7 @@ def generate(m, trace, n: int) -> Replay | None:
     for j, (i, regs) in enumerate(path):
         s = steps[i]
         d = m.decoded[i]
-        r_in, _, w_reg, _ = _operands(m, d)
+        r_in, _, w_reg, w_tile = _operands(m, d)
         if s.kind in ("br_z", "br_nz") and d.vals["rc"] in live:
             # a branch on a value from memory: replayed only when its other way traps (a device assertion), then
             # tested as the step-by-step path tests it, the programs that go the other way trapping
@@ -220,6 +221,7 @@ def generate(m, trace, n: int) -> Replay | None:
         if s.pure:  # computed from a live register: run as the step runs
             env[f"S{i}"] = s.fn
             body.append(f"S{i}(b, L)")
+            ub.append(_ub_ranges(m, d))
             if w_reg is not None:
                 live.add(w_reg)
                 cur[w_reg] = _UNKNOWN
@@ -228,26 +230,55 @@ def generate(m, trace, n: int) -> Replay | None:
         if tiles is not None and tiles.emit(d, body):
             for x in range(at, len(body)):
                 body[x] = _LIFT.sub(lifted, body[x])
+            ub.append(_emitted_reads(m, d, body, at))  # (the operands read from the unified buffer, not a local)
             addr, dtp, shape = m.layout(d.vals["dst"])
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtp.itemsize
-            if not any(lo < addr + nbytes and addr < hi for lo, hi in read_after[j]):
-                last = body[-1]  # the store of a value nothing reads from the unified buffer again: dropped
-                assert last.startswith(("MU[", "place_among(MU,")), last
-                body.pop()
+            assert body[-1].startswith(("MU[", "place_among(MU,")), body[-1]
+            ub.append((len(body) - 1, addr, addr + nbytes))  # its store, a whole tile
             continue
         fast = resolved.get(j)
         if w_reg is not None:
             live.add(w_reg)  # (a value from memory: a scalar load, a tile's element)
             cur[w_reg] = _UNKNOWN
+        reads = _ub_ranges(m, d)
         if fast is not None and not any(r in live for r in r_in):
+            if s.ins.family == "dma_load" and w_tile is not None and w_tile[0] == "ub":
+                # a resolved load writes its whole destination and nothing else on chip (its descriptor was found
+                # for a load that keeps none of it: ``resolve``), and leaves global memory as it is: the locals
+                # of other ranges still hold what the buffer holds there. With a small batch, the tile is a local
+                # variable too, stored in the buffer only when a later step reads it from there (``_dead_stores``)
+                lo, hi = w_tile[1], w_tile[2]
+                ub.append([r for r in reads if r != (lo, hi)])
+                if tiles is not None:
+                    tiles.forget_range(lo, hi)
+                value = getattr(fast, "value", None)
+                if tiles is not None and value is not None:
+                    env[f"LV{j}"] = value
+                    tiles.n += 1
+                    var = f"t{tiles.n}"
+                    body.append(f"{var} = LV{j}(b, L, True)")
+                    kept_loads.add(len(body) - 1)
+                    ub.append((len(body) - 1, lo, hi))
+                    _, dtp, shape = m.layout(d.vals["dst"])
+                    tiles.local[(lo, hi - lo, dtp.np)] = (var, tuple(shape))
+                else:
+                    env[f"D{j}"] = fast
+                    body.append(f"D{j}(b, L)")
+                    ub.append((None, lo, hi))
+                continue
             env[f"D{j}"] = fast
             body.append(f"D{j}(b, L)")
         else:
             env[f"S{i}"] = s.fn
             body.append(f"S{i}(b, L)")
+        ub.append(reads)
         if tiles is not None:
             tiles.forget()
     regs_to(final)
+    dead = _dead_stores(ub)
+    if dead:  # (a dead load still loads, into its local variable alone)
+        body = [x if at not in dead else x[:-len("True)")] + "False)" for at, x in enumerate(body)
+                if at not in dead or at in kept_loads]
     head = ["def replay(b, L):", "    R = b.regs", "    k = 0"]
     if tiles is not None and tiles.used:
         head.append("    MU = b.mem['ub']")
@@ -259,22 +290,54 @@ def generate(m, trace, n: int) -> Replay | None:
     return Replay(env["replay"], len(path), src)
 
 
-def _ub_reads_after(m, path) -> list:
-    """Per position of ``path``, the unified-buffer byte ranges (lo, hi) some later step of it reads (a step may
-    read its destination too: an accumulating MMAD, a load that keeps part of it)."""
-    out = [()] * len(path)
-    later: set = set()
-    for j in range(len(path) - 1, -1, -1):
-        out[j] = tuple(later)
-        i, regs = path[j]
-        if regs is not None:
-            d = m.decoded[i]
-            if sum(f.kind == "tile" for f in d.ins.fields) != sum(1 for _ in m.tile_fields(d)):
-                later.add((0, 1 << 62))  # (a tile whose layout the kernel lacks: any bytes)
-            for space, lo, hi in _operands(m, d)[1]:
-                if space == "ub":
-                    later.add((lo, hi))
+_ANY = ((0, 1 << 62),)  # (a tile whose layout the kernel lacks: any bytes)
+
+
+def _ub_ranges(m, d) -> list:
+    """The unified-buffer byte ranges (lo, hi) step ``d`` may read when it runs as its step (a step may read its
+    destination too: an accumulating MMAD, a load that keeps part of it)."""
+    if sum(f.kind == "tile" for f in d.ins.fields) != sum(1 for _ in m.tile_fields(d)):
+        return list(_ANY)
+    return [(lo, hi) for space, lo, hi in _operands(m, d)[1] if space == "ub"]
+
+
+def _emitted_reads(m, d, body: list, at: int) -> list:
+    """The unified-buffer ranges a vector instruction written from line ``at`` of ``body`` on reads from the buffer
+    (its reader called: ``_Tiles._read``), not from a local variable."""
+    out = []
+    for f in d.ins.fields:
+        if f.kind == "tile" and d.ins.spaces.get(f.name) == "ub" and not f.writes and any(
+                x.startswith("t") and f"= RD{d.pc}_{f.name}(" in x for x in body[at:]):
+            addr, dtp, shape = m.layout(d.vals[f.name])
+            out.append((addr, addr + max(int(np.prod(shape, dtype=np.int64)) * dtp.itemsize, dtp.itemsize)))
     return out
+
+
+def _dead_stores(ub: list) -> set:
+    """The lines of a replay's body that store a value in the unified buffer which no later line reads from there
+    before another overwrites it (a batch's on-chip memory is dropped at the end of its launch). ``ub`` holds, in
+    the body's order, a list of the ranges a line reads, or (line, lo, hi) for a line storing a whole tile at [lo,
+    hi) (line None: an overwrite that is not dropped). A backward pass over the byte ranges read later."""
+    live: set = set()  # (lo, hi) ranges some later line reads before anything overwrites them
+    dead = set()
+    for e in reversed(ub):
+        if e.__class__ is tuple:
+            line, lo, hi = e
+            if line is not None and not any(a < hi and lo < b for a, b in live):
+                dead.add(line)
+            cut = set()
+            for a, b in live:  # the overwritten bytes are not read from an earlier store
+                if b <= lo or hi <= a:
+                    cut.add((a, b))
+                else:
+                    if a < lo:
+                        cut.add((a, lo))
+                    if hi < b:
+                        cut.add((hi, b))
+            live = cut
+        else:
+            live.update(e)
+    return dead
 
 
 def run(rp: Replay, b, L) -> None:

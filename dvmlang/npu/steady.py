@@ -134,3 +134,122 @@ def run(device, base, st: Steady, bc, arrays: dict, alias: dict):
     L.arrays = L.bc = None
     st.spare.append(L)
     return record
+
+
+# ---- the members of a stacked launch ---------------------------------------------------------------------------
+
+
+class _Member:
+    """What a member of a stacked launch has at every call of one stack (``_row``): its bytecode and name, its
+    cores and share of HBM, the clock its stage started at last with its launch base for it (``Device._bases``,
+    one tuple: another thread's call of the stack reads both or neither), and its alias groups when it has none
+    of its own (one per tensor)."""
+
+    __slots__ = ("bc", "name", "cores", "share", "based", "ident")
+
+
+def _row(stage, prof) -> list:
+    """A stage's members' ``_Member`` (made at a call of a stack whose kernels were not those of the one kept)."""
+    shares = split_cores(stage, prof)
+    row = []
+    for (bc, _, kname, _), cores in zip(stage, shares):
+        m = _Member()
+        m.bc, m.name, m.cores, m.share = bc, kname, cores, cores / sum(shares)
+        m.based = m.ident = None
+        row.append(m)
+    return row
+
+
+def _kept(device, stages, prof, options):
+    """The plan kept for a stack of exactly these kernels (the same bytecodes and names, stage by stage), or
+    None."""
+    kept = device.__dict__.get("_stacks", {}).get(_first(stages))
+    if kept is None or kept[0] is not prof or kept[1] != options or len(kept[2]) != len(stages):
+        return None
+    plan = kept[2]
+    for stage, row in zip(stages, plan):
+        if len(stage) != len(row):
+            return None
+        for item, m in zip(stage, row):
+            if item[0] is not m.bc or item[2] != m.name:
+                return None
+    return plan
+
+
+def _first(stages) -> int | None:
+    """The id of a stack's first bytecode (what its plan is kept under), None for a stack of no kernel."""
+    for stage in stages:
+        for item in stage:
+            return id(item[0])
+    return None
+
+
+def members(device, stages) -> tuple[list, float]:
+    """The records of the kernels of a stacked launch (``Device.run_stack``, untraced, on a device that takes the
+    steady way) and the clock after its last stage: a member whose timing is kept and whose path is replayed runs
+    its steady launch (``run``), any other through ``Device._run_kernel``, as ``run_stack``'s general way runs
+    it. What does not change between calls of one stack (each stage's split of the cores and HBM, the members'
+    launch bases while their stages start at the same clock, the alias groups a member without aliases has) is
+    worked out at its first call."""
+    prof = device.profile
+    options = (device.debug, device.watchdog, device.race_detection)
+    plan = _kept(device, stages, prof, options)
+    made = [] if plan is None else None
+    out = []
+    clock = 0.0
+    for k, stage in enumerate(stages):
+        for bc, _, _, _ in stage:
+            device._ready(bc)
+        if made is None:
+            row = plan[k]
+        else:
+            row = _row(stage, prof)
+            made.append(row)
+        longest = 0.0
+        for (bc, arrays, kname, alias), m in zip(stage, row):
+            based = m.based
+            if based is None or based[0] != clock:  # (the plan is for this profile and these options)
+                based = m.based = (clock, device._bases(bc, 0, kname, m.cores, 0, kname, clock, m.share))
+            base = based[1]
+            if alias:
+                al = alias
+            else:  # (one alias group per tensor: the dict made once for these tensors)
+                al = m.ident
+                if al is None or al.keys() != arrays.keys():
+                    al = m.ident = {q: q for q in arrays}
+            rec = None
+            st = base.steady or (make(device, base, bc, arrays, al) if base.replay else None)
+            if st is not None and st.fits(arrays, al):
+                rec = run(device, base, st, bc, arrays, al)
+            if rec is None:
+                rec = device._run_kernel(bc, 0, arrays, None, kname, alias, cores=m.cores, overhead=0, start=clock,
+                                         group=kname, hbm_share=m.share)
+            out.append(rec)
+            if rec.cycles > longest:
+                longest = rec.cycles
+        clock += longest
+    if made is not None:  # (kept with the device under the first kernel's bytecode, which the plan holds)
+        stacks = device.__dict__.setdefault("_stacks", {})
+        if len(stacks) >= 64:
+            stacks.clear()
+        stacks[_first(stages)] = (prof, options, made)
+    return out, clock
+
+
+def split_cores(stage, prof) -> list[int]:
+    """Cores for each kernel of a stage: every kernel gets at least one, the rest go by program count."""
+    if len(stage) == 1:
+        bc = stage[0][0]
+        return [prof.cube_cores if bc.kernels[0].mix else prof.vector_cores]
+    kerns = [bc.kernels[0] for bc, _, _, _ in stage]
+    progs = [k.grid[0] * k.grid[1] * k.grid[2] for k in kerns]
+    same, n_same = {}, {}  # mix -> the programs of the stage's kernels of that kind, summed in order; their count
+    for k, p in zip(kerns, progs):
+        same[k.mix] = same.get(k.mix, 0) + p
+        n_same[k.mix] = n_same.get(k.mix, 0) + 1
+    out = []
+    for k, p in zip(kerns, progs):
+        pool = prof.cube_cores if k.mix else prof.vector_cores
+        share = max(1, int(pool * p / max(1, same[k.mix])))
+        out.append(min(share, max(1, pool - (n_same[k.mix] - 1))))
+    return out

@@ -173,8 +173,28 @@ def dma_load(m, d):
                 w.lazy(b, arr, [(arr.inverse, None)])
             else:
                 w(b, arr, L.alias[t] if gm_view else None)
+
+        def value(b, L, store: bool):
+            """What ``resolved`` stores, as the tile's reader gives it (the writer's finished array), stored only
+            when ``store`` (npu/replay.py: a tile no later step reads from the buffer lives in a local variable).
+            A tensor of another size, or a pending gather, is stored by the step and read back."""
+            g = L.arrays[t]
+            if desc.checked != g.size:
+                fn(b, L)
+                return read_back(b, L)
+            arr, gm_view = dma_read(g, desc, shape, npdt, b.regs[pad_v] if pad_reg else pad_v, b.n, pending=True)
+            if arr.__class__ is Windows:
+                w.lazy(b, arr, [(arr.inverse, None)])
+                return read_back(b, L)
+            arr = finish(arr)
+            if store:
+                w(b, arr, L.alias[t] if gm_view else None)
+            return arr
+        resolved.value = value
         return resolved
     fn.resolve = resolve
+    finish = w.finish
+    read_back = m.reader(d.vals["dst"], d.ins.spaces["dst"])
     return m.step(d, fn, None)
 
 
