@@ -487,3 +487,17 @@ def _graph_fn(prog, names):
                                                    ("sort", 1, 0, False), ("binary", "mul", 5, 5)], seed=0)
 def test_tensor_programs_agree(spec, steps, seed):
     differential(spec, steps, seed)
+
+
+def test_a_view_read_plain_and_through_a_transpose_after_plain_inputs():
+    """Found at DVMLANG_FUZZ_SCALE=8: ``x1 @ x1.T`` beside ``-x0``, run on plain inputs and then on a caller's
+    view (``bf16_bits``, a slice). The generic path addressed the transposed read of the view from a contiguous
+    copy while the instance function addresses it from the input itself, so the instances kept for those sizes
+    (seeded by the generic run) held a copy's strides and the lazy run read the wrong elements."""
+    steps = [("unary", "neg", 0), ("matmul", 1, 0)]
+    for spec in ([("plain", 1, 6), ("plain", 2, 3)], [("plain", 1, 6), ("bf16_bits", 2, 3)],
+                 [("plain", 1, 6), ("T", 2, 3)], [("slice", 1, 6), ("bf16_bits", 2, 3)],
+                 [("plain", 1, 6), ("f32_bits", 2, 3)]):
+        for seed in range(2):
+            differential(spec, steps, seed)
+

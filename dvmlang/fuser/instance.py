@@ -496,7 +496,8 @@ class _Generator:
                 self.needs_env = True
                 w.const(f"X{tag}_{k}", x)
                 shp = space if own is None else space[:-2] + [self.dim(own[0]), self.dim(own[1])]
-                w(f"{f}, st{tag}_{k} = _addressing(X{tag}_{k}, values, env, ({', '.join(shp)},))")
+                # (no two inputs share a buffer here: the generic path addresses the tensor so too)
+                w(f"{f}, st{tag}_{k} = _addressing(X{tag}_{k}, values, env, ({', '.join(shp)},), True)")
                 strided.append(f"st{tag}_{k}")
                 flats.append(f)
                 args.append(f)

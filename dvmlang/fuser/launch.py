@@ -157,7 +157,7 @@ class ProgramLaunch:
                 args += [0 if d < pad or shape[d - pad] == 1 else st[d - pad] // item for d in arg_dims]
                 continue
             shape = space if own is None else space[:-2] + (size(own[0]), size(own[1]))
-            flat, strides = _addressing(x, values, env, shape)
+            flat, strides = _addressing(x, values, env, shape, not classes)
             args.append(flat)
             args += [strides[d] for d in arg_dims]
         profile = device.profile
@@ -315,20 +315,21 @@ def _c_contiguous(shape, strides) -> bool:
     return True
 
 
-def _view_address(n: Node, values, env):
+def _view_address(n: Node, values, env, own: bool = False):
     """(root array, offset in elements, shape, strides in elements) of a stored value reached through views of an
     array over its own memory, by arithmetic on the chain of views (no numpy view is made, no data pointer
     read); None when the chain starts from a view the caller made, or a reshape is not a view (the numpy way
-    then)."""
+    then). ``own``: no two inputs share a buffer, so a C-contiguous input is a root whatever its base (as the
+    instance function addresses it)."""
     arr = values.get(n.id)
     if arr is not None:
-        if arr.base is not None or not arr.flags.c_contiguous:
+        if not arr.flags.c_contiguous or (arr.base is not None and not (own and n.op == "input")):
             return None
         item = arr.itemsize
         return arr, 0, arr.shape, tuple([s // item for s in arr.strides])
     if n.op not in VIEWS:
         return None
-    b = _view_address(n.inputs[0], values, env)
+    b = _view_address(n.inputs[0], values, env, own)
     if b is None:
         return None
     root, off, shape, strides = b
@@ -354,10 +355,11 @@ def _view_address(n: Node, values, env):
     return root, off, shape, strides
 
 
-def _addressing(n: Node, values, env, space):
+def _addressing(n: Node, values, env, space, own: bool = False):
     """(flat array starting at the value's first element, strides along the iteration space) of a stored
-    value: a contiguous array is passed as it is; a view as its root array from the view's first element."""
-    va = _view_address(n, values, env)
+    value: a contiguous array is passed as it is; a view as its root array from the view's first element
+    (``own``: ``_view_address``'s)."""
+    va = _view_address(n, values, env, own)
     if va is not None:
         root, off, shape, strides = va
         flat = root.reshape(-1)
