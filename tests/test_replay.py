@@ -201,31 +201,35 @@ def _models():
     return out
 
 
+def compiled_calls(f, inputs, replay: bool) -> list:
+    """Per call of ``torch.compile(f, backend="dvmlang")`` on a device that replays (or never does), its outputs'
+    bytes and every launch's record."""
+    import torch
+    tst = importlib.import_module("dvmlang.torch.stats")  # (the package's ``stats`` is a function)
+    torch._dynamo.reset()
+    got = []
+    with Device(replay=replay):
+        c = torch.compile(f, backend="dvmlang")
+        with torch.no_grad():
+            for args in inputs:
+                tst.LAST_LAUNCHES.clear()
+                out = c(*args)
+                outs = out if isinstance(out, tuple) else (out,)
+                got.append(([o.detach().numpy().tobytes() for o in outs], [_record(r) for r in tst.LAST_LAUNCHES]))
+    return got
+
+
 @pytest.mark.parametrize("name", ["mlp", "norm_gelu_silu_block", "multihead_attention", "transformer_encoder_layer",
                                   "llama_tiny", "softmaxes_max_var", "sdpa_causal_and_bool_mask",
                                   "cumsum_flip_pad_tril", "embedding_index_select_gather", "rotary_chunk_split",
                                   "norms_linear_activations"])
 def test_replayed_models_are_the_full_paths(name, monkeypatch):
     torch = pytest.importorskip("torch")
-    tst = importlib.import_module("dvmlang.torch.stats")  # (the package's ``stats`` is a function)
     f, make = _models()[name]
     torch.manual_seed(1)
     inputs = [make() for _ in range(RUNS + 1)]
     count = _Count(monkeypatch)
-    results = []
-    for replay in (True, False):
-        torch._dynamo.reset()
-        with Device(replay=replay):
-            c = torch.compile(f, backend="dvmlang")
-            got = []
-            with torch.no_grad():
-                for args in inputs:
-                    tst.LAST_LAUNCHES.clear()
-                    out = c(*args)
-                    outs = out if isinstance(out, tuple) else (out,)
-                    got.append(([o.detach().numpy().tobytes() for o in outs],
-                                [_record(r) for r in tst.LAST_LAUNCHES]))
-        results.append(got)
+    results = [compiled_calls(f, inputs, replay) for replay in (True, False)]
     assert count.n > 0, "nothing was replayed"
     assert results[0] == results[1], "a replayed model call differs from the full path's"
 

@@ -48,8 +48,7 @@ def test_the_models_replays_drop_the_stores_overwritten_before_a_read(monkeypatc
     on chip before any step reads it there is a local variable only, and so is a loaded tile), and the model's calls
     are those of a device that never replays, bit for bit (outputs and every launch's record)."""
     torch = pytest.importorskip("torch")
-    from test_replay import _models
-    tst = importlib.import_module("dvmlang.torch.stats")
+    from test_replay import _models, compiled_calls
     f, make = _models()["llama_tiny"]
     torch.manual_seed(7)
     inputs = [make() for _ in range(5)]
@@ -62,19 +61,7 @@ def test_the_models_replays_drop_the_stores_overwritten_before_a_read(monkeypatc
             made.append(rp)
         return rp
     monkeypatch.setattr(steady_mod._replay, "generate", spy)
-    results = []
-    for replay in (True, False):
-        torch._dynamo.reset()
-        with Device(replay=replay):
-            c = torch.compile(f, backend="dvmlang")
-            got = []
-            with torch.no_grad():
-                for args in inputs:
-                    tst.LAST_LAUNCHES.clear()
-                    out = c(*args)
-                    outs = out if isinstance(out, tuple) else (out,)
-                    got.append(([o.detach().numpy().tobytes() for o in outs], [_record(r) for r in tst.LAST_LAUNCHES]))
-        results.append(got)
+    results = [compiled_calls(f, inputs, replay) for replay in (True, False)]
     assert results[0] == results[1]
     assert made
     computed = sum(len(re.findall(r"^\s+t\d+ = FIN\d+\(", rp.source, re.M)) for rp in made)
