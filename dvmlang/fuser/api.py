@@ -227,7 +227,7 @@ class Program:
         plan's function is written when it first runs, ``_written``)."""
         if self.plan.has_fallback:
             self._build_split_plan(env, profile)
-        if self.fuse and instance.ENABLED:
+        if self.fuse:
             self._write_function(self.plan, profile)
         if self.plan.has_fallback:  # the split plan's new builds: decoded (validated, if not trusted) now, not by
             for grp in self.plan.fallback.groups:  # its first launch

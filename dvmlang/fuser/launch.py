@@ -145,11 +145,10 @@ class ProgramLaunch:
         args = []
         for x, own, arg_dims, plain in gl.tensors:
             arr = values.get(x.id) if plain else None
-            if arr is not None and arr.flags.c_contiguous and (arr.base is None or (not classes and x.op == "input")):
-                # an array over its own memory (outputs, most inputs), or a C-contiguous input over a buffer no
-                # other input shares (a view the caller sliced: addressed as the instance function addresses it):
-                # its flat view and its strides in elements along the space's dims, lined up on the right (0 along
-                # a dim of 1, which it does not vary along)
+            if arr is not None and _root(arr, x, not classes):
+                # an array over its own memory (outputs, most inputs), or an input the caller sliced (_root): its
+                # flat view and its strides in elements along the space's dims, lined up on the right (0 along a
+                # dim of 1, which it does not vary along)
                 args.append(arr.reshape(-1))
                 item = arr.itemsize
                 pad = r - arr.ndim
@@ -315,6 +314,13 @@ def _c_contiguous(shape, strides) -> bool:
     return True
 
 
+def _root(arr: np.ndarray, n: Node, own: bool) -> bool:
+    """Whether the kernels address ``arr``, the stored value of ``n``, as an array of its own: C-contiguous over
+    its own memory, or, with ``own`` (no two inputs share a buffer), a C-contiguous input whatever its base (a
+    caller's slice: as the instance function addresses it)."""
+    return arr.flags.c_contiguous and (arr.base is None or (own and n.op == "input"))
+
+
 def _view_address(n: Node, values, env, own: bool = False):
     """(root array, offset in elements, shape, strides in elements) of a stored value reached through views of an
     array over its own memory, by arithmetic on the chain of views (no numpy view is made, no data pointer
@@ -323,7 +329,7 @@ def _view_address(n: Node, values, env, own: bool = False):
     instance function addresses it)."""
     arr = values.get(n.id)
     if arr is not None:
-        if not arr.flags.c_contiguous or (arr.base is not None and not (own and n.op == "input")):
+        if not _root(arr, n, own):
             return None
         item = arr.itemsize
         return arr, 0, arr.shape, tuple([s // item for s in arr.strides])
