@@ -501,3 +501,13 @@ def test_a_view_read_plain_and_through_a_transpose_after_plain_inputs():
         for seed in range(2):
             differential(spec, steps, seed)
 
+
+
+def test_a_sort_after_a_matmul_is_not_its_epilogue():
+    """Found at DVMLANG_FUZZ_SCALE=20: a sort of a matmul's result joined the matmul's epilogue, which works tile by
+    tile and has no whole row to sort (the composer failed with a KeyError). A sort, like a reduction, needs whole
+    rows: it starts a kernel of its own, along either axis, ascending or descending, on lazy, @graph and eager."""
+    for spec in ([("plain", 1, 1)], [("plain", 3, 5)], [("T", 4, 4)], [("bf16_bits", 2, 3)]):
+        for axis in (0, 1):
+            for descending in (False, True):
+                differential(spec, [("unary", "abs", 0), ("matmul", 1, 0), ("sort", 2, axis, descending)], 0)

@@ -427,8 +427,9 @@ class Planner:
             if n.op in MEMORY_READS or n.op in SCANS:
                 return (f"a {n.op} is not fused into a matmul epilogue (it reads other positions than the "
                         "output tile's)"), GroupChange()
-            if n.op == "reduce":
-                return "a reduction is not fused into a matmul epilogue (the epilogue works tile by tile)", GroupChange()
+            if n.op == "reduce" or n.op in ROW_OPS:
+                return (f"a {'reduction' if n.op == 'reduce' else n.op} is not fused into a matmul epilogue (it needs "
+                        "whole rows; the epilogue works tile by tile)"), GroupChange()
             mm = grp.nodes[0]
             if _same_shape(g, n.shape, mm.shape) is not True:
                 return (f"the epilogue must keep the matmul's shape {g.shape_text(mm.shape)}; this operation has "
