@@ -276,17 +276,57 @@ def test_a_symbolic_row_beyond_its_row_block_runs_the_split_plan_without_rebuild
     assert prog.fallbacks == 3  # 2000, 5000 and 3000 outgrew the row block (DESIGN_SIZE, 256) the row plan built
 
 
-def test_the_split_plan_is_built_ahead_so_a_row_outgrowing_its_block_only_encodes(rng, monkeypatch):
+def test_the_split_plan_is_built_ahead_once_a_row_changes_so_a_row_outgrowing_its_block_only_encodes(rng,
+                                                                                                      monkeypatch):
     monkeypatch.setenv("DVMLANG_BUILD_AHEAD", "0")  # ahead, but on this thread: the counts are deterministic
     sm = dvmlang.graph(lambda x: ops.softmax(x, axis=-1) * 2.0)
-    x = rng.standard_normal((8, 40)).astype(np.float32)
-    sm(x)
-    assert sm.stats.builds == 1 and sm.stats.built_ahead >= 1  # the row plan's kernel; the split plan's, ahead
-    for cols in (300, 2000, 5000, 270):
-        x = rng.standard_normal((8, cols)).astype(np.float32)
+
+    def check(rows, cols):
+        x = rng.standard_normal((rows, cols)).astype(np.float32)
         e = np.exp(x - x.max(-1, keepdims=True))
         np.testing.assert_allclose(sm(x), 2 * e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+    check(8, 40)
+    check(3, 40)  # another number of rows: the guarded row has not changed, nothing is built ahead
+    assert sm.stats.builds == 1 and sm.stats.built_ahead == 0  # the row plan's kernel only
+    check(8, 100)  # the row changed (still within its block): the split plan's kernels are built ahead
+    assert sm.stats.builds == 1 and sm.stats.built_ahead >= 1
+    for cols in (300, 2000, 5000, 270):
+        check(8, cols)
     assert sm.stats.fallbacks == 4 and sm.stats.builds == 1  # the longer rows only encoded
+
+
+def test_a_program_whose_rows_never_change_never_builds_its_split_plan(rng):
+    """A row over a hidden size (softmax, layernorm, rmsnorm over the last dim of (L, D) for any L) never needs
+    the split plan: neither a call nor the worker builds it."""
+    def layernorm(x, w):
+        m = ops.mean(x, axis=-1, keepdims=True)
+        v = ops.mean((x - m) * (x - m), axis=-1, keepdims=True)
+        return (x - m) / ops.sqrt(v + 1e-5) * w
+
+    g = dvmlang.graph(layernorm)
+    w = rng.standard_normal(48).astype(np.float32)
+    for L in (5, 17, 1, 300, 64, 2):
+        x = rng.standard_normal((L, 48)).astype(np.float32)
+        m = x.mean(-1, keepdims=True)
+        ref = (x - m) / np.sqrt(((x - m) ** 2).mean(-1, keepdims=True) + 1e-5) * w
+        np.testing.assert_allclose(g(x, w), ref, rtol=1e-4, atol=1e-5)
+    dvmlang.fuser.build.settle()
+    (prog,) = [p for p in g._captured.values() if p is not None]
+    assert prog.plan.has_fallback  # (the row is symbolic: it could outgrow its block)
+    assert g.stats.builds == 1 and g.stats.built_ahead == 0 and g.stats.fallbacks == 0
+
+
+def test_a_row_that_outgrows_its_block_at_its_first_change_builds_the_split_plan_in_that_call(rng):
+    sm = dvmlang.graph(lambda x: ops.softmax(x, axis=-1))
+    for cols in (40, 3000, 40, 5000, 700):
+        x = rng.standard_normal((4, cols)).astype(np.float32)
+        np.testing.assert_allclose(sm(x), np_softmax(x), rtol=1e-5, atol=1e-7)
+    dvmlang.fuser.build.settle()
+    assert sm.stats.fallbacks == 3 and sm.stats.built_ahead == 0
+    (prog,) = [p for p in sm._captured.values() if p is not None]
+    kinds = {id(kt): kt.cache_info().builds for kt in prog.kernels.values()}
+    assert all(b == 1 for b in kinds.values())  # each kernel built once, by the call at 3000
 
 
 def test_a_size_one_dim_that_nothing_broadcasts_is_a_size_like_any_other(rng):

@@ -444,16 +444,19 @@ def test_inputs_sliced_from_larger_arrays_are_addressed_alike_on_both_paths(name
 
 
 def test_the_split_plan_s_function_is_written_when_the_split_plan_first_runs():
-    """After the first call the worker builds the split plan's kernels and writes the fused plan's function
-    only: a program whose rows never outgrow the row block never pays for the split plan's function. The split
-    plan's first call runs the generic path on the kernels built ahead (no build) and hands its function to the
-    worker; its later calls are served by it, with the generic path's results."""
+    """After the first call the worker writes the fused plan's function only, and builds the split plan's
+    kernels once a row has changed: a program whose rows never outgrow the row block never pays for the split
+    plan's function. The split plan's first call runs the generic path on the kernels built ahead (no build) and
+    hands its function to the worker; its later calls are served by it, with the generic path's results."""
     g = dvmlang.graph(lambda x: ops.softmax(x, axis=-1))
     rng = np.random.default_rng(9)
     x = rng.standard_normal((4, 8)).astype(np.float32)
     g(x)
-    assert _fast_count(g) == 1
+    _settle()
+    assert _fast_count(g) == 1 and g.stats.built_ahead == 0
     prog = next(p for p in g._captured.values() if p is not None)
+    assert prog.run_fast([rng.standard_normal((4, 16)).astype(np.float32)], dvmlang.npu.default_device())
+    _settle()  # (the row changed: the split plan's kernels are built ahead)
     assert prog.plan.has_fallback and g.stats.built_ahead >= 1
     builds = g.stats.builds
     served = []

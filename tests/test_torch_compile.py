@@ -373,3 +373,25 @@ def test_true_divide_is_lowered():
     x = torch.randn(4, 8)
     torch.testing.assert_close(f(x), x * math.sqrt(2.0 / math.pi) / 1.5)
     assert not any("true_divide" in k for k in D.stats()["fallback_ops"])
+
+
+def test_a_weight_is_one_gm_buffer_across_calls_warm_in_l2():
+    """A model's weight is the same GM buffer at every call (as on an NPU): the first call reads it from HBM, the
+    next ones find it in L2; a new input each call is a new buffer, read from HBM every time. An input tensor
+    that changes (new memory, new strides) is read afresh. Results equal eager's."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(256, 256, bias=False).eval()
+    compiled = torch.compile(lambda x: torch.relu(lin(x)), backend="dvmlang")
+    hbm = []
+    with torch.no_grad():
+        for step in range(4):
+            if step == 3:  # the weight's memory replaced: a new buffer, cold again
+                lin.weight.data = lin.weight.data.clone()
+            x = torch.randn(8, 256)
+            D.reset_stats()
+            _close(compiled(x), torch.relu(lin(x)))
+            hbm.append(sum(r.hbm_bytes for r in D.launches()))
+    w = 256 * 256 * 4
+    assert hbm[0] >= w  # the weight crossed HBM once...
+    assert hbm[1] <= hbm[0] - 0.9 * w and hbm[2] == hbm[1]  # ...and not at the next calls
+    assert hbm[3] >= hbm[1] + 0.9 * w  # a weight whose memory changed is read from HBM again

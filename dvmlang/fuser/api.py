@@ -24,7 +24,7 @@ from ..npu import LaunchRecord, default_device
 from ..trace.record import active_session
 from . import captured_args as ca
 from . import dims as _dims
-from . import foreign
+from . import ahead, foreign
 from . import tiling as tl
 from . import instance
 from .build import Ahead, GroupKernel
@@ -85,7 +85,8 @@ class Program:
         self._launches: dict = {}  # id(plan) -> its ProgramLaunch
         self.encode_s = 0.0  # host seconds spent preparing launches (building, binding arguments, encoding)
         self.stats = stats  # where the kernels count their builds and encodes too (a GraphStats), or None
-        self._ahead = Ahead()  # the split plan's kernels, built off the critical path after the first call
+        self._ahead = Ahead()  # work done off the critical path: instance functions, the split plan's kernels
+        self._watch = None  # (guarded rows' sizes at the first call, its env, profile) until a row changes
         self._fast: dict = {}  # id(plan) -> its instance function (instance.py), None where it has none
         self._generic_runs: dict = {}  # id(plan) -> calls the generic path ran (the function is written at 2)
         self._seeds: dict = {}  # id(plan) -> instances generic runs encoded before its function was written
@@ -127,6 +128,11 @@ class Program:
                     return r
         env = self.bind(inputs)
         chosen = self.choose(env, device.profile)
+        if self._watch is not None:
+            if chosen is not self.plan:
+                self._watch = None  # (the split plan's kernels are built on demand by this call)
+            elif ahead.rows(self, env) != self._watch[0]:
+                self._varied()
         if chosen is not self.plan:
             if self._ahead.done is not None and values is None and not encode_only:
                 # the split plan's kernels and instance function are being made ahead: take them when ready
@@ -147,12 +153,8 @@ class Program:
             self._seed(chosen, env, consts, launch.last_bcs, inputs)
         for o in self.graph.outputs:
             values[o.id] = _materialise(o, values, env)
-        if chosen is self.plan and not self._ahead.started and not encode_only and (
-                self.plan.has_fallback or self._writable()):
-            # after the launch, which keeps the tiles (and the row blocks the split plan is built past): the split
-            # plan's kernels and both plans' instance functions, off the critical path (the worker holds the
-            # program weakly: a program dropped before its turn is not kept alive for it)
-            self._ahead.start(_work_ahead, weakref.ref(self), env, device.profile)
+        if chosen is self.plan and not self._ahead.started and not encode_only:
+            ahead.after_first_call(self, env, device.profile)
         if not encode_only:
             self._written(chosen, launch, device.profile)
         return Run(values, record, launches)
@@ -197,7 +199,7 @@ class Program:
 
     def _written(self, p: Plan, launch: ProgramLaunch, profile) -> None:
         """After a generic run of plan ``p``: have its instance function written. The fused plan's is written by
-        the worker after the first call (``_work_ahead``), or at its second generic run when the worker is not
+        the worker after the first call (``ahead.work_ahead``), or at its second generic run when the worker is not
         to; the split plan's, which most programs never run, is handed to the worker at its first run (the
         next call of the split plan waits for it: which path a call runs never depends on the worker's
         progress). Written again when the tiles it was written with have changed."""
@@ -209,7 +211,7 @@ class Program:
             # (not while the worker is to write it: calls take the generic path meanwhile, no call stalls for it)
             if done is None or done.is_set():
                 if p is not self.plan and self._ahead.started and self._writable():
-                    self._ahead.start(_write_ahead, weakref.ref(self), p, profile)
+                    self._ahead.start(ahead.write_ahead, weakref.ref(self), p, profile)
                 elif n >= 2:
                     self._store(p, instance.generate(self, launch, profile, self._binder, Run, _Env))
         elif fn is not None and any(self._tiles.get(k) is not t for k, t in fn.kept):
@@ -220,22 +222,9 @@ class Program:
         has none)."""
         return self.fuse and instance.ENABLED and all(gk.text is None for gk in self.kernels.values())
 
-    def _work_ahead(self, env, profile) -> None:
-        """What the background worker does after a program's first call: build the split plan's kernels (when it
-        has one) and decode them, and write the fused plan's instance function, so that neither a second call
-        nor the first call of the split plan waits for a build or for Python to compile a function (the split
-        plan's function is written when it first runs, ``_written``)."""
-        if self.plan.has_fallback:
-            self._build_split_plan(env, profile)
-        if self.fuse:
-            self._write_function(self.plan, profile)
-        if self.plan.has_fallback:  # the split plan's new builds: decoded (validated, if not trusted) now, not by
-            for grp in self.plan.fallback.groups:  # its first launch
-                if grp.kind != "custom":
-                    for b in list(self.kernel(self.plan.fallback, grp)._builds.values()):
-                        enc = getattr(b, "encoder", None)
-                        if enc is not None and enc.decoded is None:
-                            enc.validate_template(trust=True)
+    def _varied(self) -> None:
+        """A call's guarded rows differ from the first call's (``ahead.varied``; the instance function calls it)."""
+        ahead.varied(self)
 
     def _write_function(self, p: Plan, profile) -> None:
         """Write plan ``p``'s instance function, unless it has one (or functions are switched off)."""
@@ -247,26 +236,6 @@ class Program:
         fn = instance.generate(self, launch, profile, self._binder, Run, _Env)
         if self._fast.get(id(p)) is None:  # (None: the plan has something a function does not cover)
             self._store(p, fn)
-
-    def _build_split_plan(self, env, profile) -> None:
-        """Build the split plan's kernels for the lengths it will run (a guarded row just past the row block the
-        fused plan was built with), so that the call whose row outgrows the block only encodes."""
-        p, fb = self.plan, self.plan.fallback
-        values = dict(env.values)
-        for grp in p.groups:
-            if grp.mode == "row" and grp.guard is not None:
-                kept = self._tiles.get(self.kernel(p, grp).key)
-                root = env.roots[self.graph.syms.find(grp.space[-1]).id]
-                if kept is not None:
-                    values[root] = max(values[root], kept.bc + 1)
-        ahead = _Env(self.graph, values, env.roots)
-        for grp in fb.groups:
-            if grp.kind == "custom":
-                continue
-            gk = self.kernel(fb, grp)
-            if gk.text is None:
-                t = self.tiles(fb, grp, ahead, profile)
-                gk.build(t if grp.kind == "matmul" else (t.br, t.bc), profile, ahead=True)
 
     def kernel(self, p: Plan, grp: Group) -> GroupKernel:
         key = (id(p), grp.id)
@@ -289,27 +258,16 @@ class Program:
             v = env.value(d)
             return v if isinstance(self.graph.syms.find(d), int) else max(v, tl.DESIGN_SIZE)
 
+        kept = self._tiles.get(key)
         if grp.kind == "matmul":
-            t = tl.matmul_tiles(grp, env, profile, self._tiles.get(key), design)
+            t = tl.matmul_tiles(grp, env, profile, kept, design)
         else:
-            t = tl.vector_tiles(grp, tuple(env.value(d) for d in grp.space), profile, self._tiles.get(key),
+            t = tl.vector_tiles(grp, tuple(env.value(d) for d in grp.space), profile, kept,
                                 tuple(design(d) for d in grp.space))
+            if kept is not None and (t.br, t.bc, t.fits) == (kept.br, kept.bc, kept.fits):
+                return t  # (the same blocks at this call's grid: the instance functions written with them hold)
         self._tiles[key] = t
         return t
-
-def _work_ahead(ref, env, profile) -> None:
-    """The background worker's job for a program (``Program._work_ahead``), unless it has been dropped."""
-    prog = ref()
-    if prog is not None:
-        prog._work_ahead(env, profile)
-
-
-def _write_ahead(ref, p: Plan, profile) -> None:
-    """The background worker's job for a plan's first run: its instance function (``Program._written``)."""
-    prog = ref()
-    if prog is not None:
-        prog._write_function(p, profile)
-
 
 def _signature(args, static: dict, names, fn=None, ones: bool = True):
     """The capture key of a call: the arguments' structure, per array its dtype and its static dims' sizes (and,

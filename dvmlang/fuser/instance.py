@@ -363,17 +363,21 @@ class _Generator:
         main = prog.plan
         if not main.has_fallback:
             return
-        conds = []
+        conds, rows = [], []
         for grp in main.groups:
             if grp.mode == "row" and grp.guard is not None:
                 kept = prog._tiles.get(prog.kernel(main, grp).key)
                 if kept is None or not kept.fits:
                     raise _Unsupported
-                conds.append(f"{self.node_dim(grp.space[-1])} > {kept.bc}")
+                rows.append(self.node_dim(grp.space[-1]))
+                conds.append(f"{rows[-1]} > {kept.bc}")
         cond = " or ".join(conds) or "False"
         if p is main:
             w(f"if {cond}:")
             w("    return SPLIT")
+            # (a guarded row that changed has the split plan built ahead, ``Program._varied``)
+            w(f"if PROG._watch is not None and ({', '.join(rows)},) != PROG._watch[0]:")
+            w("    PROG._varied()")
         else:
             w(f"if not ({cond}):")
             w("    return None")

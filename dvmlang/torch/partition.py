@@ -13,6 +13,7 @@ from __future__ import annotations
 import operator
 import re
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +55,7 @@ class Step:
     reason: str = ""
     out_index: list = field(default_factory=list)  # per output, its index in the program's graph outputs
     orders: list | None = None  # per output, its stride order (stride_order), worked out at the first call
+    views: dict = field(default_factory=dict)  # input key -> (weakref to the tensor, its view or None): _view
 
 
 class CompiledGraph:
@@ -244,7 +246,7 @@ class CompiledGraph:
         arrays = []
         for key, n, kind in r.inputs:
             if kind == "tensor":
-                a = to_numpy(env[key])
+                a = _view(step.views, key, env[key])
             elif kind == "scalar":
                 a = np.asarray(env[key], dtype=n.dtype.np)
             else:  # a size no tensor input binds
@@ -329,6 +331,29 @@ def _symbol_sources(placeholders) -> dict:
                     if e.is_Symbol and e not in out:
                         out[e] = (lambda env, p=p, i=i: int(env[p].shape[i]))
     return out
+
+
+def _view(views: dict, key, t) -> np.ndarray:
+    """The numpy view of region input ``key``'s tensor ``t`` (``to_numpy``): the same array at every call that
+    passes the same tensor, unchanged (the same memory, shape and strides), as a model's weights and buffers
+    are. The device's L2 model knows a GM buffer by its array, as a real L2 knows it by its address: a weight is
+    then warm at the next call, as on an NPU, not a new buffer every call. A view (and the tensor it holds) is
+    kept for a parameter from its first call, for any other tensor from the second call in a row that passes
+    it; a tensor passed once (an activation) is referenced weakly, so its memory is not held."""
+    if not isinstance(t, torch.Tensor):
+        return np.asarray(t)
+    seen = views.get(key)
+    if seen is None or seen[0]() is not t:
+        if not isinstance(t, torch.nn.Parameter):
+            views[key] = (weakref.ref(t), None, 0, None)
+            return to_numpy(t)
+        seen = (weakref.ref(t), None, 0, None)
+    a = seen[1]
+    if a is not None and t.data_ptr() == seen[2] and t.stride() == seen[3] and a.shape == t.shape:
+        return a
+    a = to_numpy(t)
+    views[key] = (seen[0], a, t.data_ptr(), t.stride())
+    return a
 
 
 def to_numpy(t) -> np.ndarray:
