@@ -123,7 +123,8 @@ class Ahead:
         done = self.done
         if done is not None:
             done.wait()
-            self.done = None
+            if self.done is done:  # (not work handed over meanwhile, by another thread's call)
+                self.done = None
 
 
 def settle() -> None:
