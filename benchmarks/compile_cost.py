@@ -25,6 +25,7 @@ The machine's load average is printed: on a loaded machine read wall times as up
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import subprocess
@@ -228,7 +229,7 @@ def section_torch(reps, names):
     from dvmlang.torch import partition, reuse
     backend = importlib.import_module("dvmlang.torch.backend")  # (the package's `backend` is the function)
     torch.set_num_threads(1)
-    spent = {"dvmlang": 0.0, "depth": 0}
+    spent = {"dvmlang": 0.0, "depth": 0, "gc": 0.0, "gc_start": 0.0}
 
     def timed(fn):
         def wrapper(*a, **k):
@@ -240,7 +241,17 @@ def section_torch(reps, names):
                 spent["depth"] -= 1
                 if not spent["depth"]:  # (the outermost of nested dvmlang calls)
                     spent["dvmlang"] += time.thread_time() - c
+
         return wrapper
+
+    def collections(phase, info):  # the cyclic collector's runs inside dvmlang's calls (a torch process's heap is
+        if spent["depth"]:          # large: a full collection there costs 0.1-0.4 s, whoever's allocation starts it)
+            if phase == "start":
+                spent["gc_start"] = time.thread_time()
+            else:
+                spent["gc"] += time.thread_time() - spent["gc_start"]
+
+    gc.callbacks.append(collections)
 
     # a graph's compile (matching earlier graphs, or partitioning, lowering and planning) and its calls
     backend.compile_graph = timed(backend.compile_graph)
@@ -248,7 +259,8 @@ def section_torch(reps, names):
     reuse.Reused.__call__ = timed(reuse.Reused.__call__)
     s = models.SETTINGS["full"]
     print("\ntorch.compile(backend='dvmlang', dynamic=True) of a 1-layer tiny Llama (hidden 256), simulation stubbed")
-    print(f"{'call':50} {'all cpu ms':>11} {'dvmlang cpu ms':>15} {'builds':>7} {'encodes':>8}")
+    print("(dvmlang cpu ms: its share of the call's thread CPU; gc: the cyclic collector's runs within that share)")
+    print(f"{'call':50} {'all cpu ms':>11} {'dvmlang cpu ms':>15} {'gc':>6} {'builds':>7} {'encodes':>8}")
     for label, length, reset in (("first call, length 40", 40, True),
                                  ("a new length (64)", 64, False),
                                  ("another new length (80)", 80, False),
@@ -263,25 +275,27 @@ def section_torch(reps, names):
         before = dtorch.stats()
         if isinstance(length, range):  # (several calls, their inputs made before: the median call)
             inputs = [models.ids_for(L, s.vocab) for L in length]
-            totals, ours = [], []
+            totals, ours, gcs = [], [], []
             for ids in inputs:
-                spent["dvmlang"] = 0.0
+                spent["dvmlang"] = spent["gc"] = 0.0
                 c = time.thread_time()
                 with torch.no_grad():
                     compiled(ids)
                 totals.append(time.thread_time() - c)
                 ours.append(spent["dvmlang"])
-            total, spent["dvmlang"] = _med(totals), _med(ours)
+                gcs.append(spent["gc"])
+            total, spent["dvmlang"], spent["gc"] = _med(totals), _med(ours), _med(gcs)
         else:
             ids = models.ids_for(length, s.vocab)
-            spent["dvmlang"] = 0.0
+            spent["dvmlang"] = spent["gc"] = 0.0
             c = time.thread_time()
             with torch.no_grad():
                 compiled(ids)
             total = time.thread_time() - c
         after = dtorch.stats()
-        print(f"{label:50} {total * 1e3:11.1f} {spent['dvmlang'] * 1e3:15.1f} "
+        print(f"{label:50} {total * 1e3:11.1f} {spent['dvmlang'] * 1e3:15.1f} {spent['gc'] * 1e3:6.1f} "
               f"{after['builds'] - before['builds']:7d} {after['encodes'] - before['encodes']:8d}")
+    gc.callbacks.remove(collections)
 
 
 def section_stream(reps, names):
