@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -244,8 +245,10 @@ def section_torch(reps, names):
 
         return wrapper
 
-    def collections(phase, info):  # the cyclic collector's runs inside dvmlang's calls (a torch process's heap is
-        if spent["depth"]:          # large: a full collection there costs 0.1-0.4 s, whoever's allocation starts it)
+    def collections(phase, info):
+        """The cyclic collector's runs on this thread inside dvmlang's share: a torch process's heap is large, and
+        a full collection (0.1-0.4 s) lands in whichever call's allocation starts it."""
+        if spent["depth"] and threading.current_thread() is threading.main_thread():
             if phase == "start":
                 spent["gc_start"] = time.thread_time()
             else:
