@@ -683,3 +683,121 @@ def test_a_split_reduction_fuses_its_elementwise_producers_and_beats_one_program
     finally:
         os.environ.pop("DVMLANG_FUSER") if with_text is None else os.environ.__setitem__("DVMLANG_FUSER", with_text)
     assert len(one.last_launch.members) == 1 and g.last_launch.cycles * 4 < one.last_launch.cycles
+
+
+def test_a_reshape_that_only_splits_dims_of_a_computed_view_is_a_view_not_a_copy(rng):
+    """A head split (L, H*D) -> (L, H, D) of a slice of a fused projection (GPT-2's q/k/v) only splits a dim: a
+    view of any strided array, so no copy kernel is placed under it (canonical._splits_only); a reshape that
+    merges dims of such a slice still gets one. Results equal numpy's at several lengths, on the generic path
+    and the instance function."""
+    H, D = 4, 8
+
+    def heads(x, w):
+        qkv = x @ w  # (L, 3*H*D), computed in the launch
+        n = x.shape[0]
+        q = ops.transpose(ops.reshape(qkv[:, 0:H * D], (n, H, D)), 0, 1)
+        k = ops.transpose(ops.reshape(qkv[:, H * D:2 * H * D], (n, H, D)), 0, 1)
+        return q @ ops.transpose(k, 1, 2)
+
+    def merged(x, w):
+        y = ops.reshape(x @ w, (x.shape[0], 3, H * D))[:, 0:2, :]  # (L, 2, H*D) of a (L, 3, H*D) value
+        return ops.reshape(y, (x.shape[0], 2 * H * D)) * 2.0  # merges two dims: a copy under it
+
+    g, m = dvmlang.graph(heads, static={"w": (0, 1)}), dvmlang.graph(merged, static={"w": (0, 1)})
+    w = rng.standard_normal((16, 3 * H * D)).astype(np.float32)
+    for L in (5, 9, 5, 17, 33):
+        x = rng.standard_normal((L, 16)).astype(np.float32)
+        qkv = x @ w
+        q = qkv[:, :H * D].reshape(L, H, D).transpose(1, 0, 2)
+        k = qkv[:, H * D:2 * H * D].reshape(L, H, D).transpose(1, 0, 2)
+        np.testing.assert_allclose(g(x, w), q @ k.transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(m(x, w), (x @ w)[:, :2 * H * D] * 2.0, rtol=1e-4, atol=1e-4)
+    copies = lambda f: [n for p in f._captured.values() if p is not None for n in p.graph.nodes  # noqa: E731
+                        if n.op == "broadcast_to" and n.attrs.get("copy")]
+    assert copies(g) == [] and len(copies(m)) == 1
+
+
+def test_a_value_read_only_through_permutes_is_stored_in_their_order_not_copied(rng):
+    """An attention's output (H, L, D), transposed to (L, H, D) and reshaped to (L, H*D) for the output projection,
+    is stored as (L, H, D) by the kernel that computes it (through its output strides): the reshape is then a
+    view and no copy kernel runs (canonical._store_in_order). A value something else also reads keeps its own
+    order and the copy. Results equal numpy's at several lengths, on the generic path and the instance
+    function."""
+    H, D = 4, 8
+
+    def attention(q, k, v, wo):
+        n = q.shape[1]
+        a = ops.softmax(q @ ops.transpose(k, 1, 2), axis=-1) @ v  # (H, L, D)
+        return ops.reshape(ops.transpose(a, 0, 1), (n, H * D)) @ wo
+
+    def read_twice(q, k, v, wo):
+        n = q.shape[1]
+        a = ops.softmax(q @ ops.transpose(k, 1, 2), axis=-1) @ v
+        return ops.reshape(ops.transpose(a, 0, 1), (n, H * D)) @ wo, a * 2.0
+
+    static = {"wo": (0, 1), "q": (0, 2), "k": (0, 2), "v": (0, 2)}
+    g, t = dvmlang.graph(attention, static=static), dvmlang.graph(read_twice, static=static)
+    wo = rng.standard_normal((H * D, 16)).astype(np.float32)
+    for L in (5, 9, 5, 17, 40):
+        q, k, v = (rng.standard_normal((H, L, D)).astype(np.float32) for _ in range(3))
+        s = q @ k.transpose(0, 2, 1)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        a = (p / p.sum(-1, keepdims=True)) @ v
+        ref = a.transpose(1, 0, 2).reshape(L, H * D) @ wo
+        np.testing.assert_allclose(g(q, k, v, wo), ref, rtol=1e-4, atol=1e-4)
+        y, a2 = t(q, k, v, wo)
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(a2, a * 2.0, rtol=1e-4, atol=1e-4)
+    nodes = lambda f: [n for p in f._captured.values() if p is not None for n in p.graph.nodes]  # noqa: E731
+    assert not [n for n in nodes(g) if n.op == "broadcast_to" and n.attrs.get("copy")]
+    assert [n.attrs["order"] for n in nodes(g) if n.attrs.get("order")] == [(1, 0, 2)]
+    assert len([n for n in nodes(t) if n.op == "broadcast_to" and n.attrs.get("copy")]) == 1
+    assert not [n for n in nodes(t) if n.attrs.get("order")]
+
+
+@pytest.mark.parametrize("producer", ["mul", "exp_sum", "cumsum", "softmax", "matmul"])
+@pytest.mark.parametrize("perm", [(1, 0, 2), (2, 0, 1), (0, 2, 1), (1, 2, 0)])
+def test_views_of_a_computed_value_in_any_order_equal_numpy(rng, producer, perm):
+    """A rank-3 value computed by any kind of kernel and read only through a permute, then a reshape that merges
+    the last two dims (the value is stored in the permuted order: canonical._store_in_order) or that splits
+    the last dim (a view, when it is a number): numpy's results at several sizes, through the generic path and
+    the instance function."""
+    def value(x, w):
+        if producer == "mul":
+            return x * 2.0 + 1.0
+        if producer == "exp_sum":
+            return ops.exp(x) - ops.sum(x, axis=-1, keepdims=True)
+        if producer == "cumsum":
+            return ops.cumsum(x, axis=1)
+        if producer == "softmax":
+            return ops.softmax(x, axis=-1)
+        return x @ w
+
+    def merge(x, w):
+        p = ops.permute(value(x, w), *perm)
+        a, b, c = p.shape
+        return ops.reshape(p, (a, b * c)) * 3.0
+
+    def split(x, w):
+        p = ops.permute(value(x, w), *perm)
+        a, b, c = p.shape
+        return ops.reshape(p, (a, b, c // 2, 2)) + 1.0
+
+    def ref(x, w):
+        v = {"mul": lambda: x * 2.0 + 1.0, "exp_sum": lambda: np.exp(x) - x.sum(-1, keepdims=True),
+             "cumsum": lambda: np.cumsum(x, axis=1), "softmax": lambda: np_softmax(x), "matmul": lambda: x @ w}[
+            producer]()
+        return v.transpose(perm)
+
+    static = {"x": (0, 2), "w": (0, 1)}
+    gm, gs = dvmlang.graph(merge, static=static), dvmlang.graph(split, static=static)
+    w = rng.standard_normal((4, 4)).astype(np.float32)
+    for L in (3, 6, 3, 10, 7):
+        x = rng.standard_normal((2, L, 4)).astype(np.float32)
+        p = ref(x, w)
+        a, b, c = p.shape
+        np.testing.assert_allclose(gm(x, w), p.reshape(a, b * c) * 3.0, rtol=1e-4, atol=1e-4)
+        if perm[-1] != 1:  # (the last dim a number: split)
+            np.testing.assert_allclose(gs(x, w), p.reshape(a, b, c // 2, 2) + 1.0, rtol=1e-4, atol=1e-4)
+    nodes = [n for q in gm._captured.values() if q is not None for n in q.graph.nodes]
+    assert not [n for n in nodes if n.op == "broadcast_to" and n.attrs.get("copy")]  # stored in order, not copied

@@ -7,6 +7,7 @@ from __future__ import annotations
 from .fusion import EW, VIEWS, is_free, memory_operands
 from .graph import Graph, Node
 
+MAX_VIEW_RANK = 4  # a strided view of a computed value is read as it is up to this rank (the kernels' limit)
 SPLIT_MIN = 1 << 16  # a whole-tensor reduction of at least this many elements (or of a symbolic count) is split
 
 
@@ -18,6 +19,9 @@ def canonicalize(g: Graph, parts: int | None = None) -> None:
     g.prune()
     new_nodes: list[Node] = []
     replace: dict[int, Node] = {}
+    readers: dict[int, int] = {}  # id(node) -> how many nodes and outputs read it
+    for x in [i for n in g.nodes for i in n.inputs] + list(g.outputs):
+        readers[id(x)] = readers.get(id(x), 0) + 1
 
     def add(n: Node) -> Node:
         n.id = -1
@@ -27,7 +31,8 @@ def canonicalize(g: Graph, parts: int | None = None) -> None:
     for n in g.nodes:
         n.inputs = [replace.get(i.id, i) for i in n.inputs]
         if n.op == "reshape" and not _reshape_is_a_view(n.inputs[0]) and \
-                not _only_unit_dims_change(g, n.inputs[0].shape, n.shape):
+                not (n.rank <= MAX_VIEW_RANK and (_splits_only(g, n.inputs[0].shape, n.shape) or
+                                                  _store_in_order(n.inputs[0], readers))):
             x = n.inputs[0]
             n.inputs = [add(Node("broadcast_to", [x], x.shape, x.dtype, {"copy": True}, loc=n.loc))]
         if n.op != "reduce":
@@ -90,12 +95,53 @@ def canonicalize(g: Graph, parts: int | None = None) -> None:
             n.attrs["free_scalar"] = True
 
 
-def _only_unit_dims_change(g, old, new) -> bool:
-    """Whether a reshape from ``old`` to ``new`` only inserts or removes dims of size 1 (always a numpy view)."""
+def _store_in_order(x: Node, readers: dict) -> bool:
+    """Whether ``x``, a chain of permutes of a value computed in the launch that nothing else reads (each link
+    read only by the next; not an output), can be made contiguous by storing that value in the chain's order
+    (every kernel stores through its output's strides):
+    then the value gets ``attrs["order"]`` (the order of its dims in memory: its buffer holds
+    ``permute(value, order)`` contiguously, which every kernel writes through its output strides) and a reshape
+    of the chain is a view. An attention's output (H, L, D), transposed to (L, H, D) and reshaped to (L, H*D)
+    for the output projection, is stored as (L, H, D): no copy kernel."""
+    perms = []
+    while x.op == "permute" and readers.get(id(x), 0) == 1:
+        perms.append(x.attrs["perm"])
+        x = x.inputs[0]
+    if not perms or x.op in VIEWS or x.op in ("input", "broadcast_to", "custom") or is_free(x) or \
+            readers.get(id(x), 0) != 1 or x.attrs.get("order") is not None or not 2 <= x.rank <= MAX_VIEW_RANK:
+        return False
+    order = tuple(range(x.rank))
+    for p in reversed(perms):  # from the value outwards: permute(v, p)'s dim i is v's dim p[i]
+        order = tuple(order[i] for i in p)
+    if order != tuple(range(x.rank)):  # (else the permutes cancel: the chain is the value in its own order)
+        x.attrs["order"] = order
+    return True
+
+
+def _splits_only(g, old, new) -> bool:
+    """Whether a reshape from ``old`` to ``new`` only splits dims (each dim of ``old`` is, in order, one dim of
+    ``new`` proven equal, or a run of dims of ``new`` whose product it is, all of them numbers) and inserts or
+    removes dims of size 1: a view of any strided array at every size (a dim of stride s split into (n1, n2)
+    has strides (s*n2, s)), as a head split (L, H*D) -> (L, H, D) of a slice of a fused q/k/v projection is."""
+    find = g.syms.find
+
     def big(shape):
-        return [d for d in shape if not (isinstance(g.syms.find(d), int) and g.syms.find(d) == 1)]
+        return [x for x in map(find, shape) if not (isinstance(x, int) and x == 1)]
     a, b = big(old), big(new)
-    return len(a) == len(b) and all(g.syms.equal(x, y) is True for x, y in zip(a, b))
+    j = 0
+    for d in a:
+        if j < len(b) and g.syms.equal(d, b[j]) is True:
+            j += 1
+            continue
+        if not isinstance(d, int):
+            return False
+        rest = d
+        while rest > 1 and j < len(b) and isinstance(b[j], int) and b[j] > 0 and rest % b[j] == 0:
+            rest //= b[j]
+            j += 1
+        if rest != 1:
+            return False
+    return j == len(b)
 
 
 def _reshape_is_a_view(x: Node) -> bool:

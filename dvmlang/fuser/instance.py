@@ -399,7 +399,7 @@ class _Generator:
         outs = {}
         for stage in self.launch.stages:
             for gl in stage:
-                for oid, _, npdt in gl.outs:
+                for oid, _, npdt, _ in gl.outs:
                     outs[oid] = np.dtype(npdt)
         before = dict(self.stored)
         self.stored.update({oid: "o" for oid in outs})
@@ -424,6 +424,13 @@ class _Generator:
         v = self.stored.get(n.id)
         if v is not None:
             shape = [self.node_dim(d) for d in n.shape]
+            order = n.attrs.get("order")
+            if order is not None:  # (its buffer holds permute(value, order) in C order)
+                mem = _c_strides([shape[i] for i in order])
+                strides = [""] * len(shape)
+                for i, o in enumerate(order):
+                    strides[o] = mem[i]
+                return v, "0", shape, strides, False
             return v, "0", shape, _c_strides(shape), True
         if n.op not in VIEWS:
             return None
@@ -448,13 +455,37 @@ class _Generator:
         out = [self.node_dim(d) for d in n.shape]
         if not contiguous:
             # a reshape of a strided view is a view at any sizes when it only inserts or removes dims of size 1
-            # (the other dims, in order, are the same expressions): each keeps its stride
-            kept = [(d, st) for d, st in zip(shape, strides) if d != "1"]
-            if [d for d, _ in kept] != [d for d in out if d != "1"]:
+            # (the other dims, in order, are the same expressions: each keeps its stride) or splits a dim that
+            # is a number into numbers (canonical._splits_only): each part's stride is the dim's times the parts
+            # after it
+            st_out = self._split(shape, strides, out)
+            if st_out is None:
                 return None  # (otherwise whether it is one depends on the sizes)
-            it = iter(kept)
-            return root, off, out, ["0" if d == "1" else next(it)[1] for d in out], False
+            return root, off, out, st_out, False
         return root, off, out, _c_strides(out), True
+
+    @staticmethod
+    def _split(shape, strides, out) -> list | None:
+        olds = [(d, st) for d, st in zip(shape, strides) if d != "1"]
+        news = [i for i, d in enumerate(out) if d != "1"]
+        got = ["0"] * len(out)
+        j = 0
+        for d, st in olds:
+            if j < len(news) and out[news[j]] == d:
+                got[news[j]] = st
+                j += 1
+                continue
+            if not d.isdigit():
+                return None
+            rest = int(d)
+            while rest > 1 and j < len(news) and out[news[j]].isdigit() and int(out[news[j]]) > 0 and \
+                    rest % int(out[news[j]]) == 0:
+                rest //= int(out[news[j]])
+                got[news[j]] = st if rest == 1 else f"{st}*{rest}"
+                j += 1
+            if rest != 1:
+                return None
+        return got if j == len(news) else None
 
     def group(self, tag: str, gl: GroupLaunch) -> None:
         prog, w, profile = self.prog, self.w, self.profile
@@ -466,13 +497,19 @@ class _Generator:
             raise _Unsupported
         w.const(f"GK{tag}", gk)
         self.kept.append((gk.key, kept))
-        for oid, shape, npdt in gl.outs:
+        for oid, shape, npdt, order in gl.outs:
             if 0 in shape:
                 raise _Unsupported  # (an empty output: the generic path skips the launch)
             w.const(f"DT{oid}", np.dtype(npdt))
             dims = ", ".join(self.dim(d) for d in shape) + ("," if len(shape) == 1 else "")
             k = self.slot.get(oid) if self.pooled else None
-            if k is None:
+            if order is not None:  # stored in the order its reader views it (canonical._store_in_order)
+                mem = ", ".join(self.dim(shape[i]) for i in order)
+                w(f"fl_o{oid} = empty(({mem}), DT{oid})")
+                w(f"o{oid} = values[{oid}] = fl_o{oid}.transpose({tuple(int(i) for i in np.argsort(order))})")
+                w(f"fl_o{oid} = fl_o{oid}.reshape(-1)")
+                self.flat_of[f"o{oid}"] = f"fl_o{oid}"
+            elif k is None:
                 w(f"o{oid} = values[{oid}] = empty(({dims}), DT{oid})")
             else:  # an intermediate: a piece of the program's buffer for it, grown when a call needs more
                 n = " * ".join(self.dim(d) for d in shape if self.dim(d) != "1") or "1"

@@ -38,7 +38,9 @@ class GroupLaunch:
         self.kind = grp.kind
         self.mode = grp.mode
         self.space = tuple(_dim_ref(g, d) for d in grp.space)
-        self.outs = [(o.id, tuple(_dim_ref(g, d) for d in o.shape), o.dtype.np) for o in grp.outputs]
+        # (each output's id, shape, dtype and order in memory: canonical._store_in_order, None when C order)
+        self.outs = [(o.id, tuple(_dim_ref(g, d) for d in o.shape), o.dtype.np, o.attrs.get("order"))
+                     for o in grp.outputs]
         tensors = []
         for j, x in enumerate(sig.inputs + sig.outputs):
             operand = grp.kind == "matmul" and j < 2
@@ -132,10 +134,14 @@ class ProgramLaunch:
 
     def _group(self, gl: GroupLaunch, env, size, values, device, consts=None, classes=None):
         empty = True
-        for oid, shape, npdt in gl.outs:
+        for oid, shape, npdt, order in gl.outs:
             arr = values.get(oid)
             if arr is None:
-                arr = values[oid] = np.empty(tuple([size(d) for d in shape]), dtype=npdt)
+                if order is None:
+                    arr = values[oid] = np.empty(tuple([size(d) for d in shape]), dtype=npdt)
+                else:  # stored in the order its reader views it: the kernel writes through the strides
+                    arr = values[oid] = np.empty(tuple([size(shape[i]) for i in order]), npdt).transpose(
+                        np.argsort(order))
             empty = empty and arr.size == 0
         if empty and gl.outs:
             return None  # nothing to compute (a size-0 dim): no launch
@@ -349,16 +355,46 @@ def _view_address(n: Node, values, env, own: bool = False):
     elif n.op == "permute":
         p = n.attrs["perm"]
         shape, strides = tuple([shape[i] for i in p]), tuple([strides[i] for i in p])
-    else:  # a reshape is a view of a chain whose elements are in memory order
+    else:  # a reshape is a view of a chain whose elements are in memory order, or one that only splits dims
+        new = tuple([env.value(d) for d in n.shape])
         if not _c_contiguous(shape, strides):
-            return None
-        shape = tuple([env.value(d) for d in n.shape])
+            strides = _split_strides(shape, strides, new)
+            if strides is None:
+                return None
+            return root, off, new, strides
+        shape = new
         st, acc = [], 1
         for d in reversed(shape):
             st.append(acc)
             acc *= d
         strides = tuple(reversed(st))
     return root, off, shape, strides
+
+
+def _split_strides(shape, strides, new) -> tuple | None:
+    """The strides of ``new``, a reshape of a strided view (``shape``, ``strides``) that only splits its dims and
+    inserts or removes dims of 1 (canonical._splits_only), else None."""
+    if 0 in shape:
+        return None
+    olds = [(d, st) for d, st in zip(shape, strides) if d != 1]
+    out = []
+    k, rest = 0, None
+    for d in new:
+        if d == 1:
+            out.append(0)
+            continue
+        if rest is None:
+            if k == len(olds):
+                return None
+            rest, st = olds[k]
+            k += 1
+        if rest % d:
+            return None
+        rest //= d
+        out.append(st * rest)
+        if rest == 1:
+            rest = None
+    return tuple(out) if rest is None and k == len(olds) else None
 
 
 def _addressing(n: Node, values, env, space, own: bool = False):
