@@ -395,3 +395,26 @@ def test_a_weight_is_one_gm_buffer_across_calls_warm_in_l2():
     assert hbm[0] >= w  # the weight crossed HBM once...
     assert hbm[1] <= hbm[0] - 0.9 * w and hbm[2] == hbm[1]  # ...and not at the next calls
     assert hbm[3] >= hbm[1] + 0.9 * w  # a weight whose memory changed is read from HBM again
+
+
+def test_a_norm_after_a_projection_and_residual_add_is_one_kernel():
+    """An RMSNorm of ``x + h @ W`` (a decoder layer's norm after attention, as transformers writes it:
+    ``pow(2).mean(-1, keepdim=True)`` and ``rsqrt(var + eps)`` on ``(1, L, 1)`` row values of a folded
+    projection) runs as one kernel with the residual add: the row values keep their shape through ``+ eps``
+    and ``rsqrt`` (no reshape to ``(L,)`` and back between them). Results equal eager's at two lengths."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 32, bias=False).eval()
+    w = torch.randn(32)
+
+    def f(x, h):
+        y = x + lin(h)
+        var = y.pow(2).mean(-1, keepdim=True)
+        return y * torch.rsqrt(var + 1e-6) * w
+
+    compiled = torch.compile(f, backend="dvmlang")
+    with torch.no_grad():
+        for L in (9, 9, 17):
+            x, h = torch.randn(1, L, 32), torch.randn(1, L, 32)
+            D.reset_stats()
+            _close(compiled(x, h), f(x, h))
+    assert len([m for r in D.launches() for m in getattr(r, "members", [r])]) == 2  # the projection; the rest

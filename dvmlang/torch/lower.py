@@ -441,15 +441,20 @@ def align(r: Region, node, operands: list):
     out = meta_shape(node)
     rank = len(out)
     decomp = [None] * rank
+    unit = [False] * rank  # a dim of 1 some operand's base has as an axis of its own
     for t in tens:
         ps = parts_of(r, t)
         for j, p in enumerate(ps):
             i = rank - len(ps) + j
             if all(isinstance(e, int) and e == 1 for e in p):
+                unit[i] = unit[i] or len(p) == 1
                 continue
             if decomp[i] is None or len(p) > len(decomp[i]):
                 decomp[i] = p
-    decomp = [d if d is not None else [] for d in decomp]
+    # (a dim of 1 that is an axis of an operand's base stays one in the result's: a row value (L, 1) keeps its
+    # shape through `var + eps` and `rsqrt`, instead of a reshape to (L,) and back that keeps them apart in
+    # fusion)
+    decomp = [d if d is not None else [1] if u else [] for d, u in zip(decomp, unit)]
     vals = []
     for o in operands:
         if not isinstance(o, LVal):
