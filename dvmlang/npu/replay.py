@@ -45,6 +45,8 @@ import numpy as np
 from ..errors import DvmError, InvalidBytecodeError
 from ..vm import semantics as sem
 from .compiled import SMALL_BYTES, STEP_ERRORS, _invalid, _tile_bytes, _Tiles
+from .dma import _strided
+from .state import materialise_views
 from .timing_cache import _operands
 
 _LIFT = re.compile(r"lift\(R\[(\d+)\], (\d+), (\w+)\)")
@@ -256,8 +258,14 @@ def generate(m, trace, n: int) -> Replay | None:
                     env[f"LV{j}"] = value
                     tiles.n += 1
                     var = f"t{tiles.n}"
-                    body.append(f"{var} = LV{j}(b, L, True)")
-                    kept_loads.add(len(body) - 1)
+                    direct = _direct_load(fast, j, env)
+                    if direct is not None:  # the box read straight from the tensor, stored as the step stores it
+                        body.append(f"{var} = {direct} else LV{j}(b, L, False)")
+                        kept_loads.add(len(body) - 1)
+                        body.append(f"W{j}(b, {var}, L.alias[{fast.direct[0]}])")
+                    else:
+                        body.append(f"{var} = LV{j}(b, L, True)")
+                        kept_loads.add(len(body) - 1)
                     ub.append((len(body) - 1, lo, hi))
                     _, dtp, shape = m.layout(d.vals["dst"])
                     tiles.local[(lo, hi - lo, dtp.np)] = (var, tuple(shape))
@@ -267,6 +275,12 @@ def generate(m, trace, n: int) -> Replay | None:
                     ub.append((None, lo, hi))
                 continue
             env[f"D{j}"] = fast
+            direct = _direct_store(m, d, fast, j, env, tiles)
+            if direct is not None:  # a value the path holds, written straight into the tensor
+                body += direct
+                ub.append([])  # (the buffer is read only when the call goes through the step, after storing it)
+                tiles.forget()
+                continue
             body.append(f"D{j}(b, L)")
         else:
             env[f"S{i}"] = s.fn
@@ -291,6 +305,53 @@ def generate(m, trace, n: int) -> Replay | None:
 
 
 _ANY = ((0, 1 << 62),)  # (a tile whose layout the kernel lacks: any bytes)
+
+
+def _view(j: int, plan, env: dict, writeable: bool) -> str:
+    """The expression of a transfer's view of tensor ``g`` (``dma.direct_plan``'s ``plan``), as ``dma._boxes``
+    makes it for a tensor of the size the plan was found for."""
+    start, shape, strides, size, _ = plan
+    if size is not None:
+        return f"g[{start}:{start + size}].reshape({shape!r})"
+    env["strided"] = _strided
+    return f"strided(g, {start}, {shape!r}, {strides!r}, {writeable})"
+
+
+def _direct_load(fast, j: int, env: dict) -> str | None:
+    """The start of the line (``... else`` the step's own value) that reads a resolved load's box straight from its
+    tensor when its size is the one the descriptor was checked for; the stores line is ``W{j}``'s. None when the
+    box is not one view of the tensor."""
+    direct = getattr(fast, "direct", None)
+    if direct is None or direct[2] is None:
+        return None
+    t, checked, plan, finish, w = direct
+    env[f"FL{j}"], env[f"W{j}"] = finish, w
+    return f"FL{j}({_view(j, plan, env, False)}) if (g := L.arrays[{t}]).size == {checked}"
+
+
+def _direct_store(m, d, fast, j: int, env: dict, tiles) -> list | None:
+    """The lines writing a resolved store's source tile, held in a local variable, straight into its tensor (as
+    ``dma_write`` writes it) when the tensor has the size the descriptor was checked for and no load reads
+    poison; otherwise the tile is stored in the buffer (where the step reads it) and the step runs. None when the
+    path does not hold the tile or its box is not one view of the tensor."""
+    direct = getattr(fast, "direct", None)
+    if tiles is None or direct is None or direct[2] is None or direct[3] != "ub":
+        return None
+    t, checked, plan, _, addr, nbytes, npdt = direct
+    hit = tiles.local.get((addr, nbytes, npdt))
+    _, _, shape = m.layout(d.vals["src"])
+    if hit is None or hit[1] != tuple(shape):
+        return None
+    var = hit[0]
+    env[f"W{j}"] = m.writer(d.vals["src"])
+    env[f"BX{j}"] = (slice(None),) + plan[4]
+    env["materialise_views"] = materialise_views
+    return [f"if (g := L.arrays[{t}]).size == {checked} and getattr(L, 'poison_from', None) is None:",
+            f"    materialise_views(b, L, {t})",
+            f"    {_view(j, plan, env, True)}[...] = {var}[BX{j}]",
+            "else:",
+            f"    W{j}(b, {var})",
+            f"    D{j}(b, L)"]
 
 
 def _ub_ranges(m, d) -> list:
