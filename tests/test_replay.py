@@ -352,3 +352,53 @@ def test_replayed_transfers_straight_to_the_tensors_take_the_step_on_another_siz
     assert count.n >= 4, "the launches were not replayed"
     assert sources and "(g := L.arrays[0]).size == 64" in sources[0] and "(g := L.arrays[1]).size == 64" in \
         sources[0], "the transfers were not written straight to the tensors"
+
+
+@pytest.mark.parametrize("other", [None, 2.5])
+def test_a_replayed_partial_box_is_put_in_the_padding_as_the_full_path_puts_it(other, monkeypatch):
+    """A masked load whose box is part of its tile (10 of 16 elements) is read straight from the tensor by a replay
+    and put in a copy of the padding (``other``, or the zeros a load without one gets): the same bits as the full
+    path's on every relaunch and on new data."""
+    import dvmlang
+    import dvmlang.language as dl
+
+    @dvmlang.kernel
+    def zeros(x_ptr, y_ptr, n, BLOCK: dl.constexpr):
+        offs = dl.arange(0, BLOCK)
+        a = dl.load(x_ptr + offs, mask=offs < n)
+        s = dl.sum(a * a, axis=0)
+        dl.store(y_ptr + offs, a + s, mask=offs < n)
+
+    @dvmlang.kernel
+    def padded(x_ptr, y_ptr, n, BLOCK: dl.constexpr):
+        offs = dl.arange(0, BLOCK)
+        a = dl.load(x_ptr + offs, mask=offs < n, other=2.5)
+        s = dl.sum(a * a, axis=0)
+        dl.store(y_ptr + offs, a + s, mask=offs < n)
+
+    part = zeros if other is None else padded
+    sources = []
+    generate = replay_mod.generate
+
+    def kept(*a):
+        rp = generate(*a)
+        if rp is not None:
+            sources.append(rp.source)
+        return rp
+    monkeypatch.setattr(replay_mod, "generate", kept)
+    count = _Count(monkeypatch)
+    got = {}
+    for replay in (True, False):
+        dev = Device(replay=replay)
+        outs = []
+        for i in range(RUNS + 1):
+            x = np.arange(10, dtype=np.float32) * 0.25 - i
+            y = np.zeros(10, np.float32)
+            part[(1,)](x, y, 10, BLOCK=16, device=dev)
+            outs.append(y.tobytes())
+            pad = 0.0 if other is None else other
+            np.testing.assert_allclose(y, x + ((x * x).sum() + 6 * pad * pad), rtol=1e-6)
+        got[replay] = outs
+    assert got[True] == got[False]
+    assert count.n > 0, "nothing was replayed"
+    assert any("put(PAD" in x for x in sources), "the partial box was not read straight from the tensor"

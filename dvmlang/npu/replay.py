@@ -260,9 +260,10 @@ def generate(m, trace, n: int) -> Replay | None:
                     var = f"t{tiles.n}"
                     direct = _direct_load(fast, j, env)
                     if direct is not None:  # the box read straight from the tensor, stored as the step stores it
-                        body.append(f"{var} = {direct} else LV{j}(b, L, False)")
+                        body.append(f"{var} = {direct[0]} else LV{j}(b, L, False)")
                         kept_loads.add(len(body) - 1)
-                        body.append(f"W{j}(b, {var}, L.alias[{fast.direct[0]}])")
+                        # (a view of the tensor is stored with its alias group: copied before the tensor changes)
+                        body.append(f"W{j}(b, {var}, L.alias[{fast.direct[0]}])" if direct[1] else f"W{j}(b, {var})")
                     else:
                         body.append(f"{var} = LV{j}(b, L, True)")
                         kept_loads.add(len(body) - 1)
@@ -310,23 +311,37 @@ _ANY = ((0, 1 << 62),)  # (a tile whose layout the kernel lacks: any bytes)
 def _view(j: int, plan, env: dict, writeable: bool) -> str:
     """The expression of a transfer's view of tensor ``g`` (``dma.direct_plan``'s ``plan``), as ``dma._boxes``
     makes it for a tensor of the size the plan was found for."""
-    start, shape, strides, size, _ = plan
+    start, shape, strides, size = plan[:4]
     if size is not None:
         return f"g[{start}:{start + size}].reshape({shape!r})"
     env["strided"] = _strided
     return f"strided(g, {start}, {shape!r}, {strides!r}, {writeable})"
 
 
-def _direct_load(fast, j: int, env: dict) -> str | None:
+def _direct_load(fast, j: int, env: dict) -> tuple | None:
     """The start of the line (``... else`` the step's own value) that reads a resolved load's box straight from its
-    tensor when its size is the one the descriptor was checked for; the stores line is ``W{j}``'s. None when the
-    box is not one view of the tensor."""
+    tensor when its size is the one the descriptor was checked for (the line storing it is ``W{j}``'s), and
+    whether the value is a view of the tensor. None when the box is not one view of the tensor."""
     direct = getattr(fast, "direct", None)
     if direct is None or direct[2] is None:
         return None
     t, checked, plan, finish, w = direct
     env[f"FL{j}"], env[f"W{j}"] = finish, w
-    return f"FL{j}({_view(j, plan, env, False)}) if (g := L.arrays[{t}]).size == {checked}"
+    if len(plan) == 5:  # the box is the tile: its view
+        return f"FL{j}({_view(j, plan, env, False)}) if (g := L.arrays[{t}]).size == {checked}", True
+    pad, undef = plan[5], plan[6]  # a box of the tile, put in the padding (``dma_read``)
+    pad.flags.writeable = False
+    env[f"PAD{j}"], env[f"BX{j}"] = pad, (slice(None),) + plan[4]
+    env["put"] = _put
+    return (f"FL{j}(put(PAD{j}, BX{j}, {_view(j, plan, env, False)})) if (g := L.arrays[{t}]).size == {checked}"
+            + (" and not L.debug" if undef else "")), False
+
+
+def _put(pad, box, view):
+    """A copy of the padding ``pad`` with ``view`` put in ``box`` (what ``dma_read`` reads a partial box as)."""
+    out = pad.copy()
+    out[box] = view
+    return out
 
 
 def _direct_store(m, d, fast, j: int, env: dict, tiles) -> list | None:

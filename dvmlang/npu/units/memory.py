@@ -16,7 +16,7 @@ from ...vm.semantics import lift
 from .. import poison
 from ..bounds import check_elements
 from ..dma import Windows, compute_into, descriptor, descriptor_key, direct_plan, dma_read, dma_write, \
-    pending_windows, store_view
+    padding, pending_windows, store_view
 from ..elements import atomic
 from ..state import materialise_views, poison_value, prod
 from ..timing import _total
@@ -192,7 +192,12 @@ def dma_load(m, d):
             return arr
         resolved.value = value
         # (what a replay reads the box as, straight from the tensor: npu/replay.py)
-        resolved.direct = (t, desc.checked, direct_plan(desc, b.n, shape, False), finish, w)
+        plan = direct_plan(desc, b.n, shape, False)
+        if plan is not None and plan[4] and not all(x.start == 0 and x.stop == e for x, e in zip(plan[4], shape)):
+            # a box smaller than the tile: put in a copy of the padding (a replay sets the register it may come
+            # from to this value, as here; poison in debug mode)
+            plan = plan + (padding(plan[1][0], shape, npdt, b.regs[pad_v] if pad_reg else pad_v), undef)
+        resolved.direct = (t, desc.checked, plan, finish, w)
         return resolved
     fn.resolve = resolve
     finish = w.finish
