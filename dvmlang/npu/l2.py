@@ -51,23 +51,40 @@ class L2Cache:
         self._clock = 0  # the next stamp
         self._of_ref: dict = {}  # id(weakref to a root) -> the keys of its lines (what _gone drops)
         self._known: dict = {}  # id(array) -> [weakref to it, its key, weakref to its root, its line when last seen]
+        self._roots: dict = {}  # id(root array of a view) -> (weakref to it, the address of its first byte)
         self._sets: dict = {}  # the ids of a launch's arrays, in order -> _Set
         self._version = 0  # counts the lines that left L2 (what makes a _Set stale: lines only grow otherwise)
 
     def _entry(self, a: np.ndarray) -> list:
         """The known-array entry of a tensor's array: [weakref to it, (id of its root array, byte offset, bytes),
-        weakref to the root, its line or None]."""
-        root = a
-        while isinstance(root.base, np.ndarray):
-            root = root.base
-        off = 0 if root is a else _address(a) - _address(root)
-        key = (id(root), off, a.nbytes)
+        weakref to the root, its line or None]. A view's root is remembered with its address (``_roots``: a
+        steady call makes new views of the same pooled buffers at every call), so a new view costs the address of
+        its own first byte alone."""
+        ref = weakref.ref(a)
+        base = a.base
+        if isinstance(base, np.ndarray):
+            root = base
+            while isinstance(root.base, np.ndarray):
+                root = root.base
+            roots = self._roots
+            r = roots.get(id(root))
+            if r is None or r[0]() is not root:  # (an id may name a new array once the old one is freed)
+                if len(roots) >= 1024:
+                    roots = self._roots = {k: v for k, v in roots.items() if v[0]() is not None}
+                    if len(roots) >= 512:
+                        roots.clear()
+                r = roots[id(root)] = (weakref.ref(root), _address(root))
+            key = (id(root), _address(a) - r[1], a.nbytes)
+            root_ref = r[0]
+        else:
+            key = (id(a), 0, a.nbytes)
+            root_ref = ref
         known = self._known
         if len(known) >= 4096:
             known = self._known = {k: v for k, v in known.items() if v[0]() is not None}
             if len(known) >= 2048:
                 known.clear()
-        e = known[id(a)] = [weakref.ref(a), key, weakref.ref(root), self._line(key)]
+        e = known[id(a)] = [ref, key, root_ref, self._line(key)]
         return e
 
     def _line(self, key) -> _Line | None:
