@@ -260,10 +260,10 @@ def generate(m, trace, n: int) -> Replay | None:
                     var = f"t{tiles.n}"
                     direct = _direct_load(fast, j, env)
                     if direct is not None:  # the box read straight from the tensor, stored as the step stores it
-                        body.append(f"{var} = {direct[0]} else LV{j}(b, L, False)")
+                        body.append(f"{var} = {direct[0]} if {direct[1]} else LV{j}(b, L, False)")
                         kept_loads.add(len(body) - 1)
                         # (a view of the tensor is stored with its alias group: copied before the tensor changes)
-                        body.append(f"W{j}(b, {var}, L.alias[{fast.direct[0]}])" if direct[1] else f"W{j}(b, {var})")
+                        body.append(f"W{j}(b, {var}, L.alias[{fast.direct[0]}])" if direct[2] else f"W{j}(b, {var})")
                     else:
                         body.append(f"{var} = LV{j}(b, L, True)")
                         kept_loads.add(len(body) - 1)
@@ -272,15 +272,17 @@ def generate(m, trace, n: int) -> Replay | None:
                     tiles.local[(lo, hi - lo, dtp.np)] = (var, tuple(shape))
                 else:
                     env[f"D{j}"] = fast
-                    body.append(f"D{j}(b, L)")
+                    body += _load_lines(fast, j, env) or [f"D{j}(b, L)"]
                     ub.append((None, lo, hi))
                 continue
             env[f"D{j}"] = fast
-            direct = _direct_store(m, d, fast, j, env, tiles)
-            if direct is not None:  # a value the path holds, written straight into the tensor
+            direct = _load_lines(fast, j, env) if s.ins.family == "dma_load" else \
+                _direct_store(m, d, fast, j, env, tiles)
+            if direct is not None:  # a load into another buffer, or a value the path holds written into the tensor
                 body += direct
-                ub.append([])  # (the buffer is read only when the call goes through the step, after storing it)
-                tiles.forget()
+                ub.append([] if s.ins.family != "dma_load" else reads)  # (a store reads the buffer only through
+                if tiles is not None:  # the step, after storing its tile there)
+                    tiles.forget()
                 continue
             body.append(f"D{j}(b, L)")
         else:
@@ -319,22 +321,34 @@ def _view(j: int, plan, env: dict, writeable: bool) -> str:
 
 
 def _direct_load(fast, j: int, env: dict) -> tuple | None:
-    """The start of the line (``... else`` the step's own value) that reads a resolved load's box straight from its
-    tensor when its size is the one the descriptor was checked for (the line storing it is ``W{j}``'s), and
-    whether the value is a view of the tensor. None when the box is not one view of the tensor."""
+    """(the value, the condition, whether the value is a view of the tensor) of a resolved load read straight from
+    its tensor (``W{j}`` stores it as the step does): the condition holds when the tensor has the size the
+    descriptor was checked for (``g``: the tensor). None when the box is not one view of the tensor."""
     direct = getattr(fast, "direct", None)
     if direct is None or direct[2] is None:
         return None
     t, checked, plan, finish, w = direct
     env[f"FL{j}"], env[f"W{j}"] = finish, w
+    cond = f"(g := L.arrays[{t}]).size == {checked}"
     if len(plan) == 5:  # the box is the tile: its view
-        return f"FL{j}({_view(j, plan, env, False)}) if (g := L.arrays[{t}]).size == {checked}", True
+        return f"FL{j}({_view(j, plan, env, False)})", cond, True
     pad, undef = plan[5], plan[6]  # a box of the tile, put in the padding (``dma_read``)
     pad.flags.writeable = False
     env[f"PAD{j}"], env[f"BX{j}"] = pad, (slice(None),) + plan[4]
     env["put"] = _put
-    return (f"FL{j}(put(PAD{j}, BX{j}, {_view(j, plan, env, False)})) if (g := L.arrays[{t}]).size == {checked}"
-            + (" and not L.debug" if undef else "")), False
+    return f"FL{j}(put(PAD{j}, BX{j}, {_view(j, plan, env, False)}))", cond + (" and not L.debug" if undef else ""), \
+        False
+
+
+def _load_lines(fast, j: int, env: dict) -> list | None:
+    """The lines of a resolved load into any on-chip buffer that read its box straight from the tensor and store it
+    as the step's writer does (``D{j}``, the step, when the tensor has another size); None as ``_direct_load``."""
+    direct = _direct_load(fast, j, env)
+    if direct is None:
+        return None
+    value, cond, view = direct
+    return [f"if {cond}:", f"    W{j}(b, {value}{f', L.alias[{fast.direct[0]}]' if view else ''})", "else:",
+            f"    D{j}(b, L)"]
 
 
 def _put(pad, box, view):
