@@ -123,16 +123,14 @@ class L2Cache:
         self.used = 0
         self._version += 1
 
-    def _steady(self, arrays: dict, alias: dict, rates):
-        """``settle`` when every array is one alias group, known, fits L2 and has its whole tensor in L2 already:
-        then every read hits, writes stay in L2 and no line grows (so none is evicted); what changes is which
+    def _steady(self, arrays: dict, alias: dict, rates, ids: tuple):
+        """``settle`` when every array (their ids ``ids``) is one alias group, known, fits L2 and has its whole
+        tensor in L2 already, as a ``_Set`` kept for them says (``settle`` keeps one when its first pass finds them
+        so): then every read hits, writes stay in L2 and no line grows (so none is evicted); what changes is which
         lines are most recently used and how many of their bytes are dirty. None (nothing changed) otherwise."""
-        ids = (*map(id, arrays.values()),)
         s = self._sets.get(ids)
         if s is None or s.alias is not alias or s.version != self._version or s.limit != rates.l2_bytes:
-            s = self._whole(arrays, alias, rates.l2_bytes, ids)
-            if s is None:
-                return None
+            return None
         group_reads, group_writes = rates.group_reads, rates.group_writes
         hits = 0.0
         clock = self._clock
@@ -191,8 +189,10 @@ class L2Cache:
         (``rates.keep_writes``) and the group fits, else they cross HBM. When it keeps L2, what the launch read
         and wrote is then the most recently used (writes dirty), in the order of ``arrays``, a group once."""
         sizes = rates.group_bytes
-        if len(sizes) == len(arrays) and rates.keep_writes:  # every group one array: perhaps a relaunch on tensors
-            steady = self._steady(arrays, alias, rates)  # L2 holds whole
+        whole = len(sizes) == len(arrays) and rates.keep_writes  # every group one array: perhaps a relaunch on
+        if whole:  # tensors L2 holds whole
+            ids = (*map(id, arrays.values()),)
+            steady = self._steady(arrays, alias, rates, ids)
             if steady is not None:
                 return steady
         limit = rates.l2_bytes
@@ -218,6 +218,7 @@ class L2Cache:
             e = known.get(id(a))
             if e is None or e[0]() is not a:
                 e = self._entry(a)
+                whole = False  # (a new array: the same ones again are unlikely, a _Set of them not worth keeping)
             line = e[3]
             if line is None or line.ref is None:
                 line = e[3] = self._line(e[1])
@@ -225,6 +226,10 @@ class L2Cache:
             todo.append((g, a, e))
             if line is not None and resident.get(g, 0) < line.bytes:
                 resident[g] = line.bytes
+            if whole and (line is None or line.bytes != a.nbytes or line.bytes > limit):
+                whole = False
+        if whole and self._whole(arrays, alias, limit, ids) is not None:  # (all whole: the short way, from now on)
+            return self._steady(arrays, alias, rates, ids)
         done = None if len(sizes) == len(todo) else set()  # a group of several arrays is updated once
         lines = self.lines
         capacity = self.capacity
