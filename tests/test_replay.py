@@ -38,6 +38,20 @@ class _Count:
         monkeypatch.setattr(replay_mod, "run", counted)
 
 
+def _sources(monkeypatch) -> list:
+    """The source of every replay generated from now on (``Replay.source``), in order."""
+    sources = []
+    generate = replay_mod.generate
+
+    def kept(*a):
+        rp = generate(*a)
+        if rp is not None:
+            sources.append(rp.source)
+        return rp
+    monkeypatch.setattr(replay_mod, "generate", kept)
+    return sources
+
+
 def _new_data(arrays: dict, seed: int) -> dict:
     """``arrays`` with new values in their float tensors (the same shapes; integer tensors, indices, unchanged)."""
     rng = np.random.default_rng(seed)
@@ -326,15 +340,7 @@ def test_replayed_transfers_straight_to_the_tensors_take_the_step_on_another_siz
     scale[(4,)](np.zeros(64, np.float32), np.zeros(64, np.float32), BLOCK=16, device=Device())
     monkeypatch.undo()
     bc = seen[0]
-    sources = []
-    generate = replay_mod.generate
-
-    def kept(*a):
-        rp = generate(*a)
-        if rp is not None:
-            sources.append(rp.source)
-        return rp
-    monkeypatch.setattr(replay_mod, "generate", kept)
+    sources = _sources(monkeypatch)
     count = _Count(monkeypatch)
     sizes = [64, 64, 64, 64, 96, 64, 48, 64, 64]
     got = {}
@@ -377,15 +383,7 @@ def test_a_replayed_partial_box_is_put_in_the_padding_as_the_full_path_puts_it(o
         dl.store(y_ptr + offs, a + s, mask=offs < n)
 
     part = zeros if other is None else padded
-    sources = []
-    generate = replay_mod.generate
-
-    def kept(*a):
-        rp = generate(*a)
-        if rp is not None:
-            sources.append(rp.source)
-        return rp
-    monkeypatch.setattr(replay_mod, "generate", kept)
+    sources = _sources(monkeypatch)
     count = _Count(monkeypatch)
     got = {}
     for replay in (True, False):
