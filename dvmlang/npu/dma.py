@@ -632,38 +632,6 @@ def _boxes(g: np.ndarray, u: _Uniform, rows: int, writeable=False):
     return _strided(g, start, shape, strides, writeable)
 
 
-def direct_plan(desc: Desc, n: int, shape, write: bool):
-    """What a replay (npu/replay.py) writes a transfer of a batch of ``n`` programs as, when their boxes are one view
-    of the tensor of the size ``desc`` was checked against: (start element, the view's shape and strides in
-    elements, its size when it is row-major contiguous and inside the tensor, else None, the box's slices in the
-    tile). That is when the descriptor is the same for every program, its bases step uniformly and its box is not
-    empty; for a read, ``dma_read``'s first way (its view, or a box of it put in the padding: the caller tells which
-    by ``full``); for a write, the programs' boxes do not overlap and are one row each (``dma_write``'s first way,
-    without its loop). None otherwise."""
-    u = _uniform_desc(desc, n)
-    if u is None or u.prog is None or u.empty or desc.checked < 0:
-        return None
-    first, step = u.prog
-    if write:
-        if not (n == 1 or desc.base.ndim) or _overlapping(step, u.st, u.ext, n):
-            return None
-        rows = n
-    else:
-        rows = n if (n == 1 or step != 0 or desc.base.ndim) else 1
-    vshape, strides = (rows,) + u.ext, (step,) + u.st
-    start = first + u.offset
-    size = _contiguous(vshape, strides)
-    if size is not None and not (0 <= start and start + size <= desc.checked):
-        size = None
-    return start, vshape, strides, size, u.box
-
-
-def padding(rows: int, shape, npdt, pad) -> np.ndarray:
-    """A tile of ``rows`` rows full of one padding value, as ``_padded`` makes it (a replay copies it, then puts
-    the box in)."""
-    return _padded(rows, shape, npdt, pad)
-
-
 def _contiguous(shape, strides) -> int | None:
     """The elements of a view of this shape and these strides (in elements) when it is row-major contiguous,
     else None."""

@@ -311,7 +311,7 @@ _ANY = ((0, 1 << 62),)  # (a tile whose layout the kernel lacks: any bytes)
 
 
 def _view(j: int, plan, env: dict, writeable: bool) -> str:
-    """The expression of a transfer's view of tensor ``g`` (``dma.direct_plan``'s ``plan``), as ``dma._boxes``
+    """The expression of a transfer's view of tensor ``g`` (``direct.direct_plan``'s ``plan``), as ``dma._boxes``
     makes it for a tensor of the size the plan was found for."""
     start, shape, strides, size = plan[:4]
     if size is not None:

@@ -15,8 +15,9 @@ from ...vm import semantics as sem
 from ...vm.semantics import lift
 from .. import poison
 from ..bounds import check_elements
-from ..dma import Windows, compute_into, descriptor, descriptor_key, direct_plan, dma_read, dma_write, \
-    padding, pending_windows, store_view
+from ..direct import direct_plan, padding
+from ..dma import Windows, compute_into, descriptor, descriptor_key, dma_read, dma_write, pending_windows, \
+    store_view
 from ..elements import atomic
 from ..state import materialise_views, poison_value, prod
 from ..timing import _total
