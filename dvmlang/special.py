@@ -31,33 +31,54 @@ _SB = (3.03380607434824582924e+01, 3.25792512996573918826e+02, 1.536729586084436
 
 
 def _poly(x, cs):
-    """cs[0] + x*(cs[1] + x*(...)), by Horner's rule."""
-    r = np.full_like(x, cs[-1])
-    for c in cs[-2::-1]:
-        r = c + x * r
+    """cs[0] + x*(cs[1] + x*(...)), by Horner's rule (``c + x*r`` per term; in place: the same roundings)."""
+    r = x * cs[-1]  # (x times an array full of cs[-1]: the same products)
+    r += cs[-2]
+    for c in cs[-3::-1]:
+        r *= x
+        r += c
     return r
 
 
 def _one_plus(x, cs):
     """1 + x*(cs[0] + x*(cs[1] + ...))."""
-    return 1.0 + x * _poly(x, cs)
+    r = _poly(x, cs)
+    r *= x
+    r += 1.0
+    return r
 
 
 def _erf_regions(x: np.ndarray) -> np.ndarray:
-    """``erf`` of a float64 array by evaluating every region's rational function on every element and taking each
-    element's region's (fewer numpy calls per element than ``erf``'s table, for large arrays)."""
+    """``erf`` of a float64 array, each region's rational function evaluated on that region's elements alone
+    (gathered by index, the results put back): the same operations on the same values as evaluating every region's
+    function on every element and taking each element's region's (fdlibm's per element), in fewer element
+    operations, for large arrays (tests/test_special.py compares the bits with that way)."""
+    shape = x.shape
+    x = x.reshape(-1)
     a = np.abs(x)
+    out = np.copysign(np.ones_like(x), x)  # |x| >= 6 (and +-inf): +-1
     with np.errstate(all="ignore"):
-        z = x * x
-        small = x + x * (_poly(z, _PP) / _one_plus(z, _QQ))
-        s = a - 1.0
-        mid = _ERX + _poly(s, _PA) / _one_plus(s, _QA)
-        s = 1.0 / z
-        rs = np.where(a < 1 / 0.35, _poly(s, _RA) / _one_plus(s, _SA), _poly(s, _RB) / _one_plus(s, _SB))
-        hi = (a.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)  # |x| with its low word cleared
-        tail = 1.0 - np.exp(-hi * hi - 0.5625) * np.exp((hi - a) * (hi + a) + rs) / a
-    out = np.where(a < 0.84375, small, np.copysign(np.where(a < 6.0, np.where(a < 1.25, mid, tail), 1.0), x))
-    return np.where(np.isnan(x), x, out)
+        i = np.flatnonzero(a < 0.84375)
+        if i.size:
+            v = x[i]
+            z = v * v
+            out[i] = v + v * (_poly(z, _PP) / _one_plus(z, _QQ))
+        i = np.flatnonzero((a >= 0.84375) & (a < 1.25))
+        if i.size:
+            s = a[i] - 1.0
+            out[i] = np.copysign(_ERX + _poly(s, _PA) / _one_plus(s, _QA), x[i])
+        for lo, hi_, num, den in ((1.25, 1 / 0.35, _RA, _SA), (1 / 0.35, 6.0, _RB, _SB)):
+            i = np.flatnonzero((a >= lo) & (a < hi_))
+            if i.size:
+                v, av = x[i], a[i]
+                s = 1.0 / (v * v)
+                rs = _poly(s, num) / _one_plus(s, den)
+                hi = (av.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)  # low word cleared
+                out[i] = np.copysign(1.0 - np.exp(-hi * hi - 0.5625) * np.exp((hi - av) * (hi + av) + rs) / av, v)
+    nan = np.isnan(x)
+    if nan.any():
+        out[nan] = x[nan]
+    return out.reshape(shape)
 
 
 TABLE_MAX = 512  # erf takes its coefficients per element (fewer numpy calls) up to this many elements
@@ -103,9 +124,11 @@ def erf(x: np.ndarray) -> np.ndarray:
         k = len(num) - 1
         p = num[k]
         q = den[k]
-        for j in range(k - 1, -1, -1):
-            p = num[j] + t * p
-            q = den[j] + t * q
+        for j in range(k - 1, -1, -1):  # (p = num[j] + t*p in place: rows of the gathered tables, used once)
+            p *= t
+            p += num[j]
+            q *= t
+            q += den[j]
         ratio = p / (1.0 + t * q)
         small = x + x * ratio
         mid = _ERX + ratio

@@ -38,6 +38,20 @@ class _Count:
         monkeypatch.setattr(replay_mod, "run", counted)
 
 
+def _sources(monkeypatch) -> list:
+    """The source of every replay generated from now on (``Replay.source``), in order."""
+    sources = []
+    generate = replay_mod.generate
+
+    def kept(*a):
+        rp = generate(*a)
+        if rp is not None:
+            sources.append(rp.source)
+        return rp
+    monkeypatch.setattr(replay_mod, "generate", kept)
+    return sources
+
+
 def _new_data(arrays: dict, seed: int) -> dict:
     """``arrays`` with new values in their float tensors (the same shapes; integer tensors, indices, unchanged)."""
     rng = np.random.default_rng(seed)
@@ -299,3 +313,90 @@ def test_a_replayed_load_read_after_a_store_to_its_place_keeps_the_loaded_values
         got[replay] = outs
     assert got[True] == got[False]
     assert count.n > 0, "nothing was replayed"
+
+
+def test_replayed_transfers_straight_to_the_tensors_take_the_step_on_another_size(monkeypatch):
+    """A replay reads a load's box and writes a store's box straight from and into the tensor (one view of it) when
+    the tensor has the size the descriptor was checked for; on a tensor of another size (the same instance) the
+    step runs and checks the box again: a larger tensor gives the full path's results, a smaller one its
+    MemoryFault, and the next launch at the first size is replayed again with the same bits. Records, outputs
+    and faults against ``Device(replay=False)``, and the path's source holds the direct transfers."""
+    import dvmlang
+    import dvmlang.language as dl
+
+    @dvmlang.kernel
+    def scale(x_ptr, y_ptr, BLOCK: dl.constexpr):
+        offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+        a = dl.load(x_ptr + offs)
+        dl.store(y_ptr + offs, a * 3.0 + 1.0)
+
+    seen = []
+    run = Device.run
+
+    def capture(self, bc, arrays, **kw):
+        seen.append(bc)
+        return run(self, bc, arrays, **kw)
+    monkeypatch.setattr(Device, "run", capture)
+    scale[(4,)](np.zeros(64, np.float32), np.zeros(64, np.float32), BLOCK=16, device=Device())
+    monkeypatch.undo()
+    bc = seen[0]
+    sources = _sources(monkeypatch)
+    count = _Count(monkeypatch)
+    sizes = [64, 64, 64, 64, 96, 64, 48, 64, 64]
+    got = {}
+    for replay in (True, False):
+        dev = Device(replay=replay)
+        outs = []
+        for i, n in enumerate(sizes):
+            x = (np.arange(n, dtype=np.float32) * 0.5 + i).astype(np.float32)
+            y = np.full(n, -1.0, np.float32)
+            outs.append(_outcome(lambda: (dev.run(bc, {0: x, 1: y}, name="scale"), [x, y])))
+        got[replay] = outs
+    assert got[True] == got[False]
+    assert got[True][6][0] == "fault" and got[True][6][1] == "MemoryFault"
+    assert got[True][4][0] != "fault"
+    assert count.n >= 4, "the launches were not replayed"
+    assert sources and "(g := L.arrays[0]).size == 64" in sources[0] and "(g := L.arrays[1]).size == 64" in \
+        sources[0], "the transfers were not written straight to the tensors"
+
+
+@pytest.mark.parametrize("other", [None, 2.5])
+def test_a_replayed_partial_box_is_put_in_the_padding_as_the_full_path_puts_it(other, monkeypatch):
+    """A masked load whose box is part of its tile (10 of 16 elements) is read straight from the tensor by a replay
+    and put in a copy of the padding (``other``, or the zeros a load without one gets): the same bits as the full
+    path's on every relaunch and on new data."""
+    import dvmlang
+    import dvmlang.language as dl
+
+    @dvmlang.kernel
+    def zeros(x_ptr, y_ptr, n, BLOCK: dl.constexpr):
+        offs = dl.arange(0, BLOCK)
+        a = dl.load(x_ptr + offs, mask=offs < n)
+        s = dl.sum(a * a, axis=0)
+        dl.store(y_ptr + offs, a + s, mask=offs < n)
+
+    @dvmlang.kernel
+    def padded(x_ptr, y_ptr, n, BLOCK: dl.constexpr):
+        offs = dl.arange(0, BLOCK)
+        a = dl.load(x_ptr + offs, mask=offs < n, other=2.5)
+        s = dl.sum(a * a, axis=0)
+        dl.store(y_ptr + offs, a + s, mask=offs < n)
+
+    part = zeros if other is None else padded
+    sources = _sources(monkeypatch)
+    count = _Count(monkeypatch)
+    got = {}
+    for replay in (True, False):
+        dev = Device(replay=replay)
+        outs = []
+        for i in range(RUNS + 1):
+            x = np.arange(10, dtype=np.float32) * 0.25 - i
+            y = np.zeros(10, np.float32)
+            part[(1,)](x, y, 10, BLOCK=16, device=dev)
+            outs.append(y.tobytes())
+            pad = 0.0 if other is None else other
+            np.testing.assert_allclose(y, x + ((x * x).sum() + 6 * pad * pad), rtol=1e-6)
+        got[replay] = outs
+    assert got[True] == got[False]
+    assert count.n > 0, "nothing was replayed"
+    assert any("put(PAD" in x for x in sources), "the partial box was not read straight from the tensor"

@@ -77,10 +77,11 @@ MODEL = """\
   (`l2_across_launches`): what a launch read or wrote stays resident, so the next launch that reads it
   pays no HBM for those bytes; dirty bytes go back to HBM (charged to the launch that evicts them). A tensor
   is known by its host array: a new array is a new GM buffer and starts cold. A tensor larger than L2
-  streams through and evicts everything. (Under `torch.compile` the backend hands the device a new array for
-  every tensor at every call, a parameter's too, so a model's weights start cold at each call, where on the
-  hardware a weight stays at its HBM address and a later call finds it in L2; the fused program's pooled
-  intermediates keep their arrays and stay resident.)
+  streams through and evicts everything. (Under `torch.compile` the backend hands the device the same array
+  for an unchanged tensor at every call: a parameter's from its first call, another tensor's from its second call
+  in a row (`torch/partition.py`). So a model's weights stay one GM buffer, warm in L2 across calls, as on the
+  hardware; the fused program's pooled intermediates keep their buffers (new views of them at each call, the
+  same lines); activations and outputs are new arrays and start cold.)
 
 ## The cycle model
 
@@ -218,7 +219,15 @@ function (per instance, with the launch base), which keeps only what computes nu
   what the path last left are set to their recorded values, so each step sees exactly the registers the
   step-by-step path gives it; live registers are computed by the steps that compute them, as they run;
 * a transfer uses the descriptor its step found for the recorded registers (a tensor of another size than
-  the one its box was checked against goes through the step, which checks it);
+  the one its box was checked against goes through the step, which checks it). When the batch's boxes are one
+  view of the tensor (the descriptor the same for every program, their bases stepping uniformly: `npu/direct.py`),
+  the replay reads and writes that view itself, one slice of the tensor (or one strided view) worked out once: a
+  load's box is the tile, or is put in a copy of the padding (its immediate's, or the fixed register's) when it is
+  part of the tile, and goes to the step's writer as the step's read would; a store of a tile the path holds in a
+  local variable (a small batch's vector result, or a load's) writes it into the view after the views of that
+  tensor in on-chip memory are copied (`materialise_views`), when the programs' boxes do not overlap. The guard
+  is the tensor's size (and, for a store, no poisoned load); otherwise the store's tile is put in the buffer and
+  the step runs. A store's source read from a local variable needs no store in the unified buffer;
 * a small batch's vector instructions are computed directly, as the compiled path computes them, with their
   register operands as constants; a result read again by a later vector instruction is taken from a local
   variable, and it is stored in the unified buffer only when a later step reads those bytes from the buffer
@@ -236,7 +245,9 @@ The functions, values and order of every step that computes numbers are those of
 outputs and faults are the same bits; the record comes from the kept timing as for any launch whose timing is
 kept, and L2 settles as before. Not replayed (they run as before): kernels with atomics, batches that split,
 launches in several batches, paths over 20,000 steps, a budget the path would exceed, and the sequential
-device. `tests/test_replay.py` launches every launch of the gallery and the Triton tutorials, random kernels
+device. `tests/test_replay.py` relaunches a replayed instance on larger and smaller tensors (the step's results, its
+`MemoryFault`, then the replay again) and replays partial boxes with and without `other`; it launches every launch
+of the gallery and the Triton tutorials, random kernels
 and the torch models of the test suite four times (timed, recorded, replayed, replayed on new data) on a
 device that replays and one that does not (`Device(replay=False)`), and the random kernels on the sequential
 device too, and compares records, outputs and faults, including an out-of-range gather on a replayed launch.
@@ -267,7 +278,13 @@ A batch's transfer whose programs' boxes lie on a grid (the programs' bases a ro
 a matmul's tiles) reads every box through one strided view, and one whose distinct windows step uniformly (in
 another order than the programs') through one strided read and one copy per program; both read element by
 element through an index plan before. The L2 model finds a view's offset in its root array from the buffer
-protocol's address (a steady call makes new views of its pooled buffers at every call).
+protocol's address (a steady call makes new views of its pooled buffers at every call), the root's address
+remembered with it (`L2Cache._roots`); a launch whose arrays were all known and whole in L2 keeps them as a set
+for the launches on the same arrays after it, found by one lookup, and a launch with a new array does not look.
+
+`erf` (exact GELU, `special.py`) evaluates fdlibm's rational functions by Horner's rule in place (the same
+roundings), each region's on that region's elements alone above 512 elements (`tests/test_special.py` compares
+the bits with every region's function on every element).
 
 A product of fewer than 2^24 multiply-accumulates runs on one BLAS thread (`npu/host.blas_one_thread`;
 `DVMLANG_BLAS_SMALL=N` sets the bound, 0 never): OpenBLAS splits products of a few hundred thousand MACs

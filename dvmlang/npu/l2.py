@@ -51,23 +51,40 @@ class L2Cache:
         self._clock = 0  # the next stamp
         self._of_ref: dict = {}  # id(weakref to a root) -> the keys of its lines (what _gone drops)
         self._known: dict = {}  # id(array) -> [weakref to it, its key, weakref to its root, its line when last seen]
+        self._roots: dict = {}  # id(root array of a view) -> (weakref to it, the address of its first byte)
         self._sets: dict = {}  # the ids of a launch's arrays, in order -> _Set
         self._version = 0  # counts the lines that left L2 (what makes a _Set stale: lines only grow otherwise)
 
     def _entry(self, a: np.ndarray) -> list:
         """The known-array entry of a tensor's array: [weakref to it, (id of its root array, byte offset, bytes),
-        weakref to the root, its line or None]."""
-        root = a
-        while isinstance(root.base, np.ndarray):
-            root = root.base
-        off = 0 if root is a else _address(a) - _address(root)
-        key = (id(root), off, a.nbytes)
+        weakref to the root, its line or None]. A view's root is remembered with its address (``_roots``: a
+        steady call makes new views of the same pooled buffers at every call), so a new view costs the address of
+        its own first byte alone."""
+        ref = weakref.ref(a)
+        base = a.base
+        if isinstance(base, np.ndarray):
+            root = base
+            while isinstance(root.base, np.ndarray):
+                root = root.base
+            roots = self._roots
+            r = roots.get(id(root))
+            if r is None or r[0]() is not root:  # (an id may name a new array once the old one is freed)
+                if len(roots) >= 1024:
+                    roots = self._roots = {k: v for k, v in roots.items() if v[0]() is not None}
+                    if len(roots) >= 512:
+                        roots.clear()
+                r = roots[id(root)] = (weakref.ref(root), _address(root))
+            key = (id(root), _address(a) - r[1], a.nbytes)
+            root_ref = r[0]
+        else:
+            key = (id(a), 0, a.nbytes)
+            root_ref = ref
         known = self._known
         if len(known) >= 4096:
             known = self._known = {k: v for k, v in known.items() if v[0]() is not None}
             if len(known) >= 2048:
                 known.clear()
-        e = known[id(a)] = [weakref.ref(a), key, weakref.ref(root), self._line(key)]
+        e = known[id(a)] = [ref, key, root_ref, self._line(key)]
         return e
 
     def _line(self, key) -> _Line | None:
@@ -106,16 +123,14 @@ class L2Cache:
         self.used = 0
         self._version += 1
 
-    def _steady(self, arrays: dict, alias: dict, rates):
-        """``settle`` when every array is one alias group, known, fits L2 and has its whole tensor in L2 already:
-        then every read hits, writes stay in L2 and no line grows (so none is evicted); what changes is which
+    def _steady(self, arrays: dict, alias: dict, rates, ids: tuple):
+        """``settle`` when every array (their ids ``ids``) is one alias group, known, fits L2 and has its whole
+        tensor in L2 already, as a ``_Set`` kept for them says (``settle`` keeps one when its first pass finds them
+        so): then every read hits, writes stay in L2 and no line grows (so none is evicted); what changes is which
         lines are most recently used and how many of their bytes are dirty. None (nothing changed) otherwise."""
-        ids = (*map(id, arrays.values()),)
         s = self._sets.get(ids)
         if s is None or s.alias is not alias or s.version != self._version or s.limit != rates.l2_bytes:
-            s = self._whole(arrays, alias, rates.l2_bytes, ids)
-            if s is None:
-                return None
+            return None
         group_reads, group_writes = rates.group_reads, rates.group_writes
         hits = 0.0
         clock = self._clock
@@ -174,8 +189,10 @@ class L2Cache:
         (``rates.keep_writes``) and the group fits, else they cross HBM. When it keeps L2, what the launch read
         and wrote is then the most recently used (writes dirty), in the order of ``arrays``, a group once."""
         sizes = rates.group_bytes
-        if len(sizes) == len(arrays) and rates.keep_writes:  # every group one array: perhaps a relaunch on tensors
-            steady = self._steady(arrays, alias, rates)  # L2 holds whole
+        whole = len(sizes) == len(arrays) and rates.keep_writes  # every group one array: perhaps a relaunch on
+        if whole:  # tensors L2 holds whole
+            ids = (*map(id, arrays.values()),)
+            steady = self._steady(arrays, alias, rates, ids)
             if steady is not None:
                 return steady
         limit = rates.l2_bytes
@@ -201,6 +218,7 @@ class L2Cache:
             e = known.get(id(a))
             if e is None or e[0]() is not a:
                 e = self._entry(a)
+                whole = False  # (a new array: the same ones again are unlikely, a _Set of them not worth keeping)
             line = e[3]
             if line is None or line.ref is None:
                 line = e[3] = self._line(e[1])
@@ -208,6 +226,10 @@ class L2Cache:
             todo.append((g, a, e))
             if line is not None and resident.get(g, 0) < line.bytes:
                 resident[g] = line.bytes
+            if whole and (line is None or line.bytes != a.nbytes or line.bytes > limit):
+                whole = False
+        if whole and self._whole(arrays, alias, limit, ids) is not None:  # (all whole: the short way, from now on)
+            return self._steady(arrays, alias, rates, ids)
         done = None if len(sizes) == len(todo) else set()  # a group of several arrays is updated once
         lines = self.lines
         capacity = self.capacity

@@ -45,6 +45,8 @@ import numpy as np
 from ..errors import DvmError, InvalidBytecodeError
 from ..vm import semantics as sem
 from .compiled import SMALL_BYTES, STEP_ERRORS, _invalid, _tile_bytes, _Tiles
+from .dma import _strided
+from .state import materialise_views
 from .timing_cache import _operands
 
 _LIFT = re.compile(r"lift\(R\[(\d+)\], (\d+), (\w+)\)")
@@ -256,17 +258,32 @@ def generate(m, trace, n: int) -> Replay | None:
                     env[f"LV{j}"] = value
                     tiles.n += 1
                     var = f"t{tiles.n}"
-                    body.append(f"{var} = LV{j}(b, L, True)")
-                    kept_loads.add(len(body) - 1)
+                    direct = _direct_load(fast, j, env)
+                    if direct is not None:  # the box read straight from the tensor, stored as the step stores it
+                        body.append(f"{var} = {direct[0]} if {direct[1]} else LV{j}(b, L, False)")
+                        kept_loads.add(len(body) - 1)
+                        # (a view of the tensor is stored with its alias group: copied before the tensor changes)
+                        body.append(f"W{j}(b, {var}, L.alias[{fast.direct[0]}])" if direct[2] else f"W{j}(b, {var})")
+                    else:
+                        body.append(f"{var} = LV{j}(b, L, True)")
+                        kept_loads.add(len(body) - 1)
                     ub.append((len(body) - 1, lo, hi))
                     _, dtp, shape = m.layout(d.vals["dst"])
                     tiles.local[(lo, hi - lo, dtp.np)] = (var, tuple(shape))
                 else:
                     env[f"D{j}"] = fast
-                    body.append(f"D{j}(b, L)")
+                    body += _load_lines(fast, j, env) or [f"D{j}(b, L)"]
                     ub.append((None, lo, hi))
                 continue
             env[f"D{j}"] = fast
+            direct = _load_lines(fast, j, env) if s.ins.family == "dma_load" else \
+                _direct_store(m, d, fast, j, env, tiles)
+            if direct is not None:  # a load into another buffer, or a value the path holds written into the tensor
+                body += direct
+                ub.append([] if s.ins.family != "dma_load" else reads)  # (a store reads the buffer only through
+                if tiles is not None:  # the step, after storing its tile there)
+                    tiles.forget()
+                continue
             body.append(f"D{j}(b, L)")
         else:
             env[f"S{i}"] = s.fn
@@ -291,6 +308,79 @@ def generate(m, trace, n: int) -> Replay | None:
 
 
 _ANY = ((0, 1 << 62),)  # (a tile whose layout the kernel lacks: any bytes)
+
+
+def _view(j: int, plan, env: dict, writeable: bool) -> str:
+    """The expression of a transfer's view of tensor ``g`` (``direct.direct_plan``'s ``plan``), as ``dma._boxes``
+    makes it for a tensor of the size the plan was found for."""
+    start, shape, strides, size = plan[:4]
+    if size is not None:
+        return f"g[{start}:{start + size}].reshape({shape!r})"
+    env["strided"] = _strided
+    return f"strided(g, {start}, {shape!r}, {strides!r}, {writeable})"
+
+
+def _direct_load(fast, j: int, env: dict) -> tuple | None:
+    """(the value, the condition, whether the value is a view of the tensor) of a resolved load read straight from
+    its tensor (``W{j}`` stores it as the step does): the condition holds when the tensor has the size the
+    descriptor was checked for (``g``: the tensor). None when the box is not one view of the tensor."""
+    direct = getattr(fast, "direct", None)
+    if direct is None or direct[2] is None:
+        return None
+    t, checked, plan, finish, w = direct
+    env[f"FL{j}"], env[f"W{j}"] = finish, w
+    cond = f"(g := L.arrays[{t}]).size == {checked}"
+    if len(plan) == 5:  # the box is the tile: its view
+        return f"FL{j}({_view(j, plan, env, False)})", cond, True
+    pad, undef = plan[5], plan[6]  # a box of the tile, put in the padding (``dma_read``)
+    pad.flags.writeable = False
+    env[f"PAD{j}"], env[f"BX{j}"] = pad, (slice(None),) + plan[4]
+    env["put"] = _put
+    return f"FL{j}(put(PAD{j}, BX{j}, {_view(j, plan, env, False)}))", cond + (" and not L.debug" if undef else ""), \
+        False
+
+
+def _load_lines(fast, j: int, env: dict) -> list | None:
+    """The lines of a resolved load into any on-chip buffer that read its box straight from the tensor and store it
+    as the step's writer does (``D{j}``, the step, when the tensor has another size); None as ``_direct_load``."""
+    direct = _direct_load(fast, j, env)
+    if direct is None:
+        return None
+    value, cond, view = direct
+    return [f"if {cond}:", f"    W{j}(b, {value}{f', L.alias[{fast.direct[0]}]' if view else ''})", "else:",
+            f"    D{j}(b, L)"]
+
+
+def _put(pad, box, view):
+    """A copy of the padding ``pad`` with ``view`` put in ``box`` (what ``dma_read`` reads a partial box as)."""
+    out = pad.copy()
+    out[box] = view
+    return out
+
+
+def _direct_store(m, d, fast, j: int, env: dict, tiles) -> list | None:
+    """The lines writing a resolved store's source tile, held in a local variable, straight into its tensor (as
+    ``dma_write`` writes it) when the tensor has the size the descriptor was checked for and no load reads
+    poison; otherwise the tile is stored in the buffer (where the step reads it) and the step runs. None when the
+    path does not hold the tile or its box is not one view of the tensor."""
+    direct = getattr(fast, "direct", None)
+    if tiles is None or direct is None or direct[2] is None or direct[3] != "ub":
+        return None
+    t, checked, plan, _, addr, nbytes, npdt = direct
+    hit = tiles.local.get((addr, nbytes, npdt))
+    _, _, shape = m.layout(d.vals["src"])
+    if hit is None or hit[1] != tuple(shape):
+        return None
+    var = hit[0]
+    env[f"W{j}"] = m.writer(d.vals["src"])
+    env[f"BX{j}"] = (slice(None),) + plan[4]
+    env["materialise_views"] = materialise_views
+    return [f"if (g := L.arrays[{t}]).size == {checked} and getattr(L, 'poison_from', None) is None:",
+            f"    materialise_views(b, L, {t})",
+            f"    {_view(j, plan, env, True)}[...] = {var}[BX{j}]",
+            "else:",
+            f"    W{j}(b, {var})",
+            f"    D{j}(b, L)"]
 
 
 def _ub_ranges(m, d) -> list:

@@ -15,6 +15,7 @@ from ...vm import semantics as sem
 from ...vm.semantics import lift
 from .. import poison
 from ..bounds import check_elements
+from ..direct import direct_plan, padding
 from ..dma import Windows, compute_into, descriptor, descriptor_key, dma_read, dma_write, pending_windows, \
     store_view
 from ..elements import atomic
@@ -158,15 +159,15 @@ def dma_load(m, d):
     def resolve(b):
         """This step in an untimed launch for batch ``b``'s register values (npu/replay.py): the descriptor
         ``fn`` just used, found once. It reads as ``fn`` does; a tensor of another size than the one the
-        descriptor's box was checked for goes through ``fn`` (which checks it). None for a load that keeps part
-        of its destination or whose padding depends on the debug mode."""
+        descriptor's box was checked for goes through ``fn`` (which checks it), and so does a load whose padding
+        the debug mode poisons, in debug mode. None for a load that keeps part of its destination."""
         desc = memo.get(descriptor_key(b, fields[4]))
-        if desc is None or keep or undef:
+        if desc is None or keep:
             return None
 
         def resolved(b, L):
             g = L.arrays[t]
-            if desc.checked != g.size:
+            if desc.checked != g.size or (undef and L.debug):
                 return fn(b, L)
             arr, gm_view = dma_read(g, desc, shape, npdt, b.regs[pad_v] if pad_reg else pad_v, b.n, pending=True)
             if arr.__class__ is Windows:
@@ -179,7 +180,7 @@ def dma_load(m, d):
             when ``store`` (npu/replay.py: a tile no later step reads from the buffer lives in a local variable).
             A tensor of another size, or a pending gather, is stored by the step and read back."""
             g = L.arrays[t]
-            if desc.checked != g.size:
+            if desc.checked != g.size or (undef and L.debug):
                 fn(b, L)
                 return read_back(b, L)
             arr, gm_view = dma_read(g, desc, shape, npdt, b.regs[pad_v] if pad_reg else pad_v, b.n, pending=True)
@@ -191,6 +192,13 @@ def dma_load(m, d):
                 w(b, arr, L.alias[t] if gm_view else None)
             return arr
         resolved.value = value
+        # (what a replay reads the box as, straight from the tensor: npu/replay.py)
+        plan = direct_plan(desc, b.n, shape, False)
+        if plan is not None and plan[4] and not all(x.start == 0 and x.stop == e for x, e in zip(plan[4], shape)):
+            # a box smaller than the tile: put in a copy of the padding (a replay sets the register it may come
+            # from to this value, as here; poison in debug mode)
+            plan = plan + (padding(plan[1][0], shape, npdt, b.regs[pad_v] if pad_reg else pad_v), undef)
+        resolved.direct = (t, desc.checked, plan, finish, w)
         return resolved
     fn.resolve = resolve
     finish = w.finish
@@ -260,6 +268,9 @@ def dma_store(m, d):
             if desc.checked != g.size:
                 return fn(b, L)
             store(b, L, g, desc)
+        # (what a replay writes a value it holds as, straight into the tensor: npu/replay.py)
+        resolved.direct = (t, desc.checked, direct_plan(desc, b.n, shape, True), space, src_addr, src_bytes,
+                           src_dt.np) if d.ins.family == "dma_store" else None
         return resolved
     fn.resolve = resolve
     return m.step(d, fn, None)
