@@ -450,8 +450,9 @@ class _Generator:
             return root, off, shape, strides, False
         if n.op == "permute":
             perm = n.attrs["perm"]
-            return (root, off, [shape[i] for i in perm], [strides[i] for i in perm],
-                    contiguous and tuple(perm) == tuple(range(len(perm))))
+            shape, strides = [shape[i] for i in perm], [strides[i] for i in perm]
+            # (contiguous again when it undoes the order a value is stored in: canonical._store_in_order)
+            return root, off, shape, strides, off == "0" and strides == _c_strides(shape)
         out = [self.node_dim(d) for d in n.shape]
         if not contiguous:
             # a reshape of a strided view is a view at any sizes when it only inserts or removes dims of size 1
