@@ -97,12 +97,11 @@ def canonicalize(g: Graph, parts: int | None = None) -> None:
 
 def _store_in_order(x: Node, readers: dict) -> bool:
     """Whether ``x``, a chain of permutes of a value computed in the launch that nothing else reads (each link
-    read only by the next; not an output), can be made contiguous by storing that value in the chain's order
-    (every kernel stores through its output's strides):
-    then the value gets ``attrs["order"]`` (the order of its dims in memory: its buffer holds
-    ``permute(value, order)`` contiguously, which every kernel writes through its output strides) and a reshape
-    of the chain is a view. An attention's output (H, L, D), transposed to (L, H, D) and reshaped to (L, H*D)
-    for the output projection, is stored as (L, H, D): no copy kernel."""
+    read only by the next; not an output), can be made contiguous by storing that value in the chain's order.
+    Then the value gets ``attrs["order"]``, the order of its dims in memory (its buffer holds
+    ``permute(value, order)`` contiguously; every kernel writes its outputs through their strides), and a
+    reshape of the chain is a view. An attention's output (H, L, D), transposed to (L, H, D) and reshaped to
+    (L, H*D) for the output projection, is stored as (L, H, D): no copy kernel."""
     perms = []
     while x.op == "permute" and readers.get(id(x), 0) == 1:
         perms.append(x.attrs["perm"])
