@@ -71,6 +71,17 @@ def _outcome(fn):
     return _record(rec), [o.tobytes() for o in outs]
 
 
+def _replayed_and_not(launch) -> list:
+    """``launch(device, i)``'s outcomes for i in 0..RUNS on a replaying device, which must equal those on a device
+    that never replays."""
+    got = []
+    for replay in (True, False):
+        dev = Device(replay=replay)
+        got.append([launch(dev, i) for i in range(RUNS + 1)])
+    assert got[0] == got[1]
+    return got[0]
+
+
 def _cycles_and_outputs(outcome):
     return outcome if outcome[0] == "fault" else (outcome[0][0], outcome[1])
 
@@ -299,19 +310,15 @@ def test_a_replayed_load_read_after_a_store_to_its_place_keeps_the_loaded_values
         b = dl.load(x_ptr + offs)
         dl.store(y_ptr + offs, a * 2.0 + b)
 
+    def launch(dev, i):
+        x = np.arange(16, dtype=np.float32) + i
+        y = np.zeros(16, np.float32)
+        overwrite[(1,)](x, y, BLOCK=16, device=dev)
+        np.testing.assert_array_equal(y, 2 * (np.arange(16, dtype=np.float32) + i) + 7)
+        return x.tobytes(), y.tobytes()
+
     count = _Count(monkeypatch)
-    got = {}
-    for replay in (True, False):
-        dev = Device(replay=replay)
-        outs = []
-        for i in range(RUNS + 1):
-            x = np.arange(16, dtype=np.float32) + i
-            y = np.zeros(16, np.float32)
-            overwrite[(1,)](x, y, BLOCK=16, device=dev)
-            outs.append((x.tobytes(), y.tobytes()))
-            np.testing.assert_array_equal(y, 2 * (np.arange(16, dtype=np.float32) + i) + 7)
-        got[replay] = outs
-    assert got[True] == got[False]
+    _replayed_and_not(launch)
     assert count.n > 0, "nothing was replayed"
 
 
@@ -384,19 +391,15 @@ def test_a_replayed_partial_box_is_put_in_the_padding_as_the_full_path_puts_it(o
 
     part = zeros if other is None else padded
     sources = _sources(monkeypatch)
+    def launch(dev, i):
+        x = np.arange(10, dtype=np.float32) * 0.25 - i
+        y = np.zeros(10, np.float32)
+        part[(1,)](x, y, 10, BLOCK=16, device=dev)
+        pad = 0.0 if other is None else other
+        np.testing.assert_allclose(y, x + ((x * x).sum() + 6 * pad * pad), rtol=1e-6)
+        return y.tobytes()
+
     count = _Count(monkeypatch)
-    got = {}
-    for replay in (True, False):
-        dev = Device(replay=replay)
-        outs = []
-        for i in range(RUNS + 1):
-            x = np.arange(10, dtype=np.float32) * 0.25 - i
-            y = np.zeros(10, np.float32)
-            part[(1,)](x, y, 10, BLOCK=16, device=dev)
-            outs.append(y.tobytes())
-            pad = 0.0 if other is None else other
-            np.testing.assert_allclose(y, x + ((x * x).sum() + 6 * pad * pad), rtol=1e-6)
-        got[replay] = outs
-    assert got[True] == got[False]
+    _replayed_and_not(launch)
     assert count.n > 0, "nothing was replayed"
     assert any("put(PAD" in x for x in sources), "the partial box was not read straight from the tensor"
