@@ -467,6 +467,9 @@ class _Generator:
 
     @staticmethod
     def _split(shape, strides, out) -> list | None:
+        """The stride expressions of ``out``, a reshape of a strided view (``shape``, ``strides``: expressions) that
+        only inserts or removes dims of 1 and splits dims that are numbers into numbers (``canonical._splits_only``
+        decides on symbols; the generic path lets numpy work the strides out), else None."""
         olds = [(d, st) for d, st in zip(shape, strides) if d != "1"]
         news = [i for i, d in enumerate(out) if d != "1"]
         got = ["0"] * len(out)

@@ -355,46 +355,16 @@ def _view_address(n: Node, values, env, own: bool = False):
     elif n.op == "permute":
         p = n.attrs["perm"]
         shape, strides = tuple([shape[i] for i in p]), tuple([strides[i] for i in p])
-    else:  # a reshape is a view of a chain whose elements are in memory order, or one that only splits dims
-        new = tuple([env.value(d) for d in n.shape])
+    else:  # a reshape is a view of a chain whose elements are in memory order (numpy's way otherwise: a split)
         if not _c_contiguous(shape, strides):
-            strides = _split_strides(shape, strides, new)
-            if strides is None:
-                return None
-            return root, off, new, strides
-        shape = new
+            return None
+        shape = tuple([env.value(d) for d in n.shape])
         st, acc = [], 1
         for d in reversed(shape):
             st.append(acc)
             acc *= d
         strides = tuple(reversed(st))
     return root, off, shape, strides
-
-
-def _split_strides(shape, strides, new) -> tuple | None:
-    """The strides of ``new``, a reshape of a strided view (``shape``, ``strides``) that only splits its dims and
-    inserts or removes dims of 1 (canonical._splits_only), else None."""
-    if 0 in shape:
-        return None
-    olds = [(d, st) for d, st in zip(shape, strides) if d != 1]
-    out = []
-    k, rest = 0, None
-    for d in new:
-        if d == 1:
-            out.append(0)
-            continue
-        if rest is None:
-            if k == len(olds):
-                return None
-            rest, st = olds[k]
-            k += 1
-        if rest % d:
-            return None
-        rest //= d
-        out.append(st * rest)
-        if rest == 1:
-            rest = None
-    return tuple(out) if rest is None and k == len(olds) else None
 
 
 def _addressing(n: Node, values, env, space, own: bool = False):
