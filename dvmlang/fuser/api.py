@@ -72,7 +72,7 @@ class Program:
 
     def __init__(self, graph: Graph, fuse: bool, profile, name: str | None = None, stats=None):
         from .build import fuser_path
-        canonicalize(graph, profile.vector_cores if fuse and fuser_path() == "compose" else None)
+        canonicalize(graph, profile.vector_cores if fuse and fuser_path() == "compose" else None, fuse)
         self.graph = graph
         self.fuse = fuse
         self.name = name or graph.name

@@ -1,22 +1,28 @@
-"""Canonical form of a captured graph before fusion: every reduction over the last dimension with keepdims
-(plus the views that bring its axis last and back), a reshape that cannot be a view gets a copy under it, a free
-value that is stored gets a copy kernel, and a reduction of a whole tensor is split across the cores."""
+"""Canonical form of a captured graph before fusion: a view that only adds or drops dims of size 1 is moved
+under the elementwise operations it reads (recomputed from their operands' views), every reduction over the last
+dimension with keepdims (plus the views that bring its axis last and back), a reshape that cannot be a view gets
+a copy under it, a free value that is stored gets a copy kernel, and a reduction of a whole tensor is split
+across the cores."""
 
 from __future__ import annotations
 
-from .fusion import EW, VIEWS, is_free, memory_operands
+from .fusion import EW, VECTOR, VIEWS, _row_values, _same_shape, is_free, memory_operands
 from .graph import Graph, Node
 
+MAX_SUNK = 16  # the elementwise operations a view of size-1 dims is moved under (each computed again under it)
 MAX_VIEW_RANK = 4  # a strided view of a computed value is read as it is up to this rank (the kernels' limit)
 SPLIT_MIN = 1 << 16  # a whole-tensor reduction of at least this many elements (or of a symbolic count) is split
 
 
-def canonicalize(g: Graph, parts: int | None = None) -> None:
+def canonicalize(g: Graph, parts: int | None = None, fused: bool = False) -> None:
     """Rewrite every reduction into reductions over the last dimension with keepdims, plus views. With ``parts``
     (the vector cores), a reduction of a whole tensor (one row: every other dim is 1) of a symbolic or large
     count is split: ``parts`` programs each reduce a chunk of it into a partial (a ``reduce`` with ``split``),
-    and a second reduction combines the partials, so it runs on every core instead of one."""
+    and a second reduction combines the partials, so it runs on every core instead of one. When ``fused``, views
+    of size-1 dims are moved under elementwise operations (``_sink_unit_views``)."""
     g.prune()
+    if fused:  # (a kernel per operation gains nothing from it)
+        _sink_unit_views(g)
     new_nodes: list[Node] = []
     replace: dict[int, Node] = {}
     readers: dict[int, int] = {}  # id(node) -> how many nodes and outputs read it
@@ -160,3 +166,202 @@ def _reshape_is_a_view(x: Node) -> bool:
             reorders = reorders or moved != sorted(moved)
         x = x.inputs[0]
     return not reorders or x.op == "input"
+
+
+def _one(d) -> bool:
+    return isinstance(d, int) and d == 1
+
+
+def _unit_map(g, old, new) -> dict | None:
+    """For a view from shape ``old`` to ``new`` that only adds or drops dims of size 1 (the other dims proven
+    equal, in order): old dim -> new dim, for every dim of ``old`` that is not a literal 1. None otherwise."""
+    find = g.syms.find
+    a = [i for i, d in enumerate(old) if not _one(find(d))]
+    b = [j for j, d in enumerate(new) if not _one(find(d))]
+    if len(a) != len(b) or any(g.syms.equal(old[i], new[j]) is not True for i, j in zip(a, b)):
+        return None
+    return dict(zip(a, b))
+
+
+def _unit_view(g, n: Node) -> dict | None:
+    """``_unit_map`` of a reshape or permute ``n`` that keeps its operand's elements in order (a permute that
+    moves only dims of size 1)."""
+    x = n.inputs[0]
+    if n.op == "permute":
+        moved = [d for d in n.attrs["perm"] if not _one(g.syms.find(x.shape[d]))]
+        if moved != sorted(moved):
+            return None
+    elif n.op != "reshape":
+        return None
+    return _unit_map(g, x.shape, n.shape)
+
+
+def _sink_unit_views(g: Graph) -> None:
+    """Move every view that only adds or drops dims of size 1 (an ``unsqueeze``, a ``view`` to (1, L, 1)) of an
+    elementwise value under the operations: the view's readers get them computed again, at the view's shape, on
+    views of their operands. A view of a computed value is read from memory, so its producer and its readers are
+    different kernels; moved down, the operations join their readers' kernel (Inductor inlines pointwise
+    producers into their consumers the same way). Index arithmetic on tiny tensors, as a transformers model
+    builds its attention mask, becomes part of the kernel that gathers with it instead of a kernel per step.
+    And index arithmetic broadcast to a shape (``repeat_interleave``'s index) is computed at that shape
+    (``widened``) by the kernels that read it.
+
+    At most ``MAX_SUNK`` operations per view; a copy (``broadcast_to`` with ``copy``) is not moved through; an
+    operand that broadcasts (smaller than the readers' space and not one value per row of it) or is computed
+    otherwise (a reduction, a gather, a matmul, a view that moves data) is read through a view of size-1 dims of
+    its own, as the moved view read the chain's result. And only where every reader can take the operations into
+    its kernel (``hosts``): a vector operation over the view's shape or over rows of which the view holds one
+    value each, or a gather indexing with it; else the moved operations would be a kernel of their own, storing
+    the value again. (A gather is not moved: inside a kernel of another tiling, a row normalisation's, its reads
+    run on fewer cores; GPT-2's embedding lookups moved into the layer norm's kernel cost 14% more device time
+    for two launches fewer.)"""
+    find = g.syms.find
+    memo: dict = {}  # (id(node), shape key) -> the node computing it at that shape
+    out: list[Node] = []
+    replace: dict[int, Node] = {}
+    readers: dict[int, list] = {}
+    for n in g.nodes:
+        for i in n.inputs:
+            readers.setdefault(id(i), []).append(n)
+    outputs = {id(o) for o in g.outputs}
+
+    def hosts(n: Node) -> bool:
+        """Whether every reader of view ``n`` can compute the operations moved under it in its own kernel."""
+        if id(n) in outputs:
+            return False
+        for r in readers.get(id(n), ()):
+            if r.op == "gather" and r.inputs[0] is not n:  # (its index: the gather's iteration space)
+                continue
+            if r.op not in VECTOR or r.op in VIEWS or n in memory_operands(r):
+                return False
+            space = r.inputs[0].shape if r.op == "reduce" else r.shape
+            if _same_shape(g, n.shape, space) is not True and not _row_values(g, n.shape, space):
+                return False
+        return bool(readers.get(id(n)))
+
+    def base(n: Node) -> Node:
+        x = n.inputs[0]
+        while x.op in ("reshape", "permute") and _unit_view(g, x) is not None:
+            x = x.inputs[0]
+        return x
+
+    def key(shape):
+        return tuple(d if isinstance(d, int) else ("s", d.id) for d in map(find, shape))
+
+    def under(x: Node, shape: tuple, made: dict, budget: list, top: tuple) -> Node | None:
+        """``x`` at ``shape`` (a view of it adding or dropping dims of size 1) for a reader over ``top``: its
+        operations computed again when the reader's kernel can hold them (over ``top`` or its rows), else ``x``
+        read through a view; None when that takes more than the budget."""
+        if len(x.shape) == len(shape) and all(g.syms.equal(a, b) is True for a, b in zip(x.shape, shape)):
+            return x
+        k = (id(x), key(shape))
+        got = memo.get(k) or made.get(k)
+        if got is not None:
+            return got
+        m = _unit_map(g, x.shape, shape)
+        if m is None:
+            return None
+        hostable = _same_shape(g, shape, top) is True or _row_values(g, shape, top)  # (in the reader's kernel)
+        if x.op == "input":
+            y = Node("reshape", [x], tuple(shape), x.dtype, {}, loc=x.loc)
+        elif x.op == "iota":
+            ax = x.attrs["axis"]
+            if ax not in m:
+                return None  # (an index along a dim of size 1: zeros, kept as they are)
+            y = Node("iota", [], tuple(shape), x.dtype, dict(x.attrs, axis=m[ax]), loc=x.loc)
+        elif x.op in ("reshape", "permute") and _unit_view(g, x) is not None:
+            src = x.inputs[0]
+            if src.op == "input":
+                y = Node("reshape", [src], tuple(shape), x.dtype, {}, loc=x.loc)
+            else:
+                return under(src, shape, made, budget, top)
+        elif x.op in EW and not x.attrs.get("copy") and hostable:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return None
+            r, rt = len(x.shape), len(shape)
+            ins = []
+            for i in x.inputs:
+                lead = r - len(i.shape)  # (operands broadcast from the right)
+                want = [1] * rt
+                for a, d in enumerate(i.shape):
+                    if _one(find(d)):
+                        continue
+                    if lead + a not in m:
+                        return None
+                    want[m[lead + a]] = d
+                y_in = i if i.rank == 0 else under(i, tuple(want), made, budget, top)  # (a number broadcasts)
+                if y_in is None:
+                    return None
+                ins.append(y_in)
+            y = Node(x.op, ins, tuple(shape), x.dtype, dict(x.attrs), loc=x.loc)
+        elif x.op != "custom" and len(shape) <= MAX_VIEW_RANK:
+            y = Node("reshape", [x], tuple(shape), x.dtype, {}, loc=x.loc)  # a value computed otherwise (a
+            # reduction, a gather, a matmul, a view that moves data): read through a view, as the view read it
+        else:
+            return None
+        y.id = -1  # (not an id of the graph's: ``replace`` keys the graph's nodes by theirs)
+        made[k] = y
+        return y
+
+    def widened(x: Node, shape: tuple, pos: dict, made: dict, budget: list) -> Node | None:
+        """Index arithmetic ``x`` (operations on index tiles and numbers) broadcast to ``shape``, computed at
+        ``shape``: ``pos`` maps each dim of ``x`` that is not 1 to its dim of ``shape``. None for anything else."""
+        if x.rank == 0:
+            return x  # (a number broadcasts)
+        if x.op == "iota":
+            if x.attrs["axis"] not in pos:
+                return None
+            y = Node("iota", [], tuple(shape), x.dtype, dict(x.attrs, axis=pos[x.attrs["axis"]]), loc=x.loc)
+        elif x.op in ("reshape", "permute") and _unit_view(g, x) is not None:
+            m = _unit_view(g, x)
+            return widened(x.inputs[0], shape, {k: pos[j] for k, j in m.items()}, made, budget)
+        elif x.op in EW and not x.attrs.get("copy") and any(i.rank for i in x.inputs):
+            budget[0] -= 1
+            if budget[0] < 0:
+                return None
+            ins = []
+            for i in x.inputs:
+                lead = x.rank - i.rank
+                y_in = widened(i, shape, {a: pos[lead + a] for a, d in enumerate(i.shape) if not _one(find(d))},
+                               made, budget)
+                if y_in is None:
+                    return None
+                ins.append(y_in)
+            y = Node(x.op, ins, tuple(shape), x.dtype, dict(x.attrs), loc=x.loc)
+        else:
+            return None
+        y.id = -1
+        made[(id(y), None)] = y
+        return y
+
+    for n in g.nodes:
+        n.inputs = [replace.get(i.id, i) for i in n.inputs]
+        if n.op == "broadcast_to" and not n.attrs.get("copy") and n.inputs[0].op not in ("iota", "input"):
+            # index arithmetic broadcast to a shape (repeat_interleave's index) is computed at that shape, in the
+            # kernels that read it, instead of being stored at its own and read back through the broadcast
+            x = n.inputs[0]
+            made = {}
+            lead = n.rank - x.rank
+            y = widened(x, n.shape, {a: lead + a for a, d in enumerate(x.shape) if not _one(find(d))}, made,
+                        [MAX_SUNK])
+            if y is not None and any(m.op == "iota" for m in made.values()):  # (else a number: stays broadcast)
+                out.extend(made.values())
+                replace[n.id] = y
+                continue
+        if n.op in ("reshape", "permute") and _unit_view(g, n) is not None and \
+                base(n).op in EW and hosts(n):
+            made: dict = {}  # (what this view's move makes, in order: operands first)
+            y = under(base(n), n.shape, made, [MAX_SUNK], n.shape)
+            if y is not None and y.op not in VIEWS:
+                memo.update(made)
+                out.extend(made.values())
+                replace[n.id] = y
+                continue
+        out.append(n)
+    if replace:
+        g.outputs = [replace.get(o.id, o) for o in g.outputs]
+        g.nodes = out
+        for i, n in enumerate(g.nodes):
+            n.id = i
+        g.prune()

@@ -66,6 +66,9 @@ def emit_value(src: Source, g: Graph, n: Node, names: dict, idx: dict) -> str:
     if op == "iota":
         rank = len(n.shape)
         ax = n.attrs["axis"]
+        along = g.syms.find(n.shape[ax])
+        if isinstance(along, int) and along == 1:  # (broadcast over the box: 0)
+            return "dl.zeros((1, 1), dl.int32)"
         if ax == rank - 1:
             return f"({idx['cols']})[None, :]"
         if ax == rank - 2:

@@ -235,9 +235,13 @@ class KernelContext:
 
     def iota(self, n: Node):
         """The index along ``axis`` of each element of the current program's box: the column or row index tile,
-        or an outer coordinate (a scalar), in the node's dtype."""
+        or an outer coordinate (a scalar), in the node's dtype. Along a dim of size 1 (broadcast over the box) it
+        is 0."""
         rank, ax = len(n.shape), n.attrs["axis"]
         loc = self.loc(n)
+        along = self.g.syms.find(n.shape[ax])
+        if isinstance(along, int) and along == 1:
+            return self.constant(0, n.dtype)
         if ax == rank - 1:
             v = self.index_tile("cols")
         elif ax == rank - 2:

@@ -1,0 +1,147 @@
+"""Views of size-1 dims under elementwise operations (``canonical._sink_unit_views``) and index tiles along a dim
+of size 1: numbers against numpy on both fuser paths, and the kernels a program becomes."""
+
+import numpy as np
+import pytest
+
+import dvmlang
+import dvmlang.ops as ops
+from dvmlang.fuser.canonical import MAX_SUNK
+
+
+def _groups(gf, *args):
+    return gf.explain(*args).groups
+
+
+@pytest.mark.parametrize("path", ["compose", "text"])
+@pytest.mark.parametrize("fuse", [True, False])
+def test_an_index_along_a_size_one_dim_is_zero_wherever_it_broadcasts(rng, monkeypatch, path, fuse):
+    x = rng.standard_normal(9).astype(np.float32)
+    y = rng.standard_normal((4, 8)).astype(np.float32)
+
+    def f(x, y):
+        one = ops.cast(ops.arange(1, dtype="int32"), "float32")  # (1,): [0], broadcast over x's 9
+        col = ops.cast(ops.arange(8, dtype="int32"), "float32")  # (8,): 0..7 along y's columns
+        return x + one, y * 2.0 + col + one * 5.0
+
+    monkeypatch.setenv("DVMLANG_FUSER", path)
+    a, b = dvmlang.graph(f, static={"x": (0,), "y": (0, 1)}, fuse=fuse)(x, y)
+    np.testing.assert_array_equal(a, x)
+    np.testing.assert_allclose(b, y * 2 + np.arange(8, dtype=np.float32), rtol=1e-6)
+
+
+def _mask_index(t, b):
+    """A transformers-style index: a batch offset (1, 1, 1, 1) and positions (1, 1, 9, 1), each wrapped as a
+    negative index is, flattened to (9,) and gathered with."""
+    bi = ops.cast(ops.reshape(ops.reshape(b, ()), (1, 1, 1, 1)), "int32")
+    bw = ops.where(bi < 0, bi + 1, bi) * 9
+    q = ops.cast(ops.reshape(ops.arange(9, dtype="int64") + 0, (1, 1, 9, 1)), "int32")
+    qw = ops.where(q < 0, q + 9, q)
+    return ops.gather(t, 0, ops.reshape(bw + qw, (9,)))
+
+
+def test_index_arithmetic_on_views_of_size_one_dims_joins_the_kernel_that_gathers_with_it(rng, monkeypatch):
+    t = rng.standard_normal(9).astype(np.float32)
+    for b in (np.array([0], np.int64), np.array([-1], np.int64)):
+        for path in ("text", "compose"):
+            monkeypatch.setenv("DVMLANG_FUSER", path)
+            gf = dvmlang.graph(_mask_index, static={"t": (0,), "b": (0,)})
+            np.testing.assert_array_equal(gf(t, b), t)  # (b = -1 wraps to 0 too)
+        assert len(_groups(gf, t, b)) == 1  # (three kernels, one per view, before)
+    with pytest.raises(dvmlang.DeviceError, match="outside"):  # an index out of range still traps
+        dvmlang.graph(_mask_index, static={"t": (0,), "b": (0,)})(t, np.array([1], np.int64))
+
+
+def test_a_value_read_directly_and_through_a_view_of_size_one_dims(rng):
+    x = rng.standard_normal(7).astype(np.float32)
+    y = rng.standard_normal((3, 7, 4)).astype(np.float32)
+
+    def f(x, y):
+        v = ops.exp(x) * 2.0
+        return v, ops.reshape(v, (1, x.shape[0], 1)) + y, ops.unsqueeze(v, 0) - 1.0
+
+    for n in (7, 1, 5):
+        a, b, c = dvmlang.graph(f)(x[:n], y[:, :n])
+        v = np.exp(x[:n]) * 2
+        np.testing.assert_allclose(a, v, rtol=1e-6)
+        np.testing.assert_allclose(b, v[None, :, None] + y[:, :n], rtol=1e-6)
+        np.testing.assert_allclose(c, v[None] - 1, rtol=1e-6)
+    # v - 1 over (1, L) computes exp(x) * 2 again from a strided read of x, in its own kernel; the (3, L, 4) add
+    # cannot take v's operations into its kernel (v holds a value per middle dim): it reads v through the view
+    groups = _groups(dvmlang.graph(f), x, y)
+    assert sorted(grp.name.split("_", 1)[1] for grp in groups) == ["add", "exp_mul", "exp_mul_sub"]
+
+
+def test_an_index_tile_under_a_view_keeps_its_axis(rng):
+    y = rng.standard_normal((3, 6, 4)).astype(np.float32)
+
+    def f(y):
+        i = ops.cast(ops.arange(6, dtype="int32"), "float32") * 0.5  # (6,)
+        return y + ops.reshape(i, (1, 6, 1)) + ops.reshape(i, (6, 1))
+
+    got = dvmlang.graph(f, static={"y": (0, 1, 2)})(y)
+    i = np.arange(6, dtype=np.float32) * 0.5
+    np.testing.assert_allclose(got, y + i[None, :, None] + i[:, None], rtol=1e-6)
+
+
+def test_a_view_over_a_reduction_reads_the_reduction_through_a_view_and_a_reordering_view_stays(rng):
+    x = rng.standard_normal((5, 9)).astype(np.float32)
+
+    def centred(x, y):
+        c = x - ops.mean(x, -1, keepdims=True)  # the mean's rows are read through a view of size-1 dims
+        return ops.reshape(c, (1, 5, 9)) * y, c
+
+    y = rng.standard_normal((1, 5, 9)).astype(np.float32)
+    a, b = dvmlang.graph(centred, static={"x": (0, 1), "y": (0, 1, 2)})(x, y)
+    c = x - x.mean(-1, keepdims=True)
+    np.testing.assert_allclose(a, c[None] * y, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b, c, rtol=1e-5, atol=1e-6)
+    sq = rng.standard_normal((6, 6)).astype(np.float32)  # a transpose of equal dims moves data: not a unit view
+    g = dvmlang.graph(lambda x: ops.transpose(ops.exp(x)) + x)
+    np.testing.assert_allclose(g(sq), np.exp(sq).T + sq, rtol=1e-5)
+    assert any("read through a view" in r for r in g.explain(sq).reasons())
+
+
+def test_operations_that_broadcast_under_the_view_are_read_not_computed_again(rng):
+    # q (H, L, D) * cos (L, D) seen as (1, H, L, D): the multiply moves under the view, cos's operations (a (1, L, D)
+    # operand of a (1, H, L, D) reader) stay in their kernel and are read through a view
+    q = rng.standard_normal((4, 9, 8)).astype(np.float32)
+    t = rng.standard_normal((9, 8)).astype(np.float32)
+
+    def f(q, t):
+        return ops.reshape(q * ops.cos(t), (1, 4, 9, 8)) + ops.reshape(q, (1, 4, 9, 8))
+
+    gf = dvmlang.graph(f, static={"q": (0, 1, 2), "t": (0, 1)})
+    np.testing.assert_allclose(gf(q, t), (q * np.cos(t) + q)[None], rtol=1e-5, atol=1e-6)
+    assert sorted(grp.name.split("_", 1)[1] for grp in _groups(gf, q, t)) == ["cos", "mul_add"]
+
+
+def test_a_chain_longer_than_the_limit_stays_a_stored_value_read_through_the_view(rng):
+    x = rng.standard_normal(8).astype(np.float32)
+
+    def f(x, y):
+        v = x
+        for _ in range(MAX_SUNK + 1):
+            v = v * 0.5 + 0.25
+        return ops.reshape(v, (1, 8)) + y
+
+    y = rng.standard_normal((3, 8)).astype(np.float32)
+    gf = dvmlang.graph(f, static={"x": (0,), "y": (0, 1)})
+    want = x.astype(np.float64)
+    for _ in range(MAX_SUNK + 1):
+        want = want * 0.5 + 0.25
+    np.testing.assert_allclose(gf(x, y), want[None] + y, rtol=1e-5)
+    assert len(_groups(gf, x, y)) == 2
+
+
+def test_index_arithmetic_broadcast_to_a_shape_is_computed_at_that_shape(rng):
+    # repeat_interleave of key/value heads (grouped-query attention): head h reads kv head h // 2
+    kv = rng.standard_normal((1, 2, 9, 8)).astype(np.float32)
+
+    def f(kv):
+        h = ops.cast(ops.floor(ops.cast(ops.arange(4, dtype="int32"), "float32") / 2.0), "int32")
+        return ops.gather(kv, 1, ops.broadcast_to(ops.reshape(h, (1, 4, 1, 1)), (1, 4, 9, 8))) * 2.0
+
+    gf = dvmlang.graph(f, static={"kv": (0, 1, 2, 3)})
+    np.testing.assert_array_equal(gf(kv), np.repeat(kv, 2, axis=1) * 2)
+    assert len(_groups(gf, kv)) == 1  # (the index was a kernel of its own, stored at (4,) and read broadcast)
