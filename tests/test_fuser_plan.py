@@ -801,3 +801,27 @@ def test_views_of_a_computed_value_in_any_order_equal_numpy(rng, producer, perm)
             np.testing.assert_allclose(gs(x, w), p.reshape(a, b, c // 2, 2) + 1.0, rtol=1e-4, atol=1e-4)
     nodes = [n for q in gm._captured.values() if q is not None for n in q.graph.nodes]
     assert not [n for n in nodes if n.op == "broadcast_to" and n.attrs.get("copy")]  # stored in order, not copied
+
+
+def test_a_number_from_a_0d_input_is_computed_in_the_kernel_that_reads_it(rng):
+    # torch.compile(dynamic=True) passes a Python float (an RMSNorm's eps) as a 0-d float64 tensor: its cast was a
+    # kernel of its own, storing one element
+    from dvmlang.npu import Device
+    x = rng.standard_normal((37, 300)).astype(np.float32)
+    eps = np.array(0.25, np.float64)
+
+    def rms(x, eps):
+        return x * ops.rsqrt(ops.mean(x * x, -1, keepdims=True) + ops.cast(eps, "float32"))
+
+    def twice(x, eps):  # read by two operations: stored once, by a kernel of its own (not by every program)
+        e = ops.cast(eps, "float32")
+        return x + e, e * 3.0
+
+    want = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 0.25)
+    for dev in (Device(), Device(race_detection=True)):
+        g = dvmlang.graph(rms)
+        np.testing.assert_allclose(g(x, eps, device=dev), want, rtol=1e-5)
+        assert len(g.explain(x, eps, device=dev).groups) == 1
+        a, b = dvmlang.graph(twice)(x, eps, device=dev)
+        np.testing.assert_array_equal(a, x + np.float32(0.25))
+        assert b == np.float32(0.75)

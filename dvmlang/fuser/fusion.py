@@ -384,6 +384,14 @@ class Planner:
             for c in chain:
                 self.recomputed.append(c)
 
+    def _numbers_for(self, grp: Group, n: Node) -> bool:
+        """Whether rank-0 group ``grp`` (numbers from rank-0 inputs: a Python float Dynamo passes as a 0-d tensor,
+        cast) is read by ``n`` alone: ``n``'s kernel then computes it over its own iteration space and never
+        stores it (every program of a wider kernel would store the same element)."""
+        outs = {o.id for o in self.g.outputs}
+        ids = {x.id for x in grp.nodes}
+        return all(x.id not in outs and all(u.id in ids or u is n for u in self.users[x.id]) for x in grp.nodes)
+
     def _reads_own_memory(self, grp: Group, n: Node) -> str | None:
         for i in memory_operands(n):
             base, src = self.producer(i)
@@ -448,7 +456,7 @@ class Planner:
                     f"columns of the group's iteration space {g.shape_text(gs)}"), GroupChange()
         if same is not True and _row_values(g, space, gs):
             same = True  # per-row values (a reduction's shape) live in the same iteration space
-        elif same is not True and _row_values(g, gs, space):
+        elif same is not True and (_row_values(g, gs, space) or not gs and self._numbers_for(grp, n)):
             if any(x.op == "reduce" for x in grp.nodes):
                 return (f"the group's reductions run over the last dim of its iteration space {g.shape_text(gs)} "
                         f"(size 1); widening it to {g.shape_text(space)} would change what they reduce"), GroupChange()
@@ -497,7 +505,8 @@ class Planner:
                 any(x.op == "reduce" for x in other.nodes):
             return (f"the producer's group reduces over the last dim of {g.shape_text(other.space)} (size 1); merged "
                     f"into the iteration space {g.shape_text(gs)} its reductions would change")
-        if _same_shape(g, other.space, gs) is not True and not _row_values(g, other.space, gs):
+        if _same_shape(g, other.space, gs) is not True and not _row_values(g, other.space, gs) and \
+                not (not other.space and self._numbers_for(other, n)):
             same = _same_shape(g, other.space, gs)
             why = "cannot be proven equal" if same is None else "differ"
             return (f"the operation joined the group of %{into.nodes[0].id}; the producer's group iterates over "
