@@ -95,11 +95,17 @@ def _instance(gk, build, inst, ikey, args, grid, arrays):
 
 
 def _take(pool, k, n, dtype):
-    """An intermediate's flat array: a piece of the program's buffer ``k`` (grown when a call needs more)."""
+    """An intermediate's flat array: the first ``n`` elements of the program's buffer ``k`` (grown when a call needs
+    more). The pool keeps the piece it handed out last (its ``base`` the buffer), and a call of the same size gets
+    that very array again (``pool[k]``, tested where it is called), as the device's L2 model then finds it: one
+    lookup, not a new view's root and address at every call."""
     b = pool[k]
+    if b.base is not None:
+        b = b.base
     if b.size < n:
-        b = pool[k] = np.empty(n + (n >> 2), dtype)
-    return b[:n]
+        b = np.empty(n + (n >> 2), dtype)
+    v = pool[k] = b[:n]
+    return v
 
 
 class _Writer:
@@ -517,14 +523,12 @@ class _Generator:
                 w(f"o{oid} = values[{oid}] = empty(({dims}), DT{oid})")
             else:  # an intermediate: a piece of the program's buffer for it, grown when a call needs more
                 n = " * ".join(self.dim(d) for d in shape if self.dim(d) != "1") or "1"
-                if n.isdigit():
-                    w(f"fl_o{oid} = _take(pool, {k}, {n}, DT{oid})")
-                else:  # (``_take`` written out)
+                if not n.isdigit():
                     w(f"n{oid} = {n}")
-                    w(f"b = pool[{k}]")
-                    w(f"if b.size < n{oid}:")
-                    w(f"    b = pool[{k}] = empty(n{oid} + (n{oid} >> 2), DT{oid})")
-                    w(f"fl_o{oid} = b[:n{oid}]")
+                    n = f"n{oid}"
+                w(f"fl_o{oid} = pool[{k}]")  # (the piece of the last call of this size: ``_take``)
+                w(f"if fl_o{oid}.size != {n} or fl_o{oid}.base is None:")
+                w(f"    fl_o{oid} = _take(pool, {k}, {n}, DT{oid})")
                 w(f"o{oid} = values[{oid}] = fl_o{oid}.reshape(({dims}))")
                 self.flat_of[f"o{oid}"] = f"fl_o{oid}"
             self.stored[oid] = f"o{oid}"
