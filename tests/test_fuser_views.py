@@ -3,6 +3,9 @@ of size 1: numbers against numpy on both fuser paths, and the kernels a program 
 
 import numpy as np
 import pytest
+from fuzzing import SCALE
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import dvmlang
 import dvmlang.ops as ops
@@ -145,3 +148,97 @@ def test_index_arithmetic_broadcast_to_a_shape_is_computed_at_that_shape(rng):
     gf = dvmlang.graph(f, static={"kv": (0, 1, 2, 3)})
     np.testing.assert_array_equal(gf(kv), np.repeat(kv, 2, axis=1) * 2)
     assert len(_groups(gf, kv)) == 1  # (the index was a kernel of its own, stored at (4,) and read broadcast)
+
+
+# ---- random chains of elementwise operations and views of size-1 dims, against numpy --------------------------
+
+_UNARY = {"tanh": (ops.tanh, np.tanh), "neg": (lambda v: -v, np.negative),  # (bounded: a chain cannot overflow)
+          "sigmoid": (ops.sigmoid, lambda v: 1 / (1 + np.exp(-v)))}
+
+
+@st.composite
+def _chains(draw):
+    shape = tuple(draw(st.lists(st.sampled_from([1, 1, 2, 3, 5]), min_size=1, max_size=3)))
+    steps = []
+    cur = shape
+    for _ in range(draw(st.integers(1, 7))):
+        kind = draw(st.sampled_from(["unary", "scale", "input", "index", "unsqueeze", "unsqueeze", "squeeze",
+                                     "squeeze", "keep"]))
+        if kind == "unsqueeze" and len(cur) < 4:
+            ax = draw(st.integers(0, len(cur)))
+            cur = cur[:ax] + (1,) + cur[ax:]
+            steps.append(("view", cur))
+        elif kind == "squeeze" and 1 in cur and len(cur) > 1:
+            ax = cur.index(1)
+            cur = cur[:ax] + cur[ax + 1:]
+            steps.append(("view", cur))
+        elif kind == "unary":
+            steps.append(("unary", draw(st.sampled_from(sorted(_UNARY)))))
+        elif kind == "scale":
+            steps.append(("scale", draw(st.sampled_from([0.5, -2.0, 3.0]))))
+        elif kind == "index" and cur[-1] > 1:
+            steps.append(("index", None))  # + arange along the last dim
+        elif kind == "keep":
+            steps.append(("keep", None))  # the value at this point is also an output (read directly)
+        else:
+            steps.append(("input", None))  # + x viewed to the current shape
+    consumer = draw(st.sampled_from(["add", "sum", "max_rows"]))
+    return shape, steps, cur, consumer
+
+
+@settings(max_examples=60 * SCALE, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(_chains())
+def test_random_chains_through_views_of_size_one_dims_match_numpy(case):
+    shape, steps, final, consumer = case
+    rng = np.random.default_rng(len(steps))
+    x = rng.standard_normal(shape).astype(np.float32) * 0.5
+    y = rng.standard_normal(final).astype(np.float32)
+
+    def run(lib, x, y):
+        outs = []
+        v = x
+        for kind, arg in steps:
+            if kind == "view":
+                v = ops.reshape(v, arg) if lib is ops else v.reshape(arg)
+            elif kind == "unary":
+                v = _UNARY[arg][0 if lib is ops else 1](v)
+            elif kind == "scale":
+                v = v * arg
+            elif kind == "input":
+                v = v + (ops.reshape(x, v.shape) if lib is ops else x.reshape(v.shape))
+            elif kind == "index":
+                n = v.shape[-1]
+                v = v + (ops.cast(ops.arange(n, dtype="int32"), "float32") if lib is ops else
+                         np.arange(n, dtype=np.float32))
+            else:
+                outs.append(v)
+        if consumer == "add":
+            outs.append(v + y)
+        elif consumer == "sum":
+            outs.append((ops.sum(v * y, -1, keepdims=True)) if lib is ops else (v * y).sum(-1, keepdims=True))
+        else:
+            outs.append(v - (ops.max(v, -1, keepdims=True) if lib is ops else v.max(-1, keepdims=True)))
+        return tuple(outs)
+
+    static = {"x": tuple(range(len(shape))), "y": tuple(range(len(final)))}
+    got = dvmlang.graph(lambda x, y: run(ops, x, y), static=static)(x, y)
+    want = run(np, x.astype(np.float64), y.astype(np.float64))
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), b, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("path", ["compose", "text"])
+def test_a_row_index_feeds_the_work_before_a_reductions_column_loop(rng, monkeypatch, path):
+    # found by the chains above at 40x: (x + an index along the rows) reduced over a last dim of 1 runs in loop
+    # mode, its per-row work before the column loop, where the row index was not yet computed
+    monkeypatch.setenv("DVMLANG_FUSER", path)
+    x = rng.standard_normal((1, 2)).astype(np.float32)
+    y = rng.standard_normal((1, 1, 2, 1)).astype(np.float32)
+
+    def f(x, y):
+        v = ops.reshape(x, (1, 1, 2)) + ops.cast(ops.arange(2, dtype="int32"), "float32")
+        return ops.sum(ops.reshape(v, (1, 1, 2, 1)) * y, -1, keepdims=True)
+
+    got = dvmlang.graph(f, static={"x": (0, 1), "y": (0, 1, 2, 3)})(x, y)
+    np.testing.assert_allclose(got, (x.reshape(2) + np.arange(2)).reshape(1, 1, 2, 1) * y, rtol=1e-6)

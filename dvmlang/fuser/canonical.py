@@ -323,8 +323,8 @@ def _sink_unit_views(g: Graph) -> None:
             ins = []
             for i in x.inputs:
                 lead = x.rank - i.rank
-                y_in = widened(i, shape, {a: pos[lead + a] for a, d in enumerate(i.shape) if not _one(find(d))},
-                               made, budget)
+                at = {a: pos.get(lead + a) for a, d in enumerate(i.shape) if not _one(find(d))}
+                y_in = None if None in at.values() else widened(i, shape, at, made, budget)
                 if y_in is None:
                     return None
                 ins.append(y_in)

@@ -311,8 +311,8 @@ def vector_kernel(g: Graph, grp: Group, name: str, sig: Signature) -> KernelText
         for n in grp.body():
             if n.op == "cumsum":
                 src(f"cs{n.id} = dl.full(({tile_of(n)[0][0]}, 1), {_ident('sum', n.dtype)}, dl.{n.dtype.name})")
-        for n in free:
-            if n.op != "iota":
+        for n in free:  # (row and outer indices too: the same in every column block)
+            if n.op != "iota" or not Layout(g, n.shape, space).present[r - 1]:
                 src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
                 names[n.id] = f"v{n.id}"
         emit_loads(along_cols=False)
@@ -325,7 +325,7 @@ def vector_kernel(g: Graph, grp: Group, name: str, sig: Signature) -> KernelText
         src("cmask = cols < C")
         emit_loads(along_cols=True)
         for n in free:
-            if n.op == "iota":
+            if n.op == "iota" and Layout(g, n.shape, space).present[r - 1]:
                 src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")
                 names[n.id] = f"v{n.id}"
         for n in grp.body():

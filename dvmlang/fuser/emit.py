@@ -123,9 +123,10 @@ def _vector_body(k: KernelContext, free: list, vp: Reg, loc) -> None:
         mem = memory_operands(n)  # read from memory by the fragment itself, at positions of its own
         values[n.id] = FRAGMENTS[n.op].emit(k, n, [None if i in mem else values[i.id] for i in n.inputs])
 
-    def free_values(iota: bool):
+    def free_values(iota: bool, along_cols: bool | None = None):
         for n in free:
-            if (n.op == "iota") == iota and n.id not in values:
+            if (n.op == "iota") == iota and n.id not in values and \
+                    (along_cols is None or along_cols == Layout(g, n.shape, space).present[r - 1]):
                 compute(n)
 
     def store(j: int, o: Node):
@@ -161,6 +162,7 @@ def _vector_body(k: KernelContext, free: list, vp: Reg, loc) -> None:
             c.emit("VDUP", {"rs": ident, "dst": c.ref(acc)}, n.dtype, k.loc(n), writes=[acc])
             k.acc[n.id] = acc
     free_values(False)
+    free_values(True, along_cols=False)  # (row and outer indices: the same in every column block)
     load_inputs(along_cols=False)
     for n in grp.body():
         if n.id in before:
