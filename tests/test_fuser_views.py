@@ -3,8 +3,8 @@ of size 1: numbers against numpy on both fuser paths, and the kernels a program 
 
 import numpy as np
 import pytest
-from fuzzing import SCALE
-from hypothesis import HealthCheck, given, settings
+from fuzzing import budget
+from hypothesis import given
 from hypothesis import strategies as st
 
 import dvmlang
@@ -186,8 +186,7 @@ def _chains(draw):
     return shape, steps, cur, consumer
 
 
-@settings(max_examples=60 * SCALE, deadline=None, derandomize=True, database=None,
-          suppress_health_check=list(HealthCheck))
+@budget(60)
 @given(_chains())
 def test_random_chains_through_views_of_size_one_dims_match_numpy(case):
     shape, steps, final, consumer = case
