@@ -80,8 +80,8 @@ MODEL = """\
   streams through and evicts everything. (Under `torch.compile` the backend hands the device the same array
   for an unchanged tensor at every call: a parameter's from its first call, another tensor's from its second call
   in a row (`torch/partition.py`). So a model's weights stay one GM buffer, warm in L2 across calls, as on the
-  hardware; the fused program's pooled intermediates keep their buffers (new views of them at each call, the
-  same lines); activations and outputs are new arrays and start cold.)
+  hardware; the fused program's pooled intermediates keep their arrays (a call of the same sizes gets the pieces
+  of the last one: `fuser/instance._take`); activations and outputs are new arrays and start cold.)
 
 ## The cycle model
 
@@ -278,7 +278,7 @@ A batch's transfer whose programs' boxes lie on a grid (the programs' bases a ro
 a matmul's tiles) reads every box through one strided view, and one whose distinct windows step uniformly (in
 another order than the programs') through one strided read and one copy per program; both read element by
 element through an index plan before. The L2 model finds a view's offset in its root array from the buffer
-protocol's address (a steady call makes new views of its pooled buffers at every call), the root's address
+protocol's address (a view new to it: an input's flat view, a pooled buffer's piece at a new size), the root's address
 remembered with it (`L2Cache._roots`); a launch whose arrays were all known and whole in L2 keeps them as a set
 for the launches on the same arrays after it, found by one lookup, and a launch with a new array does not look.
 
