@@ -281,3 +281,28 @@ def test_an_array_l2_knows_cannot_be_resized_in_place():
     with pytest.raises(ValueError):
         a.resize(3000, refcheck=False)
     assert a.nbytes == 1000
+
+
+def test_a_remembered_launch_keeps_the_short_way_while_other_lines_leave_l2():
+    """A launch on other arrays whose lines leave L2 (their arrays freed, as a program's outputs are after every
+    call) does not make a remembered launch's set stale: the relaunch finds the same set, with the LRU model's
+    results; once one of its own lines leaves L2 it goes the long way, still with the model's results."""
+    prof = dvmlang.npu.get_profile(None)
+    l2, oracle = L2Cache(1 << 16), _Oracle(1 << 16)
+    keep = [np.zeros(1000, np.uint8), np.zeros(2000, np.uint8)]
+    alias = {0: 0, 1: 1}
+    for _ in range(2):
+        _settle_both(l2, oracle, prof, {0: keep[0], 1: keep[1]}, alias, [1, 0, 1, 0])
+    (kept,) = l2._sets.values()
+    for _ in range(3):
+        out = np.zeros(500, np.uint8)
+        _settle_both(l2, oracle, prof, {0: keep[0], 1: out}, alias, [1, 0, 0, 1])
+        del out
+        oracle.forget({k[0] for k in oracle.lines if k[0] not in {id(a) for a in keep}})
+        hbm, hits, back = _settle_both(l2, oracle, prof, {0: keep[0], 1: keep[1]}, alias, [1, 0, 1, 0])
+        assert hbm == 0 and hits == 3000 and back == 0
+        assert l2._sets.get((id(keep[0]), id(keep[1]))) is kept, "the set was made again"
+    l2.flush()
+    oracle.lines.clear()
+    hbm, _, _ = _settle_both(l2, oracle, prof, {0: keep[0], 1: keep[1]}, alias, [1, 0, 1, 0])
+    assert hbm == 3000

@@ -403,3 +403,37 @@ def test_a_replayed_partial_box_is_put_in_the_padding_as_the_full_path_puts_it(o
     _replayed_and_not(launch)
     assert count.n > 0, "nothing was replayed"
     assert any("put(PAD" in x for x in sources), "the partial box was not read straight from the tensor"
+
+
+def test_a_replay_computes_what_reads_no_loaded_value_once(monkeypatch):
+    """Tile values computed only from the instance (an index tile, a size argument, numbers: the masks and the
+    index arithmetic of a kernel) are computed when the replay is written, not at every launch; their readers get
+    the same arrays, so relaunches, new data and another size (another instance) give the full path's bits."""
+    import dvmlang
+    import dvmlang.language as dl
+
+    @dvmlang.kernel
+    def masked(x_ptr, y_ptr, n, BLOCK: dl.constexpr):
+        offs = dl.arange(0, BLOCK)
+        keep = (offs < n) & (offs % 3 != 0)
+        a = dl.load(x_ptr + offs, mask=offs < n, other=0.0)
+        b = dl.where(keep, a * 2.0, offs.to(dl.float32) - 1.0)
+        dl.store(y_ptr + offs, b + dl.max(b, axis=0), mask=offs < n)
+
+    sources = _sources(monkeypatch)
+
+    def launch(dev, i):
+        n = 10 if i < 3 else 7
+        x = np.arange(n, dtype=np.float32) * 0.25 - i
+        y = np.zeros(n, np.float32)
+        masked[(1,)](x, y, n, BLOCK=16, device=dev)
+        idx = np.arange(16)
+        a = np.concatenate([x, np.zeros(16 - n, np.float32)])
+        b = np.where((idx < n) & (idx % 3 != 0), a * 2, idx - 1.0).astype(np.float32)
+        np.testing.assert_allclose(y, (b + b.max())[:n], rtol=1e-6)
+        return y.tobytes()
+
+    count = _Count(monkeypatch)
+    _replayed_and_not(launch)
+    assert count.n > 0, "nothing was replayed"
+    assert any(" = KF" in x for x in sources), "nothing was computed when the replay was written"

@@ -22,8 +22,8 @@ class _Line:
 
 class _Set:
     """The arrays of a launch that found every one of them whole in L2 (``L2Cache._steady``): with the same
-    alias groups (``alias``, the same dict) and no line dropped from L2 since (``version``; a line in L2 only
-    grows, up to its whole tensor), a launch on the same arrays finds them whole again (at the same sizes: numpy
+    alias groups (``alias``, the same dict) and none of its lines dropped from L2 since (checked line by line when
+    any line left L2 after ``version``; a line in L2 only grows, up to its whole tensor), a launch on the same arrays finds them whole again (at the same sizes: numpy
     refuses to resize in place an array that has weak references). ``lines``: (line, group) per array in order;
     ``resident``: group -> bytes in L2 (for the trace's notes); ``refs``: weak references to the arrays, whose
     callbacks forget the set when one of them is freed (its id may then name another array)."""
@@ -129,8 +129,13 @@ class L2Cache:
         so): then every read hits, writes stay in L2 and no line grows (so none is evicted); what changes is which
         lines are most recently used and how many of their bytes are dirty. None (nothing changed) otherwise."""
         s = self._sets.get(ids)
-        if s is None or s.alias is not alias or s.version != self._version or s.limit != rates.l2_bytes:
+        if s is None or s.alias is not alias or s.limit != rates.l2_bytes:
             return None
+        if s.version != self._version:  # a line left L2 since: the set holds if none of its own did
+            for line, _ in s.lines:
+                if line.bytes < 0:
+                    return None
+            s.version = self._version
         group_reads, group_writes = rates.group_reads, rates.group_writes
         hits = 0.0
         clock = self._clock

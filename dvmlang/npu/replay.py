@@ -38,6 +38,7 @@ suite's torch models and out-of-range gathers.
 
 from __future__ import annotations
 
+import ast
 import re
 
 import numpy as np
@@ -137,6 +138,41 @@ def record(m, b, L, start: int):
         return None, h.i
 
 
+_LOCAL = re.compile(r"(t\d+|s_) = (.*)")
+
+
+def _fold(line: str, env: dict, known: dict) -> str:
+    """``line`` of a vector instruction run directly, its value computed now when every name it reads is a
+    constant of the replay or a local already folded (an index tile, a lifted register, a number broadcast, a
+    mask computed from them): the value is then the instance's, the same array at every launch (read-only, as
+    the replay's other constants), and the line takes it. Any other line, and one whose computation raises (left
+    to the launch, which reports the step), is returned as it is; a local it assigns is no longer known."""
+    got = _LOCAL.fullmatch(line)
+    if got is None:
+        return line
+    var, expr = got.groups()
+    known.pop(var, None)
+    names = [n.id for n in ast.walk(ast.parse(expr, mode="eval")) if n.__class__ is ast.Name]
+    if not all(n in known or (n in env and n not in _DYNAMIC) for n in names):
+        return line
+    try:
+        with np.errstate(all="ignore"):
+            value = eval(expr, env, dict(known))  # noqa: S307 - the replay's own expression over its constants
+    except Exception:  # noqa: BLE001 - raised again by the launch, at its step
+        return line
+    if value.__class__ is not np.ndarray:
+        return line
+    if value.flags.writeable:
+        value.flags.writeable = False
+    known[var] = value
+    name = f"KF{id(value)}"
+    env[name] = value
+    return f"{var} = {name}"
+
+
+_DYNAMIC = frozenset(("b", "L", "R", "MU", "g", "k", "c"))  # what a replay's line reads of the launch
+
+
 def _cond(m, s) -> int:
     return m.decoded[s.index].vals["rc"]
 
@@ -170,6 +206,7 @@ def generate(m, trace, n: int) -> Replay | None:
     ub: list = []  # what the body does to the unified buffer, in order: reads, stores and overwrites (_dead_stores)
     kept_loads: set = set()  # the body's lines loading a tile into a local variable (and the buffer, unless dead)
     lifts: dict = {}
+    known: dict = {}  # the locals holding a value fixed by the instance (``_fold``) -> that value
 
     def lifted(match) -> str:  # a register's value as a tile operand: the register is the recorded constant
         r, rank, dtn = int(match.group(1)), int(match.group(2)), match.group(3)
@@ -231,7 +268,7 @@ def generate(m, trace, n: int) -> Replay | None:
         at = len(body)
         if tiles is not None and tiles.emit(d, body):
             for x in range(at, len(body)):
-                body[x] = _LIFT.sub(lifted, body[x])
+                body[x] = _fold(_LIFT.sub(lifted, body[x]), env, known)
             ub.append(_emitted_reads(m, d, body, at))  # (the operands read from the unified buffer, not a local)
             addr, dtp, shape = m.layout(d.vals["dst"])
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtp.itemsize
