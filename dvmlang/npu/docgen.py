@@ -235,7 +235,10 @@ function (per instance, with the launch base), which keeps only what computes nu
   the buffer: a result only vector instructions read, or one overwritten first, is never stored; a batch's
   on-chip memory is dropped when its launch ends). A transfer from global memory overwrites its destination and
   nothing else, so the local variables of other ranges outlive it, and (in a small batch) the tile it loads is a
-  local variable too, stored in the buffer under the same rule;
+  local variable too, stored in the buffer under the same rule. A vector instruction that reads no loaded value
+  (its operands an index tile, the instance's registers, numbers, or results of such: a kernel's masks and index
+  arithmetic) is computed once, when the replay is written, and every launch takes that array (read-only, the
+  same bits as computing it again);
 * a branch on a live register whose other way traps before the way on (a device assertion, such as a
   gather's index check) is tested as the step-by-step path tests it: the programs that go the other way trap,
   with the trap's error (the same programs, the same line), before any other program goes on. A path with any

@@ -20,6 +20,8 @@ that path as one function (``Replay``):
   through the step, which checks it again); a vector instruction of a small batch is computed directly
   (``compiled._Tiles``) with its register operands as constants, and its result is not stored in the unified
   buffer when no later step of the path reads those bytes (the batch's on-chip memory is dropped at the end);
+  one that reads no loaded value (an index tile, a size argument, numbers: a kernel's masks and index arithmetic)
+  is computed when the function is written, and the path takes that array (``_fold``);
 * a branch on a live register whose other way traps (a device assertion: a gather's index check) is tested as
   the step-by-step path tests it; the programs that go the other way trap, with the trap's own error (the
   programs, as the split batch would hold them, and the line). Any other branch on a live register: no replay.
