@@ -10,7 +10,8 @@ Kinds of group:
 * **matmul** — a batched matmul on the cube, with an elementwise epilogue on its output (a mix kernel).
 * **custom** — a user ``@dvmlang.kernel`` called with ``ops.custom``.
 
-Views (``reshape``, ``permute``) are not computed: the value under them is stored and consumers read it
+Sibling vector groups over one iteration space that read a tensor in common are merged after the walk
+(``Planner.horizontal``). Views (``reshape``, ``permute``) are not computed: the value under them is stored and consumers read it
 through strides. Symbol deduction decides what can fuse: equal iteration spaces must be *proven* (same
 symbol or same number); unknown means do not fuse. A row-mode group whose row length is a symbol is fused
 behind a launch-time guard, with a split plan as the fallback when a row does not fit UB.
@@ -256,9 +257,15 @@ class Planner:
                 self._vector(n)
                 continue
             raise GraphError(f"the fuser does not know the operation {n.op!r}")
-        for k, grp in enumerate(self.groups):  # merged groups leave gaps: number the groups in order
-            grp.id = k
+        self.renumber()
         return self.groups
+
+    def renumber(self) -> None:
+        """Number the groups in order (merged groups leave gaps), ``reads`` with them."""
+        new = {grp.id: k for k, grp in enumerate(self.groups)}
+        self.reads = {new[a]: {new[b] for b in r} for a, r in self.reads.items()}
+        for grp in self.groups:
+            grp.id = new[grp.id]
 
     # ---- custom and matmul ------------------------------------------------------------------------------
     def _custom(self, n: Node):
@@ -522,6 +529,49 @@ class Planner:
                 return "merging the producer's group would create a cycle between kernels"
         return self._consume(n, [other], gs, change)
 
+    def horizontal(self, row_fits) -> bool:
+        """Merge sibling vector groups that read a tensor in common (the same value through the same view) over one
+        iteration space into one kernel, which then loads it once: a model's log-softmax, softmax and variance of
+        one input, the mean and the max of one row. Neither may depend on the other (through any kernel), nor hold a
+        scan or a sort; a merged group that needs whole rows must have a static row that still fits UB (the two
+        groups' live bytes per element summed, an upper bound of the merged group's): a symbolic row would be
+        guarded at a smaller size, sending calls to the split plan sooner. Run after ``finish`` (the groups' inputs
+        and outputs); True when anything merged (``finish`` is then run again)."""
+        g = self.g
+
+        def eligible(grp: Group) -> bool:
+            return grp.kind == "vector" and grp.mode in ("tiled", "loop", "row") and \
+                not any(n.op in SCANS or n.op in ROW_OPS for n in grp.nodes)
+
+        groups = [grp for grp in self.groups if eligible(grp)]
+        reads = {grp.id: {x.id for x in grp.inputs} for grp in groups}
+        live = {}
+        merged = False
+        for i, a in enumerate(groups):
+            if a.id not in reads:
+                continue
+            for b in groups[i + 1:]:
+                if b.id not in reads or not reads[a.id] & reads[b.id] or _same_shape(g, a.space, b.space) is not True:
+                    continue
+                if self.depends(a, b) or self.depends(b, a):
+                    continue
+                if max(a.mode, b.mode, key=MODE_RANK.__getitem__) == "row":
+                    cols = g.syms.find(a.space[-1]) if a.space else 1
+                    if row_fits is None or not isinstance(cols, int):
+                        continue
+                    for x in (a, b):
+                        if x.id not in live:
+                            row_fits(x, cols)  # (which works out the group's live bytes, kept in ``live_bytes``)
+                            live[x.id] = x.live_bytes
+                    if not (live[a.id] and live[b.id]) or \
+                            not row_fits(Group(-1, "vector", live_bytes=live[a.id] + live[b.id]), cols):
+                        continue
+                    live[a.id] += live[b.id]
+                self.merge(a, b)
+                reads[a.id] |= reads.pop(b.id)
+                merged = True
+        return merged
+
     def _reduces_under(self, v: Node) -> set[int]:
         """The row reductions that ``v`` is or depends on inside its group."""
         grp = self.group_of.get(v.id)
@@ -617,6 +667,11 @@ def plan(g: Graph, fuse: bool = True, row_fits=None, split_reductions: bool = Fa
     p = Planner(g, fuse, split_reductions, no_row)
     groups = p.run()
     stages = finish(g, groups)
+    if fuse and not split_reductions and p.horizontal(row_fits):
+        p.renumber()
+        for grp in groups:
+            grp.live_bytes = 0
+        stages = finish(g, groups)
     if fuse and not split_reductions and row_fits is not None:
         too_long = {}
         for grp in groups:

@@ -1,0 +1,87 @@
+"""Horizontal fusion (docs/fusion.md, "Siblings that read one tensor"): vector groups over one iteration space that
+read a tensor in common, neither depending on the other, are one kernel; checked against numpy, with the cases
+that must stay apart."""
+
+import numpy as np
+
+import dvmlang
+import dvmlang.ops as ops
+from dvmlang.fuser import tiling
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _log_softmax(x):
+    m = x.max(-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+def _run(f, args, static=None):
+    g = dvmlang.graph(f, static=static) if static else dvmlang.graph(f)
+    out = g(*args)
+    return g, out, g.explain(*args)
+
+
+def test_reductions_and_maps_of_one_input_are_one_kernel_that_reads_it_once(rng):
+    def f(x, y):
+        return (ops.log_softmax(x, -1), ops.softmax(ops.masked_fill(x, x > 0.5, -1e4), -1), x.max(-1), x.var(-1),
+                ops.exp(y))
+
+    x = rng.standard_normal((6, 40)).astype(np.float32)
+    y = rng.standard_normal((6, 40)).astype(np.float32)
+    g, (ls, sm, mx, var, ey), report = _run(f, (x, y), static={"x": (1,), "y": (1,)})
+    np.testing.assert_allclose(ls, _log_softmax(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sm, _softmax(np.where(x > 0.5, -1e4, x)), rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(mx, x.max(-1))
+    np.testing.assert_allclose(var, x.var(-1), rtol=1e-5)
+    np.testing.assert_allclose(ey, np.exp(y), rtol=1e-6)
+    reads_x = [grp for grp in report.groups if any(i.op == "input" and i.name == "x" for i in grp.inputs)]
+    assert len(reads_x) == 1, [grp.name for grp in report.groups]  # y's exp shares no read: a kernel of its own
+    assert len(report.groups) == 2
+    assert g.last_launch.bytes_read == x.nbytes + y.nbytes
+
+
+def test_maps_of_one_input_merge_at_symbolic_sizes_and_rows_stay_apart_behind_their_guards(rng):
+    """Elementwise siblings need no whole row: they merge at any size. Row-mode siblings of a symbolic row stay
+    apart: merged, the row would be guarded at a smaller size (the split plan taken sooner)."""
+    x = rng.standard_normal((5, 33)).astype(np.float32)
+    _, (a, b), report = _run(lambda x: (ops.exp(x), ops.sigmoid(x) * 2.0), (x,))
+    np.testing.assert_allclose(a, np.exp(x), rtol=1e-6)
+    np.testing.assert_allclose(b, 2 / (1 + np.exp(-x)), rtol=1e-6)
+    assert len(report.groups) == 1
+    _, (s, ls), report = _run(lambda x: (ops.softmax(x, -1), ops.log_softmax(x, -1)), (x,))
+    np.testing.assert_allclose(s, _softmax(x), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(ls, _log_softmax(x), rtol=1e-5, atol=1e-6)
+    assert len(report.groups) == 2 and all(grp.guard is not None for grp in report.groups)
+
+
+def test_static_row_siblings_merge_only_while_the_merged_row_fits(rng):
+    profile = dvmlang.npu.get_profile(None)
+    merged_at = []
+    for cols in (256, 2048, 4096, 8192):
+        x = rng.standard_normal((3, cols)).astype(np.float32)
+        _, (s, ls), report = _run(lambda x: (ops.softmax(x, -1), ops.log_softmax(x, -1)), (x,), static={"x": (1,)})
+        np.testing.assert_allclose(s, _softmax(x), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(ls, _log_softmax(x), rtol=1e-4, atol=1e-5)
+        assert all(tiling.row_fits(grp, cols, profile) for grp in report.groups if grp.mode == "row")
+        merged_at.append(len(report.groups) == 1)
+    assert merged_at[0] and not merged_at[-1]  # small rows merge; a row too long for both stays apart
+
+
+def test_siblings_one_of_which_depends_on_the_other_through_a_kernel_stay_apart(rng):
+    """exp(x) feeds a matmul (one column: its epilogue cannot take the broadcast) whose result the second sibling
+    reads with x: merged, the kernel would read what it has not written yet (a cycle between kernels)."""
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 1)).astype(np.float32)
+
+    def f(x, w):
+        e = ops.exp(x)
+        return e, x * ops.matmul(e, w)
+
+    _, (e, z), report = _run(f, (x, w))
+    np.testing.assert_allclose(e, np.exp(x), rtol=1e-6)
+    np.testing.assert_allclose(z, x * (np.exp(x) @ w), rtol=1e-4, atol=1e-4)
+    assert len(report.groups) == 3
