@@ -1,4 +1,5 @@
-"""Canonical form of a captured graph before fusion: a view that only adds or drops dims of size 1 is moved
+"""Canonical form of a captured graph before fusion: an operation equal to an earlier one is replaced by it, a
+view that only adds or drops dims of size 1 is moved
 under the elementwise operations it reads (recomputed from their operands' views), every reduction over the last
 dimension with keepdims (plus the views that bring its axis last and back), a reshape that cannot be a view gets
 a copy under it, a free value that is stored gets a copy kernel, and a reduction of a whole tensor is split
@@ -21,7 +22,8 @@ def canonicalize(g: Graph, parts: int | None = None, fused: bool = False) -> Non
     and a second reduction combines the partials, so it runs on every core instead of one. When ``fused``, views
     of size-1 dims are moved under elementwise operations (``_sink_unit_views``)."""
     g.prune()
-    if fused:  # (a kernel per operation gains nothing from it)
+    if fused:  # (a kernel per operation gains nothing from them)
+        _merge_equal(g)
         _sink_unit_views(g)
     new_nodes: list[Node] = []
     replace: dict[int, Node] = {}
@@ -99,6 +101,53 @@ def canonicalize(g: Graph, parts: int | None = None, fused: bool = False) -> Non
     for n in g.nodes:  # scalar arithmetic on constants and sizes (e.g. 1/sqrt(head size)) is free
         if n.op in EW and n.rank == 0 and n.inputs and n.id not in outputs and all(is_free(i) for i in n.inputs):
             n.attrs["free_scalar"] = True
+
+
+_NEVER_MERGED = frozenset(("input", "const", "custom", "custom_out"))  # (a const is a runtime scalar of the kernels)
+
+
+def _merge_equal(g: Graph) -> None:
+    """Common subexpressions: an operation equal to an earlier one (the same op, dtype, shape, attributes and
+    operands, once the operands' own equals are merged) is replaced by it (a model that applies one layer twice to
+    one input, a decomposition that computes a mean twice), so it is computed and stored once. Inputs, user
+    kernels and numbers (runtime scalars: equal at this call, perhaps not at the next) are never merged, nor two
+    values both returned (the caller gets two arrays), nor index arithmetic and numbers (values computed from
+    numbers and index tiles alone, or a number from numbers such as a 0-d input's cast: every kernel that reads
+    one computes it, where a merged one would be stored once)."""
+    first: dict = {}
+    same: dict[int, Node] = {}  # id(node) -> the earlier equal node
+    outputs = {id(o) for o in g.outputs}
+    find = g.syms.find
+    data: set[int] = set()  # the nodes computed from a tensor (an input or a user kernel's output)
+    for n in g.nodes:
+        if same:
+            n.inputs = [same.get(id(i), i) for i in n.inputs]
+        if n.op in ("input", "custom_out") or any(id(i) in data for i in n.inputs):
+            data.add(id(n))
+        elif n.op not in _NEVER_MERGED:
+            continue  # index arithmetic: every kernel that reads it computes it (merged, it would be stored once)
+        if n.op in _NEVER_MERGED or not n.shape and all(not i.shape for i in n.inputs):
+            continue  # (a number from numbers, such as a 0-d input's cast, joins the one kernel reading it)
+        key = (n.op, n.dtype.code, tuple(_key(find(d)) for d in n.shape), tuple(map(id, n.inputs)),
+               tuple(sorted((k, _key(v)) for k, v in n.attrs.items())))
+        earlier = first.setdefault(key, n)
+        if earlier is not n and not (id(n) in outputs and id(earlier) in outputs):
+            same[id(n)] = earlier
+    if same:
+        g.outputs = [same.get(id(o), o) for o in g.outputs]
+        g.prune()
+
+
+def _key(v):
+    """An attribute (or a size) as a key that equals another only for the same value: a float by its bits (0.0 is
+    not -0.0, a NaN equals itself), a tuple by its items, anything else not a plain constant by its identity."""
+    if isinstance(v, bool) or v is None or isinstance(v, (int, str)):
+        return (type(v).__name__, v)
+    if isinstance(v, float):
+        return ("float", v.hex())
+    if isinstance(v, tuple):
+        return tuple(_key(x) for x in v)
+    return ("object", id(v))
 
 
 def _store_in_order(x: Node, readers: dict) -> bool:
