@@ -123,3 +123,58 @@ def test_values_returned_twice_stay_two_arrays_and_numbers_stay_apart(rng):
             t = dvmlang.tensor(x)
             got = (t * p + t * q).numpy()
         np.testing.assert_allclose(got, x * p + x * q, rtol=1e-6)
+
+
+def test_a_chain_its_readers_broadcast_is_computed_in_their_kernel(rng):
+    """A per-channel chain read over a batch (batch norm in inference), and a mask built from aranges over (L, L)
+    read over heads: computed again by the kernel that reads them, one kernel each, numpy's results."""
+    x = rng.standard_normal((6, 16)).astype(np.float32)
+    rm, w, b = (rng.standard_normal(16).astype(np.float32) for _ in range(3))
+    rv = rng.random(16).astype(np.float32) + 0.5
+
+    def bn(x, rm, rv, w, b):
+        return (x - rm) * ops.rsqrt(rv + 1e-5) * w + b
+
+    _, y, report = _run(bn, (x, rm, rv, w, b))
+    np.testing.assert_allclose(y, (x - rm) / np.sqrt(rv + 1e-5) * w + b, rtol=1e-5, atol=1e-6)
+    assert len(report.groups) == 1, [grp.name for grp in report.groups]
+
+    s = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    m = (rng.random((5, 5)) > 0.3).astype(np.float32)
+    m[:, 0] = 1
+
+    def masked(s, m):
+        return ops.softmax(s + ops.where(m > 0.5, 0.0, -1e9), -1)
+
+    _, p, report = _run(masked, (s, m))
+    np.testing.assert_allclose(p, _softmax(s + np.where(m > 0.5, 0, -1e9).astype(np.float32)), rtol=1e-5, atol=1e-7)
+    assert len(report.groups) == 1, [grp.name for grp in report.groups]
+
+
+def test_a_broadcast_chain_stays_a_kernel_when_returned_read_otherwise_or_too_long(rng):
+    x = rng.standard_normal((6, 16)).astype(np.float32)
+    v = rng.random(16).astype(np.float32) + 0.5
+    w = rng.standard_normal((16, 4)).astype(np.float32)
+    _, (y, s), report = _run(lambda x, v: (x * ops.rsqrt(v + 1.0), ops.rsqrt(v + 1.0)), (x, v))
+    np.testing.assert_allclose(s, 1 / np.sqrt(v + 1), rtol=1e-6)
+    np.testing.assert_allclose(y, x / np.sqrt(v + 1), rtol=1e-6)
+    assert len(report.groups) == 2  # returned: stored by a kernel of its own, which the product reads
+    _, (y, m), report = _run(lambda x, v, w: (x * ops.exp(v), ops.matmul(ops.reshape(ops.exp(v), (1, 16)), w)),
+                             (x, v, w), static={"x": (0, 1), "v": (0,), "w": (0, 1)})
+    np.testing.assert_allclose(y, x * np.exp(v), rtol=1e-6)
+    np.testing.assert_allclose(m, np.exp(v)[None] @ w, rtol=1e-5)
+    assert any(n.op == "exp" and grp.kind == "vector" and n.shape == (16,) for grp in report.groups
+               for n in grp.nodes)  # (read by the matmul too: computed once, at its own shape)
+
+    def long(x, v):
+        c = v
+        for k in range(12):
+            c = c * 0.5 + float(k)
+        return x + c
+
+    _, y, report = _run(long, (x, v))
+    c = v.astype(np.float32)
+    for k in range(12):
+        c = (c * np.float32(0.5) + np.float32(k)).astype(np.float32)
+    np.testing.assert_allclose(y, x + c, rtol=1e-5)
+    assert len(report.groups) == 2  # 24 operations: more than a reader computes again

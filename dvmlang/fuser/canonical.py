@@ -1,5 +1,6 @@
-"""Canonical form of a captured graph before fusion: an operation equal to an earlier one is replaced by it, a
-view that only adds or drops dims of size 1 is moved
+"""Canonical form of a captured graph before fusion: an operation equal to an earlier one is replaced by it, an
+elementwise value that its readers broadcast is computed again by them, a view that only adds or drops dims of
+size 1 is moved
 under the elementwise operations it reads (recomputed from their operands' views), every reduction over the last
 dimension with keepdims (plus the views that bring its axis last and back), a reshape that cannot be a view gets
 a copy under it, a free value that is stored gets a copy kernel, and a reduction of a whole tensor is split
@@ -7,10 +8,11 @@ across the cores."""
 
 from __future__ import annotations
 
-from .fusion import EW, VECTOR, VIEWS, _row_values, _same_shape, is_free, memory_operands
+from .fusion import EW, VECTOR, VIEWS, _broadcastable, _row_values, _same_shape, is_free, memory_operands
 from .graph import Graph, Node
 
 MAX_SUNK = 16  # the elementwise operations a view of size-1 dims is moved under (each computed again under it)
+MAX_INLINED = 8  # the elementwise operations of a broadcast operand computed again by its readers
 MAX_VIEW_RANK = 4  # a strided view of a computed value is read as it is up to this rank (the kernels' limit)
 SPLIT_MIN = 1 << 16  # a whole-tensor reduction of at least this many elements (or of a symbolic count) is split
 
@@ -25,6 +27,7 @@ def canonicalize(g: Graph, parts: int | None = None, fused: bool = False) -> Non
     if fused:  # (a kernel per operation gains nothing from them)
         _merge_equal(g)
         _sink_unit_views(g)
+        _inline_broadcast(g)
     new_nodes: list[Node] = []
     replace: dict[int, Node] = {}
     readers: dict[int, int] = {}  # id(node) -> how many nodes and outputs read it
@@ -410,6 +413,81 @@ def _sink_unit_views(g: Graph) -> None:
         out.append(n)
     if replace:
         g.outputs = [replace.get(o.id, o) for o in g.outputs]
+        g.nodes = out
+        for i, n in enumerate(g.nodes):
+            n.id = i
+        g.prune()
+
+
+def _inline_broadcast(g: Graph) -> None:
+    """An elementwise value that its readers broadcast (a per-channel ``rsqrt(running_var + eps)`` read over a
+    batch, a mask built over (L, L) read over heads) is a kernel of its own, stored and read back: a reader's
+    kernel runs over a larger space. When every reader is an elementwise operation over a space it broadcasts
+    to (not per-row values of it: those join already), and it is not returned, its operations (at most
+    ``MAX_INLINED``, down to values computed otherwise or inputs, read broadcast as before) are computed again by
+    the readers at their shape, as Inductor inlines pointwise producers into their consumers: the value's kernel
+    and its store go, at the cost of computing the chain once per element of the readers' space instead of once
+    per element of its own."""
+    find = g.syms.find
+    readers: dict[int, list] = {}
+    for n in g.nodes:
+        for i in n.inputs:
+            readers.setdefault(id(i), []).append(n)
+    outputs = {id(o) for o in g.outputs}
+    made: dict = {}  # (id(value), shape key) -> its clone at that shape
+    out: list[Node] = []
+
+    def chain(x: Node) -> bool:
+        return x.op in EW and x.op != "broadcast_to" and not x.attrs.get("copy") and x.rank > 0
+
+    def reads_wider(r: Node, x: Node) -> bool:
+        return chain(r) and _broadcastable(g, x.shape, r.shape) and _same_shape(g, x.shape, r.shape) is not True \
+            and not _row_values(g, x.shape, r.shape)
+
+    def at(x: Node, shape: tuple, budget: list, new: list) -> Node | None:
+        """``x`` computed at ``shape`` (which it broadcasts to, from the right)."""
+        k = (id(x), tuple(d if isinstance(d, int) else ("s", d.id) for d in map(find, shape)))
+        got = made.get(k)
+        if got is not None:
+            return got
+        if x.op == "iota":
+            ax = len(shape) - x.rank + x.attrs["axis"]
+            if g.syms.equal(x.shape[x.attrs["axis"]], shape[ax]) is not True:
+                return None  # (an index along a dim the reader broadcasts: not the reader's index there)
+            y = Node("iota", [], tuple(shape), x.dtype, dict(x.attrs, axis=ax), loc=x.loc)
+        elif chain(x):
+            budget[0] -= 1
+            if budget[0] < 0:
+                return None
+            ins = []
+            for i in x.inputs:
+                y_in = at(i, shape, budget, new) if chain(i) or i.op == "iota" else i  # (else read broadcast)
+                if y_in is None:
+                    return None
+                ins.append(y_in)
+            y = Node(x.op, ins, tuple(shape), x.dtype, dict(x.attrs), loc=x.loc)
+        else:
+            return None
+        y.id = -1
+        new.append((k, y))
+        return y
+
+    for n in g.nodes:
+        if chain(n):
+            for j, x in enumerate(n.inputs):
+                rs = readers.get(id(x), ())
+                if not chain(x) or id(x) in outputs or not reads_wider(n, x) or \
+                        not all(reads_wider(r, x) for r in rs):
+                    continue
+                new: list = []
+                y = at(x, n.shape, [MAX_INLINED], new)
+                if y is not None:
+                    for k, c in new:
+                        made[k] = c
+                        out.append(c)
+                    n.inputs[j] = y
+        out.append(n)
+    if made:
         g.nodes = out
         for i, n in enumerate(g.nodes):
             n.id = i
