@@ -178,3 +178,21 @@ def test_a_broadcast_chain_stays_a_kernel_when_returned_read_otherwise_or_too_lo
         c = (c * np.float32(0.5) + np.float32(k)).astype(np.float32)
     np.testing.assert_allclose(y, x + c, rtol=1e-5)
     assert len(report.groups) == 2  # 24 operations: more than a reader computes again
+
+
+def test_index_arithmetic_read_through_a_view_its_reader_broadcasts_joins_the_reader(rng):
+    """``cast(arange(n)) * 0.5`` unsqueezed to (1, n) and subtracted from (m, n): the view moves under the
+    operations (read through views alone, they are no kernel of their own) and the reader computes them over its
+    space; a value also read directly keeps its kernel."""
+    y = rng.standard_normal((6, 5)).astype(np.float32)
+
+    def f(y):
+        c = ops.cast(ops.arange(y.shape[1]), "float32") * 0.5
+        return y - ops.unsqueeze(c, 0)
+
+    _, out, report = _run(f, (y,))
+    np.testing.assert_allclose(out, y - np.arange(5)[None] * 0.5, rtol=1e-6)
+    assert [grp.name.split("_", 1)[1] for grp in report.groups] == ["cast_mul_sub"]
+    _, (out, c), report = _run(lambda y: (y - ops.unsqueeze(ops.exp(y[0]), 0), ops.exp(y[0])), (y,))
+    np.testing.assert_allclose(out, y - np.exp(y[:1]), rtol=1e-6)
+    assert len(report.groups) == 2  # exp(y[0]) is returned: computed once, read through the view

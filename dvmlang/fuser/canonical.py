@@ -287,9 +287,16 @@ def _sink_unit_views(g: Graph) -> None:
             if r.op not in VECTOR or r.op in VIEWS or n in memory_operands(r):
                 return False
             space = r.inputs[0].shape if r.op == "reduce" else r.shape
-            if _same_shape(g, n.shape, space) is not True and not _row_values(g, n.shape, space):
+            if _same_shape(g, n.shape, space) is not True and not _row_values(g, n.shape, space) and \
+                    not (r.op in EW and _broadcastable(g, n.shape, space) and only_viewed(base(n))):
                 return False
         return bool(readers.get(id(n)))
+
+    def only_viewed(x: Node) -> bool:
+        """Whether ``x`` is read through views of size-1 dims alone (not returned): moved under them, it is no
+        kernel of its own, and a reader that broadcasts the view computes it (``_inline_broadcast``)."""
+        return id(x) not in outputs and all(r.op in ("reshape", "permute") and _unit_view(g, r) is not None
+                                            for r in readers.get(id(x), ()))
 
     def base(n: Node) -> Node:
         x = n.inputs[0]
