@@ -131,14 +131,29 @@ def _merge_equal(g: Graph) -> None:
             continue  # index arithmetic: every kernel that reads it computes it (merged, it would be stored once)
         if n.op in _NEVER_MERGED or not n.shape and all(not i.shape for i in n.inputs):
             continue  # (a number from numbers, such as a 0-d input's cast, joins the one kernel reading it)
-        key = (n.op, n.dtype.code, tuple(_key(find(d)) for d in n.shape), tuple(map(id, n.inputs)),
-               tuple(sorted((k, _key(v)) for k, v in n.attrs.items())))
-        earlier = first.setdefault(key, n)
-        if earlier is not n and not (id(n) in outputs and id(earlier) in outputs):
-            same[id(n)] = earlier
+        pre = (n.op, *map(id, n.inputs))  # (the full key only for an operation on operands seen together before)
+        seen = first.get(pre)
+        if seen is None:
+            first[pre] = [(None, n)]
+            continue
+        key = _full_key(n, find)
+        for k, (kept, earlier) in enumerate(seen):
+            if kept is None:
+                kept = _full_key(earlier, find)
+                seen[k] = (kept, earlier)
+            if kept == key:
+                if not (id(n) in outputs and id(earlier) in outputs):
+                    same[id(n)] = earlier
+                break
+        else:
+            seen.append((key, n))
     if same:
         g.outputs = [same.get(id(o), o) for o in g.outputs]
         g.prune()
+
+
+def _full_key(n: Node, find) -> tuple:
+    return (n.dtype.code, tuple(_key(find(d)) for d in n.shape), tuple(sorted((k, _key(v)) for k, v in n.attrs.items())))
 
 
 def _key(v):
@@ -435,6 +450,11 @@ def _inline_broadcast(g: Graph) -> None:
     the readers at their shape, as Inductor inlines pointwise producers into their consumers: the value's kernel
     and its store go, at the cost of computing the chain once per element of the readers' space instead of once
     per element of its own."""
+    def chain(x: Node) -> bool:
+        return x.op in EW and x.op != "broadcast_to" and not x.attrs.get("copy") and x.rank > 0
+
+    if not any(chain(n) and any(i.shape != n.shape and chain(i) for i in n.inputs) for n in g.nodes):
+        return  # (no elementwise value read over another shape by an elementwise operation)
     find = g.syms.find
     readers: dict[int, list] = {}
     for n in g.nodes:
@@ -443,9 +463,6 @@ def _inline_broadcast(g: Graph) -> None:
     outputs = {id(o) for o in g.outputs}
     made: dict = {}  # (id(value), shape key) -> its clone at that shape
     out: list[Node] = []
-
-    def chain(x: Node) -> bool:
-        return x.op in EW and x.op != "broadcast_to" and not x.attrs.get("copy") and x.rank > 0
 
     def reads_wider(r: Node, x: Node) -> bool:
         return chain(r) and _broadcastable(g, x.shape, r.shape) and _same_shape(g, x.shape, r.shape) is not True \
@@ -482,6 +499,8 @@ def _inline_broadcast(g: Graph) -> None:
     for n in g.nodes:
         if chain(n):
             for j, x in enumerate(n.inputs):
+                if x.shape == n.shape:
+                    continue
                 rs = readers.get(id(x), ())
                 if not chain(x) or id(x) in outputs or not reads_wider(n, x) or \
                         not all(reads_wider(r, x) for r in rs):
