@@ -468,10 +468,10 @@ def _inline_broadcast(g: Graph) -> None:
         return chain(r) and _broadcastable(g, x.shape, r.shape) and _same_shape(g, x.shape, r.shape) is not True \
             and not _row_values(g, x.shape, r.shape)
 
-    def at(x: Node, shape: tuple, budget: list, new: list) -> Node | None:
-        """``x`` computed at ``shape`` (which it broadcasts to, from the right)."""
+    def at(x: Node, shape: tuple, budget: list, new: dict) -> Node | None:
+        """``x`` computed at ``shape`` (which it broadcasts to, from the right); ``new``: this move's clones."""
         k = (id(x), tuple(d if isinstance(d, int) else ("s", d.id) for d in map(find, shape)))
-        got = made.get(k)
+        got = made.get(k) or new.get(k)
         if got is not None:
             return got
         if x.op == "iota":
@@ -493,7 +493,7 @@ def _inline_broadcast(g: Graph) -> None:
         else:
             return None
         y.id = -1
-        new.append((k, y))
+        new[k] = y
         return y
 
     for n in g.nodes:
@@ -505,12 +505,11 @@ def _inline_broadcast(g: Graph) -> None:
                 if not chain(x) or id(x) in outputs or not reads_wider(n, x) or \
                         not all(reads_wider(r, x) for r in rs):
                     continue
-                new: list = []
+                new: dict = {}  # (in the order made: operands first)
                 y = at(x, n.shape, [MAX_INLINED], new)
                 if y is not None:
-                    for k, c in new:
-                        made[k] = c
-                        out.append(c)
+                    made.update(new)
+                    out.extend(new.values())
                     n.inputs[j] = y
         out.append(n)
     if made:

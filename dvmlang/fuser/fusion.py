@@ -11,8 +11,8 @@ Kinds of group:
 * **custom** — a user ``@dvmlang.kernel`` called with ``ops.custom``.
 
 Sibling vector groups over one iteration space that read a tensor in common are merged after the walk
-(``Planner.horizontal``). Views (``reshape``, ``permute``) are not computed: the value under them is stored and consumers read it
-through strides. Symbol deduction decides what can fuse: equal iteration spaces must be *proven* (same
+(``Planner.horizontal``). Views (``reshape``, ``permute``) are not computed: the value under them is stored and
+consumers read it through strides. Symbol deduction decides what can fuse: equal iteration spaces must be *proven* (same
 symbol or same number); unknown means do not fuse. A row-mode group whose row length is a symbol is fused
 behind a launch-time guard, with a split plan as the fallback when a row does not fit UB.
 """
@@ -545,7 +545,11 @@ class Planner:
 
         groups = [grp for grp in self.groups if eligible(grp)]
         reads = {grp.id: {x.id for x in grp.inputs} for grp in groups}
-        live = {}
+        live = {}  # group id -> live bytes per element (summed over what merged into it: an upper bound)
+        if row_fits is not None:
+            for grp in groups:
+                row_fits(grp, 1)  # (which works out the group's live bytes, kept in ``live_bytes``)
+                live[grp.id] = grp.live_bytes
         merged = False
         for i, a in enumerate(groups):
             if a.id not in reads:
@@ -557,18 +561,13 @@ class Planner:
                     continue
                 if max(a.mode, b.mode, key=MODE_RANK.__getitem__) == "row":
                     cols = g.syms.find(a.space[-1]) if a.space else 1
-                    if row_fits is None or not isinstance(cols, int):
-                        continue
-                    for x in (a, b):
-                        if x.id not in live:
-                            row_fits(x, cols)  # (which works out the group's live bytes, kept in ``live_bytes``)
-                            live[x.id] = x.live_bytes
-                    if not (live[a.id] and live[b.id]) or \
+                    if row_fits is None or not isinstance(cols, int) or not (live[a.id] and live[b.id]) or \
                             not row_fits(Group(-1, "vector", live_bytes=live[a.id] + live[b.id]), cols):
                         continue
-                    live[a.id] += live[b.id]
                 self.merge(a, b)
                 reads[a.id] |= reads.pop(b.id)
+                if live:
+                    live[a.id] += live.pop(b.id)
                 merged = True
         return merged
 
