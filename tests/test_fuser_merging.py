@@ -196,3 +196,18 @@ def test_index_arithmetic_read_through_a_view_its_reader_broadcasts_joins_the_re
     _, (out, c), report = _run(lambda y: (y - ops.unsqueeze(ops.exp(y[0]), 0), ops.exp(y[0])), (y,))
     np.testing.assert_allclose(out, y - np.exp(y[:1]), rtol=1e-6)
     assert len(report.groups) == 2  # exp(y[0]) is returned: computed once, read through the view
+
+
+def test_a_chain_broadcast_to_a_gathers_index_shape_joins_the_gather(rng):
+    """``index_select`` as torch lowers it: the ids cast and broadcast to the gather's shape; the cast is computed
+    at that shape in the gather's kernel (one kernel, numpy's values)."""
+    t = rng.standard_normal((2, 7, 16)).astype(np.float32)
+    i = np.array([3, 0, 5, 3], np.int64)
+
+    def f(t, i):
+        idx = ops.broadcast_to(ops.cast(ops.reshape(i, (1, 4, 1)), "int32"), (2, 4, 16))
+        return ops.gather(t, 1, idx) * 2.0
+
+    _, out, report = _run(f, (t, i), static={"t": (0, 1, 2), "i": (0,)})
+    np.testing.assert_array_equal(out, t[:, i] * 2)
+    assert len(report.groups) == 1, [grp.name for grp in report.groups]

@@ -444,8 +444,8 @@ def _sink_unit_views(g: Graph) -> None:
 def _inline_broadcast(g: Graph) -> None:
     """An elementwise value that its readers broadcast (a per-channel ``rsqrt(running_var + eps)`` read over a
     batch, a mask built over (L, L) read over heads) is a kernel of its own, stored and read back: a reader's
-    kernel runs over a larger space. When every reader is an elementwise operation over a space it broadcasts
-    to (not per-row values of it: those join already), and it is not returned, its operations (at most
+    kernel runs over a larger space. When every reader is an elementwise operation (or a broadcast that is not a
+    copy) over a space it broadcasts to (not per-row values of it: those join already), and it is not returned, its operations (at most
     ``MAX_INLINED``, down to values computed otherwise or inputs, read broadcast as before) are computed again by
     the readers at their shape, as Inductor inlines pointwise producers into their consumers: the value's kernel
     and its store go, at the cost of computing the chain once per element of the readers' space instead of once
@@ -453,7 +453,8 @@ def _inline_broadcast(g: Graph) -> None:
     def chain(x: Node) -> bool:
         return x.op in EW and x.op != "broadcast_to" and not x.attrs.get("copy") and x.rank > 0
 
-    if not any(chain(n) and any(i.shape != n.shape and chain(i) for i in n.inputs) for n in g.nodes):
+    if not any((chain(n) or n.op == "broadcast_to") and any(i.shape != n.shape and chain(i) for i in n.inputs)
+               for n in g.nodes):
         return  # (no elementwise value read over another shape by an elementwise operation)
     find = g.syms.find
     readers: dict[int, list] = {}
@@ -464,8 +465,11 @@ def _inline_broadcast(g: Graph) -> None:
     made: dict = {}  # (id(value), shape key) -> its clone at that shape
     out: list[Node] = []
 
+    def reader(r: Node) -> bool:  # (an elementwise operation, or a broadcast that is not a copy)
+        return chain(r) or r.op == "broadcast_to" and not r.attrs.get("copy")
+
     def reads_wider(r: Node, x: Node) -> bool:
-        return chain(r) and _broadcastable(g, x.shape, r.shape) and _same_shape(g, x.shape, r.shape) is not True \
+        return reader(r) and _broadcastable(g, x.shape, r.shape) and _same_shape(g, x.shape, r.shape) is not True \
             and not _row_values(g, x.shape, r.shape)
 
     def at(x: Node, shape: tuple, budget: list, new: dict) -> Node | None:
@@ -497,7 +501,7 @@ def _inline_broadcast(g: Graph) -> None:
         return y
 
     for n in g.nodes:
-        if chain(n):
+        if reader(n):
             for j, x in enumerate(n.inputs):
                 if x.shape == n.shape:
                     continue
