@@ -23,8 +23,9 @@ class _Line:
 class _Set:
     """The arrays of a launch that found every one of them whole in L2 (``L2Cache._steady``): with the same
     alias groups (``alias``, the same dict) and none of its lines dropped from L2 since (checked line by line when
-    any line left L2 after ``version``; a line in L2 only grows, up to its whole tensor), a launch on the same arrays finds them whole again (at the same sizes: numpy
-    refuses to resize in place an array that has weak references). ``lines``: (line, group) per array in order;
+    any line left L2 after ``version``; a line in L2 only grows, up to its whole tensor), a launch on the same
+    arrays finds them whole again (at the same sizes: numpy refuses to resize in place an array that has weak
+    references). ``lines``: (line, group) per array in order;
     ``resident``: group -> bytes in L2 (for the trace's notes); ``refs``: weak references to the arrays, whose
     callbacks forget the set when one of them is freed (its id may then name another array)."""
 
