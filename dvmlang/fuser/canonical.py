@@ -153,7 +153,8 @@ def _merge_equal(g: Graph) -> None:
 
 
 def _full_key(n: Node, find) -> tuple:
-    return (n.dtype.code, tuple(_key(find(d)) for d in n.shape), tuple(sorted((k, _key(v)) for k, v in n.attrs.items())))
+    return (n.dtype.code, tuple(_key(find(d)) for d in n.shape),
+            tuple(sorted((k, _key(v)) for k, v in n.attrs.items())))
 
 
 def _key(v):
@@ -442,14 +443,14 @@ def _sink_unit_views(g: Graph) -> None:
 
 
 def _inline_broadcast(g: Graph) -> None:
-    """An elementwise value that its readers broadcast (a per-channel ``rsqrt(running_var + eps)`` read over a
-    batch, a mask built over (L, L) read over heads) is a kernel of its own, stored and read back: a reader's
-    kernel runs over a larger space. When every reader is an elementwise operation (or a broadcast that is not a
-    copy) over a space it broadcasts to (not per-row values of it: those join already), and it is not returned, its operations (at most
-    ``MAX_INLINED``, down to values computed otherwise or inputs, read broadcast as before) are computed again by
-    the readers at their shape, as Inductor inlines pointwise producers into their consumers: the value's kernel
-    and its store go, at the cost of computing the chain once per element of the readers' space instead of once
-    per element of its own."""
+    """An elementwise value that its readers broadcast (a per-channel ``rsqrt(running_var + eps)`` read over a batch, a
+    mask built over (L, L) read over heads) is a kernel of its own, stored and read back: a reader's kernel runs
+    over a larger space. When every reader is an elementwise operation (or a broadcast that is not a copy) over a
+    space it broadcasts to (not per-row values of it: those join already), and it is not returned, its operations
+    (at most ``MAX_INLINED``, down to values computed otherwise or inputs, read broadcast as before) are computed
+    again by the readers at their shape, as Inductor inlines pointwise producers into their consumers: the value's
+    kernel and its store go, at the cost of computing the chain once per element of the readers' space instead of
+    once per element of its own."""
     def chain(x: Node) -> bool:
         return x.op in EW and x.op != "broadcast_to" and not x.attrs.get("copy") and x.rank > 0
 
