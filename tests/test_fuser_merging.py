@@ -211,3 +211,26 @@ def test_a_chain_broadcast_to_a_gathers_index_shape_joins_the_gather(rng):
     _, out, report = _run(f, (t, i), static={"t": (0, 1, 2), "i": (0,)})
     np.testing.assert_array_equal(out, t[:, i] * 2)
     assert len(report.groups) == 1, [grp.name for grp in report.groups]
+
+
+def test_a_scale_on_a_transposed_operand_of_a_matmul_joins_its_producer(rng):
+    """``q @ (exp(k).T * s)``, the scale applied to a permute of a computed value and read only by the matmul: the
+    scale is computed with exp(k) in its kernel (the matmul reads it through the permute), one kernel fewer, and
+    numpy's values; with another reader the operation stays where it was."""
+    q = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    k = rng.standard_normal((2, 6, 8)).astype(np.float32) * 0.3
+
+    def f(q, k):
+        return ops.matmul(q, ops.permute(ops.exp(k), (0, 2, 1)) * 0.25)
+
+    _, out, report = _run(f, (q, k))
+    np.testing.assert_allclose(out, q @ (np.exp(k).transpose(0, 2, 1) * 0.25), rtol=1e-4, atol=1e-5)
+    assert [grp.kind for grp in report.groups] == ["vector", "matmul"], [grp.name for grp in report.groups]
+
+    def g(q, k):
+        kt = ops.permute(ops.exp(k), (0, 2, 1)) * 0.25
+        return ops.matmul(q, kt), kt
+
+    _, (out, kt), report = _run(g, (q, k))
+    np.testing.assert_allclose(kt, np.exp(k).transpose(0, 2, 1) * 0.25, rtol=1e-6)
+    np.testing.assert_allclose(out, q @ kt, rtol=1e-4, atol=1e-5)

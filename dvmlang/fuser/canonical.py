@@ -1,4 +1,5 @@
 """Canonical form of a captured graph before fusion: an operation equal to an earlier one is replaced by it, an
+operation with numbers on a permute that only matmuls read is moved above the permute, an
 elementwise value that its readers broadcast is computed again by them, a view that only adds or drops dims of
 size 1 is moved
 under the elementwise operations it reads (recomputed from their operands' views), every reduction over the last
@@ -26,6 +27,7 @@ def canonicalize(g: Graph, parts: int | None = None, fused: bool = False) -> Non
     g.prune()
     if fused:  # (a kernel per operation gains nothing from them)
         _merge_equal(g)
+        _hoist_permutes(g)
         _sink_unit_views(g)
         _inline_broadcast(g)
     new_nodes: list[Node] = []
@@ -518,6 +520,47 @@ def _inline_broadcast(g: Graph) -> None:
                     n.inputs[j] = y
         out.append(n)
     if made:
+        g.nodes = out
+        for i, n in enumerate(g.nodes):
+            n.id = i
+        g.prune()
+
+
+def _hoist_permutes(g: Graph) -> None:
+    """An elementwise operation with numbers on a permute of a computed value, read only by matmuls (through
+    views or not: attention's scale on ``k^T``), is computed before the permute instead: a matmul takes no
+    prologue, so it would be a kernel of its own, reading the value and storing its result; computed on the
+    value itself, it joins the kernel that computes the value, and the matmul reads it through the permute as it
+    read the operation's result."""
+    readers: dict[int, list] = {}
+    for n in g.nodes:
+        for i in n.inputs:
+            readers.setdefault(id(i), []).append(n)
+    outputs = {id(o) for o in g.outputs}
+
+    def matmul_only(x: Node) -> bool:
+        rs = readers.get(id(x), ())
+        return bool(rs) and id(x) not in outputs and all(
+            r.op == "matmul" or r.op in ("reshape", "permute") and matmul_only(r) for r in rs)
+
+    out: list[Node] = []
+    replace: dict[int, Node] = {}
+    for n in g.nodes:
+        n.inputs = [replace.get(id(i), i) for i in n.inputs]
+        views = [i for i in n.inputs if i.rank]
+        if n.op in EW and n.op != "broadcast_to" and not n.attrs.get("copy") and len(views) == 1 and \
+                views[0].op == "permute" and views[0].inputs[0].op not in ("input", "custom_out") and \
+                views[0].inputs[0].op not in VIEWS and matmul_only(n):
+            v = views[0]
+            m = Node(n.op, [v.inputs[0] if i is v else i for i in n.inputs], v.inputs[0].shape, n.dtype,
+                     dict(n.attrs), loc=n.loc)
+            p = Node("permute", [m], n.shape, n.dtype, dict(v.attrs), loc=n.loc)
+            out += [m, p]
+            replace[id(n)] = p
+            continue
+        out.append(n)
+    if replace:
+        g.outputs = [replace.get(id(o), o) for o in g.outputs]
         g.nodes = out
         for i, n in enumerate(g.nodes):
             n.id = i
