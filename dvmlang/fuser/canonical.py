@@ -1,11 +1,10 @@
 """Canonical form of a captured graph before fusion: an operation equal to an earlier one is replaced by it, an
-operation with numbers on a permute that only matmuls read is moved above the permute, an
-elementwise value that its readers broadcast is computed again by them, a view that only adds or drops dims of
-size 1 is moved
-under the elementwise operations it reads (recomputed from their operands' views), every reduction over the last
-dimension with keepdims (plus the views that bring its axis last and back), a reshape that cannot be a view gets
-a copy under it, a free value that is stored gets a copy kernel, and a reduction of a whole tensor is split
-across the cores."""
+operation with numbers on a permute that only matmuls read is moved above the permute, an elementwise value that
+its readers broadcast is computed again by them, a view that only adds or drops dims of size 1 is moved under the
+elementwise operations it reads (recomputed from their operands' views), every reduction over the last dimension
+with keepdims (plus the views that bring its axis last and back), a reshape that cannot be a view gets a copy
+under it, a free value that is stored gets a copy kernel, and a reduction of a whole tensor is split across the
+cores."""
 
 from __future__ import annotations
 
