@@ -107,6 +107,28 @@ def canonicalize(g: Graph, parts: int | None = None, fused: bool = False) -> Non
             n.attrs["free_scalar"] = True
 
 
+def _readers(g: Graph) -> dict[int, list]:
+    """id(node) -> the nodes that read it."""
+    readers: dict[int, list] = {}
+    for n in g.nodes:
+        for i in n.inputs:
+            readers.setdefault(id(i), []).append(n)
+    return readers
+
+
+def _rewritten(g: Graph, nodes: list[Node], outputs: list[Node]) -> None:
+    """Give ``g`` its rewritten ``nodes`` (in order) and ``outputs``, numbered, without what nothing reads."""
+    g.outputs = outputs
+    g.nodes = nodes
+    for i, n in enumerate(g.nodes):
+        n.id = i
+    g.prune()
+
+
+def _shape_key(find, shape) -> tuple:
+    return tuple(d if isinstance(d, int) else ("s", d.id) for d in map(find, shape))
+
+
 _NEVER_MERGED = frozenset(("input", "const", "custom", "custom_out"))  # (a const is a runtime scalar of the kernels)
 
 
@@ -126,10 +148,9 @@ def _merge_equal(g: Graph) -> None:
     for n in g.nodes:
         if same:
             n.inputs = [same.get(id(i), i) for i in n.inputs]
-        if n.op in ("input", "custom_out") or any(id(i) in data for i in n.inputs):
-            data.add(id(n))
-        elif n.op not in _NEVER_MERGED:
+        if not (n.op in ("input", "custom_out") or any(id(i) in data for i in n.inputs)):
             continue  # index arithmetic: every kernel that reads it computes it (merged, it would be stored once)
+        data.add(id(n))
         if n.op in _NEVER_MERGED or not n.shape and all(not i.shape for i in n.inputs):
             continue  # (a number from numbers, such as a 0-d input's cast, joins the one kernel reading it)
         pre = (n.op, *map(id, n.inputs))  # (the full key only for an operation on operands seen together before)
@@ -288,10 +309,7 @@ def _sink_unit_views(g: Graph) -> None:
     memo: dict = {}  # (id(node), shape key) -> the node computing it at that shape
     out: list[Node] = []
     replace: dict[int, Node] = {}
-    readers: dict[int, list] = {}
-    for n in g.nodes:
-        for i in n.inputs:
-            readers.setdefault(id(i), []).append(n)
+    readers = _readers(g)
     outputs = {id(o) for o in g.outputs}
 
     def hosts(n: Node) -> bool:
@@ -321,16 +339,13 @@ def _sink_unit_views(g: Graph) -> None:
             x = x.inputs[0]
         return x
 
-    def key(shape):
-        return tuple(d if isinstance(d, int) else ("s", d.id) for d in map(find, shape))
-
     def under(x: Node, shape: tuple, made: dict, budget: list, top: tuple) -> Node | None:
         """``x`` at ``shape`` (a view of it adding or dropping dims of size 1) for a reader over ``top``: its
         operations computed again when the reader's kernel can hold them (over ``top`` or its rows), else ``x``
         read through a view; None when that takes more than the budget."""
         if len(x.shape) == len(shape) and all(g.syms.equal(a, b) is True for a, b in zip(x.shape, shape)):
             return x
-        k = (id(x), key(shape))
+        k = (id(x), _shape_key(find, shape))
         got = memo.get(k) or made.get(k)
         if got is not None:
             return got
@@ -436,11 +451,7 @@ def _sink_unit_views(g: Graph) -> None:
                 continue
         out.append(n)
     if replace:
-        g.outputs = [replace.get(o.id, o) for o in g.outputs]
-        g.nodes = out
-        for i, n in enumerate(g.nodes):
-            n.id = i
-        g.prune()
+        _rewritten(g, out, [replace.get(o.id, o) for o in g.outputs])
 
 
 def _inline_broadcast(g: Graph) -> None:
@@ -459,10 +470,7 @@ def _inline_broadcast(g: Graph) -> None:
                for n in g.nodes):
         return  # (no elementwise value read over another shape by an elementwise operation)
     find = g.syms.find
-    readers: dict[int, list] = {}
-    for n in g.nodes:
-        for i in n.inputs:
-            readers.setdefault(id(i), []).append(n)
+    readers = _readers(g)
     outputs = {id(o) for o in g.outputs}
     made: dict = {}  # (id(value), shape key) -> its clone at that shape
     out: list[Node] = []
@@ -476,7 +484,7 @@ def _inline_broadcast(g: Graph) -> None:
 
     def at(x: Node, shape: tuple, budget: list, new: dict) -> Node | None:
         """``x`` computed at ``shape`` (which it broadcasts to, from the right); ``new``: this move's clones."""
-        k = (id(x), tuple(d if isinstance(d, int) else ("s", d.id) for d in map(find, shape)))
+        k = (id(x), _shape_key(find, shape))
         got = made.get(k) or new.get(k)
         if got is not None:
             return got
@@ -508,8 +516,7 @@ def _inline_broadcast(g: Graph) -> None:
                 if x.shape == n.shape:
                     continue
                 rs = readers.get(id(x), ())
-                if not chain(x) or id(x) in outputs or not reads_wider(n, x) or \
-                        not all(reads_wider(r, x) for r in rs):
+                if not chain(x) or id(x) in outputs or not all(reads_wider(r, x) for r in rs):  # (n among rs)
                     continue
                 new: dict = {}  # (in the order made: operands first)
                 y = at(x, n.shape, [MAX_INLINED], new)
@@ -519,10 +526,7 @@ def _inline_broadcast(g: Graph) -> None:
                     n.inputs[j] = y
         out.append(n)
     if made:
-        g.nodes = out
-        for i, n in enumerate(g.nodes):
-            n.id = i
-        g.prune()
+        _rewritten(g, out, g.outputs)
 
 
 def _hoist_permutes(g: Graph) -> None:
@@ -531,10 +535,7 @@ def _hoist_permutes(g: Graph) -> None:
     prologue, so it would be a kernel of its own, reading the value and storing its result; computed on the
     value itself, it joins the kernel that computes the value, and the matmul reads it through the permute as it
     read the operation's result."""
-    readers: dict[int, list] = {}
-    for n in g.nodes:
-        for i in n.inputs:
-            readers.setdefault(id(i), []).append(n)
+    readers = _readers(g)
     outputs = {id(o) for o in g.outputs}
 
     def matmul_only(x: Node) -> bool:
@@ -559,8 +560,4 @@ def _hoist_permutes(g: Graph) -> None:
             continue
         out.append(n)
     if replace:
-        g.outputs = [replace.get(id(o), o) for o in g.outputs]
-        g.nodes = out
-        for i, n in enumerate(g.nodes):
-            n.id = i
-        g.prune()
+        _rewritten(g, out, [replace.get(id(o), o) for o in g.outputs])
