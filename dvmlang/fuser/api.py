@@ -26,7 +26,7 @@ from . import captured_args as ca
 from . import dims as _dims
 from . import ahead, foreign
 from . import tiling as tl
-from . import instance
+from . import instance, structure
 from .build import Ahead, GroupKernel
 from .instance import SPLIT
 from .launch import ProgramLaunch, _input_classes, _materialise, kernel_name
@@ -72,11 +72,21 @@ class Program:
 
     def __init__(self, graph: Graph, fuse: bool, profile, name: str | None = None, stats=None):
         from .build import fuser_path
-        canonicalize(graph, profile.vector_cores if fuse and fuser_path() == "compose" else None, fuse)
+        path = fuser_path()
+        parts = profile.vector_cores if fuse and path == "compose" else None
+        k = structure.key(graph, fuse, path, profile)
+        hit = structure.get(k) if k is not None else None
+        if hit is None:
+            canonicalize(graph, parts, fuse)
+            planned = plan(graph, fuse, row_fits=lambda grp, cols: tl.row_fits(grp, cols, profile))
+            if k is not None:
+                structure.put(k, graph, planned)
+        else:  # the same structure planned before: its graph and plan (callers use positions, not our nodes)
+            graph, planned = hit
         self.graph = graph
         self.fuse = fuse
         self.name = name or graph.name
-        self.plan = plan(graph, fuse, row_fits=lambda grp, cols: tl.row_fits(grp, cols, profile))
+        self.plan = planned
         self.kernels: dict = {}  # (plan id, group id) -> GroupKernel
         self._shared: dict = {}  # GroupKernel.key -> GroupKernel (kernels shared between the plans)
         self._tiles: dict = {}  # GroupKernel.key -> the tiles the kernel was built with

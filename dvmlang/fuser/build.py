@@ -46,9 +46,11 @@ PATTERNS: OrderedDict = OrderedDict()
 
 
 def forget() -> None:
-    """Nothing built in this process any more (the disk cache is left alone)."""
+    """Nothing built or planned in this process any more (the disk cache is left alone)."""
+    from . import structure
     BUILDS.clear()
     PATTERNS.clear()
+    structure.forget()
 
 
 class _PausedGC:
@@ -317,7 +319,9 @@ class GroupKernel:
         self.grp = grp
         self.name = name
         self.path = path or fuser_path()
-        self.sig = sg.signature(g, grp)
+        self.sig = grp.memo.get("sig")
+        if self.sig is None:
+            self.sig = grp.memo["sig"] = sg.signature(g, grp)
         self.stats = CacheInfo()
         self.sink = sink  # a GraphStats counting this kernel's builds, loads and encodes too, or None
         self.build_s = 0.0  # host seconds spent building (misses only)
@@ -353,8 +357,12 @@ class GroupKernel:
         b = self._builds.get(tiles)
         if b is not None and b.encoder.target.name == profile.name:
             return b
-        pattern, locs = pattern_key(self.g, self.grp, self.sig, tiles, profile)
-        key = pattern + (("locs",) + tuple(_loc_key(loc) for loc in locs),)
+        memo = self.grp.memo
+        keys = memo.get((tiles, profile))
+        if keys is None:
+            pattern, locs = pattern_key(self.g, self.grp, self.sig, tiles, profile)
+            keys = memo[(tiles, profile)] = (pattern, locs, pattern + (("locs",) + tuple(map(_loc_key, locs)),))
+        pattern, locs, key = keys
         b = BUILDS.get(key)
         if b is None:
             t0 = time.perf_counter()

@@ -59,6 +59,9 @@ class Group:
     guard: object = None  # for row mode with a symbolic row: the symbol that must fit
     live_bytes: int = 0  # peak live bytes per element (tiling.live_bytes_per_element, cached)
     recompute: list[Node] = field(default_factory=list)  # elementwise nodes of other groups computed again here
+    # what the group's kernels work out once (signature, build keys, launch fields): the programs that share a
+    # plan (structure.py) share it
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def body(self) -> list[Node]:
         """The nodes the group's kernel computes, in order: its own and the ones it recomputes."""

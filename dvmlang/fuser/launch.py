@@ -31,39 +31,43 @@ class GroupLaunch:
                  "mm", "gather", "tensor_at", "bases")
 
     def __init__(self, prog, p: Plan, grp: Group):
-        g = prog.graph
         self.grp = grp
         self.gk = gk = prog.kernel(p, grp)
-        self.sig = sig = gk.sig
+        self.sig = gk.sig
         self.kind = grp.kind
         self.mode = grp.mode
-        self.space = tuple(_dim_ref(g, d) for d in grp.space)
+        fields = grp.memo.get("launch")
+        if fields is None:  # (the same for every program that shares the plan)
+            fields = grp.memo["launch"] = self._fields(prog.graph, grp, gk)
+        (self.space, self.outs, self.tensors, self.dims, self.int_dims, self.consts, self.mm, self.gather,
+         self.tensor_at, self.bases) = fields
+
+    @staticmethod
+    def _fields(g, grp: Group, gk) -> tuple:
+        sig = gk.sig
+        space = tuple(_dim_ref(g, d) for d in grp.space)
         # (each output's id, shape, dtype and order in memory: canonical._store_in_order, None when C order)
-        self.outs = [(o.id, tuple(_dim_ref(g, d) for d in o.shape), o.dtype.np, o.attrs.get("order"))
-                     for o in grp.outputs]
+        outs = [(o.id, tuple(_dim_ref(g, d) for d in o.shape), o.dtype.np, o.attrs.get("order"))
+                for o in grp.outputs]
         tensors = []
         for j, x in enumerate(sig.inputs + sig.outputs):
             operand = grp.kind == "matmul" and j < 2
             own = tuple(_dim_ref(g, d) for d in x.shape[-2:]) if operand else None
             tensors.append((x, own, sig.arg_dims[j], x.op not in VIEWS and x.op != "broadcast_to"))
-        self.tensors = tensors
-        self.dims = [_dim_ref(g, s) for s in sig.dims]
-        self.int_dims = [_dim_ref(g, s) for s in sig.int_dims]
-        self.consts = [_typed(n.attrs["value"], n) for n in sig.consts]
-        self.mm = None
+        mm = None
         if grp.kind == "matmul":
-            mm = grp.nodes[0]
-            self.mm = (_dim_ref(g, mm.shape[-2]), _dim_ref(g, mm.shape[-1]), _dim_ref(g, mm.inputs[0].shape[-1]))
-        self.gather = gk.text is not None and any(n.op == "gather" for n in grp.nodes)
+            m = grp.nodes[0]
+            mm = (_dim_ref(g, m.shape[-2]), _dim_ref(g, m.shape[-1]), _dim_ref(g, m.inputs[0].shape[-1]))
         at, k = [], 0
         for _, _, arg_dims, _ in tensors:  # where the flat arrays are among the arguments
             at.append(k)
             k += 1 + len(arg_dims)
-        self.tensor_at = tuple(at)
         # what each tensor parameter is stored in (the node under its views): parameters over different nodes
         # cannot share memory, unless both nodes are inputs the caller passed over one buffer
-        self.bases = tuple(_base(x).id for x, _, _, _ in tensors)
-
+        return (space, outs, tensors, [_dim_ref(g, s) for s in sig.dims], [_dim_ref(g, s) for s in sig.int_dims],
+                [_typed(n.attrs["value"], n) for n in sig.consts], mm,
+                gk.text is not None and any(n.op == "gather" for n in grp.nodes), tuple(at),
+                tuple(_base(x).id for x, _, _, _ in tensors))
 
     def const_values(self, consts: dict) -> list:
         """The constants' values with ``consts`` (node id -> value) taking the place of the graph's."""

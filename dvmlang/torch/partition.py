@@ -244,14 +244,15 @@ class CompiledGraph:
         r = step.region
         inputs = {}
         arrays = []
-        for key, n, kind in r.inputs:
+        # (by position: a program planned before for the same structure has its own input nodes)
+        for (key, n, kind), pn in zip(r.inputs, step.program.graph.inputs):
             if kind == "tensor":
                 a = _view(step.views, key, env[key])
             elif kind == "scalar":
                 a = np.asarray(env[key], dtype=n.dtype.np)
             else:  # a size no tensor input binds
                 a = np.broadcast_to(np.zeros((), np.int8), (self.sources[key[1]](env),))
-            inputs[n.id] = a
+            inputs[pn.id] = a
             arrays.append(a)
         t0 = time.perf_counter()
         values, record, launches = step.program.run(inputs, device, active_session())
