@@ -8,7 +8,6 @@ import dvmlang
 import dvmlang.language as dl
 import dvmlang.ops as ops
 from dvmlang.fuser import build as fbuild
-from dvmlang.fuser import structure
 from dvmlang.fuser.graph import GraphError
 
 
