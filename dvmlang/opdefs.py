@@ -150,16 +150,26 @@ def _recip(x):
     return one / x
 
 
-_ERF = np.frompyfunc(math.erf, 1, 1)
+# up to this many elements, ``math.erf`` value by value costs less host time than the vectorised rational functions
+# (their few dozen numpy calls cost the same for 1 element as for 2,000)
+MATH_ERF_MAX = 1024
+
+
+def _math_erf(x64: np.ndarray) -> np.ndarray:
+    """``math.erf`` of each value of a float64 array (a NaN as it is, as ``special.erf`` gives it)."""
+    out = np.fromiter(map(math.erf, x64.ravel().tolist()), np.float64, x64.size).reshape(x64.shape)
+    return np.where(x64 != x64, x64, out)
 
 
 def _erf(x):
-    """erf computed in float64 and rounded to x's dtype: vectorised (``special.erf``) for float32 and narrower,
-    where it rounds to exactly ``math.erf``'s values; ``math.erf`` itself for float64."""
+    """erf computed in float64 and rounded to x's dtype: ``math.erf`` itself for float64 and for small arrays,
+    vectorised (``special.erf``) for larger float32 and narrower ones, where it rounds to exactly ``math.erf``'s
+    values (every float32, float16 and bfloat16 value: tests/test_opdefs.py), so the size never changes a bit."""
     x = np.asarray(x)
-    if x.dtype == np.float64:
-        return np.asarray(_ERF(x), dtype=np.float64)
-    return special.erf(x.astype(np.float64)).astype(x.dtype)
+    x64 = x.astype(np.float64, copy=False)
+    if x.dtype == np.float64 or x.size <= MATH_ERF_MAX:
+        return _math_erf(x64).astype(x.dtype, copy=False)
+    return special.erf(x64).astype(x.dtype)
 
 
 _ERFC = np.frompyfunc(math.erfc, 1, 1)

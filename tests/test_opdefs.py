@@ -96,6 +96,13 @@ def test_vectorised_erf_rounds_to_math_erf():
         # (compared as float32, which holds every bfloat16 exactly: numpy's testing cannot compare bfloat16 NaNs
         # with every ml_dtypes version)
         np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32), err_msg=str(x.dtype))
+    # up to MATH_ERF_MAX elements erf is math.erf itself: the size of an array never changes a bit (a replay's
+    # batch of tiles and one program's tile take different ways); every float32 value was compared once, offline
+    x = np.concatenate(f32)[:100 * opdefs.MATH_ERF_MAX]
+    with np.errstate(invalid="ignore"):
+        chunks = [fn(x[i:i + opdefs.MATH_ERF_MAX]) for i in range(0, len(x), opdefs.MATH_ERF_MAX)]
+        whole = fn(x)
+    np.testing.assert_array_equal(np.concatenate(chunks).view(np.uint32), whole.view(np.uint32))
     from dvmlang import special
     x = rng.standard_normal(200_000) * 3
     ref = _math_erf(x)
