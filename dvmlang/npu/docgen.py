@@ -285,9 +285,12 @@ protocol's address (a view new to it: an input's flat view, a pooled buffer's pi
 remembered with it (`L2Cache._roots`); a launch whose arrays were all known and whole in L2 keeps them as a set
 for the launches on the same arrays after it, found by one lookup, and a launch with a new array does not look.
 
-`erf` (exact GELU, `special.py`) evaluates fdlibm's rational functions by Horner's rule in place (the same
-roundings), each region's on that region's elements alone above 512 elements (`tests/test_special.py` compares
-the bits with every region's function on every element).
+`erf` (exact GELU) is `math.erf` value by value up to 1,024 elements (`opdefs.MATH_ERF_MAX`: a few dozen numpy
+calls cost as much for one element as for two thousand); above, `special.py` evaluates fdlibm's rational
+functions by Horner's rule in place (the same roundings), each region's on that region's elements alone above
+512 elements (`tests/test_special.py` compares the bits with every region's function on every element). Rounded
+to float32 or narrower the two ways agree on every value (every float32 compared once, offline; every float16
+and bfloat16 in `tests/test_opdefs.py`), so a replay's batch and one program's tile give the same bits.
 
 A product of fewer than 2^24 multiply-accumulates runs on one BLAS thread (`npu/host.blas_one_thread`;
 `DVMLANG_BLAS_SMALL=N` sets the bound, 0 never): OpenBLAS splits products of a few hundred thousand MACs
