@@ -29,24 +29,32 @@ class Label:
         self.name = name
 
 
-@dataclass
 class Emitted:
-    """One selected instruction: its field values and what it reads and writes (for the events)."""
+    """One selected instruction: its field values and what it reads and writes (for the events). (A class with
+    slots: a kernel's link makes and reads one per instruction.)"""
 
-    ins: isa.Instr
-    vals: dict
-    dtype: dt.DType | None
-    loc: SourceLoc | None
-    reads: list = field(default_factory=list)   # (space, start, end)
-    writes: list = field(default_factory=list)
-    set: tuple | None = None   # (dst pipe, event)
-    wait: tuple | None = None  # (src pipe, event)
-    pc: int = 0
-    extra_waits: list = field(default_factory=list)
-    extra_sets: list = field(default_factory=list)
-    target: "Label | None" = None  # branches and jumps
-    reloc_param: int | None = None  # the tensor parameter whose address goes in the `gm` field
-    scalar_param: int | None = None  # the scalar parameter whose value goes in the `imm` field
+    __slots__ = ("ins", "vals", "dtype", "loc", "reads", "writes", "set", "wait", "pc", "extra_waits", "extra_sets",
+                 "target", "reloc_param", "scalar_param")
+
+    def __init__(self, ins: isa.Instr, vals: dict, dtype: dt.DType | None, loc: SourceLoc | None,
+                 reads: list | None = None, writes: list | None = None):
+        self.ins = ins
+        self.vals = vals
+        self.dtype = dtype
+        self.loc = loc
+        self.reads = [] if reads is None else reads  # (space, start, end)
+        self.writes = [] if writes is None else writes
+        self.set: tuple | None = None  # (dst pipe, event)
+        self.wait: tuple | None = None  # (src pipe, event)
+        self.pc = 0
+        self.extra_waits: list | None = None  # events beyond the head word's: standalone WAIT/SET (sync)
+        self.extra_sets: list | None = None
+        self.target: Label | None = None  # branches and jumps
+        self.reloc_param: int | None = None  # the tensor parameter whose address goes in the `gm` field
+        self.scalar_param: int | None = None  # the scalar parameter whose value goes in the `imm` field
+
+    def __repr__(self) -> str:
+        return f"<{self.ins.name} {self.vals}>"
 
 
 @dataclass

@@ -124,13 +124,18 @@ def insert_sync(items: list) -> None:
                 set_by[key] = ev
                 if prod.set is None:
                     prod.set = (e.ins.pipe, ev)
+                elif prod.extra_sets is None:
+                    prod.extra_sets = [(e.ins.pipe, ev)]
                 else:
                     prod.extra_sets.append((e.ins.pipe, ev))
             w = (q, ev)
             if e.wait is None:
                 e.wait = w
             elif e.wait != w:
-                e.extra_waits.append(w)
+                if e.extra_waits is None:
+                    e.extra_waits = [w]
+                else:
+                    e.extra_waits.append(w)
     # materialise extra sets/waits as standalone instructions on the right pipes
     out = []
     for x in items:
