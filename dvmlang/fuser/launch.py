@@ -36,9 +36,9 @@ class GroupLaunch:
         self.sig = gk.sig
         self.kind = grp.kind
         self.mode = grp.mode
-        fields = grp.memo.get("launch")
+        fields = grp.memo.get(("launch", gk.path))
         if fields is None:  # (the same for every program that shares the plan)
-            fields = grp.memo["launch"] = self._fields(prog.graph, grp, gk)
+            fields = grp.memo[("launch", gk.path)] = self._fields(prog.graph, grp, gk)
         (self.space, self.outs, self.tensors, self.dims, self.int_dims, self.consts, self.mm, self.gather,
          self.tensor_at, self.bases) = fields
 
