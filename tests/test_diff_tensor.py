@@ -411,6 +411,17 @@ def differential(spec, steps, seed=0):
         check_all(f"graph fuse={fuse}", list(views) + list(out), bs)
         if fuse:
             composed = (out, gf.last_launch)
+            # a second @graph of the function takes the first one's plan (fuser/structure.py): the same bits, cycles
+            bs, views = fresh()
+            again = dvmlang.graph(fn, static=static)
+            out2 = again(*views)
+            check_all("graph fuse=True, planned before", list(views) + list(out2), bs)
+            for k, (a, b) in enumerate(zip(out, out2)):
+                assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), f"planned before %{k}\n{_text(prog)}"
+            p1, p2 = gf._program(tuple(views)), again._program(tuple(views))
+            assert p2.plan is p1.plan, f"the same structure planned again\n{_text(prog)}"
+            if gf.last_launch is not None:
+                assert again.last_launch.cycles == gf.last_launch.cycles
     # the text path (DVMLANG_FUSER=text, the oracle of the composed kernels): the same numbers, and cycles within
     # COMPOSED_CYCLES of its (composed code differs in scalar bookkeeping only: the loop test, hoisted constants)
     bs, views = fresh()
