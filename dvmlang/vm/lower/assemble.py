@@ -59,22 +59,39 @@ def _field_word(ins: isa.Instr, name: str) -> int:
 def encode_into(words: array, pc: int, ins: isa.Instr, vals: dict, dtype, set_, wait) -> tuple[int, dict]:
     """Pack one instruction into ``words`` at ``pc`` (the assembler and the tests share this). Returns its head
     word and its fields as packed (each masked to its width: what decoding reads back)."""
-    head = ins.opcode | (int(ins.pipe) << isa.PIPE_SHIFT) | ((ins.words - 1) << isa.LEN_SHIFT)
+    head = 0
     if set_ is not None:
-        head |= (1 << isa.SET_FLAG_SHIFT) | (int(set_[0]) << isa.SET_PIPE_SHIFT) | (set_[1] << isa.SET_EVENT_SHIFT)
+        head = (1 << isa.SET_FLAG_SHIFT) | (int(set_[0]) << isa.SET_PIPE_SHIFT) | (set_[1] << isa.SET_EVENT_SHIFT)
     if wait is not None:
         head |= (1 << isa.WAIT_FLAG_SHIFT) | (int(wait[0]) << isa.WAIT_PIPE_SHIFT) | (wait[1] << isa.WAIT_EVENT_SHIFT)
     if dtype is not None:
         head |= dtype.code << isa.DTYPE_SHIFT
-    ops = [0] * (ins.words - 1)
-    packed = {}
-    for name, w, shift, mask in ins.packing:
-        v = packed[name] = int(vals.get(name, 0)) & mask
-        if w:
-            ops[w - 1] |= v << shift
-        else:
-            head |= v << shift
-    words[pc] = head
-    for i, o in enumerate(ops):
-        words[pc + 1 + i] = o
-    return head, packed
+    pack = _PACKERS.get(id(ins))
+    if pack is None:
+        pack = _packer(ins)
+    return pack(words, pc, vals, head)
+
+
+_PACKERS: dict = {}  # id(ISA row) -> its packer (the rows live as long as the process)
+
+
+def _packer(ins: isa.Instr):
+    """The function packing ``ins``'s fields (its ``packing``: name, word, shift, mask) into its words, written
+    out once per ISA row: the words as expressions of the fields, no loop over the fields per instruction."""
+    base = ins.opcode | (int(ins.pipe) << isa.PIPE_SHIFT) | ((ins.words - 1) << isa.LEN_SHIFT)
+    lines = ["def pack(words, pc, vals, head):", "    get = vals.get"]
+    parts: dict = {w: [] for w in range(ins.words)}
+    names = []
+    for k, (name, w, shift, mask) in enumerate(ins.packing):
+        lines.append(f"    v{k} = int(get({name!r}, 0)) & {mask}")
+        parts[w].append(f"(v{k} << {shift})" if shift else f"v{k}")
+        names.append(f"{name!r}: v{k}")
+    lines.append("    head |= " + " | ".join([str(base)] + parts[0]))
+    lines.append("    words[pc] = head")
+    for w in range(1, ins.words):
+        lines.append(f"    words[pc + {w}] = " + (" | ".join(parts[w]) or "0"))
+    lines.append("    return head, {" + ", ".join(names) + "}")
+    ns: dict = {}
+    exec(compile("\n".join(lines) + "\n", f"<dvmlang pack {ins.name}>", "exec"), ns)  # noqa: S102 - from the ISA table
+    _PACKERS[id(ins)] = pack = ns["pack"]
+    return pack
