@@ -234,3 +234,77 @@ def test_a_scale_on_a_transposed_operand_of_a_matmul_joins_its_producer(rng):
     _, (out, kt), report = _run(g, (q, k))
     np.testing.assert_allclose(kt, np.exp(k).transpose(0, 2, 1) * 0.25, rtol=1e-6)
     np.testing.assert_allclose(out, q @ kt, rtol=1e-4, atol=1e-5)
+
+
+def test_a_scale_on_a_head_split_of_a_copy_joins_the_copy(rng):
+    """Attention's q split into heads and scaled: ``reshape(copy of a strided slice) -> permute -> * s``, read only
+    by the matmul. The slice of a computed value cannot be reshaped in place, so it is copied; the scale moves under
+    the reshape and the permute into the copy's kernel (one kernel fewer), numpy's values."""
+    x = rng.standard_normal((5, 2, 96)).astype(np.float32)
+    k = rng.standard_normal((8, 8, 5)).astype(np.float32)
+
+    def f(x, k):
+        y = ops.exp(x)  # (5, 2, 96): q is the first 32 of the last dim, a strided slice; (2, 32) -> (8, 8) merges
+        q = ops.permute(ops.reshape(y[:, :, :32], (5, 8, 8)), (1, 0, 2)) * 0.25
+        return ops.matmul(q, k)
+
+    _, out, report = _run(f, (x, k), static={"x": (0, 1, 2), "k": (0, 1, 2)})
+    want = (np.exp(x)[:, :, :32].reshape(5, 8, 8).transpose(1, 0, 2) * 0.25) @ k
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+    assert not any(grp.kind == "vector" and [n.op for n in grp.nodes] == ["mul"] for grp in report.groups), \
+        [grp.name for grp in report.groups]
+
+
+def test_a_bias_after_a_matmul_and_a_reshape_is_its_epilogue_unless_a_vector_operation_reads_it(rng):
+    """``linear`` on a 3-D input as torch decomposes it: flatten, matmul, unflatten, ``+ bias``. The bias spans only
+    the last dim, which the reshape keeps: it is the matmul's epilogue (one kernel). Read by a softmax, the add
+    stays the softmax's first operation (it is then no kernel of its own either); a bias over two dims the
+    reshape does not keep stays where it is."""
+    x = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 12)).astype(np.float32)
+    b = rng.standard_normal(12).astype(np.float32)
+
+    def linear(x, w, b):
+        return ops.reshape(ops.matmul(ops.reshape(x, (10, 16)), w), (2, 5, 12)) + b
+
+    _, out, report = _run(linear, (x, w, b), static={"x": (0, 1, 2), "w": (0, 1), "b": (0,)})
+    np.testing.assert_allclose(out, x @ w + b, rtol=1e-4, atol=1e-5)
+    assert [grp.name for grp in report.groups] == ["g0_matmul_add"]
+
+    _, out, report = _run(lambda x, w, b: ops.softmax(linear(x, w, b), -1), (x, w, b),
+                          static={"x": (0, 1, 2), "w": (0, 1), "b": (0,)})
+    np.testing.assert_allclose(out, _softmax(x @ w + b), rtol=1e-4, atol=1e-6)
+    assert [grp.kind for grp in report.groups] == ["matmul", "vector"]
+    assert any(n.op == "add" for n in report.groups[1].nodes)
+
+    b2 = rng.standard_normal((5, 12)).astype(np.float32)
+    _, out, report = _run(linear, (x, w, b2), static={"x": (0, 1, 2), "w": (0, 1), "b": (0, 1)})
+    np.testing.assert_allclose(out, x @ w + b2, rtol=1e-4, atol=1e-5)
+    assert len(report.groups) == 2
+
+
+def test_siblings_that_load_one_value_through_reshapes_merge_and_slices_of_it_stay_apart(rng):
+    """Two row reductions of one computed value through two different chains of reshapes: they load every element
+    of it either way, one kernel. Two copies of different slices of it load different elements: apart (side by
+    side)."""
+    x = rng.standard_normal((6, 8, 4)).astype(np.float32)
+
+    def f(x):
+        y = ops.exp(x)
+        return ops.softmax(ops.reshape(y, (6, 32)), -1), ops.reshape(ops.reshape(y, (48, 4)), (6, 32)).sum(-1)
+
+    _, (s, t), report = _run(f, (x,), static={"x": (0, 1, 2)})
+    e = np.exp(x).reshape(6, 32)
+    np.testing.assert_allclose(s, _softmax(e), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(t, e.sum(-1), rtol=1e-5)
+    assert len(report.groups) == 2 and report.groups[1].mode == "row", [grp.name for grp in report.groups]
+
+    def two_slices(x):
+        y = ops.exp(x)
+        return ops.reshape(y[:, :4, :], (6, 16)) * 2.0, ops.reshape(y[:, 4:, :], (6, 16)) * 3.0
+
+    _, (a, c), report = _run(two_slices, (x,), static={"x": (0, 1, 2)})
+    np.testing.assert_allclose(a, np.exp(x)[:, :4].reshape(6, 16) * 2, rtol=1e-6)
+    np.testing.assert_allclose(c, np.exp(x)[:, 4:].reshape(6, 16) * 3, rtol=1e-6)
+    copies = [grp for grp in report.groups if any(n.op == "broadcast_to" for n in grp.nodes)]
+    assert len(copies) == 2, [grp.name for grp in report.groups]

@@ -26,6 +26,7 @@ def canonicalize(g: Graph, parts: int | None = None, fused: bool = False) -> Non
     g.prune()
     if fused:  # (a kernel per operation gains nothing from them)
         _merge_equal(g)
+        _epilogues_under_reshapes(g)
         _hoist_permutes(g)
         _sink_unit_views(g)
         _inline_broadcast(g)
@@ -101,6 +102,8 @@ def canonicalize(g: Graph, parts: int | None = None, fused: bool = False) -> Non
     g.nodes = new_nodes
     for i, n in enumerate(g.nodes):
         n.id = i
+    if fused:  # again, over the copies made above (a head split of a strided q is a copy, then its scale)
+        _hoist_permutes(g)
     outputs = {o.id for o in g.outputs}
     for n in g.nodes:  # scalar arithmetic on constants and sizes (e.g. 1/sqrt(head size)) is free
         if n.op in EW and n.rank == 0 and n.inputs and n.id not in outputs and all(is_free(i) for i in n.inputs):
@@ -529,12 +532,58 @@ def _inline_broadcast(g: Graph) -> None:
         _rewritten(g, out, g.outputs)
 
 
+def _epilogues_under_reshapes(g: Graph) -> None:
+    """An elementwise operation on a reshape of a matmul's result whose other operands are inputs or numbers
+    spanning only trailing dims the reshape keeps (a bias after ``linear``'s flatten and unflatten: ``(B*S, N) ->
+    (B, S, N)``, then ``+ bias``) is computed on the matmul's result and reshaped after: it then joins the matmul's
+    epilogue instead of being a kernel of its own. Only when no vector operation reads it directly (one would take
+    it as its first operation: attention's mask added before the softmax) and the matmul and the reshape have no
+    other reader (the value is stored once)."""
+    readers = _readers(g)
+    outputs = {id(o) for o in g.outputs}
+    find = g.syms.find
+
+    def only(x: Node, r: Node) -> bool:
+        return id(x) not in outputs and [id(y) for y in readers.get(id(x), ())] == [id(r)]
+
+    def alone(n: Node) -> bool:  # (its readers take it through views, or are matmuls: none would fuse it)
+        return all(r.op in VIEWS or r.op == "matmul" for r in readers.get(id(n), ()))
+
+    def given(i: Node) -> bool:
+        while i.op in VIEWS:
+            i = i.inputs[0]
+        return i.op == "input" or is_free(i)
+
+    out: list[Node] = []
+    replace: dict[int, Node] = {}
+    for n in g.nodes:
+        n.inputs = [replace.get(id(i), i) for i in n.inputs]
+        shaped = [i for i in n.inputs if i.op == "reshape" and i.inputs[0].op == "matmul"]
+        if n.op in EW and n.op != "broadcast_to" and not n.attrs.get("copy") and len(shaped) == 1 and \
+                n.inputs.count(shaped[0]) == 1:
+            v = shaped[0]
+            x = v.inputs[0]
+            k = max((i.rank for i in n.inputs if i is not v), default=0)
+            keeps = 0 < k <= min(x.rank, v.rank) and all(
+                g.syms.equal(a, b) is True for a, b in zip(x.shape[-k:], v.shape[-k:]))
+            if keeps and _shape_key(find, n.shape) == _shape_key(find, v.shape) and only(v, n) and only(x, v) and \
+                    alone(n) and all(given(i) for i in n.inputs if i is not v):
+                m = Node(n.op, [x if i is v else i for i in n.inputs], x.shape, n.dtype, dict(n.attrs), loc=n.loc)
+                r = Node("reshape", [m], n.shape, n.dtype, dict(v.attrs), loc=v.loc)
+                out += [m, r]
+                replace[id(n)] = r
+                continue
+        out.append(n)
+    if replace:
+        _rewritten(g, out, [replace.get(id(o), o) for o in g.outputs])
+
+
 def _hoist_permutes(g: Graph) -> None:
-    """An elementwise operation with numbers on a permute of a computed value, read only by matmuls (through
-    views or not: attention's scale on ``k^T``), is computed before the permute instead: a matmul takes no
-    prologue, so it would be a kernel of its own, reading the value and storing its result; computed on the
-    value itself, it joins the kernel that computes the value, and the matmul reads it through the permute as it
-    read the operation's result."""
+    """An elementwise operation with numbers on permutes and reshapes of a computed value, read only by matmuls
+    (through views or not: attention's scale on ``k^T``, or on ``q`` split into heads), is computed before the
+    views instead: a matmul takes no prologue, so it would be a kernel of its own, reading the value and storing
+    its result; computed on the value itself, it joins the kernel that computes the value, and the matmul reads it
+    through the same views as it read the operation's result (they keep every element: no slice)."""
     readers = _readers(g)
     outputs = {id(o) for o in g.outputs}
 
@@ -548,15 +597,20 @@ def _hoist_permutes(g: Graph) -> None:
     for n in g.nodes:
         n.inputs = [replace.get(id(i), i) for i in n.inputs]
         views = [i for i in n.inputs if i.rank]
-        if n.op in EW and n.op != "broadcast_to" and not n.attrs.get("copy") and len(views) == 1 and \
-                views[0].op == "permute" and views[0].inputs[0].op not in ("input", "custom_out") and \
-                views[0].inputs[0].op not in VIEWS and matmul_only(n):
+        chain = []  # the views from the operand down to the value
+        x = views[0] if len(views) == 1 else None
+        while x is not None and x.op in ("permute", "reshape"):
+            chain.append(x)
+            x = x.inputs[0]
+        if chain and n.op in EW and n.op != "broadcast_to" and not n.attrs.get("copy") and \
+                x.op not in ("input", "custom_out") and x.op not in VIEWS and matmul_only(n):
             v = views[0]
-            m = Node(n.op, [v.inputs[0] if i is v else i for i in n.inputs], v.inputs[0].shape, n.dtype,
-                     dict(n.attrs), loc=n.loc)
-            p = Node("permute", [m], n.shape, n.dtype, dict(v.attrs), loc=n.loc)
-            out += [m, p]
-            replace[id(n)] = p
+            m = Node(n.op, [x if i is v else i for i in n.inputs], x.shape, n.dtype, dict(n.attrs), loc=n.loc)
+            out.append(m)
+            for view in reversed(chain):
+                m = Node(view.op, [m], view.shape, n.dtype, dict(view.attrs), loc=n.loc)
+                out.append(m)
+            replace[id(n)] = m
             continue
         out.append(n)
     if replace:

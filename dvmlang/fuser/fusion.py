@@ -533,21 +533,29 @@ class Planner:
         return self._consume(n, [other], gs, change)
 
     def horizontal(self, row_fits) -> bool:
-        """Merge sibling vector groups that read a tensor in common (the same value through the same view) over one
-        iteration space into one kernel, which then loads it once: a model's log-softmax, softmax and variance of
-        one input, the mean and the max of one row. Neither may depend on the other (through any kernel), nor hold a
-        scan or a sort; a merged group that needs whole rows must have a static row that still fits UB (the two
-        groups' live bytes per element summed, an upper bound of the merged group's): a symbolic row would be
+        """Merge sibling vector groups that load a tensor in common (every element of one value, through the same
+        view or reshapes and permutes of it; not slices of it, nor a gather's table, read element by element) over
+        one iteration space into one kernel, which then loads it once: a model's log-softmax, softmax and variance
+        of one input, the mean and the max of one row. Neither may depend on the other (through any kernel), nor
+        hold a scan or a sort; a merged group that needs whole rows must have a static row that still fits UB (the
+        two groups' live bytes per element summed, an upper bound of the merged group's): a symbolic row would be
         guarded at a smaller size, sending calls to the split plan sooner. Run after ``finish`` (the groups' inputs
         and outputs); True when anything merged (``finish`` is then run again)."""
         g = self.g
 
-        def eligible(grp: Group) -> bool:
-            return grp.kind == "vector" and grp.mode in ("tiled", "loop", "row") and \
-                not any(n.op in SCANS or n.op in ROW_OPS for n in grp.nodes)
+        def whole(x: Node) -> int:  # the value a read loads every element of, through reshapes and permutes
+            v = x
+            while v.op in ("reshape", "permute"):
+                v = v.inputs[0]
+            return x.id if v.op in VIEWS else v.id
 
-        groups = [grp for grp in self.groups if eligible(grp)]
-        reads = {grp.id: {x.id for x in grp.inputs} for grp in groups}
+        def loaded(grp: Group) -> set:
+            mem = {id(m) for n in grp.body() for m in memory_operands(n)}
+            return {whole(x) for x in grp.inputs if id(x) not in mem}
+
+        groups = [grp for grp in self.groups if grp.kind == "vector" and grp.mode in ("tiled", "loop", "row") and
+                  not any(n.op in SCANS or n.op in ROW_OPS for n in grp.nodes)]
+        reads = {grp.id: loaded(grp) for grp in groups}
         live = {}  # group id -> live bytes per element (summed over what merged into it: an upper bound)
         if row_fits is not None:
             for grp in groups:
