@@ -308,3 +308,25 @@ def test_siblings_that_load_one_value_through_reshapes_merge_and_slices_of_it_st
     np.testing.assert_allclose(c, np.exp(x)[:, 4:].reshape(6, 16) * 3, rtol=1e-6)
     copies = [grp for grp in report.groups if any(n.op == "broadcast_to" for n in grp.nodes)]
     assert len(copies) == 2, [grp.name for grp in report.groups]
+
+
+def test_heads_split_and_merged_back_are_the_permuted_value_itself(rng):
+    """``(H, L, D) -> (B, H/B, L, D) -> (H, L, D)`` over a permuted computed value, as torch's batched matmul
+    decomposition reshapes attention's v: one reshape to the value's own shape, so the matmul reads the permuted
+    value through strides (no copy kernel); numpy's values. A reshape that is returned stays."""
+    x = rng.standard_normal((5, 8, 8)).astype(np.float32)
+    a = rng.standard_normal((8, 5, 5)).astype(np.float32)
+
+    def f(x, a):
+        v = ops.permute(ops.exp(x), (1, 0, 2))  # (8, 5, 8)
+        return ops.matmul(a, ops.reshape(ops.reshape(v, (2, 4, 5, 8)), (8, 5, 8)))
+
+    _, out, report = _run(f, (x, a), static={"x": (0, 1, 2), "a": (0, 1, 2)})
+    np.testing.assert_allclose(out, a @ np.exp(x).transpose(1, 0, 2), rtol=1e-4, atol=1e-5)
+    assert [grp.name for grp in report.groups] == ["g0_exp", "g1_matmul"], [grp.name for grp in report.groups]
+
+    def g(x):
+        return ops.reshape(ops.reshape(ops.exp(x), (40, 8)), (5, 8, 8))
+
+    _, out, report = _run(g, (x,), static={"x": (0, 1, 2)})
+    np.testing.assert_allclose(out, np.exp(x), rtol=1e-6)

@@ -25,6 +25,7 @@ def canonicalize(g: Graph, parts: int | None = None, fused: bool = False) -> Non
     of size-1 dims are moved under elementwise operations (``_sink_unit_views``)."""
     g.prune()
     if fused:  # (a kernel per operation gains nothing from them)
+        _fold_reshapes(g)
         _merge_equal(g)
         _epilogues_under_reshapes(g)
         _hoist_permutes(g)
@@ -530,6 +531,28 @@ def _inline_broadcast(g: Graph) -> None:
         out.append(n)
     if made:
         _rewritten(g, out, g.outputs)
+
+
+def _fold_reshapes(g: Graph) -> None:
+    """A reshape of a reshape is one reshape of the first one's operand, and a reshape to its operand's own shape
+    (not returned) is its operand: attention's value heads split for a batched matmul and merged back, ``(B*H, L,
+    D) -> (B, H, L, D) -> (B*H, L, D)``, are the permuted value itself, which the matmul reads through strides,
+    not a reshape that merges permuted dims (a copy kernel)."""
+    outputs = {id(o) for o in g.outputs}
+    find = g.syms.find
+    replace: dict[int, Node] = {}
+    folded = False
+    for n in g.nodes:
+        n.inputs = [replace.get(id(i), i) for i in n.inputs]
+        if n.op != "reshape":
+            continue
+        while n.inputs[0].op == "reshape":
+            n.inputs = [n.inputs[0].inputs[0]]
+            folded = True
+        if id(n) not in outputs and _shape_key(find, n.shape) == _shape_key(find, n.inputs[0].shape):
+            replace[id(n)] = n.inputs[0]
+    if replace or folded:  # (and the reshapes only a folded one read are gone)
+        _rewritten(g, [n for n in g.nodes if id(n) not in replace], [replace.get(id(o), o) for o in g.outputs])
 
 
 def _epilogues_under_reshapes(g: Graph) -> None:
