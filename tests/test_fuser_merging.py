@@ -330,3 +330,42 @@ def test_heads_split_and_merged_back_are_the_permuted_value_itself(rng):
 
     _, out, report = _run(g, (x,), static={"x": (0, 1, 2)})
     np.testing.assert_allclose(out, np.exp(x), rtol=1e-6)
+
+
+def test_a_cats_constant_parts_are_computed_in_its_kernel(rng):
+    """``F.pad`` and a convolution's padding are a cat of numbers broadcast and the tensor: the numbers are
+    computed where their parts lie, in the cat's kernel (one kernel, where each part was a kernel storing it),
+    along every axis, at static and symbolic sizes, first, middle or last; numpy's values. A number broadcast that
+    is also returned is stored as before."""
+    from dvmlang.fuser.graph_ops import filled
+
+    def full(v, shape, d="float32"):
+        return ops.broadcast_to(ops.full((), v, d), shape)
+
+    x = rng.standard_normal((3, 5, 7)).astype(np.float32)
+    for ax in (0, 1, 2):
+        lo, hi = list(x.shape), list(x.shape)
+        lo[ax], hi[ax] = 2, 3
+
+        def f(x, ax=ax, lo=tuple(lo), hi=tuple(hi)):
+            return ops.exp(ops.cat([full(-1.5, lo), x, full(2.0, hi)], ax)) * 2.0
+
+        want = np.exp(np.concatenate([np.full(lo, -1.5, np.float32), x, np.full(hi, 2.0, np.float32)], ax)) * 2
+        for static in ({"x": (0, 1, 2)}, None):
+            _, out, report = _run(f, (x,), static=static)
+            np.testing.assert_allclose(out, want, rtol=1e-6)
+            assert len(report.groups) == 1, [grp.name for grp in report.groups]
+            (cat,) = [n for n in report.groups[0].nodes if n.op == "cat"]
+            assert filled(cat.inputs[0]) and filled(cat.inputs[2])
+    a = rng.integers(-5, 5, (4, 6)).astype(np.int32)
+    _, out, report = _run(lambda a: ops.cat([a, full(7, (4, 3), "int32"), a], 1), (a,))
+    np.testing.assert_array_equal(out, np.concatenate([a, np.full((4, 3), 7, np.int32), a], 1))
+    assert len(report.groups) == 1
+
+    def g(x):
+        pad = full(0.25, (3, 5, 2))
+        return ops.cat([x, pad], 2), pad
+
+    _, (out, pad), report = _run(g, (x,))
+    np.testing.assert_array_equal(out, np.concatenate([x, np.full((3, 5, 2), 0.25, np.float32)], 2))
+    np.testing.assert_array_equal(pad, np.full((3, 5, 2), 0.25, np.float32))

@@ -109,6 +109,11 @@ def canonicalize(g: Graph, parts: int | None = None, fused: bool = False) -> Non
     for n in g.nodes:  # scalar arithmetic on constants and sizes (e.g. 1/sqrt(head size)) is free
         if n.op in EW and n.rank == 0 and n.inputs and n.id not in outputs and all(is_free(i) for i in n.inputs):
             n.attrs["free_scalar"] = True
+    readers = _readers(g)
+    for n in g.nodes:  # a number broadcast that only cats read, as parts: computed where the part lies (graph_ops)
+        if n.op == "broadcast_to" and not n.attrs.get("copy") and n.id not in outputs and n.inputs[0].rank == 0 and \
+                is_free(n.inputs[0]) and readers.get(id(n)) and all(r.op == "cat" for r in readers[id(n)]):
+            n.attrs["free_scalar"] = True
 
 
 def _readers(g: Graph) -> dict[int, list]:

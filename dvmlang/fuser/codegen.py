@@ -220,7 +220,10 @@ def vector_kernel(g: Graph, grp: Group, name: str, sig: Signature) -> KernelText
             inside = " & ".join(c for c in (lo, hi) if c) or "True"
             src(f"m{n.id}_{j} = {inside}")
             m = f"m{n.id}_{j}" + (f" & {mask}" if mask else "")
-            src(f"p{n.id}_{j} = {load_at(part, {ax: f'{index_of(ax)} - {o}'}, tile, m)}")
+            if part.id in in_index:
+                src(f"p{n.id}_{j} = {load_at(part, {ax: f'{index_of(ax)} - {o}'}, tile, m)}")
+            else:  # (computed in the kernel: a number broadcast)
+                src(f"p{n.id}_{j} = dl.broadcast_to({names[part.id]}, ({tile[0]}, {tile[1]}))")
             acc = f"p{n.id}_{j}" if acc is None else f"dl.where(m{n.id}_{j}, p{n.id}_{j}, {acc})"
             if j:
                 src(f"c{n.id}_{j} = {acc}")

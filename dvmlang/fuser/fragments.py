@@ -159,7 +159,7 @@ def _gather(k, n, a):
 
 
 def _cat(k, n, a):
-    return k.cat(n)
+    return k.cat(n, a)
 
 
 FRAGMENTS: dict[str, Fragment] = {

@@ -25,7 +25,7 @@ class GraphOp:
     typing: str  # the shape and dtype rule, in words
     doc: str
     torch: tuple = ()  # aten ops whose lowering makes this op (beyond composing it with others)
-    memory_operands: str = ""  # "first" | "all": the operands read from memory (kind "memory")
+    memory_operands: str = ""  # "first" | "parts": the operands read from memory (kind "memory"; see below)
     isa: str = ""  # the instruction the fragment is built on, where one stands out
 
 
@@ -56,7 +56,8 @@ GRAPH_OPS: dict[str, GraphOp] = {op.name: op for op in [
             "positions along one axis (checked on the device)", ("gather", "index_select", "embedding", "index"),
             memory_operands="first", isa="DMA gather"),
     GraphOp("cat", "memory", "parts joined along attrs axis (offsets)", "each part read at the output index less "
-            "its offset", ("cat", "constant_pad_nd", "slice_scatter"), memory_operands="all"),
+            "its offset (a number broadcast is computed in the kernel)", ("cat", "constant_pad_nd", "slice_scatter"),
+            memory_operands="parts"),
     GraphOp("matmul", "matmul", "(..., M, K) @ (..., K, N), batch dims broadcast", "on the cube, with an "
             "elementwise epilogue", ("mm", "addmm", "bmm", "convolution", "_grouped_mm"), isa="MMAD"),
     GraphOp("custom", "custom", "a user @dvmlang.kernel call", "ops.custom"),
@@ -73,9 +74,17 @@ COMPUTED_KINDS = ("free", "elementwise", "reduction", "scan", "row", "memory")
 
 
 def memory_operands_of(op: str):
-    """``n -> the operands n reads from memory`` for a memory op (a gather's table, a cat's parts)."""
-    which = GRAPH_OPS[op].memory_operands
-    return (lambda n: n.inputs[:1]) if which == "first" else (lambda n: n.inputs)
+    """``n -> the operands n reads from memory`` for a memory op: a gather's table; a cat's parts, but for a
+    number broadcast (``F.pad``'s value, a convolution's zero padding: ``canonical`` marks one that only cats read),
+    which the cat's kernel computes where the part lies instead of a kernel storing it for the cat to read."""
+    if GRAPH_OPS[op].memory_operands == "first":
+        return lambda n: n.inputs[:1]
+    return lambda n: [p for p in n.inputs if not filled(p)]
+
+
+def filled(part) -> bool:
+    """Whether a cat's part is a number broadcast computed in the cat's kernel (the same value at every position)."""
+    return part.op == "broadcast_to" and part.attrs.get("free_scalar", False)
 
 
 def table_rows() -> list[str]:

@@ -489,10 +489,11 @@ class KernelContext:
         """A node's axis as a dim of the group's iteration space (shapes line up on the right)."""
         return axis + len(self.sig.space) - len(n.shape)
 
-    def cat(self, n: Node) -> Tile:
+    def cat(self, n: Node, values: list) -> Tile:
         """``cat`` of the group's inputs along an axis: each part is one DMA whose box along the axis is the part's
         range shifted to the tile (the other lanes keep the padding), chosen lane by lane where parts meet. Along
-        an outer axis the program's coordinate lies in one part: the others load an empty box."""
+        an outer axis the program's coordinate lies in one part: the others load an empty box. A part computed in
+        the kernel (``values``, not None: a number broadcast) is its value where it lies."""
         loc = self.loc(n)
         ax = self.space_axis(n, n.attrs["axis"])
         r = len(self.sig.space)
@@ -507,7 +508,8 @@ class KernelContext:
         acc = None
         parts = list(zip(n.inputs, n.attrs["offsets"]))
         for j, (part, off) in enumerate(parts):
-            k = [i.id for i in self.sig.inputs].index(part.id)
+            computed = values[j]
+            k = None if computed is not None else [i.id for i in self.sig.inputs].index(part.id)
             o = self._sreg_of(self.size(off))
             last = j == len(parts) - 1
             end = None if last and td is not None else \
@@ -522,7 +524,8 @@ class KernelContext:
                     bounds[0] = (0, self.select(hit, pp["rows_left"], zero, dt.int32, loc))
                 if self.tile_shape(n)[1] != 1:
                     bounds[1] = (0, self.select(hit, pp["cols_left"], zero, dt.int32, loc))
-                p = self.load("in", k, part, {ax: self.s_op("sub", index, start, dt.int32, loc)}, bounds, loc=loc)
+                p = computed if k is None else \
+                    self.load("in", k, part, {ax: self.s_op("sub", index, start, dt.int32, loc)}, bounds, loc=loc)
                 m = hit
             else:
                 # the tile's lanes along the axis are start + i; this part covers [o, end): lo = o - start and
@@ -532,7 +535,7 @@ class KernelContext:
                 hi = left if last else self.s_op("minimum", self.s_op("sub", end, base0, dt.int32, loc), left,
                                                  dt.int32, loc)
                 shift = self.s_op("sub", zero, o, dt.int32, loc) if j else None
-                p = self.load("in", k, part, {ax: shift}, {td: (lo, hi)}, loc=loc)
+                p = computed if k is None else self.load("in", k, part, {ax: shift}, {td: (lo, hi)}, loc=loc)
                 m = self.compare("ge", self.index_tile("cols" if td == 1 else "rows"), o, None, loc) if j else None
             acc = p if acc is None else self.select(m, p, acc, n.dtype, loc)
         return acc
