@@ -84,9 +84,14 @@ def key(g: Graph, *context) -> tuple | None:
         for i, n in enumerate(g.nodes):
             if n.id != i:
                 return None
-            extra = vars(n).keys() - _NODE_FIELDS
-            parts.append((n.op, n.dtype.code, _val(n.shape), tuple(x.id for x in n.inputs), _val(n.attrs), n.name,
-                          _val(n.loc), tuple((k, _val(getattr(n, k))) for k in sorted(extra))))
+            fields = vars(n)
+            extra = () if len(fields) == len(_NODE_FIELDS) else \
+                tuple((k, _val(fields[k])) for k in sorted(fields.keys() - _NODE_FIELDS))
+            loc = n.loc
+            # (a shape's symbols by ~number; a source location as itself: a frozen record, equal by value)
+            parts.append((n.op, n.dtype.code, tuple([d if d.__class__ is int else ~d.id if d.__class__ is Sym else _val(d) for d in n.shape]),
+                          tuple([x.id for x in n.inputs]), _val(n.attrs) if n.attrs else (), n.name,
+                          loc if loc is None or loc.__class__ is SourceLoc else _val(loc), extra))
     except _Unkeyed:
         return None
     return tuple(parts)
