@@ -369,3 +369,29 @@ def test_a_cats_constant_parts_are_computed_in_its_kernel(rng):
     _, (out, pad), report = _run(g, (x,))
     np.testing.assert_array_equal(out, np.concatenate([x, np.full((3, 5, 2), 0.25, np.float32)], 2))
     np.testing.assert_array_equal(pad, np.full((3, 5, 2), 0.25, np.float32))
+
+
+def test_heads_moved_behind_the_sequence_and_merged_are_stored_in_that_order(rng):
+    """Attention's output as torch writes it: ``(B*H, L, D)`` split into ``(B, H, L, D)``, permuted to ``(L, B, H,
+    D)`` and merged into ``(L, B*H*D)`` for the output projection. The permute of the split is one permute of the
+    matmul's result (``views.permutes_before_splits``), which the matmul's kernel stores in that order: no copy
+    kernel, numpy's values. A permute that separates a split dim's parts stays as it was."""
+    a = rng.standard_normal((8, 5, 6)).astype(np.float32)
+    v = rng.standard_normal((8, 6, 4)).astype(np.float32)
+    w = rng.standard_normal((32, 16)).astype(np.float32)
+
+    def f(a, v, w):
+        o = ops.reshape(ops.matmul(a, v), (2, 4, 5, 4))
+        return ops.matmul(ops.reshape(ops.permute(o, (2, 0, 1, 3)), (5, 32)), w)
+
+    static = {"a": (0, 1, 2), "v": (0, 1, 2), "w": (0, 1)}
+    _, out, report = _run(f, (a, v, w), static=static)
+    want = ((a @ v).reshape(2, 4, 5, 4).transpose(2, 0, 1, 3).reshape(5, 32)) @ w
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    assert [grp.kind for grp in report.groups] == ["matmul", "matmul"], [grp.name for grp in report.groups]
+
+    def g(a, v):  # (2, 4) split, then 2 and 4 apart: not one permute of (8, 5, 4)
+        return ops.exp(ops.permute(ops.reshape(ops.matmul(a, v), (2, 4, 5, 4)), (1, 2, 0, 3)))
+
+    _, out, report = _run(g, (a, v), static={"a": (0, 1, 2), "v": (0, 1, 2)})
+    np.testing.assert_allclose(out, np.exp((a @ v).reshape(2, 4, 5, 4).transpose(1, 2, 0, 3)), rtol=1e-4, atol=1e-5)

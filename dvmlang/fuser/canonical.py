@@ -1,4 +1,4 @@
-"""Canonical form of a captured graph before fusion: an operation equal to an earlier one is replaced by it, an
+"""Canonical form of a captured graph before fusion: chains of views folded (``views``), an operation equal to an earlier one is replaced by it, an
 operation with numbers on a permute that only matmuls read is moved above the permute, an elementwise value that
 its readers broadcast is computed again by them, a view that only adds or drops dims of size 1 is moved under the
 elementwise operations it reads (recomputed from their operands' views), every reduction over the last dimension
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from .fusion import EW, VECTOR, VIEWS, _broadcastable, _row_values, _same_shape, is_free, memory_operands
 from .graph import Graph, Node
+from .views import MAX_VIEW_RANK, fold_views, permutes_before_splits, rewritten, shape_key
 
 MAX_SUNK = 16  # the elementwise operations a view of size-1 dims is moved under (each computed again under it)
 MAX_INLINED = 8  # the elementwise operations of a broadcast operand computed again by its readers
-MAX_VIEW_RANK = 4  # a strided view of a computed value is read as it is up to this rank (the kernels' limit)
 SPLIT_MIN = 1 << 16  # a whole-tensor reduction of at least this many elements (or of a symbolic count) is split
 
 
@@ -25,7 +25,9 @@ def canonicalize(g: Graph, parts: int | None = None, fused: bool = False) -> Non
     of size-1 dims are moved under elementwise operations (``_sink_unit_views``)."""
     g.prune()
     if fused:  # (a kernel per operation gains nothing from them)
-        _fold_reshapes(g)
+        fold_views(g)
+        if permutes_before_splits(g):
+            fold_views(g)
         _merge_equal(g)
         _epilogues_under_reshapes(g)
         _hoist_permutes(g)
@@ -123,19 +125,6 @@ def _readers(g: Graph) -> dict[int, list]:
         for i in n.inputs:
             readers.setdefault(id(i), []).append(n)
     return readers
-
-
-def _rewritten(g: Graph, nodes: list[Node], outputs: list[Node]) -> None:
-    """Give ``g`` its rewritten ``nodes`` (in order) and ``outputs``, numbered, without what nothing reads."""
-    g.outputs = outputs
-    g.nodes = nodes
-    for i, n in enumerate(g.nodes):
-        n.id = i
-    g.prune()
-
-
-def _shape_key(find, shape) -> tuple:
-    return tuple(d if isinstance(d, int) else ("s", d.id) for d in map(find, shape))
 
 
 _NEVER_MERGED = frozenset(("input", "const", "custom", "custom_out"))  # (a const is a runtime scalar of the kernels)
@@ -354,7 +343,7 @@ def _sink_unit_views(g: Graph) -> None:
         read through a view; None when that takes more than the budget."""
         if len(x.shape) == len(shape) and all(g.syms.equal(a, b) is True for a, b in zip(x.shape, shape)):
             return x
-        k = (id(x), _shape_key(find, shape))
+        k = (id(x), shape_key(find, shape))
         got = memo.get(k) or made.get(k)
         if got is not None:
             return got
@@ -460,7 +449,7 @@ def _sink_unit_views(g: Graph) -> None:
                 continue
         out.append(n)
     if replace:
-        _rewritten(g, out, [replace.get(o.id, o) for o in g.outputs])
+        rewritten(g, out, [replace.get(o.id, o) for o in g.outputs])
 
 
 def _inline_broadcast(g: Graph) -> None:
@@ -493,7 +482,7 @@ def _inline_broadcast(g: Graph) -> None:
 
     def at(x: Node, shape: tuple, budget: list, new: dict) -> Node | None:
         """``x`` computed at ``shape`` (which it broadcasts to, from the right); ``new``: this move's clones."""
-        k = (id(x), _shape_key(find, shape))
+        k = (id(x), shape_key(find, shape))
         got = made.get(k) or new.get(k)
         if got is not None:
             return got
@@ -535,29 +524,7 @@ def _inline_broadcast(g: Graph) -> None:
                     n.inputs[j] = y
         out.append(n)
     if made:
-        _rewritten(g, out, g.outputs)
-
-
-def _fold_reshapes(g: Graph) -> None:
-    """A reshape of a reshape is one reshape of the first one's operand, and a reshape to its operand's own shape
-    (not returned) is its operand: attention's value heads split for a batched matmul and merged back, ``(B*H, L,
-    D) -> (B, H, L, D) -> (B*H, L, D)``, are the permuted value itself, which the matmul reads through strides,
-    not a reshape that merges permuted dims (a copy kernel)."""
-    outputs = {id(o) for o in g.outputs}
-    find = g.syms.find
-    replace: dict[int, Node] = {}
-    folded = False
-    for n in g.nodes:
-        n.inputs = [replace.get(id(i), i) for i in n.inputs]
-        if n.op != "reshape":
-            continue
-        while n.inputs[0].op == "reshape":
-            n.inputs = [n.inputs[0].inputs[0]]
-            folded = True
-        if id(n) not in outputs and _shape_key(find, n.shape) == _shape_key(find, n.inputs[0].shape):
-            replace[id(n)] = n.inputs[0]
-    if replace or folded:  # (and the reshapes only a folded one read are gone)
-        _rewritten(g, [n for n in g.nodes if id(n) not in replace], [replace.get(id(o), o) for o in g.outputs])
+        rewritten(g, out, g.outputs)
 
 
 def _epilogues_under_reshapes(g: Graph) -> None:
@@ -594,7 +561,7 @@ def _epilogues_under_reshapes(g: Graph) -> None:
             k = max((i.rank for i in n.inputs if i is not v), default=0)
             keeps = 0 < k <= min(x.rank, v.rank) and all(
                 g.syms.equal(a, b) is True for a, b in zip(x.shape[-k:], v.shape[-k:]))
-            if keeps and _shape_key(find, n.shape) == _shape_key(find, v.shape) and only(v, n) and only(x, v) and \
+            if keeps and shape_key(find, n.shape) == shape_key(find, v.shape) and only(v, n) and only(x, v) and \
                     alone(n) and all(given(i) for i in n.inputs if i is not v):
                 m = Node(n.op, [x if i is v else i for i in n.inputs], x.shape, n.dtype, dict(n.attrs), loc=n.loc)
                 r = Node("reshape", [m], n.shape, n.dtype, dict(v.attrs), loc=v.loc)
@@ -603,7 +570,7 @@ def _epilogues_under_reshapes(g: Graph) -> None:
                 continue
         out.append(n)
     if replace:
-        _rewritten(g, out, [replace.get(id(o), o) for o in g.outputs])
+        rewritten(g, out, [replace.get(id(o), o) for o in g.outputs])
 
 
 def _hoist_permutes(g: Graph) -> None:
@@ -642,4 +609,4 @@ def _hoist_permutes(g: Graph) -> None:
             continue
         out.append(n)
     if replace:
-        _rewritten(g, out, [replace.get(id(o), o) for o in g.outputs])
+        rewritten(g, out, [replace.get(id(o), o) for o in g.outputs])
