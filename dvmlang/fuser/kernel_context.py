@@ -517,15 +517,7 @@ class KernelContext:
             if td is None:
                 hit = self.s_op("and", self.compare("ge", start, o, None, loc), self.compare("lt", start, end, None, loc),
                                 dt.bool_, loc)
-                # the DMA's base holds start * stride; the part's index is start - o (0 where the part is missed)
-                index = self.select(hit, self.s_op("sub", start, o, dt.int32, loc), zero, dt.int32, loc)
-                bounds = {}
-                if self.tile_shape(n)[0] != 1:
-                    bounds[0] = (0, self.select(hit, pp["rows_left"], zero, dt.int32, loc))
-                if self.tile_shape(n)[1] != 1:
-                    bounds[1] = (0, self.select(hit, pp["cols_left"], zero, dt.int32, loc))
-                p = computed if k is None else \
-                    self.load("in", k, part, {ax: self.s_op("sub", index, start, dt.int32, loc)}, bounds, loc=loc)
+                p = computed if k is None else self._outer_part(n, ax, k, part, hit, start, o, loc)
                 m = hit
             else:
                 # the tile's lanes along the axis are start + i; this part covers [o, end): lo = o - start and
@@ -539,6 +531,18 @@ class KernelContext:
                 m = self.compare("ge", self.index_tile("cols" if td == 1 else "rows"), o, None, loc) if j else None
             acc = p if acc is None else self.select(m, p, acc, n.dtype, loc)
         return acc
+
+    def _outer_part(self, n: Node, ax: int, k: int, part: Node, hit, start, o, loc) -> Tile:
+        """A cat's part along an outer axis, loaded: the DMA's base holds start * stride; the part's index is
+        start - o (0 where the program's coordinate misses the part, whose box is then empty)."""
+        pp, zero = self.per_program, self.constant(0, dt.int32)
+        index = self.select(hit, self.s_op("sub", start, o, dt.int32, loc), zero, dt.int32, loc)
+        bounds = {}
+        if self.tile_shape(n)[0] != 1:
+            bounds[0] = (0, self.select(hit, pp["rows_left"], zero, dt.int32, loc))
+        if self.tile_shape(n)[1] != 1:
+            bounds[1] = (0, self.select(hit, pp["cols_left"], zero, dt.int32, loc))
+        return self.load("in", k, part, {ax: self.s_op("sub", index, start, dt.int32, loc)}, bounds, loc=loc)
 
     def tile_shape(self, n: Node) -> tuple:
         """The (rows, cols) tile of a node's value over the group's iteration space."""
