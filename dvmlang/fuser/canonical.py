@@ -1,16 +1,17 @@
-"""Canonical form of a captured graph before fusion: chains of views folded (``views``), an operation equal to an earlier one is replaced by it, an
-operation with numbers on a permute that only matmuls read is moved above the permute, an elementwise value that
-its readers broadcast is computed again by them, a view that only adds or drops dims of size 1 is moved under the
-elementwise operations it reads (recomputed from their operands' views), every reduction over the last dimension
-with keepdims (plus the views that bring its axis last and back), a reshape that cannot be a view gets a copy
-under it, a free value that is stored gets a copy kernel, and a reduction of a whole tensor is split across the
-cores."""
+"""Canonical form of a captured graph before fusion: chains of views folded (``views``); an operation equal to an
+earlier one replaced by it; an elementwise operation on a reshape of a matmul's result moved into its epilogue;
+an operation with numbers on views that only matmuls read moved above them; an elementwise value that its
+readers broadcast computed again by them; a view that only adds or drops dims of size 1 moved under the
+elementwise operations it reads (recomputed from their operands' views); every reduction over the last dimension
+with keepdims (plus the views that bring its axis last and back); a reshape that cannot be a view given a copy
+under it; a free value that is stored given a copy kernel; a number broadcast that only cats read computed in
+their kernels; and a reduction of a whole tensor split across the cores."""
 
 from __future__ import annotations
 
 from .fusion import EW, VECTOR, VIEWS, _broadcastable, _row_values, _same_shape, is_free, memory_operands
 from .graph import Graph, Node
-from .views import MAX_VIEW_RANK, fold_views, permutes_before_splits, rewritten, shape_key
+from .views import MAX_VIEW_RANK, fold_views, permutes_before_splits, replace_each, rewritten, shape_key
 
 MAX_SUNK = 16  # the elementwise operations a view of size-1 dims is moved under (each computed again under it)
 MAX_INLINED = 8  # the elementwise operations of a broadcast operand computed again by its readers
@@ -549,28 +550,23 @@ def _epilogues_under_reshapes(g: Graph) -> None:
             i = i.inputs[0]
         return i.op == "input" or is_free(i)
 
-    out: list[Node] = []
-    replace: dict[int, Node] = {}
-    for n in g.nodes:
-        n.inputs = [replace.get(id(i), i) for i in n.inputs]
+    def moved(n: Node) -> list | None:
         shaped = [i for i in n.inputs if i.op == "reshape" and i.inputs[0].op == "matmul"]
-        if n.op in EW and n.op != "broadcast_to" and not n.attrs.get("copy") and len(shaped) == 1 and \
-                n.inputs.count(shaped[0]) == 1:
-            v = shaped[0]
-            x = v.inputs[0]
-            k = max((i.rank for i in n.inputs if i is not v), default=0)
-            keeps = 0 < k <= min(x.rank, v.rank) and all(
-                g.syms.equal(a, b) is True for a, b in zip(x.shape[-k:], v.shape[-k:]))
-            if keeps and shape_key(find, n.shape) == shape_key(find, v.shape) and only(v, n) and only(x, v) and \
-                    alone(n) and all(given(i) for i in n.inputs if i is not v):
-                m = Node(n.op, [x if i is v else i for i in n.inputs], x.shape, n.dtype, dict(n.attrs), loc=n.loc)
-                r = Node("reshape", [m], n.shape, n.dtype, dict(v.attrs), loc=v.loc)
-                out += [m, r]
-                replace[id(n)] = r
-                continue
-        out.append(n)
-    if replace:
-        rewritten(g, out, [replace.get(id(o), o) for o in g.outputs])
+        if n.op not in EW or n.op == "broadcast_to" or n.attrs.get("copy") or len(shaped) != 1 or \
+                n.inputs.count(shaped[0]) != 1:
+            return None
+        v = shaped[0]
+        x = v.inputs[0]
+        k = max((i.rank for i in n.inputs if i is not v), default=0)
+        keeps = 0 < k <= min(x.rank, v.rank) and all(
+            g.syms.equal(a, b) is True for a, b in zip(x.shape[-k:], v.shape[-k:]))
+        if not (keeps and shape_key(find, n.shape) == shape_key(find, v.shape) and only(v, n) and only(x, v) and
+                alone(n) and all(given(i) for i in n.inputs if i is not v)):
+            return None
+        m = Node(n.op, [x if i is v else i for i in n.inputs], x.shape, n.dtype, dict(n.attrs), loc=n.loc)
+        return [m, Node("reshape", [m], n.shape, n.dtype, dict(v.attrs), loc=v.loc)]
+
+    replace_each(g, moved)
 
 
 def _hoist_permutes(g: Graph) -> None:
@@ -587,26 +583,19 @@ def _hoist_permutes(g: Graph) -> None:
         return bool(rs) and id(x) not in outputs and all(
             r.op == "matmul" or r.op in ("reshape", "permute") and matmul_only(r) for r in rs)
 
-    out: list[Node] = []
-    replace: dict[int, Node] = {}
-    for n in g.nodes:
-        n.inputs = [replace.get(id(i), i) for i in n.inputs]
+    def moved(n: Node) -> list | None:
         views = [i for i in n.inputs if i.rank]
         chain = []  # the views from the operand down to the value
         x = views[0] if len(views) == 1 else None
         while x is not None and x.op in ("permute", "reshape"):
             chain.append(x)
             x = x.inputs[0]
-        if chain and n.op in EW and n.op != "broadcast_to" and not n.attrs.get("copy") and \
-                x.op not in ("input", "custom_out") and x.op not in VIEWS and matmul_only(n):
-            v = views[0]
-            m = Node(n.op, [x if i is v else i for i in n.inputs], x.shape, n.dtype, dict(n.attrs), loc=n.loc)
-            out.append(m)
-            for view in reversed(chain):
-                m = Node(view.op, [m], view.shape, n.dtype, dict(view.attrs), loc=n.loc)
-                out.append(m)
-            replace[id(n)] = m
-            continue
-        out.append(n)
-    if replace:
-        rewritten(g, out, [replace.get(id(o), o) for o in g.outputs])
+        if not chain or n.op not in EW or n.op == "broadcast_to" or n.attrs.get("copy") or \
+                x.op in ("input", "custom_out") or x.op in VIEWS or not matmul_only(n):
+            return None
+        new = [Node(n.op, [x if i is views[0] else i for i in n.inputs], x.shape, n.dtype, dict(n.attrs), loc=n.loc)]
+        for view in reversed(chain):
+            new.append(Node(view.op, [new[-1]], view.shape, n.dtype, dict(view.attrs), loc=n.loc))
+        return new
+
+    replace_each(g, moved)

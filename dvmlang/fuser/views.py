@@ -47,33 +47,28 @@ def permutes_before_splits(g: Graph) -> bool:
     ``reshape(permute(v, (1, 0, 2)), (L, B, H/B, D))``. Attention's output heads merged back (``(B*H, L, D)`` split,
     moved behind L and merged into ``(L, B*H*D)``) then read as one permute of the matmul's result, which its
     kernel stores in that order (``_store_in_order``) instead of a copy kernel reordering it. True when any moved."""
-    out: list[Node] = []
-    replace: dict[int, Node] = {}
-    for n in g.nodes:
-        n.inputs = [replace.get(id(i), i) for i in n.inputs]
+    def moved(n: Node) -> list | None:
         v = n.inputs[0] if n.op == "permute" else None
-        runs = split_runs(g, v.inputs[0].shape, v.shape) if v is not None and v.op == "reshape" and \
-            n.rank <= MAX_VIEW_RANK else None
-        if runs is not None:
-            perm, order, k = n.attrs["perm"], [], 0
-            first = {run[0]: i for i, run in enumerate(runs)}
-            while k < len(perm) and perm[k] in first:
-                run = runs[first[perm[k]]]
-                if tuple(perm[k:k + len(run)]) != tuple(run):
-                    break
-                order.append(first[perm[k]])
-                k += len(run)
-            if k == len(perm) and order != sorted(order):
-                x = v.inputs[0]
-                p = Node("permute", [x], tuple(x.shape[i] for i in order), x.dtype, {"perm": tuple(order)}, loc=n.loc)
-                r = Node("reshape", [p], n.shape, n.dtype, {}, loc=n.loc)
-                out += [p, r]
-                replace[id(n)] = r
-                continue
-        out.append(n)
-    if replace:
-        rewritten(g, out, [replace.get(id(o), o) for o in g.outputs])
-    return bool(replace)
+        if v is None or v.op != "reshape" or n.rank > MAX_VIEW_RANK:
+            return None
+        runs = split_runs(g, v.inputs[0].shape, v.shape)
+        if runs is None:
+            return None
+        perm, order, k = n.attrs["perm"], [], 0
+        first = {run[0]: i for i, run in enumerate(runs)}
+        while k < len(perm) and perm[k] in first:
+            run = runs[first[perm[k]]]
+            if tuple(perm[k:k + len(run)]) != tuple(run):
+                return None
+            order.append(first[perm[k]])
+            k += len(run)
+        if k < len(perm) or order == sorted(order):
+            return None
+        x = v.inputs[0]
+        p = Node("permute", [x], tuple(x.shape[i] for i in order), x.dtype, {"perm": tuple(order)}, loc=n.loc)
+        return [p, Node("reshape", [p], n.shape, n.dtype, {}, loc=n.loc)]
+
+    return replace_each(g, moved)
 
 
 def split_runs(g, old, new) -> list | None:
@@ -98,6 +93,24 @@ def split_runs(g, old, new) -> list | None:
             return None
         runs.append(tuple(run))
     return runs if j == len(new) else None
+
+
+def replace_each(g: Graph, fn) -> bool:
+    """Rewrite ``g`` node by node: ``fn(n)``, called with ``n``'s operands already replaced, returns the new nodes
+    that take its place (the last stands for it) or None to keep it. True when any node was replaced."""
+    out: list[Node] = []
+    replace: dict[int, Node] = {}
+    for n in g.nodes:
+        n.inputs = [replace.get(id(i), i) for i in n.inputs]
+        new = fn(n)
+        if new is None:
+            out.append(n)
+        else:
+            out += new
+            replace[id(n)] = new[-1]
+    if replace:
+        rewritten(g, out, [replace.get(id(o), o) for o in g.outputs])
+    return bool(replace)
 
 
 def rewritten(g: Graph, nodes: list[Node], outputs: list[Node]) -> None:
