@@ -18,6 +18,9 @@ time beside them; the simulation is stubbed out, so only the host's own work is 
   first call's CPU, and the kernels built again after a Dynamo recompile.
 * ``stream``: builds after the first call over the paper's 200-request stream (``@graph`` attention and decoder,
   ``lazy`` decoder layer).
+* ``number``: a call with a new value of a float argument (a softmax's temperature, a norm's ``eps``, a scale):
+  a runtime scalar (the default), against the same function with its floats as constants of the capture (what
+  a function that uses a float as a Python number gets), in the same run.
 
 The machine's load average is printed: on a loaded machine read wall times as upper bounds.
 """
@@ -320,6 +323,39 @@ def section_stream(reps, names):
         print(f"{name:24} {first:25d} {g.stats.built_ahead:12d} {g.stats.builds - first:25d}")
 
 
+NUMBERS = [  # (name, function of (x, number), the numbers a call passes)
+    ("softmax(x / t)", lambda x, t: dvmlang.ops.softmax(x / t, axis=-1)),
+    ("rms_norm(x, eps) * s", lambda x, eps: dvmlang.ops.rms_norm(x, eps=eps) * 2.0),
+    ("gelu(x) * s + s", lambda x, s: dvmlang.ops.gelu(x) * s + s),
+]
+
+
+def section_number(reps, names):
+    """Host time of a call with a new value of a float argument (simulation stubbed)."""
+    print("\na call with a new value of a float argument, host time (us, median over new values; simulation stubbed)")
+    print(f"{'workload':24} {'runtime scalar':>15} {'captures':>9} {'builds':>7} {'as constants':>13} {'captures':>9}"
+          f" {'builds':>7} {'constants/runtime':>18}")
+    x = np.random.default_rng(0).standard_normal((64, 1024)).astype(np.float32)
+    values = [0.5 + 0.01 * k for k in range(10 * reps + 2)]
+    for name, fn in NUMBERS:
+        res = []
+        for runtime in (True, False):
+            g = dvmlang.graph(fn)
+            g._floats = runtime  # (False: every float a constant of the capture, keyed by value)
+            g(x, values[0])
+            g(x, values[1])  # (the second call writes the instance function)
+            fbuild.settle()
+            ts = []
+            for v in values[2:]:
+                c = time.thread_time()
+                g(x, v)
+                ts.append(time.thread_time() - c)
+                fbuild.settle()  # (work handed to the background worker is not this call's)
+            res.append((_med(ts) * 1e6, g.stats.captures, g.stats.builds))
+        (rt, rc, rb), (ct, cc, cb) = res
+        print(f"{name:24} {rt:15.1f} {rc:9d} {rb:7d} {ct:13.1f} {cc:9d} {cb:7d} {ct / rt:17.1f}x")
+
+
 def _load():
     try:
         return os.getloadavg()[0]
@@ -328,7 +364,7 @@ def _load():
 
 
 SECTIONS = {"first": section_first, "seen": section_seen, "shape": section_shape, "torch": section_torch,
-            "stream": section_stream}
+            "stream": section_stream, "number": section_number}
 
 
 def main(argv=None):

@@ -422,6 +422,7 @@ def differential(spec, steps, seed=0):
             assert p2.plan is p1.plan, f"the same structure planned again\n{_text(prog)}"
             if gf.last_launch is not None:
                 assert again.last_launch.cycles == gf.last_launch.cycles
+            _runtime_floats(prog, names, static, fresh, out)
     # the text path (DVMLANG_FUSER=text, the oracle of the composed kernels): the same numbers, and cycles within
     # COMPOSED_CYCLES of its (composed code differs in scalar bookkeeping only: the loop test, hoisted constants)
     bs, views = fresh()
@@ -462,6 +463,41 @@ def fuser_path(path):
             del os.environ["DVMLANG_FUSER"]
         else:
             os.environ["DVMLANG_FUSER"] = saved
+
+
+def _runtime_floats(prog, names, static, fresh, out):
+    """The numbers of the program's scalar steps passed as float arguments (runtime scalars, one capture for all
+    values) give the bits of the same numbers written in, for the first values and for others."""
+    at = [k for k, ins in enumerate(prog) if ins[0] == "scalar"]
+    if not at:
+        return
+    floats = [f"f{k}" for k in range(len(at))]
+
+    def fn(*args):
+        arrays, numbers = args[:len(names)], args[len(names):]
+        steps = list(prog)
+        for k, v in zip(at, numbers):
+            steps[k] = steps[k][:3] + (v,)
+        pool = run_ops(steps, arrays, inplace=False)
+        return tuple(pool[len(arrays):])
+    src = f"def graph_fn({', '.join(names + floats)}):\n    return fn({', '.join(names + floats)})\n"
+    ns = {"fn": fn}
+    exec(src, ns)  # noqa: S102 - a fixed-arity wrapper
+    gf = dvmlang.graph(ns["graph_fn"], static=static)
+    first = [float(prog[k][3]) for k in at]
+    for values, want in ((first, out), ([v * -1.5 + 0.25 for v in first], None)):
+        if want is None:  # (the other values written in: a program of their own)
+            steps = list(prog)
+            for k, v in zip(at, values):
+                steps[k] = steps[k][:3] + (v,)
+            _, views = fresh()
+            want = dvmlang.graph(_graph_fn(steps, names), static=static)(*views)
+        _, views = fresh()
+        got = gf(*views, *values)
+        for k, (a, b) in enumerate(zip(got, want)):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), \
+                f"float arguments {values}: %{k} differs from the numbers written in\n{_text(prog)}"
+    assert gf.stats.captures == 1, f"a new float captured again\n{_text(prog)}"
 
 
 def _graph_fn(prog, names):

@@ -234,7 +234,11 @@ def test_defaults_keywords_and_constants_of_a_graph_call(rng):
     np.testing.assert_allclose(g(x, w), ref * 2, rtol=1e-5)
     np.testing.assert_allclose(g(x, w, scale=3.0), ref * 3, rtol=1e-5)
     np.testing.assert_allclose(g(x[:2], w, 1e-5, 3.0), ref[:2] * 3, rtol=1e-5)
-    assert g.stats.captures == 2  # numbers are constants of a capture: scale=3.0 is a second one
+    assert g.stats.captures == 1  # floats are runtime scalars: scale=3.0 is not a second capture
+    h = dvmlang.graph(lambda x, k: x * k)
+    np.testing.assert_array_equal(h(x, 2), x * 2)
+    np.testing.assert_array_equal(h(x, 3), x * 3)
+    assert h.stats.captures == 2  # ints are constants of a capture (as sizes, axes and flags often are)
 
 
 # ---- a new shape only encodes -------------------------------------------------------------------------------

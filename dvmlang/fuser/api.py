@@ -32,7 +32,7 @@ from .instance import SPLIT
 from .launch import ProgramLaunch, _input_classes, _materialise, kernel_name
 from .canonical import canonicalize
 from .fusion import Group, Plan, plan
-from .graph import Graph, GraphError, GraphValue, Node, Tracer
+from .graph import Graph, GraphError, GraphValue, Node, ScalarArg, Tracer
 
 _capture_lock = threading.RLock()
 _MISSING = object()
@@ -91,6 +91,7 @@ class Program:
         self._shared: dict = {}  # GroupKernel.key -> GroupKernel (kernels shared between the plans)
         self._tiles: dict = {}  # GroupKernel.key -> the tiles the kernel was built with
         self.fallbacks = 0
+        self.scalar_args: list = []  # (const node, argument position): bound to a float argument per call (``graph``)
         self._binder = None
         self._launches: dict = {}  # id(plan) -> its ProgramLaunch
         self.encode_s = 0.0  # host seconds spent preparing launches (building, binding arguments, encoding)
@@ -279,12 +280,21 @@ class Program:
         self._tiles[key] = t
         return t
 
-def _signature(args, static: dict, names, fn=None, ones: bool = True):
+def _signature(args, static: dict, names, fn=None, ones: bool = True, floats: bool = False):
     """The capture key of a call: the arguments' structure, per array its dtype and its static dims' sizes (and,
-    with ``ones``, which dims are 1), per constant its value, and the arrays ``fn`` closes over (captured_args).
-    (Dtypes are checked when a new key is captured.)"""
-    key = tuple(ca.key_of(name, a, static, name, ones) for name, a in zip(names, args))
+    with ``ones``, which dims are 1), per constant its value (with ``floats``, a float argument's is not: it is a
+    runtime scalar, ``graph.ScalarArg``), and the arrays ``fn`` closes over (captured_args). (Dtypes are checked
+    when a new key is captured.)"""
+    key = tuple(_RUNTIME_FLOAT if floats and a.__class__ is float else ca.key_of(name, a, static, name, ones)
+                for name, a in zip(names, args))
     return key + (ca.closure_key(fn),) if fn is not None else key
+
+
+_RUNTIME_FLOAT = ("float", "per call")
+
+
+class _Baked(Exception):
+    """A capture needed the value of a float argument: capture again with the floats as constants."""
 
 
 def _ones(arrays) -> tuple:
@@ -322,6 +332,9 @@ class GraphFunction:
         # (dtypes and ranks, closure key) -> [the generic capture's (program, where each input comes from), {which
         # dims are 1 (_ones) -> a size-1 capture's}]
         self._direct: dict = {}
+        # float arguments are runtime scalars (``graph.ScalarArg``) until a capture needs one's value as a Python
+        # number; from then on they are constants of the capture, keyed by value
+        self._floats = True
         self.stats = GraphStats()
         self.last_launch = None
 
@@ -355,14 +368,23 @@ class GraphFunction:
         return self._program(self._arguments(args, kwargs))
 
     def _program(self, args) -> Program:
-        """The captured Program for arguments in parameter order (``_arguments``), captured on first use.
+        """The captured Program for arguments in parameter order (``_arguments``), captured on first use (see
+        ``_keyed``); a capture that needs a float argument's value starts again with floats keyed by value."""
+        try:
+            return self._keyed(args)
+        except _Baked:
+            return self._keyed(args)
+
+    def _keyed(self, args) -> Program:
+        """The captured Program for ``args``.
 
         A size of 1 is a size like any other: the *generic* capture (every non-static dim a symbol) serves a call
         whose size-1 dims it can take. It cannot when an operation broadcasts one of them (a deduced equality
         fails at binding) or the function compared a size with a number while capturing (its Python may have
         chosen by it), nor when capturing with symbols fails (``squeeze`` of a dim not proven 1): then the call
         runs the capture with its size-1 dims as 1s, keyed by which dims are 1."""
-        key = _signature(args, self.static, self.names, self.fn, ones=False)
+        floats = self._floats
+        key = _signature(args, self.static, self.names, self.fn, ones=False, floats=floats)
         cap = self._captured.get(key, _MISSING)
         if cap is _MISSING:
             try:
@@ -377,7 +399,7 @@ class GraphFunction:
         if cap is not None and not (cap.compared_sizes and _has_ones(args)):
             if not _has_ones(args):
                 return cap
-            ok = self._generic_ok.get(key1 := _signature(args, self.static, self.names, self.fn))
+            ok = self._generic_ok.get(key1 := _signature(args, self.static, self.names, self.fn, floats=floats))
             if ok is None:
                 try:
                     cap.bind(self._inputs(cap, args))
@@ -387,7 +409,7 @@ class GraphFunction:
                 self._generic_ok[key1] = ok
             if ok:
                 return cap
-        key1 = _signature(args, self.static, self.names, self.fn)
+        key1 = _signature(args, self.static, self.names, self.fn, floats=floats)
         spec = self._captured.get(("ones", key1))
         if spec is None:
             spec = self._capture(args)
@@ -402,7 +424,12 @@ class GraphFunction:
         g = Graph(self.name)
         paths = {}
         values = []
+        runtime = False  # whether a float argument is a runtime scalar of this capture
         for pos, (name, a) in enumerate(zip(self.names, args)):
+            if self._floats and a.__class__ is float:
+                values.append(ScalarArg(name, a, pos))
+                runtime = True
+                continue
             def make(path_name, path, arr, pos=pos):
                 if dt.from_numpy(arr.dtype) is None:
                     raise GraphError(f"argument `{path_name}` has dtype {arr.dtype}, which dvmlang does not support")
@@ -425,16 +452,29 @@ class GraphFunction:
             Tracer.graph = g
             try:
                 out = self.fn(*values)
+            except Exception:
+                if not runtime:
+                    raise
+                self._floats = False  # (it may have needed a float's value: the capture with values tells)
+                raise _Baked from None
             finally:
                 Tracer.graph = prev
         outs = out if isinstance(out, (tuple, list)) else (out,)
         g.output_tuple = isinstance(out, (tuple, list))
         for o in outs:
             if not isinstance(o, GraphValue) or o.graph is not g:
+                if runtime:
+                    self._floats = False
+                    raise _Baked
                 raise GraphError(f"`{self.name}` must return graph values computed from its arguments, got {o!r}")
             g.outputs.append(o.node)
+        if runtime and _holds_scalar_arg([n.attrs for n in g.nodes]):
+            self._floats = False  # (an operation kept the argument itself, not its constant: take values)
+            raise _Baked
         prog = Program(g, self.fuse, (self.device or default_device()).profile, self.name, self.stats)
         prog.arg_paths = [paths.get(n) for n in g.inputs]  # None: an array the function closes over
+        live = {id(n) for n in prog.graph.nodes}  # (a constant the rewrites dropped is bound to nothing)
+        prog.scalar_args = [(n, pos) for n, pos in prog.graph.scalar_args if id(n) in live]
         prog.compared_sizes = g.syms.compared
         return prog
 
@@ -467,7 +507,7 @@ class GraphFunction:
         prog = self._program(args)
         inputs = self._inputs(prog, args)
         before = prog.fallbacks
-        r = prog.run(inputs, device, active_session())
+        r = prog.run(inputs, device, active_session(), consts=_consts(prog, args))
         if like is None and not kwargs and prog._fast:
             self._remember_direct(prog, args, raw)
         return self._returned(prog, before, r, like)
@@ -530,7 +570,7 @@ class GraphFunction:
         device = device or self.device or default_device()
         args = self._arguments(args, kwargs)
         prog = self._program(args)
-        _, _, items = prog.run(self._inputs(prog, args), device, encode_only=True)
+        _, _, items = prog.run(self._inputs(prog, args), device, encode_only=True, consts=_consts(prog, args))
         return [it.bytecode for stage in items for it in stage]
 
     # ---- reporting -------------------------------------------------------------------------------------
@@ -544,6 +584,22 @@ class GraphFunction:
         env = prog.bind(self._inputs(prog, args))
         chosen = prog.choose(env, device.profile)
         return Report(self, prog, chosen, env, device.profile)
+
+
+def _consts(prog: Program, args) -> dict | None:
+    """The values of a call's float arguments for the constants bound to them (const node id -> value)."""
+    bound = prog.scalar_args
+    return {n.id: args[pos] for n, pos in bound} if bound else None
+
+
+def _holds_scalar_arg(v) -> bool:
+    if v.__class__ is ScalarArg:
+        return True
+    if isinstance(v, dict):
+        return any(_holds_scalar_arg(x) for x in v.values())
+    if isinstance(v, (list, tuple)):
+        return any(_holds_scalar_arg(x) for x in v)
+    return False
 
 
 class _Env:

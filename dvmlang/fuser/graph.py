@@ -108,6 +108,53 @@ class Sym:
 Dim = int | Sym
 
 
+class ValueNeeded(GraphError):
+    """A capture used a runtime float argument (``ScalarArg``) as a Python number."""
+
+
+def _needs_value(name: str):
+    def op(self, *other):
+        if name in _REFLECTED and other and isinstance(other[0], TensorOperators):
+            return NotImplemented  # (the tensor's reflected operator makes it a runtime scalar of the kernels)
+        raise ValueNeeded(f"argument `{self.name}` is a float known per call while the function is captured; "
+                          f"`{name}` needs its value (the capture is made again with the call's floats as "
+                          "constants of the capture)")
+    op.__name__ = name
+    return op
+
+
+_REFLECTED = frozenset(("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+                        "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__",
+                        "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__and__", "__rand__",
+                        "__or__", "__ror__", "__matmul__", "__rmatmul__"))
+
+
+class ScalarArg:
+    """A ``float`` argument of a ``@dvmlang.graph`` function while it is captured: a number known only per call.
+    ``dvmlang.ops`` take it wherever they take a number, and it becomes what any number there becomes, a constant
+    node (``const``, the number's dtype by the same rules): a runtime scalar parameter of the kernels, bound to
+    this argument at every call (``Graph.scalar_args``), so another value is neither a capture nor a build. Using
+    it as a Python number (arithmetic with other numbers, comparisons, ``float()``, ``math``) needs the value:
+    it raises ``ValueNeeded``, and the function is captured again with its floats as constants of the capture
+    (keyed by value, as ints are)."""
+
+    __slots__ = ("name", "value", "pos")
+
+    def __init__(self, name: str, value: float, pos: int):
+        self.name, self.value, self.pos = name, value, pos
+
+    def __repr__(self) -> str:
+        return f"<float argument {self.name}, known per call>"
+
+    __hash__ = object.__hash__
+
+
+for _name in (*_REFLECTED, "__neg__", "__pos__", "__abs__", "__bool__", "__float__", "__int__", "__index__",
+              "__round__", "__trunc__", "__floor__", "__ceil__", "__complex__", "__divmod__", "__rdivmod__"):
+    setattr(ScalarArg, _name, _needs_value(_name))
+del _name
+
+
 class Deduction(NamedTuple):
     """An equality deduced while capturing: symbol ``sym`` equals ``other`` (a symbol or a number) because of
     ``why``."""
@@ -222,6 +269,7 @@ class Graph(Backend):
         self.outputs: list[Node] = []
         self.output_tuple = False
         self.closures: dict = {}  # input node -> the numpy array the function closes over
+        self.scalar_args: list = []  # (const node, argument position): numbers bound to a float argument per call
 
     def closure(self, arr) -> "GraphValue":
         """The graph input for a numpy array met while capturing (a weight closed over from the enclosing scope):

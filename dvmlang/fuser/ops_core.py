@@ -22,7 +22,7 @@ from .. import opdefs
 from ..runtime import Kernel
 from . import dims
 from .backend import Backend
-from .graph import COMPARISONS, GraphError, GraphValue, Sym, Tracer
+from .graph import COMPARISONS, GraphError, GraphValue, ScalarArg, Sym, Tracer, ValueNeeded
 from .operators import TensorOperators
 
 __all__ = [  # and one elementwise function per op vocabulary row with a tensor name (below)
@@ -63,6 +63,13 @@ def _value(g: Backend, x, like: dt.DType | None = None):
     v = g.value(x)
     if v is not None:
         return v
+    if x.__class__ is ScalarArg:  # a float argument known per call: the constant its value would be, bound to it
+        bound = getattr(g, "scalar_args", None)
+        if bound is None:
+            raise ValueNeeded(f"argument `{x.name}` of a captured function cannot be used outside its capture")
+        c = _value(g, x.value, like)
+        bound.append((c.node, x.pos))
+        return c
     if isinstance(x, (bool, int, float, np.generic)):
         x = x.item() if isinstance(x, np.generic) else x
         if like is None:

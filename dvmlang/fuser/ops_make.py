@@ -14,7 +14,7 @@ import math
 
 from .. import dtypes as dt
 from . import dims
-from .graph import GraphError, Sym
+from .graph import GraphError, ScalarArg, Sym
 from .ops_core import _binary, floor
 from .ops_core import (_axes, _dim_arg, _drop_axes, _graph, _node, _shape, _value, add, broadcast_to, cast, div, eq, le,
                   ge, log_softmax, max, mean, min, mul, ne, permute, reshape, sub, sum, where)
@@ -41,7 +41,7 @@ def full(shape, value, dtype=None):
     if isinstance(shape, (int, Sym)):
         shape = (shape,)
     shape = tuple(_dim_arg(g, d, "full") for d in shape)
-    if isinstance(value, Sym):
+    if isinstance(value, (Sym, ScalarArg)):
         c = _value(g, value)
     elif isinstance(value, (bool, int, float)):
         c = _node(g, "const", [], (), dt.scalar_dtype_of_python(value), value=value)

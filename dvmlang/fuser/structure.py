@@ -30,7 +30,7 @@ MAX_PLANS = 256
 _PLANS: OrderedDict = OrderedDict()  # key -> (canonical graph, plan)
 _LOCK = threading.Lock()
 _GRAPH_FIELDS = frozenset({"name", "syms", "nodes", "inputs", "outputs", "output_tuple", "closures", "loc",
-                           "flush_consts"})
+                           "flush_consts", "scalar_args"})
 _NODE_FIELDS = frozenset({"op", "inputs", "shape", "dtype", "attrs", "name", "id", "loc"})
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -75,7 +75,8 @@ def key(g: Graph, *context) -> tuple | None:
     syms = g.syms
     try:
         parts = [context, g.name, g.output_tuple, tuple(o.id for o in g.outputs), tuple(i.id for i in g.inputs),
-                 tuple(n.id for n in getattr(g, "flush_consts", ())), syms.compared, syms.graph_name]
+                 tuple(n.id for n in getattr(g, "flush_consts", ())), tuple((n.id, p) for n, p in g.scalar_args),
+                 syms.compared, syms.graph_name]
         for s in syms.syms:
             parts.append((s.name, s.origin, _val(s.expr), _val(syms.find(s))))
         for d in syms.deductions:
