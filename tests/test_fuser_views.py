@@ -241,3 +241,31 @@ def test_a_row_index_feeds_the_work_before_a_reductions_column_loop(rng, monkeyp
 
     got = dvmlang.graph(f, static={"x": (0, 1), "y": (0, 1, 2, 3)})(x, y)
     np.testing.assert_allclose(got, (x.reshape(2) + np.arange(2)).reshape(1, 1, 2, 1) * y, rtol=1e-6)
+
+
+@pytest.mark.parametrize("path", ["compose", "text"])
+def test_a_number_broadcast_to_a_shape_is_read_as_the_number(rng, monkeypatch, path):
+    """``full`` (a broadcast of a number) read by elementwise operations in a larger iteration space (a mask's
+    ``(L, L)`` over ``(B, H, L, L)``) is computed in their kernels, not stored by a kernel of its own; a
+    broadcast of a computed number and a copy stay."""
+    monkeypatch.setenv("DVMLANG_FUSER", path)
+    x = rng.standard_normal((2, 3, 7, 7)).astype(np.float32)
+    y = rng.standard_normal((4, 7)).astype(np.float32)
+
+    def f(x, y):
+        m = ops.full((7, 7), 2.0)
+        keep = ops.where(ops.full((1, 7), True), y, 0.5)
+        scale = ops.broadcast_to(ops.full((), 3.0) * 0.5, (7, 7))  # (scalar arithmetic on numbers: a number)
+        return x * m + scale, ops.exp(keep)
+
+    g = dvmlang.graph(f)
+    a, b = g(x, y)
+    np.testing.assert_allclose(a, x * 2 + 1.5, rtol=1e-6)
+    np.testing.assert_allclose(b, np.exp(y), rtol=1e-6)
+    assert len(_groups(g, x, y)) == 2  # (one per output's iteration space)
+
+    def computed(x, y):
+        s = ops.sum(y)  # a computed number: read through its broadcast as before
+        return x * ops.broadcast_to(s, (7, 7))
+
+    np.testing.assert_allclose(dvmlang.graph(computed)(x, y), x * y.sum(), rtol=1e-5)

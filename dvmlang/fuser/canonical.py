@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .fusion import EW, VECTOR, VIEWS, _broadcastable, _row_values, _same_shape, is_free, memory_operands
 from .graph import Graph, Node
-from .views import MAX_VIEW_RANK, fold_views, permutes_before_splits, replace_each, rewritten, shape_key
+from .views import MAX_VIEW_RANK, fold_views, numbers_unbroadcast, permutes_before_splits, replace_each, rewritten, shape_key
 
 MAX_SUNK = 16  # the elementwise operations a view of size-1 dims is moved under (each computed again under it)
 MAX_INLINED = 8  # the elementwise operations of a broadcast operand computed again by its readers
@@ -29,6 +29,7 @@ def canonicalize(g: Graph, parts: int | None = None, fused: bool = False) -> Non
         fold_views(g)
         if permutes_before_splits(g):
             fold_views(g)
+        numbers_unbroadcast(g)
         _merge_equal(g)
         _epilogues_under_reshapes(g)
         _hoist_permutes(g)

@@ -1,11 +1,14 @@
 """View algebra on a captured graph, before fusion (``canonical`` runs it first): a chain of reshapes is one
 reshape and a chain of permutes one permute, one back to its operand's shape and order is its operand, and a
-permute of a reshape that only splits dims is the permute of the unsplit dims, then the split. Each rewrite keeps
+permute of a reshape that only splits dims is the permute of the unsplit dims, then the split, and an elementwise
+operation reads a number broadcast to a shape as the number. Each rewrite keeps
 every value's elements; what it changes is which views a kernel reads through, so fewer need a copy kernel."""
 
 from __future__ import annotations
 
+from .fusion import EW
 from .graph import Graph, Node
+from .graph_ops import FREE
 
 MAX_VIEW_RANK = 4  # a strided view of a computed value is read as it is up to this rank (the kernels' limit)
 
@@ -39,6 +42,33 @@ def fold_views(g: Graph) -> None:
             replace[id(n)] = n.inputs[0]
     if replace or folded:  # (and the reshapes only a folded one read are gone)
         rewritten(g, [n for n in g.nodes if id(n) not in replace], [replace.get(id(o), o) for o in g.outputs])
+
+
+def numbers_unbroadcast(g: Graph) -> None:
+    """An elementwise operation reads a number broadcast to a shape (``full``, ``ones``, ``scalar_tensor`` then
+    ``expand``: a ``broadcast_to`` of a constant, a size or scalar arithmetic on them) as the number itself: the
+    operation's shape is already the broadcast of its operands, and a number broadcasts to any shape in its
+    kernel. The broadcast, which a kernel of its own stored when its readers run in another iteration space
+    (a causal mask's ``(L, L)`` read over ``(B, H, L, L)``), is then read by no one. A copy (``attrs["copy"]``)
+    stays."""
+    numbers: dict[int, bool] = {}
+
+    def number(x: Node) -> bool:  # a rank-0 value computed from constants and sizes alone
+        got = numbers.get(id(x))
+        if got is None:
+            got = numbers[id(x)] = x.rank == 0 and (x.op in FREE or (x.op in EW and all(map(number, x.inputs))))
+        return got
+
+    changed = False
+    for n in g.nodes:
+        if n.op in EW and any(i.op == "broadcast_to" for i in n.inputs):
+            ins = [i.inputs[0] if i.op == "broadcast_to" and not i.attrs.get("copy") and number(i.inputs[0]) else i
+                   for i in n.inputs]
+            if any(a is not b for a, b in zip(ins, n.inputs)):
+                n.inputs = ins
+                changed = True
+    if changed:
+        rewritten(g, g.nodes, g.outputs)
 
 
 def permutes_before_splits(g: Graph) -> bool:
