@@ -451,33 +451,61 @@ class Device:
     def _replay_batch(self, base, m, L, P) -> bool:
         """Run the numerics of untimed launch ``L`` of ``P`` programs as one batch through the base's replay
         (recording it at the first such launch); False when the launch runs in several batches or its kernel
-        is not replayed (then ``_run_batches`` runs it)."""
+        is not replayed (then ``_run_batches`` runs it).
+
+        Programs whose paths part at a branch (``replay.divergence``: the last trip of a persistent loop, which
+        only some programs take) are recorded in groups, one launch at a time: the launch that finds a branch
+        where a group parts runs that group on step by step from there, and the next records each part on a batch
+        of its own (``replay.Pending``), until every group has its path (``replay.Parts``). A group whose path
+        tests a value from memory is not replayed (``generate``): then nothing of the launch is."""
         rp = base.replay
         if rp is False or self.sequential:
             return False
         kern = base.kern
         if self._batch_size(kern, P)[1] < P:  # (_run_batches's batches: several)
             return False
-        if rp is not None and rp.n > L.watchdog:
-            return False
-        pids, coords = programs(0, P, kern.grid[0], kern.grid[1])
-        batch = Batch(pids, kern.grid, m.zero_regs, uniform=True, coords=coords)
-        if rp is not None:
-            quietly(_replay.run, rp, batch, L)
+        pending = rp.__class__ is _replay.Pending
+        if rp is not None and not pending:
+            if rp.n > L.watchdog:
+                return False
+            pids, coords = programs(0, P, kern.grid[0], kern.grid[1])
+            quietly(_replay.run, rp, Batch(pids, kern.grid, m.zero_regs, uniform=True, coords=coords), L)
             return True
         if not _replay.eligible(m):
             base.replay = False
             return False
-        trace, at = quietly(_replay.record, m, batch, L, 0)
-        if trace is None:
-            base.replay = False
-            with np.errstate(all="ignore"):
+        parts = rp.parts if pending else [programs(0, P, kern.grid[0], kern.grid[1]) + (None,)]
+        made, found, ok = [], [], True
+        for pids, coords, one in parts:
+            batch = Batch(pids, kern.grid, m.zero_regs, uniform=True, coords=coords)
+            if one is not None:
+                quietly(_replay.run, one, batch, L)
+                made.append((pids, coords, one))
+                continue
+            trace, at = quietly(_replay.record, m, batch, L, 0) if ok else (None, 0)
+            if trace is not None:
+                one = _replay.generate(m, trace, len(pids))
+                ok = one is not None
+                made.append((pids, coords, one))
+                continue
+            taken = _replay.divergence(m, batch, at) if ok else None
+            if taken is None:
+                ok = False
+            else:
+                found += [(_read_only(pids[w]), tuple(_read_only(c[w]) for c in coords), None)
+                          for w in (taken, ~taken)]
+            with np.errstate(all="ignore"):  # (the rest of this group's path, step by step)
                 for _ in execute(m.steps, batch, L, self.profile.scalar_dispatch, None, at, self._blocks(m),
                                  not m.atomics):
                     pass
-            return True
-        rp = _replay.generate(m, trace, P)
-        base.replay = rp if rp is not None else False
+        if not ok or len(made) + len(found) > _replay.MAX_PARTS:
+            base.replay = False
+        elif found:
+            base.replay = _replay.Pending(sorted(made + found, key=lambda part: part[0][0]))
+        elif len(made) == 1:
+            base.replay = made[0][2]
+        else:
+            base.replay = _replay.Parts(made, kern.grid, m.zero_regs)
         return True
 
     def _finish(self, base, L, body, busy, bytes_r, bytes_w, instrs) -> tuple[LaunchRecord, float]:
@@ -690,3 +718,6 @@ def use(device: Device):
         yield device
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a

@@ -246,9 +246,14 @@ function (per instance, with the launch base), which keeps only what computes nu
 
 The functions, values and order of every step that computes numbers are those of the step-by-step path, so
 outputs and faults are the same bits; the record comes from the kept timing as for any launch whose timing is
-kept, and L2 settles as before. Not replayed (they run as before): kernels with atomics, batches that split,
-launches in several batches, paths over 20,000 steps, a budget the path would exceed, and the sequential
-device. `tests/test_replay.py` relaunches a replayed instance on larger and smaller tensors (the step's results, its
+kept, and L2 settles as before. Programs whose paths part at a branch the instance decides (a persistent loop
+over more virtual programs than programs, not a multiple of them: some programs take one more trip) are replayed
+in groups (`replay.Parts`): a launch that finds where a group parts runs it on step by step from there, the next
+records each part on a batch of its own, and from then on each group's path is one function run on a batch of
+its programs, group after group in program order (programs of one launch are independent: what each computes is
+what it computes alone). Not replayed (they run as before): kernels with atomics, groups whose path tests a
+value from memory (other than a device assertion's), more than 16 groups, launches in several batches, paths
+over 20,000 steps, a budget the path would exceed, and the sequential device. `tests/test_replay.py` relaunches a replayed instance on larger and smaller tensors (the step's results, its
 `MemoryFault`, then the replay again) and replays partial boxes with and without `other`; it launches every launch
 of the gallery and the Triton tutorials, random kernels
 and the torch models of the test suite four times (timed, recorded, replayed, replayed on new data) on a

@@ -31,9 +31,13 @@ on the same values in the same order, without the scheduler, the blocks' calls, 
 descriptors' lookups and the dead stores. The record (cycles, bytes, instructions) is the kept timing's, as for
 any launch whose timing is kept; the L2 model settles as before.
 
+Programs whose paths part at a branch (``divergence``: a persistent loop's last trip, which only some programs
+take) are recorded group by group, one launch at a time (``Device._replay_batch``), and replayed as ``Parts``:
+each group's path one function, run on a batch of its programs alone.
+
 Not replayed: traced launches, devices in debug or race-detection mode (never untimed), the sequential device,
-kernels with atomics, batches that split, several batches, paths longer than ``MAX_STEPS``, and a watchdog budget
-the path would exceed: those run as before. ``Device(replay=False)`` turns it off. ``tests/test_replay.py``
+kernels with atomics, groups whose path tests a live register, more than ``MAX_PARTS`` groups, several batches,
+paths longer than ``MAX_STEPS``, and a watchdog budget the path would exceed: those run as before. ``Device(replay=False)`` turns it off. ``tests/test_replay.py``
 compares replayed launches with the full path's on the gallery, the Triton tutorials, random kernels, the test
 suite's torch models and out-of-range gathers.
 """
@@ -49,7 +53,7 @@ from ..errors import DvmError, InvalidBytecodeError
 from ..vm import semantics as sem
 from .compiled import SMALL_BYTES, STEP_ERRORS, _invalid, _tile_bytes, _Tiles
 from .dma import _strided
-from .state import materialise_views
+from .state import Batch, materialise_views
 from .timing_cache import _operands
 
 _LIFT = re.compile(r"lift\(R\[(\d+)\], (\d+), (\w+)\)")
@@ -64,6 +68,49 @@ class Replay:
 
     def __init__(self, fn, n: int, source: str):
         self.fn, self.n, self.source = fn, n, source
+
+
+MAX_PARTS = 16  # the most groups of programs (each with a path of its own) a launch is replayed in
+
+
+class Parts:
+    """A launch whose programs take different paths fixed by the instance (the programs that run one more trip of
+    a persistent loop than the others, its virtual programs not a multiple of its programs): its programs in
+    groups, in program order, each group's path replayed as one function (``Replay``) on a batch of those
+    programs alone (``run``). ``n``: the longest group's count of steps (a program's budget is checked against
+    it). ``Pending``: the groups found so far, some without their function yet (recorded at the next launch)."""
+
+    __slots__ = ("parts", "grid", "zero_regs", "n")
+
+    def __init__(self, parts: list, grid, zero_regs: tuple):
+        self.parts = parts  # [(program ids, their coordinates, Replay)]
+        self.grid, self.zero_regs = grid, zero_regs
+        self.n = max(rp.n for _, _, rp in parts)
+
+
+class Pending:
+    """The groups of a launch's programs found so far (``divergence``) while their paths are recorded, one launch
+    at a time: [(program ids, their coordinates, their ``Replay`` or None until recorded)]."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list):
+        self.parts = parts
+
+
+def divergence(m, b, i: int):
+    """Which programs of batch ``b`` take the branch at step ``i`` (a bool mask), when some do and some do not
+    (where ``record`` stopped: the batch splits); None for any other step or when they agree."""
+    s = m.steps[i]
+    if s.kind != "br_z" and s.kind != "br_nz":
+        return None
+    c = b.regs[_cond(m, s)]
+    if np.ndim(c) == 0:
+        return None
+    taken = np.asarray(c).astype(bool)
+    if s.kind == "br_z":
+        taken = ~taken
+    return None if taken.all() or not taken.any() else taken
 
 
 def eligible(m) -> bool:
@@ -469,9 +516,18 @@ def _dead_stores(ub: list) -> set:
     return dead
 
 
-def run(rp: Replay, b, L) -> None:
+def run(rp, b, L) -> None:
     """Replay ``rp`` on batch ``b`` of launch ``L`` (floating-point errors ignored by the caller): the counts as the
-    step-by-step path leaves them."""
+    step-by-step path leaves them. ``Parts`` run each group of programs on a batch of its own, in program order
+    (``b``, the whole launch's batch, is not used)."""
+    if rp.__class__ is Parts:
+        grid, zero = rp.grid, rp.zero_regs
+        for pids, coords, one in rp.parts:
+            part = Batch(pids, grid, zero, uniform=True, coords=coords)
+            one.fn(part, L)
+            part.count += one.n
+            L.executed += one.n
+        return
     rp.fn(b, L)
     b.count += rp.n
     L.executed += rp.n

@@ -35,7 +35,7 @@ from __future__ import annotations
 from . import replay as _replay
 from .execute import quietly
 from .launch import Launch, _imm_reader
-from .replay import Replay
+from .replay import Parts, Replay
 from .state import Batch, programs
 from .timing_cache import key as timing_key
 
@@ -63,7 +63,7 @@ def make(device, base, bc, arrays: dict, alias: dict) -> Steady | None:
     """The steady state of ``base`` for a launch of ``bc`` on ``arrays`` (None when its launches are not steady:
     no replay, no kept timing for this key, a budget the path would exceed, several batches)."""
     rp = base.replay
-    if rp.__class__ is not Replay or not base.fixed:
+    if (rp.__class__ is not Replay and rp.__class__ is not Parts) or not base.fixed:
         return None
     L = Launch.of(base.fields, bc, arrays, alias)
     key = timing_key(L)
