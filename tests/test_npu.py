@@ -1167,7 +1167,7 @@ def _batch_desc(bases, strides, los, his):
     d = Desc.__new__(Desc)
     d.n = n
     d._ints = d._sizes = d._plan = None
-    d._uniform = False
+    d._uniform = d._most = False
     d._windows = None
     d._grid = False
     d.base = np.array(bases, np.int64)
@@ -1212,6 +1212,52 @@ def test_boxes_that_differ_between_programs_are_read_and_written_as_one_indexed_
             dma.dma_write(one, desc(), shape, src[:1], n)
         finally:
             dma.PLAN_ELEMENTS = old
+        outs.append((got, dst, src, one))
+    (a, b, _, c), (x, y, _, z) = outs
+    assert a.tobytes() == x.tobytes() and b.tobytes() == y.tobytes() and c.tobytes() == z.tobytes()
+
+
+@budget(60)
+@given(st.integers(4, 40), st.integers(1, 6), st.integers(1, 9), st.integers(0, 2**31), st.integers(0, 3),
+       st.booleans())
+def test_boxes_of_a_few_kinds_are_one_view_per_kind(n, rows, cols, seed, odd, gap):
+    """dma._box_classes (the programs' boxes in a few kinds, each kind's at bases that step uniformly: a persistent
+    loop's last row block clipped at the end, programs past the end with empty boxes) reads and writes what the
+    copy per program does, padding and a broadcast source included; a write whose boxes overlap, or whose kinds
+    interleave, keeps the copy per program."""
+    from dvmlang.npu import dma
+    rng = np.random.default_rng(seed)
+    shape = (rows, cols)
+    pitch = cols + (2 if gap else 0)
+    step = rows * pitch if rng.random() < 0.8 else max(1, rows * pitch // 2)  # (sometimes overlapping boxes)
+    g = rng.standard_normal(n * step + rows * pitch + 8).astype(np.float32)
+    bases = [p * step for p in range(n)]
+    lo0, hi0, hi1 = int(rng.integers(0, rows)), rows, cols
+    los = [np.full(n, lo0), np.zeros(n, np.int64)]
+    his = [np.full(n, hi0), np.full(n, hi1)]
+    k = min(odd, n // 4)
+    mode = rng.integers(0, 3)
+    at = np.arange(n - k, n) if mode == 0 else rng.choice(np.arange(1, n), k, replace=False) if mode == 1 else \
+        np.arange(n // 2, n)  # (the last programs; a few anywhere; half of them)
+    for i in at:  # the odd programs: a clipped or an empty box
+        his[0][i] = int(rng.integers(lo0, rows + 1))
+        his[1][i] = int(rng.integers(0, cols + 1))
+    if len(at) > 2 and rng.random() < 0.3:  # (bases that do not step uniformly: copied one by one)
+        bases[int(at[1])] += 1
+    outs = []
+    for fast in (True, False):
+        real, old = dma._box_classes, dma.PLAN_ELEMENTS
+        if not fast:
+            dma._box_classes, dma.PLAN_ELEMENTS = (lambda d, n: None), 0
+        try:
+            got, _ = dma.dma_read(g, _batch_desc(bases, [pitch, 1], los, his), shape, np.float32, np.float32(-2.5), n)
+            src = outs[0][2] if outs else rng.standard_normal((n,) + shape).astype(np.float32)
+            dst = g.copy()
+            dma.dma_write(dst, _batch_desc(bases, [pitch, 1], los, his), shape, src, n)
+            one = g.copy()
+            dma.dma_write(one, _batch_desc(bases, [pitch, 1], los, his), shape, src[:1], n)
+        finally:
+            dma._box_classes, dma.PLAN_ELEMENTS = real, old
         outs.append((got, dst, src, one))
     (a, b, _, c), (x, y, _, z) = outs
     assert a.tobytes() == x.tobytes() and b.tobytes() == y.tobytes() and c.tobytes() == z.tobytes()

@@ -20,7 +20,7 @@ class Desc:
     its numpy fields when one is first read: the one-program paths read its Python numbers.)"""
 
     __slots__ = ("base", "strides", "lo", "hi", "count", "bursts", "n", "empty", "checked", "_uniform", "_unaligned",
-                 "_figures", "_windows", "_grid", "_ints", "_sizes", "cycles", "_plan")
+                 "_figures", "_windows", "_grid", "_ints", "_sizes", "cycles", "_plan", "_most")
 
     def __init__(self, b, base, strides, los, his, shape):
         n = b.n
@@ -35,6 +35,7 @@ class Desc:
         self._sizes = None  # _one's (count, bursts, empty) in Python numbers, and whether the box has a dim
         self.cycles = None  # a transfer's cycles and bytes for its rate, figures and formula: memory._transfer
         self._plan = None  # _gather_plan's answer, once asked
+        self._most = False  # _box_classes's answer, once asked (False: not yet)
         if n == 1 and self._one(b, base, strides, los, his, shape):
             return
         self.base = np.asarray(base(b), dtype=np.int64)
@@ -344,13 +345,14 @@ def _windows_of(desc: Desc, n: int):
     return w
 
 
-def _per_program(desc: Desc, n: int):
-    """(program, start element, box extents, strides, box slices) of every program with a non-empty box."""
+def _per_program(desc: Desc, n: int, which=None):
+    """(program, start element, box extents, strides, box slices) of every program with a non-empty box (of the
+    programs ``which``, when given)."""
     base = np.broadcast_to(desc.base, (n,))
     sts = [np.broadcast_to(x, (n,)) for x in desc.strides]
     los = [np.broadcast_to(x, (n,)) for x in desc.lo]
     his = [np.broadcast_to(x, (n,)) for x in desc.hi]
-    for i in range(n):
+    for i in (range(n) if which is None else which.tolist()):
         lo = [int(x[i]) for x in los]
         hi = [int(x[i]) for x in his]
         ext = tuple(h - l for l, h in zip(lo, hi))
@@ -359,6 +361,56 @@ def _per_program(desc: Desc, n: int):
         st = tuple(int(x[i]) for x in sts)
         start = int(base[i]) + sum(s_ * l for s_, l in zip(st, lo))
         yield i, start, ext, st, tuple(slice(l, h) for l, h in zip(lo, hi))
+
+
+MAX_CLASSES = 8  # the most kinds of box a batch's descriptor is read as one view per kind in
+
+
+def _box_classes(desc: Desc, n: int):
+    """For a descriptor whose boxes differ between the programs: ([(a ``_Uniform`` of the programs whose strides and
+    box are alike, with their bases' progression; those programs, as a slice when they are consecutive, else
+    their indices; how many)] in program order, the programs whose bases do not step uniformly) when they come in
+    at most ``MAX_CLASSES`` kinds (a persistent loop's last row block clipped at the tensor's end, the programs
+    past its end, whose boxes are empty and left out, a matmul's last column of tiles), else None; worked out once
+    per descriptor. Each kind's boxes are then one strided view, and the rest are copied one by one."""
+    most = desc._most
+    if most is False:
+        most = desc._most = None
+        if n > 3 and desc._ints is None:
+            fields = np.stack([np.broadcast_to(x, (n,)) for x in desc.strides + desc.lo + desc.hi], axis=1)
+            kinds, which = np.unique(fields, axis=0, return_inverse=True)
+            if 1 < len(kinds) <= MAX_CLASSES:
+                base = np.broadcast_to(desc.base, (n,))
+                r = len(desc.strides)
+                classes, rest = [], []
+                for c, row in enumerate(kinds):
+                    idx = np.flatnonzero(which.reshape(-1) == c)
+                    v = [int(x) for x in row]
+                    u = _Uniform(v[:r], v[r:2 * r], v[2 * r:], _progression(base[idx], len(idx)))
+                    if u.empty:
+                        continue  # (nothing to copy)
+                    if u.prog is None:
+                        rest.append(idx)
+                        continue
+                    rows = slice(int(idx[0]), int(idx[-1]) + 1) if idx[-1] - idx[0] + 1 == len(idx) else idx
+                    classes.append((u, rows, len(idx)))
+                classes.sort(key=lambda k: k[1].start if k[1].__class__ is slice else int(k[1][0]))
+                most = desc._most = (classes, np.sort(np.concatenate(rest)) if rest else None)
+    return most
+
+
+def _ordered(classes, rest) -> bool:
+    """Whether a write may copy each kind of box as one view, kind after kind: every kind a run of consecutive
+    programs whose boxes do not overlap, none left to copy one by one (then the copies overwrite one another in
+    the programs' order, as one copy per program does)."""
+    if rest is not None:
+        return False
+    end = 0
+    for u, rows, k in classes:
+        if rows.__class__ is not slice or rows.start < end or _overlapping(u.prog[1], u.st, u.ext, k):
+            return False
+        end = rows.stop
+    return True
 
 
 PLAN_ELEMENTS = 1 << 16  # a gather plan is made for boxes of up to this many elements in all (24 bytes each)
@@ -455,6 +507,15 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n, pending=False):
             out[(slice(None),) + u.box] = boxes
             return out, False
     out = _padded(n, shape, npdt, pad)
+    kinds = _box_classes(desc, n) if u is None else None
+    if kinds is not None:  # each kind of box as one view, the programs whose bases do not step one by one
+        classes, rest = kinds
+        for cu, rows, k in classes:
+            out[(rows,) + cu.box] = _boxes(g, cu, k)
+        if rest is not None:
+            for i, start, ext, st, box in _per_program(desc, n, rest):
+                out[(i,) + box] = _strided(g, start, ext, st)
+        return out, False
     plan = _gather_plan(desc, n, shape)
     if plan is not None:  # every program's box in one indexed copy
         out.reshape(-1)[plan[1]] = g[plan[0]]
@@ -516,6 +577,11 @@ def dma_write(g: np.ndarray, desc: Desc, shape, src: np.ndarray, n):
             view = _strided(g, first + u.offset, (n // k, k) + u.ext, (s2, s1) + u.st, writeable=True)
             view[...] = src[(slice(None),) + u.box].reshape((n // k, k) + u.ext)
             return
+    kinds = _box_classes(desc, n) if u is None else None
+    if kinds is not None and _ordered(*kinds):  # each kind of box as one view, kind after kind
+        for cu, rows, k in kinds[0]:
+            _boxes(g, cu, k, writeable=True)[...] = src[((rows,) if rows_src > 1 else (slice(0, 1),)) + cu.box]
+        return
     plan = _gather_plan(desc, n, shape)
     if plan is not None and _distinct(plan):  # no element in two boxes: every program's box in one indexed copy
         g[plan[0]] = src.reshape(-1)[plan[1] if rows_src > 1 else plan[2]]
