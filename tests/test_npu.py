@@ -1221,17 +1221,18 @@ def test_boxes_that_differ_between_programs_are_read_and_written_as_one_indexed_
 @given(st.integers(4, 40), st.integers(1, 6), st.integers(1, 9), st.integers(0, 2**31), st.integers(0, 3),
        st.booleans())
 def test_boxes_of_a_few_kinds_are_one_view_per_kind(n, rows, cols, seed, odd, gap):
-    """dma._box_classes (the programs' boxes in a few kinds, each kind's at bases that step uniformly: a persistent
-    loop's last row block clipped at the end, programs past the end with empty boxes) reads and writes what the
-    copy per program does, padding and a broadcast source included; a write whose boxes overlap, or whose kinds
-    interleave, keeps the copy per program."""
+    """dma._box_classes (the programs' boxes in a few kinds, each kind's at bases that step uniformly or name a few
+    shared windows: a persistent loop's last row block clipped at the end, programs past the end with empty boxes,
+    a matmul's rows of tiles) reads and writes what the copy per program does, padding and a broadcast source
+    included; a write whose boxes overlap, or whose kinds interleave, keeps the copy per program."""
     from dvmlang.npu import dma
     rng = np.random.default_rng(seed)
     shape = (rows, cols)
     pitch = cols + (2 if gap else 0)
     step = rows * pitch if rng.random() < 0.8 else max(1, rows * pitch // 2)  # (sometimes overlapping boxes)
     g = rng.standard_normal(n * step + rows * pitch + 8).astype(np.float32)
-    bases = [p * step for p in range(n)]
+    share = int(rng.choice([1, 1, 2, 3]))  # (programs sharing a window, as a matmul's rows of tiles do)
+    bases = [(p // share) * step for p in range(n)] if rng.random() < 0.5 else [(p % share) * step for p in range(n)]
     lo0, hi0, hi1 = int(rng.integers(0, rows)), rows, cols
     los = [np.full(n, lo0), np.zeros(n, np.int64)]
     his = [np.full(n, hi0), np.full(n, hi1)]

@@ -369,7 +369,9 @@ MAX_CLASSES = 8  # the most kinds of box a batch's descriptor is read as one vie
 def _box_classes(desc: Desc, n: int):
     """For a descriptor whose boxes differ between the programs: ([(a ``_Uniform`` of the programs whose strides and
     box are alike, with their bases' progression; those programs, as a slice when they are consecutive, else
-    their indices; how many)] in program order, the programs whose bases do not step uniformly) when they come in
+    their indices; how many; None, or when their bases do not step uniformly but name a few windows (a grid of
+    programs sharing a matmul's tiles), the distinct bases, each program's index into them and their
+    progression)] in program order, the programs of any other kind) when they come in
     at most ``MAX_CLASSES`` kinds (a persistent loop's last row block clipped at the tensor's end, the programs
     past its end, whose boxes are empty and left out, a matmul's last column of tiles), else None; worked out once
     per descriptor. Each kind's boxes are then one strided view, and the rest are copied one by one."""
@@ -389,11 +391,15 @@ def _box_classes(desc: Desc, n: int):
                     u = _Uniform(v[:r], v[r:2 * r], v[2 * r:], _progression(base[idx], len(idx)))
                     if u.empty:
                         continue  # (nothing to copy)
-                    if u.prog is None:
-                        rest.append(idx)
-                        continue
+                    windows = None
+                    if u.prog is None:  # (bases in a grid: a few windows the programs share, each read once)
+                        at, inverse = np.unique(base[idx], return_inverse=True)
+                        windows = (at, inverse.reshape(-1), _progression(at, len(at)) if len(at) > 1 else None)
+                        if len(at) > len(idx) // 2 and windows[2] is None:
+                            rest.append(idx)
+                            continue
                     rows = slice(int(idx[0]), int(idx[-1]) + 1) if idx[-1] - idx[0] + 1 == len(idx) else idx
-                    classes.append((u, rows, len(idx)))
+                    classes.append((u, rows, len(idx), windows))
                 classes.sort(key=lambda k: k[1].start if k[1].__class__ is slice else int(k[1][0]))
                 most = desc._most = (classes, np.sort(np.concatenate(rest)) if rest else None)
     return most
@@ -406,8 +412,9 @@ def _ordered(classes, rest) -> bool:
     if rest is not None:
         return False
     end = 0
-    for u, rows, k in classes:
-        if rows.__class__ is not slice or rows.start < end or _overlapping(u.prog[1], u.st, u.ext, k):
+    for u, rows, k, windows in classes:
+        if windows is not None or rows.__class__ is not slice or rows.start < end or \
+                _overlapping(u.prog[1], u.st, u.ext, k):
             return False
         end = rows.stop
     return True
@@ -510,8 +517,14 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n, pending=False):
     kinds = _box_classes(desc, n) if u is None else None
     if kinds is not None:  # each kind of box as one view, the programs whose bases do not step one by one
         classes, rest = kinds
-        for cu, rows, k in classes:
-            out[(rows,) + cu.box] = _boxes(g, cu, k)
+        for cu, rows, k, windows in classes:
+            if windows is None:
+                out[(rows,) + cu.box] = _boxes(g, cu, k)
+                continue
+            at, inverse, prog = windows  # each window once (one strided read when they step uniformly)
+            w = _strided(g, prog[0] + cu.offset, (len(at),) + cu.ext, (prog[1],) + cu.st) if prog is not None else \
+                np.stack([_strided(g, int(b_) + cu.offset, cu.ext, cu.st) for b_ in at])
+            out[(rows,) + cu.box] = w[inverse]
         if rest is not None:
             for i, start, ext, st, box in _per_program(desc, n, rest):
                 out[(i,) + box] = _strided(g, start, ext, st)
@@ -579,7 +592,7 @@ def dma_write(g: np.ndarray, desc: Desc, shape, src: np.ndarray, n):
             return
     kinds = _box_classes(desc, n) if u is None else None
     if kinds is not None and _ordered(*kinds):  # each kind of box as one view, kind after kind
-        for cu, rows, k in kinds[0]:
+        for cu, rows, k, _ in kinds[0]:
             _boxes(g, cu, k, writeable=True)[...] = src[((rows,) if rows_src > 1 else (slice(0, 1),)) + cu.box]
         return
     plan = _gather_plan(desc, n, shape)
