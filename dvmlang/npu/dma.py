@@ -515,27 +515,37 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n, pending=False):
             return out, False
     out = _padded(n, shape, npdt, pad)
     kinds = _box_classes(desc, n) if u is None else None
-    if kinds is not None:  # each kind of box as one view, the programs whose bases do not step one by one
-        classes, rest = kinds
-        for cu, rows, k, windows in classes:
-            if windows is None:
-                out[(rows,) + cu.box] = _boxes(g, cu, k)
-                continue
-            at, inverse, prog = windows  # each window once (one strided read when they step uniformly)
-            w = _strided(g, prog[0] + cu.offset, (len(at),) + cu.ext, (prog[1],) + cu.st) if prog is not None else \
-                np.stack([_strided(g, int(b_) + cu.offset, cu.ext, cu.st) for b_ in at])
-            out[(rows,) + cu.box] = w[inverse]
-        if rest is not None:
-            for i, start, ext, st, box in _per_program(desc, n, rest):
+    if kinds is not None and (kinds[1] is None or len(kinds[1]) <= n // 8):  # each kind of box as one view, the
+        _read_kinds(g, kinds[0], out)  # few programs of no kind one by one
+        if kinds[1] is not None:
+            for i, start, ext, st, box in _per_program(desc, n, kinds[1]):
                 out[(i,) + box] = _strided(g, start, ext, st)
         return out, False
     plan = _gather_plan(desc, n, shape)
     if plan is not None:  # every program's box in one indexed copy
         out.reshape(-1)[plan[1]] = g[plan[0]]
         return out, False
+    if kinds is not None:  # (boxes too many for a plan) the kinds as views, the programs of no kind one by one
+        _read_kinds(g, kinds[0], out)
+        for i, start, ext, st, box in _per_program(desc, n, kinds[1]):
+            out[(i,) + box] = _strided(g, start, ext, st)
+        return out, False
     for i, start, ext, st, box in _per_program(desc, n):
         out[(i,) + box] = _strided(g, start, ext, st)
     return out, False
+
+
+def _read_kinds(g: np.ndarray, classes: list, out: np.ndarray) -> None:
+    """Each kind of box (``_box_classes``) read as one view into ``out``, a kind whose programs share a few
+    windows each window once (one strided read when they step uniformly)."""
+    for cu, rows, k, windows in classes:
+        if windows is None:
+            out[(rows,) + cu.box] = _boxes(g, cu, k)
+            continue
+        at, inverse, prog = windows
+        w = _strided(g, prog[0] + cu.offset, (len(at),) + cu.ext, (prog[1],) + cu.st) if prog is not None else \
+            np.stack([_strided(g, int(b_) + cu.offset, cu.ext, cu.st) for b_ in at])
+        out[(rows,) + cu.box] = w[inverse]
 
 
 class Windows:
