@@ -120,3 +120,22 @@ def test_a_float_whose_constant_the_rewrites_drop_binds_nothing():
     x = _x()
     for a in (2.0, 3.0):
         np.testing.assert_array_equal(g(x, a), x + np.float32(1.0))
+
+
+def test_calls_straight_to_the_program_take_the_floats_and_stop_when_they_become_constants():
+    """After two calls, calls of arrays and floats go straight to the program's instance functions with the
+    floats' values; once another capture needs a float's value (here: a 3-D input), floats are constants for
+    every call, and the 2-D calls are right for new values too."""
+    def f(x, a):
+        return x * (math.sqrt(a) if x.ndim == 3 else a)
+
+    g = dvmlang.graph(f)
+    x, x3 = _x(), _x((2, 3, 4))
+    for a in (2.0, 3.0, 5.0, 7.0):
+        np.testing.assert_array_equal(g(x, a), x * np.float32(a))
+    assert g.stats.captures == 1 and g._direct
+    np.testing.assert_allclose(g(x3, 4.0), x3 * 2, rtol=1e-6)
+    assert not g._direct
+    for a in (2.0, 11.0, 13.0):
+        np.testing.assert_array_equal(g(x, a), x * np.float32(a))
+    assert g.stats.captures == 5  # (the generic one, the 3-D one, then one per new value)

@@ -298,8 +298,9 @@ class _Baked(Exception):
 
 
 def _ones(arrays) -> tuple:
-    """Which dims of each array are 1 (the part of a call's signature a size-1 capture is keyed by)."""
-    return tuple([1 in a.shape and tuple([n == 1 for n in a.shape]) for a in arrays])
+    """Which dims of each array are 1 (the part of a call's signature a size-1 capture is keyed by; False for a
+    float argument)."""
+    return tuple([a.__class__ is np.ndarray and 1 in a.shape and tuple([n == 1 for n in a.shape]) for a in arrays])
 
 
 def _has_ones(args) -> bool:
@@ -455,7 +456,7 @@ class GraphFunction:
             except Exception:
                 if not runtime:
                     raise
-                self._floats = False  # (it may have needed a float's value: the capture with values tells)
+                self._bake_floats()  # (it may have needed a float's value: the capture with values tells)
                 raise _Baked from None
             finally:
                 Tracer.graph = prev
@@ -464,12 +465,12 @@ class GraphFunction:
         for o in outs:
             if not isinstance(o, GraphValue) or o.graph is not g:
                 if runtime:
-                    self._floats = False
+                    self._bake_floats()
                     raise _Baked
                 raise GraphError(f"`{self.name}` must return graph values computed from its arguments, got {o!r}")
             g.outputs.append(o.node)
         if runtime and _holds_scalar_arg([n.attrs for n in g.nodes]):
-            self._floats = False  # (an operation kept the argument itself, not its constant: take values)
+            self._bake_floats()  # (an operation kept the argument itself, not its constant: take values)
             raise _Baked
         prog = Program(g, self.fuse, (self.device or default_device()).profile, self.name, self.stats)
         prog.arg_paths = [paths.get(n) for n in g.inputs]  # None: an array the function closes over
@@ -477,6 +478,12 @@ class GraphFunction:
         prog.scalar_args = [(n, pos) for n, pos in prog.graph.scalar_args if id(n) in live]
         prog.compared_sizes = g.syms.compared
         return prog
+
+    def _bake_floats(self) -> None:
+        """Floats are constants of the capture from now on (keyed by value): calls that took them as runtime
+        scalars straight to a program (``_direct``) go the generic way again."""
+        self._floats = False
+        self._direct.clear()
 
     def _inputs(self, prog: Program, args) -> dict:
         out = {}
@@ -493,7 +500,9 @@ class GraphFunction:
     def __call__(self, *args, device=None, **kwargs):
         device = device or self.device or default_device()
         raw = args
-        if not kwargs and all([a.__class__ is np.ndarray for a in args]):  # numpy arrays: nothing to convert
+        floats = self._floats
+        # numpy arrays (and floats, while they are runtime scalars): nothing to convert
+        if not kwargs and all([a.__class__ is np.ndarray or (floats and a.__class__ is float) for a in args]):
             like = None
             if self._direct:
                 r = self._call_direct(args, device)
@@ -526,24 +535,30 @@ class GraphFunction:
         return tuple(outs) if prog.graph.output_tuple else outs[0]
 
     def _direct_key(self, args) -> tuple:
-        return tuple([(a.dtype, a.ndim) for a in args]), ca.closure_key(self.fn)
+        return tuple([(a.dtype, a.ndim) if a.__class__ is np.ndarray else _RUNTIME_FLOAT for a in args]), \
+            ca.closure_key(self.fn)
 
     def _remember_direct(self, prog: Program, args, raw) -> None:
         """After a call of numpy arrays (``raw``, positional; ``args`` with the defaults) that a capture served:
         calls with the same dtypes, ranks and closed-over arrays go straight to its instance functions
         (``_call_direct``). A capture specialised to the call's size-1 dims serves the calls with those dims of
-        size 1 (``_ones``). Not for a capture that compared sizes (its size-1 calls have a capture of their own),
-        arrays inside containers or arrays from defaults."""
-        if prog.compared_sizes or not all([a.__class__ is np.ndarray for a in raw]):
+        size 1 (``_ones``). Float arguments pass their values as the runtime scalars they are. Not for a capture
+        that compared sizes (its size-1 calls have a capture of their own), arrays inside containers, arrays from
+        defaults, or floats that are constants of the capture."""
+        floats = self._floats
+        if prog.compared_sizes or not all([a.__class__ is np.ndarray or (floats and a.__class__ is float)
+                                           for a in raw]):
             return
         if any(w is not None and (w[1] or w[0] >= len(raw)) for w in prog.arg_paths):
             return
+        if any(pos >= len(raw) for _, pos in prog.scalar_args):
+            return
         entry = (prog, [w[0] if w is not None else prog.graph.closures[n]
-                        for n, w in zip(prog.graph.inputs, prog.arg_paths)])
+                        for n, w in zip(prog.graph.inputs, prog.arg_paths)], prog.scalar_args)
         d = self._direct.setdefault(self._direct_key(raw), [None, {}])
-        if self._captured.get(_signature(args, self.static, self.names, self.fn, ones=False)) is prog:
+        if self._captured.get(_signature(args, self.static, self.names, self.fn, ones=False, floats=floats)) is prog:
             d[0] = entry
-        elif self._captured.get(("ones", _signature(args, self.static, self.names, self.fn))) is prog:
+        elif self._captured.get(("ones", _signature(args, self.static, self.names, self.fn, floats=floats))) is prog:
             d[1][_ones(raw)] = entry
 
     def _call_direct(self, args, device):
@@ -557,10 +572,10 @@ class GraphFunction:
             entry = d[0]
             if entry is None:
                 return None
-        prog, order = entry
+        prog, order, bound = entry
         arrays = [args[p] if p.__class__ is int else p for p in order]
         before = prog.fallbacks
-        r = prog.run_fast(arrays, device, active_session())
+        r = prog.run_fast(arrays, device, active_session(), {n.id: args[p] for n, p in bound} if bound else None)
         return None if r is None else self._returned(prog, before, r)
 
     def encode(self, *args, device=None, **kwargs) -> list:
