@@ -685,10 +685,10 @@ def _view(draw):
 @budget(300)
 @given(_view(), st.sampled_from(_VIEW_DTYPES), st.booleans())
 def test_a_strided_view_of_a_tensor_is_the_one_as_strided_makes(view, dtype, writeable):
-    """dma._strided (a slice, or numpy's constructor) gives the view dvmlang.dtypes.as_strided gives: the same
+    """boxview._strided (a slice, or numpy's constructor) gives the view dvmlang.dtypes.as_strided gives: the same
     memory, shape, strides, values and writeability, for every dtype (bfloat16 and fp8 too); a store through a
     writeable one lands in the tensor."""
-    from dvmlang.npu.dma import _strided
+    from dvmlang.npu.boxview import _strided
     size, start, shape, strides = view
     g = np.arange(size).astype(dtype)
     got = _strided(g, start, shape, strides, writeable=writeable)
@@ -716,9 +716,9 @@ def _contiguous_slice(start, shape, strides, size) -> bool:
 
 
 def test_the_boxes_of_a_uniform_descriptor_are_planned_once_and_each_view_is_strideds():
-    """dma._boxes keeps a descriptor's view plan (rows, start, shape, strides, contiguity) and gives what
+    """boxview._boxes keeps a descriptor's view plan (rows, start, shape, strides, contiguity) and gives what
     _strided gives for every tensor and row count it is asked for, a plan made anew for another row count."""
-    from dvmlang.npu.dma import _boxes, _strided, _Uniform
+    from dvmlang.npu.boxview import _boxes, _strided, _Uniform
     for st_, lo, hi, prog in [((1,), [0], [16], (5, 0)), ((1,), [2], [9], (5, 16)), ((40, 1), [0, 0], [3, 8], (7, 120)),
                               ((1, 12), [0, 0], [4, 3], (0, 2))]:
         u = _Uniform(st_, lo, hi, prog)
@@ -784,10 +784,10 @@ def test_a_transfer_gives_its_formulas_cycles_and_bytes_for_each_rate(programs, 
                         np.array([1.5, -2.0, 0.0]), np.uint32(4000000000), np.float64(1e300)]),
        st.integers(1, 3), st.lists(st.integers(0, 4), min_size=0, max_size=2))
 def test_a_masked_reads_padding_is_the_broadcast_one(dtype, pad, rows, shape):
-    """dma._padded (a filled array) gives what the broadcast padding it replaced gave (``_pad_array(...).copy()``):
+    """boxview._padded (a filled array) gives what the broadcast padding it replaced gave (``_pad_array(...).copy()``):
     the dtype, shape and bytes for every padding value (Python and numpy numbers, out of range, NaN, one per
     program), or the same exception."""
-    from dvmlang.npu.dma import _pad_array, _padded
+    from dvmlang.npu.boxview import _pad_array, _padded
     npdt = np.dtype(dtype)
     rows = 3 if np.ndim(pad) else rows
     got, want = _outcomes(lambda: _padded(rows, shape, npdt, pad), lambda: _pad_array(rows, shape, npdt, pad).copy())

@@ -125,8 +125,8 @@ class _Writer:
 def generate(prog, launch, profile, binder, run_type, env_type):
     """The instance function of ``launch`` (a ``ProgramLaunch``) for ``profile``, or None when the plan has
     something it does not cover. It takes (arrays in the graph's input order, device, session, consts) and returns
-    a ``Run`` (``run_type``), ``SPLIT`` or None (run the generic path). ``binder``: the program's ``_Binder``;
-    ``env_type``: ``_Env``, for the generic helpers a rare tensor needs."""
+    a ``Run`` (``run_type``), ``SPLIT`` or None (run the generic path). ``binder``: the program's ``binder.Binder``;
+    ``env_type``: ``binder.Env``, for the generic helpers a rare tensor needs."""
     if not ENABLED:
         return None
     try:
@@ -298,7 +298,7 @@ class _Generator:
             w(f"    GS{t}.launches += 1")
 
     def bind(self) -> None:
-        """The ``_Binder``'s checks, unrolled: any mismatch returns None (the generic binder reports it)."""
+        """The ``Binder``'s checks, unrolled: any mismatch returns None (the generic binder reports it)."""
         w, g = self.w, self.g
         binder = self.binder
         roots = binder.roots

@@ -86,7 +86,7 @@ def _typed(value, n: Node):
 
 
 def _dim_ref(g, d):
-    """A dimension as a launch reads it: a size (>= 0), or ~ the root id of its symbol's class (``_Env.values``
+    """A dimension as a launch reads it: a size (>= 0), or ~ the root id of its symbol's class (``binder.Env.values``
     key) for a symbol."""
     d = g.syms.find(d)
     return d if isinstance(d, int) else ~d.id

@@ -475,38 +475,13 @@ class Device:
             base.replay = False
             return False
         parts = rp.parts if pending else [programs(0, P, kern.grid[0], kern.grid[1]) + (None,)]
-        made, found, ok = [], [], True
-        for pids, coords, one in parts:
-            batch = Batch(pids, kern.grid, m.zero_regs, uniform=True, coords=coords)
-            if one is not None:
-                quietly(_replay.run, one, batch, L)
-                made.append((pids, coords, one))
-                continue
-            trace, at = quietly(_replay.record, m, batch, L, 0) if ok else (None, 0)
-            if trace is not None:
-                one = _replay.generate(m, trace, len(pids))
-                ok = one is not None
-                made.append((pids, coords, one))
-                continue
-            taken = _replay.divergence(m, batch, at) if ok else None
-            if taken is None:
-                ok = False
-            else:
-                found += [(_read_only(pids[w]), tuple(_read_only(c[w]) for c in coords), None)
-                          for w in (taken, ~taken)]
-            with np.errstate(all="ignore"):  # (the rest of this group's path, step by step)
-                for _ in execute(m.steps, batch, L, self.profile.scalar_dispatch, None, at, self._blocks(m),
-                                 not m.atomics):
-                    pass
-        if not ok or len(made) + len(found) > _replay.MAX_PARTS:
-            base.replay = False
-        elif found:
-            base.replay = _replay.Pending(sorted(made + found, key=lambda part: part[0][0]))
-        elif len(made) == 1:
-            base.replay = made[0][2]
-        else:
-            base.replay = _replay.Parts(made, kern.grid, m.zero_regs)
+        base.replay = quietly(_replay.record_groups, m, L, parts, kern.grid, lambda b, at: self._on_from(m, b, L, at))
         return True
+
+    def _on_from(self, m, b, L, at: int) -> None:
+        """Run batch ``b`` of untimed launch ``L`` on from step ``at``, step by step."""
+        for _ in execute(m.steps, b, L, self.profile.scalar_dispatch, None, at, self._blocks(m), not m.atomics):
+            pass
 
     def _finish(self, base, L, body, busy, bytes_r, bytes_w, instrs) -> tuple[LaunchRecord, float]:
         """The record of launch ``L`` (the kernel's programs took ``body`` cycles on their cores), and the factor
@@ -716,8 +691,3 @@ def set_default_device(device: Device) -> None:
 def use(device: Device):
     with device:
         yield device
-
-
-def _read_only(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False
-    return a

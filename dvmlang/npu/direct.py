@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dma import Desc, _contiguous, _overlapping, _padded, _uniform_desc
+from .boxview import _contiguous, _overlapping, _padded
+from .dma import Desc, _uniform_desc
 
 
 def direct_plan(desc: Desc, n: int, shape, write: bool):

@@ -128,7 +128,9 @@ class LaunchBase:
         self.after_prefix = None  # a one-program launch's state after its machine's prefix (Device._one)
         self.fixed = False  # whether its timing is the instance's (timing_cache.fixed; not in debug or race mode)
         self.timing: dict = {}  # timing_cache.key -> the instance's timing (timing_cache.Timing)
-        self.replay = None  # its untimed launches' path as one function (replay.Replay); None: not yet tried, False: none
+        # its untimed launches' path as one function (replay.Replay), or its groups of programs' (replay.Parts;
+        # replay.Pending while they are recorded); None: not yet tried, False: none
+        self.replay = None
         self.steady = None  # what its steady relaunches in a stacked launch repeat (steady.Steady), once made
 
     def launch(self, bc, arrays: dict, alias: dict) -> Launch:

@@ -52,7 +52,7 @@ import numpy as np
 from ..errors import DvmError, InvalidBytecodeError
 from ..vm import semantics as sem
 from .compiled import SMALL_BYTES, STEP_ERRORS, _invalid, _tile_bytes, _Tiles
-from .dma import _strided
+from .boxview import _strided
 from .state import Batch, materialise_views
 from .timing_cache import _operands
 
@@ -111,6 +111,46 @@ def divergence(m, b, i: int):
     if s.kind == "br_z":
         taken = ~taken
     return None if taken.all() or not taken.any() else taken
+
+
+def record_groups(m, L, parts: list, grid, on_from):
+    """Run untimed launch ``L``'s programs group by group (``parts``: [(program ids, coordinates, their Replay or
+    None)]), recording the groups that have no function yet, and return what the launch base replays from now
+    on: a ``Replay`` (one group), ``Parts``, ``Pending`` (a group parted at a branch: the two parts are recorded at
+    the next launch) or False (a group's path tests a value from memory, more than ``MAX_PARTS`` groups, or a budget
+    a path would exceed). ``on_from(batch, step)`` runs a group on step by step from a step (where its recording
+    stopped, or from the start once the launch is not replayed): every program runs to its end either way."""
+    made, found, ok = [], [], True
+    for pids, coords, one in parts:
+        batch = Batch(pids, grid, m.zero_regs, uniform=True, coords=coords)
+        if one is not None and one.n <= L.watchdog:
+            run(one, batch, L)
+            made.append((pids, coords, one))
+            continue
+        if one is not None:  # (a budget the path would exceed: the steps one by one, which stop at it)
+            ok = False
+        trace, at = record(m, batch, L, 0) if ok else (None, 0)
+        if trace is not None:
+            one = generate(m, trace, len(pids))
+            ok = one is not None
+            made.append((pids, coords, one))
+            continue
+        taken = divergence(m, batch, at) if ok else None
+        if taken is None:
+            ok = False
+        else:
+            found += [(_read_only(pids[w]), tuple(_read_only(c[w]) for c in coords), None) for w in (taken, ~taken)]
+        on_from(batch, at)
+    if not ok or len(made) + len(found) > MAX_PARTS:
+        return False
+    if found:
+        return Pending(sorted(made + found, key=lambda part: part[0][0]))
+    return made[0][2] if len(made) == 1 else Parts(made, grid, m.zero_regs)
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
 
 
 def eligible(m) -> bool:
@@ -397,7 +437,7 @@ _ANY = ((0, 1 << 62),)  # (a tile whose layout the kernel lacks: any bytes)
 
 
 def _view(j: int, plan, env: dict, writeable: bool) -> str:
-    """The expression of a transfer's view of tensor ``g`` (``direct.direct_plan``'s ``plan``), as ``dma._boxes``
+    """The expression of a transfer's view of tensor ``g`` (``direct.direct_plan``'s ``plan``), as ``boxview._boxes``
     makes it for a tensor of the size the plan was found for."""
     start, shape, strides, size = plan[:4]
     if size is not None:
