@@ -1264,6 +1264,33 @@ def test_boxes_of_a_few_kinds_are_one_view_per_kind(n, rows, cols, seed, odd, ga
     assert a.tobytes() == x.tobytes() and b.tobytes() == y.tobytes() and c.tobytes() == z.tobytes()
 
 
+@budget(30)
+@given(st.integers(2, 40), st.integers(1, 5), st.integers(1, 9), st.integers(0, 2**31), st.booleans())
+def test_boxes_at_a_permutation_of_uniform_bases_are_written_as_one_view(n, rows, cols, seed, overlap):
+    """A store whose programs' bases are a permutation of a progression (programs over a grid in another order than
+    the tensor's) writes what one copy per program in program order writes, as one strided view when no two boxes
+    share an element, the copy per program when they do; a read gives every program its own box."""
+    from dvmlang.npu import dma
+    from dvmlang.npu.boxview import _strided
+    rng = np.random.default_rng(seed)
+    shape, pitch = (rows, cols), cols + 1
+    step = rows * pitch if not overlap else max(1, rows * pitch // 2)
+    bases = [int(b_) for b_ in rng.permutation(n) * step]
+    los, his = [np.zeros(n, np.int64)] * 2, [np.full(n, rows), np.full(n, cols)]
+    g = rng.standard_normal(n * step + rows * pitch + 4).astype(np.float32)
+    src = rng.standard_normal((n,) + shape).astype(np.float32)
+    for rows_src in (n, 1):
+        want = g.copy()
+        for i, b_ in enumerate(bases):
+            _strided(want, b_, shape, (pitch, 1), writeable=True)[...] = src[i if rows_src > 1 else 0]
+        got = g.copy()
+        dma.dma_write(got, _batch_desc(bases, [pitch, 1], los, his), shape, src[:rows_src], n)
+        assert got.tobytes() == want.tobytes()
+    read, _ = dma.dma_read(g, _batch_desc(bases, [pitch, 1], los, his), shape, np.float32, np.float32(0), n)
+    for i, b_ in enumerate(bases):
+        assert read[i].tobytes() == np.ascontiguousarray(_strided(g, b_, shape, (pitch, 1))).tobytes()
+
+
 @dvmlang.kernel
 def _column_sums(x_ptr, out_ptr, R: dl.constexpr, C: dl.constexpr):
     pid = dl.program_id(0)

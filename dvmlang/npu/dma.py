@@ -562,6 +562,16 @@ def dma_write(g: np.ndarray, desc: Desc, shape, src: np.ndarray, n):
             view = _strided(g, first + u.offset, (n // k, k) + u.ext, (s2, s1) + u.st, writeable=True)
             view[...] = src[(slice(None),) + u.box].reshape((n // k, k) + u.ext)
             return
+    if u is not None and not u.empty and n > 1 and desc.base.ndim:
+        # the programs' bases a permutation of a progression (programs over a grid in another order than the
+        # tensor's): one strided view in the bases' order, each program's box put at its place in it, when no two
+        # boxes share an element
+        at, inverse, prog = _windows_of(desc, n)
+        if prog is not None and len(at) == n and not _overlapping(prog[1], u.st, u.ext, n):
+            part = src[(slice(None),) + u.box]
+            _strided(g, prog[0] + u.offset, (n,) + u.ext, (prog[1],) + u.st, writeable=True)[inverse] = \
+                part if rows_src > 1 else part[0]
+            return
     kinds = _box_classes(desc, n) if u is None else None
     if kinds is not None and _ordered(*kinds):  # each kind of box as one view, kind after kind
         for cu, rows, k, _ in kinds[0]:
