@@ -471,27 +471,12 @@ def _runtime_floats(prog, names, static, fresh, out):
     at = [k for k, ins in enumerate(prog) if ins[0] == "scalar"]
     if not at:
         return
-    floats = [f"f{k}" for k in range(len(at))]
-
-    def fn(*args):
-        arrays, numbers = args[:len(names)], args[len(names):]
-        steps = list(prog)
-        for k, v in zip(at, numbers):
-            steps[k] = steps[k][:3] + (v,)
-        pool = run_ops(steps, arrays, inplace=False)
-        return tuple(pool[len(arrays):])
-    src = f"def graph_fn({', '.join(names + floats)}):\n    return fn({', '.join(names + floats)})\n"
-    ns = {"fn": fn}
-    exec(src, ns)  # noqa: S102 - a fixed-arity wrapper
-    gf = dvmlang.graph(ns["graph_fn"], static=static)
+    gf = dvmlang.graph(_graph_fn(prog, names, at), static=static)
     first = [float(prog[k][3]) for k in at]
     for values, want in ((first, out), ([v * -1.5 + 0.25 for v in first], None)):
         if want is None:  # (the other values written in: a program of their own)
-            steps = list(prog)
-            for k, v in zip(at, values):
-                steps[k] = steps[k][:3] + (v,)
             _, views = fresh()
-            want = dvmlang.graph(_graph_fn(steps, names), static=static)(*views)
+            want = dvmlang.graph(_graph_fn(_with_numbers(prog, at, values), names), static=static)(*views)
         _, views = fresh()
         got = gf(*views, *values)
         for k, (a, b) in enumerate(zip(got, want)):
@@ -500,14 +485,24 @@ def _runtime_floats(prog, names, static, fresh, out):
     assert gf.stats.captures == 1, f"a new float captured again\n{_text(prog)}"
 
 
-def _graph_fn(prog, names):
-    """A function with one named parameter per input (a graph names its arguments) that replays ``prog``."""
+def _with_numbers(prog, at, numbers):
+    """``prog`` with the numbers of its scalar steps at ``at`` replaced by ``numbers``."""
+    steps = list(prog)
+    for k, v in zip(at, numbers):
+        steps[k] = steps[k][:3] + (v,)
+    return steps
+
+
+def _graph_fn(prog, names, floats=()):
+    """A function with one named parameter per input (a graph names its arguments) that replays ``prog``; with
+    ``floats`` (positions of scalar steps), one more parameter per such step, its number."""
     def fn(*args):
-        pool = run_ops(prog, args, inplace=False)
-        return tuple(pool[len(args):])
-    src = f"def graph_fn({', '.join(names)}):\n    return fn({', '.join(names)})\n"
+        arrays = args[:len(names)]
+        pool = run_ops(_with_numbers(prog, floats, args[len(names):]), arrays, inplace=False)
+        return tuple(pool[len(arrays):])
+    params = ", ".join(names + [f"f{k}" for k in range(len(floats))])
     ns = {"fn": fn}
-    exec(src, ns)  # noqa: S102 - a fixed-arity wrapper
+    exec(f"def graph_fn({params}):\n    return fn({params})\n", ns)  # noqa: S102 - a fixed-arity wrapper
     return ns["graph_fn"]
 
 

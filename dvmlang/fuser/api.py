@@ -91,7 +91,6 @@ class Program:
         self._shared: dict = {}  # GroupKernel.key -> GroupKernel (kernels shared between the plans)
         self._tiles: dict = {}  # GroupKernel.key -> the tiles the kernel was built with
         self.fallbacks = 0
-        self.scalar_args: list = []  # (const node, argument position): bound to a float argument per call (``graph``)
         self._binder = None
         self._launches: dict = {}  # id(plan) -> its ProgramLaunch
         self.encode_s = 0.0  # host seconds spent preparing launches (building, binding arguments, encoding)
@@ -474,8 +473,6 @@ class GraphFunction:
             raise _Baked
         prog = Program(g, self.fuse, (self.device or default_device()).profile, self.name, self.stats)
         prog.arg_paths = [paths.get(n) for n in g.inputs]  # None: an array the function closes over
-        live = {id(n) for n in prog.graph.nodes}  # (a constant the rewrites dropped is bound to nothing)
-        prog.scalar_args = [(n, pos) for n, pos in prog.graph.scalar_args if id(n) in live]
         prog.compared_sizes = g.syms.compared
         return prog
 
@@ -551,10 +548,10 @@ class GraphFunction:
             return
         if any(w is not None and (w[1] or w[0] >= len(raw)) for w in prog.arg_paths):
             return
-        if any(pos >= len(raw) for _, pos in prog.scalar_args):
+        if any(pos >= len(raw) for _, pos in prog.graph.scalar_args):
             return
         entry = (prog, [w[0] if w is not None else prog.graph.closures[n]
-                        for n, w in zip(prog.graph.inputs, prog.arg_paths)], prog.scalar_args)
+                        for n, w in zip(prog.graph.inputs, prog.arg_paths)])
         d = self._direct.setdefault(self._direct_key(raw), [None, {}])
         if self._captured.get(_signature(args, self.static, self.names, self.fn, ones=False, floats=floats)) is prog:
             d[0] = entry
@@ -572,10 +569,10 @@ class GraphFunction:
             entry = d[0]
             if entry is None:
                 return None
-        prog, order, bound = entry
+        prog, order = entry
         arrays = [args[p] if p.__class__ is int else p for p in order]
         before = prog.fallbacks
-        r = prog.run_fast(arrays, device, active_session(), {n.id: args[p] for n, p in bound} if bound else None)
+        r = prog.run_fast(arrays, device, active_session(), _consts(prog, args))
         return None if r is None else self._returned(prog, before, r)
 
     def encode(self, *args, device=None, **kwargs) -> list:
@@ -603,7 +600,7 @@ class GraphFunction:
 
 def _consts(prog: Program, args) -> dict | None:
     """The values of a call's float arguments for the constants bound to them (const node id -> value)."""
-    bound = prog.scalar_args
+    bound = prog.graph.scalar_args
     return {n.id: args[pos] for n, pos in bound} if bound else None
 
 

@@ -305,7 +305,7 @@ class Graph(Backend):
 
     def prune(self) -> None:
         """Drop the operations no output depends on (a rewrite such as ``ops.cat``'s can leave some behind);
-        inputs and user kernels stay."""
+        inputs and user kernels stay. A constant bound to a float argument that is dropped is bound no more."""
         live = set()
         stack = [o for o in self.outputs] + [n for n in self.nodes if n.op in ("input", "custom")]
         while stack:
@@ -318,6 +318,8 @@ class Graph(Backend):
             self.nodes = [n for n in self.nodes if id(n) in live]
             for i, n in enumerate(self.nodes):
                 n.id = i
+        if self.scalar_args:  # (a dropped node keeps its old id, which may now name another node)
+            self.scalar_args = [(n, pos) for n, pos in self.scalar_args if id(n) in live]
 
     def users(self) -> dict[int, list[Node]]:
         out: dict[int, list[Node]] = {n.id: [] for n in self.nodes}

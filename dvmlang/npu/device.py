@@ -468,8 +468,11 @@ class Device:
         if rp is not None and not pending:
             if rp.n > L.watchdog:
                 return False
-            pids, coords = programs(0, P, kern.grid[0], kern.grid[1])
-            quietly(_replay.run, rp, Batch(pids, kern.grid, m.zero_regs, uniform=True, coords=coords), L)
+            if rp.__class__ is _replay.Parts:
+                quietly(_replay.run, rp, None, L)
+            else:
+                pids, coords = programs(0, P, kern.grid[0], kern.grid[1])
+                quietly(_replay.run, rp, Batch(pids, kern.grid, m.zero_regs, uniform=True, coords=coords), L)
             return True
         if not _replay.eligible(m):
             base.replay = False

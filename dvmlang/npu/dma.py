@@ -477,22 +477,18 @@ def dma_read(g: np.ndarray, desc: Desc, shape, npdt, pad, n, pending=False):
             return out, False
     out = _padded(n, shape, npdt, pad)
     kinds = _box_classes(desc, n) if u is None else None
-    if kinds is not None and (kinds[1] is None or len(kinds[1]) <= n // 8):  # each kind of box as one view, the
-        _read_kinds(g, kinds[0], out)  # few programs of no kind one by one
-        if kinds[1] is not None:
-            for i, start, ext, st, box in _per_program(desc, n, kinds[1]):
-                out[(i,) + box] = _strided(g, start, ext, st)
-        return out, False
-    plan = _gather_plan(desc, n, shape)
-    if plan is not None:  # every program's box in one indexed copy
-        out.reshape(-1)[plan[1]] = g[plan[0]]
-        return out, False
-    if kinds is not None:  # (boxes too many for a plan) the kinds as views, the programs of no kind one by one
+    # each kind of box as one view and the programs of no kind one by one, unless more than a few are of no kind
+    # and the indexed copy takes them all
+    if kinds is None or (kinds[1] is not None and len(kinds[1]) > n // 8):
+        plan = _gather_plan(desc, n, shape)
+        if plan is not None:  # every program's box in one indexed copy
+            out.reshape(-1)[plan[1]] = g[plan[0]]
+            return out, False
+    if kinds is not None:
         _read_kinds(g, kinds[0], out)
-        for i, start, ext, st, box in _per_program(desc, n, kinds[1]):
-            out[(i,) + box] = _strided(g, start, ext, st)
-        return out, False
-    for i, start, ext, st, box in _per_program(desc, n):
+        if kinds[1] is None:
+            return out, False
+    for i, start, ext, st, box in _per_program(desc, n, None if kinds is None else kinds[1]):
         out[(i,) + box] = _strided(g, start, ext, st)
     return out, False
 

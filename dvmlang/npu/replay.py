@@ -37,9 +37,10 @@ each group's path one function, run on a batch of its programs alone.
 
 Not replayed: traced launches, devices in debug or race-detection mode (never untimed), the sequential device,
 kernels with atomics, groups whose path tests a live register, more than ``MAX_PARTS`` groups, several batches,
-paths longer than ``MAX_STEPS``, and a watchdog budget the path would exceed: those run as before. ``Device(replay=False)`` turns it off. ``tests/test_replay.py``
-compares replayed launches with the full path's on the gallery, the Triton tutorials, random kernels, the test
-suite's torch models and out-of-range gathers.
+paths longer than ``MAX_STEPS``, and a watchdog budget the path would exceed: those run as before.
+``Device(replay=False)`` turns it off. ``tests/test_replay.py`` compares replayed launches with the full path's on
+the gallery, the Triton tutorials, random kernels, the test suite's torch models, out-of-range gathers and
+programs replayed in groups.
 """
 
 from __future__ import annotations
@@ -559,7 +560,7 @@ def _dead_stores(ub: list) -> set:
 def run(rp, b, L) -> None:
     """Replay ``rp`` on batch ``b`` of launch ``L`` (floating-point errors ignored by the caller): the counts as the
     step-by-step path leaves them. ``Parts`` run each group of programs on a batch of its own, in program order
-    (``b``, the whole launch's batch, is not used)."""
+    (``b`` is None for them: the callers make no batch of the whole launch)."""
     if rp.__class__ is Parts:
         grid, zero = rp.grid, rp.zero_regs
         for pids, coords, one in rp.parts:

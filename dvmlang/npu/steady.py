@@ -44,7 +44,7 @@ class Steady:
     """What every steady relaunch of one launch base repeats (see the module's docstring)."""
 
     __slots__ = ("spare", "rp", "kept", "key", "alias", "alias_items", "sizes", "one", "state", "prefix", "pids", "coords",
-                 "grid", "zero_regs")
+                 "grid", "zero_regs", "whole")
 
     def fits(self, arrays: dict, alias: dict) -> bool:
         """Whether a launch on ``arrays`` with ``alias`` has the timing key this was made for."""
@@ -90,6 +90,7 @@ def make(device, base, bc, arrays: dict, alias: dict) -> Steady | None:
         if device._batch_size(kern, P)[1] < P or rp.n > L.watchdog:
             return None  # (Device._replay_batch: several batches, or the steps one by one)
         st.grid, st.zero_regs = kern.grid, m.zero_regs
+        st.whole = rp.__class__ is Replay  # (replay.Parts make batches of their groups)
         st.pids, st.coords = programs(0, P, kern.grid[0], kern.grid[1])
     base.steady = st
     return st
@@ -120,7 +121,7 @@ def run(device, base, st: Steady, bc, arrays: dict, alias: dict):
             quietly(_replay.run, st.rp, b, L)
         else:
             L.executed = 0
-            b = Batch(st.pids, st.grid, st.zero_regs, uniform=True, coords=st.coords)
+            b = Batch(st.pids, st.grid, st.zero_regs, uniform=True, coords=st.coords) if st.whole else None
             quietly(_replay.run, st.rp, b, L)
         record = device._finish(base, L, *st.kept.figures())[0]
     except BaseException:
