@@ -472,3 +472,51 @@ def test_the_split_plan_s_function_is_written_when_the_split_plan_first_runs():
             _settle()
     assert served == [False, True, True, True, True], served
     assert g.stats.builds == builds and _fast_count(g) == 2
+
+
+def test_a_kept_input_reaches_the_device_as_the_same_arrays_and_is_never_held(monkeypatch):
+    """A caller that passes the same array again (a weight: a view of its tensor's memory, as the torch backend
+    passes it) gives the device the same flat arrays at every call (what the L2 model knows a buffer by); a
+    1-D input is its own flat array; nothing an input reaches is kept alive by the program once the caller lets
+    it go, whether it owns its memory or is a view."""
+    import weakref
+
+    from dvmlang.npu import device as npu_device
+
+    seen = []
+    run_stack = npu_device.Device.run_stack
+
+    def recording(self, stages, name=None, trace=None):
+        seen.append([list(it.arrays.values()) if isinstance(it.arrays, dict) else list(it.arrays)
+                     for st in stages for it in st])
+        return run_stack(self, stages, name=name, trace=trace)
+
+    monkeypatch.setattr(npu_device.Device, "run_stack", recording)
+    g = dvmlang.graph(lambda x, w, b: ops.gelu(x @ w + b) * 2.0 + x[:, :1])
+    rng = np.random.default_rng(3)
+    root = rng.standard_normal((32, 48)).astype(np.float32)
+    w, b = root[...], rng.standard_normal(48).astype(np.float32)
+    for _ in range(2):  # (the instance function is written after the first call)
+        g(rng.standard_normal((20, 32)).astype(np.float32), w, b)
+    _settle()
+    assert _fast_count(g) >= 1
+    x = rng.standard_normal((20, 32)).astype(np.float32)
+    calls = []
+    for _ in range(3):
+        seen.clear()
+        out = g(x, w, b)
+        calls.append(seen[0])
+        np.testing.assert_allclose(out, _gelu_ref(x @ w + b) * 2.0 + x[:, :1], rtol=1e-4, atol=1e-4)
+    flat_w = [a for k in calls[-1] for a in k if np.shares_memory(a, root)]
+    assert flat_w and all(any(a is f for k in calls[-2] for a in k) for f in flat_w), "a new view of w per call"
+    assert any(a is b for k in calls[-1] for a in k), "a 1-D input is its own flat array"
+    refs = [weakref.ref(root), weakref.ref(x), weakref.ref(b)]
+    del w, root, x, b, calls, flat_w, out
+    seen.clear()
+    assert all(r() is None for r in refs), "the program holds an input the caller let go"
+
+
+def _gelu_ref(v):
+    from math import erf, sqrt
+
+    return v * 0.5 * (1.0 + np.vectorize(lambda t: erf(t / sqrt(2.0)))(v).astype(np.float32))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 
 import numpy as np
 
@@ -92,6 +93,35 @@ def _instance(gk, build, inst, ikey, args, grid, arrays):
         gk.stats.hits += 1
     gk.stats.launches += 1
     return bc
+
+
+def _flat(pool, k: int, a):
+    """The entry of input ``a``'s flat view in slot ``k`` of a call's pool: (a weak reference to ``a``, its flat
+    view, its pieces by offset), kept while ``a`` lives when the view does not hold ``a`` itself (``a`` a view of
+    another array, as the torch backend passes its tensors), so the next call that passes ``a`` gets the same
+    arrays; an array that owns its memory gets a new view (holding it would keep it alive)."""
+    flat = a.reshape(-1)
+    if flat.base is a:
+        return _ONCE, flat, {}
+
+    def gone(ref, pool=pool, k=k):  # (``a`` freed: its entry goes with it, not at the next collection)
+        e = pool[k]
+        if e is not None and e[0] is ref:
+            pool[k] = None
+    e = pool[k] = (weakref.ref(a, gone), flat, {})
+    return e
+
+
+def _ONCE():
+    return None
+
+
+def _piece(pieces: dict, flat, off: int):
+    """``flat[off:]``, the same array for every call with the entry (``_flat``)."""
+    v = pieces.get(off)
+    if v is None:
+        v = pieces[off] = flat[off:]
+    return v
 
 
 def _take(pool, k, n, dtype):
@@ -180,7 +210,8 @@ class _Generator:
         p: Plan = self.launch.plan
         if not prog.fuse or any(gl.__class__ is not GroupLaunch for st in self.launch.stages for gl in st):
             raise _Unsupported
-        w.ns.update(np=np, empty=np.empty, StackItem=StackItem, _instance=_instance, _take=_take,
+        w.ns.update(np=np, empty=np.empty, StackItem=StackItem, _instance=_instance, _take=_take, _flat=_flat,
+                    _piece=_piece,
                     _addressing=_addressing,
                     _materialise=_materialise, alias_groups=alias_groups, _input_classes=_input_classes,
                     perf_counter=time.perf_counter, SPLIT=SPLIT, Run=self.run_type)
@@ -209,20 +240,16 @@ class _Generator:
         w("    if tiles.get(key) is not kept:")
         w("        return None")
         self.pooled = self.poolable()
-        if self.pooled:
-            w.const("POOL", [])
-            w.const("FRESH", [np.empty(0, dt) for dt in self.pooled.values()])
-            w("try:")
-            w("    pool = POOL.pop()")
-            w("except IndexError:")
-            w("    pool = FRESH[:]")
-            self.slot = {oid: k for k, oid in enumerate(self.pooled)}
+        pool_at = len(w.lines)  # (the pool is taken here when the call uses one: known once the groups are written)
+        self.slot = {oid: k for k, oid in enumerate(self.pooled)}
+        self.views = 0  # the pool's slots for flat views and pieces kept across calls (after the buffers)
         self.needs_env = False
         body_at = len(w.lines)
         self.ws = _Writer()  # the body of ``sized``: the work that depends on the call's sizes alone
         self.ws.ns = w.ns
         self.sized_params: list[str] = []  # its parameters beyond the sizes: the tensors' flat arrays
         self.flat_of: dict[str, str] = {}  # an array's variable -> the variable of its flat view
+        self.entry_of: dict[str, str] = {}  # an input's variable -> the variable of its kept flat view (``_flat``)
         self.items: list[list[str]] = []  # per stage, each group's StackItem (made per call)
         self.tags: list[str] = []
         for k, stage in enumerate(self.launch.stages):
@@ -233,7 +260,11 @@ class _Generator:
         w("stages = [" + ", ".join("[" + ", ".join(items) + "]" for items in self.items) + "]")
         w("PROG.encode_s += perf_counter() - t0")
         w("record = device.run_stack(stages, name=NAME, trace=session)")
-        if self.pooled:
+        if self.pooled or self.views:
+            w.const("POOL", [])
+            w.const("FRESH", [np.empty(0, dt) for dt in self.pooled.values()] + [None] * self.views)
+            w.lines[pool_at:pool_at] = ["    try:", "        pool = POOL.pop()", "    except IndexError:",
+                                        "        pool = FRESH[:]"]
             w(f"if len(POOL) < {_POOLS}:")
             w("    POOL.append(pool)")
         w.const("NAME", prog.name)
@@ -389,6 +420,49 @@ class _Generator:
             w("    return None")
             w("PROG.fallbacks += 1")
             w("PROG._ahead.wait()")
+
+    def flat_view(self, root: str, flat: str) -> None:
+        """Write ``flat = root.reshape(-1)``, as the same array at every call that passes the same input: the
+        device's L2 model knows a buffer by its array (one lookup for an array it has seen; a launch on arrays
+        it found whole in L2 before is one lookup more), so a new view at every call of a weight it holds would
+        be a new array to place at every launch. A 1-D input is its own flat view; another input's is kept in
+        the pool (``_flat``) for as long as the input lives, without holding it."""
+        w = self.w
+        if root[0] == "a" and len(self.g.inputs[int(root[1:])].shape) == 1:
+            w(f"{flat} = {root}")  # (the binding checked it is 1-D and C-contiguous)
+            return
+        if root[0] != "a":
+            w(f"{flat} = {root}.reshape(-1)")  # (an output made by this call: a new array anyway)
+            return
+        k = len(self.pooled) + self.views
+        self.views += 1
+        self.entry_of[root] = f"e_{root}"
+        w(f"e_{root} = pool[{k}]")
+        w(f"if e_{root} is None or e_{root}[0]() is not {root}:")
+        w(f"    e_{root} = _flat(pool, {k}, {root})")
+        w(f"{flat} = e_{root}[1]")
+
+    def piece(self, f: str, root: str, flat: str, off: str) -> None:
+        """Write ``f = flat[off:]``: kept across calls with the input's flat view (``_flat``), or in a slot of the
+        pool for a pooled intermediate's (which the pool holds anyway)."""
+        w = self.w
+        e = self.entry_of.get(root)
+        if e is not None:
+            w(f"{f} = _piece(e_{root}[2], {flat}, {off})")
+        elif root[0] == "o" and int(root[1:]) in self.slot:
+            k = len(self.pooled) + self.views
+            self.views += 1
+            if not off.isdigit():
+                w(f"off{f} = {off}")
+                off = f"off{f}"
+            w(f"c = pool[{k}]")
+            w(f"if c is not None and c[0] is {flat} and c[1] == {off}:")
+            w(f"    {f} = c[2]")
+            w("else:")
+            w(f"    {f} = {flat}[{off}:]")
+            w(f"    pool[{k}] = ({flat}, {off}, {f})")
+        else:
+            w(f"{f} = {flat}[{off}:]")
 
     def poolable(self) -> dict:
         """The values a call stores only for its own later groups (node id -> dtype): no output of the program is
@@ -559,9 +633,9 @@ class _Generator:
             flat = self.flat_of.get(root)
             if flat is None:  # (each array's flat view made once per call)
                 flat = self.flat_of[root] = f"fl_{root}"
-                w(f"{flat} = {root}.reshape(-1)")
+                self.flat_view(root, flat)
             if off != "0":
-                w(f"{f} = {flat}[{off}:]")
+                self.piece(f, root, flat, off)
             else:
                 f = flat
             flats.append(f)

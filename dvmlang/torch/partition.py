@@ -352,7 +352,7 @@ def _view(views: dict, key, t) -> np.ndarray:
     a = seen[1]
     if a is not None and t.data_ptr() == seen[2] and t.stride() == seen[3] and a.shape == t.shape:
         return a
-    a = to_numpy(t)
+    a = to_numpy(t)[...]  # (a view of the tensor's array: a fused program keeps its flat view while ``a`` lives)
     views[key] = (seen[0], a, t.data_ptr(), t.stride())
     return a
 
