@@ -139,3 +139,35 @@ def test_calls_straight_to_the_program_take_the_floats_and_stop_when_they_become
     for a in (2.0, 11.0, 13.0):
         np.testing.assert_array_equal(g(x, a), x * np.float32(a))
     assert g.stats.captures == 5  # (the generic one, the 3-D one, then one per new value)
+
+
+def test_a_float_from_a_trailing_default_is_taken_on_the_straight_path(monkeypatch):
+    """A function whose float parameter has a default (``eps=1e-5``) and is called without it goes straight to
+    its program's instance functions too, with the default's value; a call passing another value gets that
+    value, and the default is used again after it."""
+    from dvmlang.fuser import api
+
+    def f(x, w, eps=1e-5, scale=2.0):
+        return x * ops.rsqrt(ops.mean(x * x, axis=-1, keepdims=True) + eps) * w * scale
+
+    def want(x, w, eps=1e-5, scale=2.0):
+        ms = (x * x).mean(-1, keepdims=True)
+        return x / np.sqrt(ms + np.float32(eps)) * w * np.float32(scale)
+
+    g = dvmlang.graph(f)
+    direct = []
+    call_direct = api.GraphFunction._call_direct
+
+    def counting(self, args, device):
+        r = call_direct(self, args, device)
+        direct.append(r is not None)
+        return r
+
+    monkeypatch.setattr(api.GraphFunction, "_call_direct", counting)
+    w = _x((40,), seed=1)
+    for k, eps in enumerate((None, None, 0.5, None, None, 1e-5, 3.0)):
+        x = _x(seed=k)
+        got = g(x, w) if eps is None else g(x, w, eps)
+        np.testing.assert_allclose(got, want(x, w) if eps is None else want(x, w, eps), rtol=2e-5, atol=1e-6)
+    assert g.stats.captures == 1
+    assert direct[-4:] == [True] * 4, direct  # (after the calls that wrote the instance functions)

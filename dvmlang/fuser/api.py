@@ -548,8 +548,9 @@ class GraphFunction:
             return
         if any(w is not None and (w[1] or w[0] >= len(raw)) for w in prog.arg_paths):
             return
-        if any(pos >= len(raw) for _, pos in prog.graph.scalar_args):
-            return
+        if any(pos >= len(raw) for _, pos in prog.graph.scalar_args) and \
+                (self._tail is None or len(raw) < len(self.names) - len(self._tail)):
+            return  # (a float from a keyword; one from a trailing default is that default: ``_call_direct``)
         entry = (prog, [w[0] if w is not None else prog.graph.closures[n]
                         for n, w in zip(prog.graph.inputs, prog.arg_paths)])
         d = self._direct.setdefault(self._direct_key(raw), [None, {}])
@@ -572,6 +573,8 @@ class GraphFunction:
         prog, order = entry
         arrays = [args[p] if p.__class__ is int else p for p in order]
         before = prog.fallbacks
+        if prog.graph.scalar_args and len(args) < len(self.names):  # (floats from trailing defaults)
+            args = args + self._tail[len(args) - len(self.names):]
         r = prog.run_fast(arrays, device, active_session(), _consts(prog, args))
         return None if r is None else self._returned(prog, before, r)
 
