@@ -1,7 +1,8 @@
 """Whole models on the simulated NPU against torch eager on this CPU, in one run (issue 38's targets).
 
 * models     the torch models of the test suite and the examples (tests/test_torch_compile.py,
-             tests/test_torch_blocks.py, examples/torch_*.py) and three larger ones, forward in eval under
+             tests/test_torch_blocks.py, the model zoo of tests/test_torch_zoo.py, examples/torch_*.py) and three
+             larger ones, forward in eval under
              ``torch.compile(model, backend="dvmlang")``: the median host time of a steady call (after three
              warm calls) against torch eager's, calls taken in turn. Eager is timed with torch's own threads and
              with one thread, and the faster of the two is the reference. The ratio's target: at most 5x over the
@@ -99,6 +100,10 @@ def models(quick: bool) -> dict:
         out[f"{kind}_tiny"] = (_transformers(kind), (_ids(1, 9, 64),))
     out["llama_example"] = (_transformers("llama", 32, 1, 128), (_ids(1, 32, 128),))
     out["llama_2x64_batch2x40"] = (_transformers("llama", 64, 2, 256), (_ids(2, 40, 256),))
+    from test_torch_zoo import FORWARD  # the test suite's model zoo (forward; transformers models need the extra)
+    for name, (make, inputs, _) in FORWARD.items():
+        torch.manual_seed(0)
+        out[f"zoo_{name}"] = (make(), inputs())
     if not quick:  # larger: eager takes milliseconds
         out["llama_h256_l2_s128"] = (_transformers("llama", 256, 2, 1024), (_ids(1, 128, 1024),))
         out["gpt2_h256_l2_s128"] = (_transformers("gpt2", 256, 2, 1024), (_ids(1, 128, 1024),))
@@ -131,7 +136,7 @@ def bench_models(quick: bool, rounds: int, inductor: bool = False, only=None) ->
             continue
         torch._dynamo.reset()
         compiled = torch.compile(fn, backend="dvmlang")
-        with torch.no_grad():
+        with torch.no_grad(), torch._dynamo.config.patch(allow_rnn=True):  # (the zoo's LSTM and GRU, not left to eager)
             ref = _first(fn(*args))
             for _ in range(3):
                 got = _first(compiled(*args))

@@ -69,59 +69,72 @@ def _t5_config():
                       decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
 
 
-def test_vision_transformer():
-    _forward(lambda: T.ViTModel(_vit_config()).eval(), torch.randn(2, 3, 16, 16), out=lambda o: o.last_hidden_state)
+class _Recurrent(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
+        self.gru = torch.nn.GRU(16, 8, batch_first=True)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.gru(self.lstm(x)[0])[0][:, -1])
 
 
-def test_convnet():
-    make = lambda: torch.nn.Sequential(  # noqa: E731
-        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8), torch.nn.Conv2d(8, 8, 1), torch.nn.GELU(),
-        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4)).eval()
-    _forward(make, torch.randn(2, 3, 16, 16))
-
-
-def test_encoder_decoder():
-    ids, dec = torch.randint(2, 64, (2, 7)), torch.randint(2, 64, (2, 5))
-    _forward(lambda: T.T5ForConditionalGeneration(_t5_config()).eval(), ids, None, dec, out=lambda o: o.logits)
-
-
-def test_speech_encoder():
+def _whisper_encoder():
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
     cfg = T.WhisperConfig(vocab_size=64, num_mel_bins=8, encoder_layers=1, d_model=32, encoder_attention_heads=4,
                           encoder_ffn_dim=64, max_source_positions=8, pad_token_id=0, bos_token_id=1,
                           eos_token_id=1, decoder_start_token_id=1)
-    _forward(lambda: WhisperEncoder(cfg).eval(), torch.randn(2, 8, 16), out=lambda o: o.last_hidden_state)
+    return WhisperEncoder(cfg).eval()
 
 
-def test_moe_decoder():
+def _mixtral():
     cfg = T.MixtralConfig(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=1,
                           num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
                           max_position_embeddings=64, use_cache=False)
-    _forward(lambda: T.MixtralForCausalLM(cfg).eval(), torch.randint(0, 64, (2, 9)), out=lambda o: o.logits)
+    return T.MixtralForCausalLM(cfg).eval()
 
 
-def test_recurrent_net():
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
-            self.gru = torch.nn.GRU(16, 8, batch_first=True)
-            self.head = torch.nn.Linear(8, 3)
-
-        def forward(self, x):
-            return self.head(self.gru(self.lstm(x)[0])[0][:, -1])
-    with torch._dynamo.config.patch(allow_rnn=True):  # without it dynamo leaves recurrent modules to eager
-        _forward(lambda: Net().eval(), torch.randn(2, 5, 8))
-
-
-def test_attention_with_a_padding_mask():
-    cfg = T.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                       intermediate_size=64, max_position_embeddings=32)
+def _bert_inputs():
     ids = torch.randint(0, 64, (2, 9))
     mask = torch.ones(2, 9, dtype=torch.long)
     mask[1, 6:] = 0
-    _forward(lambda: T.BertModel(cfg).eval(), ids, mask, out=lambda o: o.last_hidden_state)
+    return ids, mask
+
+
+def _bert():
+    cfg = T.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                       intermediate_size=64, max_position_embeddings=32)
+    return T.BertModel(cfg).eval()
+
+
+# name -> (a function making the model, a function making its inputs, what to compare of its output); the
+# benchmark of steady calls (benchmarks/model_speed.py) runs them too
+FORWARD = {
+    "vision_transformer": (lambda: T.ViTModel(_vit_config()).eval(), lambda: (torch.randn(2, 3, 16, 16),),
+                           lambda o: o.last_hidden_state),
+    "convnet": (lambda: torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8), torch.nn.Conv2d(8, 8, 1), torch.nn.GELU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4)).eval(),
+        lambda: (torch.randn(2, 3, 16, 16),), lambda o: o),
+    "encoder_decoder": (lambda: T.T5ForConditionalGeneration(_t5_config()).eval(),
+                        lambda: (torch.randint(2, 64, (2, 7)), None, torch.randint(2, 64, (2, 5))),
+                        lambda o: o.logits),
+    "speech_encoder": (_whisper_encoder, lambda: (torch.randn(2, 8, 16),), lambda o: o.last_hidden_state),
+    "moe_decoder": (_mixtral, lambda: (torch.randint(0, 64, (2, 9)),), lambda o: o.logits),
+    "recurrent_net": (_Recurrent, lambda: (torch.randn(2, 5, 8),), lambda o: o),  # (dynamo: allow_rnn)
+    "attention_with_a_padding_mask": (_bert, _bert_inputs, lambda o: o.last_hidden_state),
+}
+
+
+@pytest.mark.parametrize("name", list(FORWARD))
+def test_forward(name):
+    make, inputs, out = FORWARD[name]
+    torch.manual_seed(0)
+    args = inputs()
+    with torch._dynamo.config.patch(allow_rnn=True):  # without it dynamo leaves recurrent modules to eager
+        _forward(make, *args, out=out)
 
 
 def test_generate_with_a_kv_cache_decode_step_no_costlier_than_prefill():
