@@ -418,3 +418,26 @@ def test_a_norm_after_a_projection_and_residual_add_is_one_kernel():
             D.reset_stats()
             _close(compiled(x, h), f(x, h))
     assert len([m for r in D.launches() for m in getattr(r, "members", [r])]) == 2  # the projection; the rest
+
+
+def test_outputs_never_share_memory_with_each_other_or_the_inputs():
+    """A region's outputs reach torch as tensors of their own (autograd may accumulate into one in place): an
+    output the program stored, a view of it, a slice of it, a layout other than row-major; at every call,
+    including the steady ones. (Dynamo itself returns the same tensor twice for ``y, ..., y``, and makes
+    ``x.view(-1)`` of the input outside the compiled graph: those share memory as in eager.)"""
+    def f(x, w):
+        y = torch.relu(x @ w) + 1.0
+        z = (x * 2.0).t()
+        return y, y.t(), y, x.view(-1), z, torch.tanh(z) * 0.5, y[1:]
+
+    torch._dynamo.reset()
+    c = torch.compile(f, backend="dvmlang")
+    x, w = torch.randn(6, 5), torch.randn(5, 7)
+    with torch.no_grad():
+        for _ in range(4):
+            got, want = c(x, w), f(x, w)
+            _close(got, want)
+            arrays = [t.numpy() for t in got] + [x.numpy(), w.numpy()]
+            shared = {(i, j) for i in range(len(got)) for j in range(i + 1, len(arrays))
+                      if np.shares_memory(arrays[i], arrays[j])}
+            assert shared == {(0, 2), (3, 7)} and got[0] is got[2], shared

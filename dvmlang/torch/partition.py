@@ -55,6 +55,7 @@ class Step:
     reason: str = ""
     out_index: list = field(default_factory=list)  # per output, its index in the program's graph outputs
     orders: list | None = None  # per output, its stride order (stride_order), worked out at the first call
+    row_major: list | None = None  # per output, whether that order is the dims in order
     views: dict = field(default_factory=dict)  # input key -> (weakref to the tensor, its view or None): _view
 
 
@@ -267,9 +268,13 @@ class CompiledGraph:
         orders = step.orders
         if orders is None:  # (each output's stride order: its fake value's, the same at every call)
             orders = step.orders = [stride_order(fx.meta.get("val")) for fx, _ in step.outputs]
-        for (fx, lv), i, order in zip(step.outputs, step.out_index, orders):
+            step.row_major = [o is not None and o == list(range(len(o))) for o in orders]
+        for (fx, lv), i, order, row_major in zip(step.outputs, step.out_index, orders, step.row_major):
             arr = values[outs[i].id]
-            env[fx] = from_numpy(arr, lv, given, fx, order)
+            # an array this call allocated (it owns its memory, and is none of the arrays before it) shares memory
+            # with none of them: only the others are compared
+            fresh = arr.base is None and not any([arr is a for a in given])
+            env[fx] = from_numpy(arr, lv, () if fresh else given, fx, order, row_major)
             given.append(arr)
 
 
@@ -368,7 +373,7 @@ def to_numpy(t) -> np.ndarray:
     return t.numpy()
 
 
-def from_numpy(arr: np.ndarray, lv: LVal, others, fx, order=False) -> torch.Tensor:
+def from_numpy(arr: np.ndarray, lv: LVal, others, fx, order=False, row_major: bool = False) -> torch.Tensor:
     """A torch tensor sharing ``arr``'s memory, in the layout torch's metadata says (an eager kernel downstream
     may rely on it). Copied when read-only, when it aliases a region input or another output (autograd may
     accumulate into a gradient in place), or when its strides are not torch's."""
@@ -381,6 +386,8 @@ def from_numpy(arr: np.ndarray, lv: LVal, others, fx, order=False) -> torch.Tens
         t = torch.from_numpy(arr)
     if lv.folded:
         t = t.reshape([int(np.prod([arr.shape[a] for a in g], dtype=np.int64)) for g in lv.groups])
+    if row_major and arr.flags.c_contiguous:  # (``order``, worked out by the caller, is the dims in order)
+        return t
     return _layout(t, fx.meta.get("val"), order)
 
 
