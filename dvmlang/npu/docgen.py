@@ -81,7 +81,9 @@ MODEL = """\
   for an unchanged tensor at every call: a parameter's from its first call, another tensor's from its second call
   in a row (`torch/partition.py`). So a model's weights stay one GM buffer, warm in L2 across calls, as on the
   hardware; the fused program's pooled intermediates keep their arrays (a call of the same sizes gets the pieces
-  of the last one: `fuser/instance._take`); activations and outputs are new arrays and start cold.)
+  of the last one: `fuser/instance_calls._take`), and the flat views a program passes the device of an input it
+  is given again are the same arrays while the input lives (`_flat`); activations and outputs are new arrays
+  and start cold.)
 
 ## The cycle model
 
