@@ -365,6 +365,16 @@ def generate(m, trace, n: int) -> Replay | None:
             assert body[-1].startswith(("MU[", "place_among(MU,")), body[-1]
             ub.append((len(body) - 1, addr, addr + nbytes))  # its store, a whole tile
             continue
+        if s.ins.family == "l0c_fill" and d.vals["rs"] not in live and cur[d.vals["rs"]] is not _UNKNOWN:
+            # an accumulator's fill with a register the instance fixes: the same tile at every launch, made now
+            # (the step's broadcast of the lifted register, read-only as the step's is)
+            _, fdt, fshape = m.layout(d.vals["dst"])
+            v = sem.lift(cur[d.vals["rs"]], len(fshape), fdt.np)
+            env[f"CV{i}"] = np.broadcast_to(v, (v.shape[0],) + tuple(fshape))
+            env[f"CW{i}"] = m.writer(d.vals["dst"], "l0c")
+            body.append(f"CW{i}(b, CV{i})")
+            ub.append([])
+            continue
         fast = resolved.get(j)
         if w_reg is not None:
             live.add(w_reg)  # (a value from memory: a scalar load, a tile's element)
