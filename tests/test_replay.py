@@ -472,3 +472,64 @@ def test_programs_whose_paths_part_are_replayed_in_groups(monkeypatch):
         assert results[0] == results[1], name
         assert [(r[0][0], r[1]) for r in results[0]] == [(r[0][0], r[1]) for r in results[2]], name
         assert sum(parts) >= 2, name  # (not vacuous: the last two launches replay the groups)
+
+
+@pytest.mark.parametrize("case", ["k_loop", "one_step", "store_into_an_input"])
+def test_a_replayed_matmul_holds_its_cube_tiles_as_the_full_path_stores_them(case, monkeypatch):
+    """A replay keeps a matmul's tiles in local variables (``npu/cube_chain.py``): loads into L1, the copies to
+    L0A / L0B, the MMADs of a K loop accumulating into L0C and the accumulator's fill; slots that no step run as
+    itself reads are not stored. Records, outputs and faults against ``Device(replay=False)`` and the sequential
+    device's cycles and outputs, on relaunches, on new data and on tensors of other sizes (the instance's steps
+    then run and are read back); a program that stores into its input between the loads and the product reads
+    what the full path reads."""
+    import dvmlang
+    import dvmlang.language as dl
+
+    @dvmlang.kernel
+    def mm(a_ptr, b_ptr, c_ptr, N, K, BM: dl.constexpr, BN: dl.constexpr, BK: dl.constexpr, STORE: dl.constexpr):
+        # (unmasked whole tiles over a grid of rows: each load is one view of its tensor, read straight)
+        om = dl.program_id(0) * BM + dl.arange(0, BM)
+        on = dl.program_id(1) * BN + dl.arange(0, BN)
+        ok = dl.arange(0, BK)
+        acc = dl.zeros((BM, BN), dtype=dl.float32)
+        for k in range(0, K // BK):
+            kk = k * BK + ok
+            a = dl.load(a_ptr + om[:, None] * K + kk[None, :])
+            b = dl.load(b_ptr + kk[:, None] * N + on[None, :])
+            if STORE:
+                dl.store(a_ptr + om[:, None] * K + kk[None, :], a * 2.0)
+            acc = dl.dot(a, b, acc)
+        dl.store(c_ptr + om[:, None] * N + on[None, :], acc.to(dl.float16))
+
+    M, N, K = {"k_loop": (32, 48, 64), "one_step": (16, 16, 16), "store_into_an_input": (16, 32, 48)}[case]
+    seen = []
+    run = Device.run
+
+    def capture(self, bc, arrays, **kw):
+        seen.append(bc)
+        return run(self, bc, arrays, **kw)
+    monkeypatch.setattr(Device, "run", capture)
+    args = (np.zeros(M * K, np.float16), np.zeros(K * N, np.float16), np.zeros(M * N, np.float16), N, K)
+    mm[(M // 16, 1)](*args, BM=16, BN=N, BK=16, STORE=case == "store_into_an_input", device=Device())
+    monkeypatch.undo()
+    bc = seen[0]
+    sources = _sources(monkeypatch)
+    count = _Count(monkeypatch)
+    extra = [0, 0, 0, 0, 8, 0, 0]  # (elements added to the inputs: the instance's steps run on the other size)
+    got = {}
+    for dev in (Device(replay=True), Device(replay=False), Device(sequential=True)):
+        outs = []
+        for i, more in enumerate(extra):
+            rng = np.random.default_rng(i)
+            a = rng.standard_normal(M * K + more).astype(np.float16)
+            b = rng.standard_normal(K * N + more).astype(np.float16)
+            c = np.full(M * N, -1.0, np.float16)
+            outs.append(_outcome(lambda: (dev.run(bc, {0: a, 1: b, 2: c}, name="mm"), [a, b, c])))
+        got[dev] = outs
+    full, seq = list(got.values())[1:]
+    replayed = list(got.values())[0]
+    assert replayed == full, "a replayed matmul differs from the full path's"
+    assert [_cycles_and_outputs(o) for o in replayed] == [_cycles_and_outputs(o) for o in seq]
+    assert count.n >= 4, "the launches were not replayed"
+    if case != "store_into_an_input":  # (there the store between the loads and the product runs as itself)
+        assert any("= MM" in s for s in sources), "the product was not computed from the held tiles"

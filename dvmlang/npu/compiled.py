@@ -373,14 +373,20 @@ class _Tiles:
         self.n += 1
         var = f"t{self.n}"
         lines.append(f"{var} = FIN{pc}({expr})")
+        self.store(daddr, nbytes, ddt.np, tuple(dshape), var, lines)
+        return True
+
+    def store(self, daddr: int, nbytes: int, npdt, shape: tuple, var: str, lines: list) -> None:
+        """The line storing ``var`` (a tile of ``shape``) at ``daddr`` of the unified buffer, as the writer stores
+        it; ``var`` holds those bytes from here on."""
+        m = self.m
         if ("ub", daddr, nbytes) in m.alone:  # (no other tile range overlaps it: nothing to cut away)
             lines.append(f"MU[{daddr}] = Slot({var}, {nbytes})")
         else:
-            env[f"ST_{daddr}_{nbytes}"] = m.starts("ub", daddr, nbytes)
+            self.env[f"ST_{daddr}_{nbytes}"] = m.starts("ub", daddr, nbytes)
             lines.append(f"place_among(MU, {daddr}, {nbytes}, Slot({var}, {nbytes}), ST_{daddr}_{nbytes})")
         self.used = True
         end = daddr + nbytes
         for key in [k for k in self.local if k[0] < end and daddr < k[0] + k[1]]:
             del self.local[key]  # (what the store cut away, or replaced)
-        self.local[(daddr, nbytes, ddt.np)] = (var, tuple(dshape))
-        return True
+        self.local[(daddr, nbytes, npdt)] = (var, shape)

@@ -241,6 +241,14 @@ function (per instance, with the launch base), which keeps only what computes nu
   (its operands an index tile, the instance's registers, numbers, or results of such: a kernel's masks and index
   arithmetic) is computed once, when the replay is written, and every launch takes that array (read-only, the
   same bits as computing it again);
+* a matmul's tiles go through local variables too (`npu/cube_chain.py`): a load into L1 read straight from its
+  tensor, the copies to L0A and L0B, the MMADs (the K loop's accumulator included) and a copy of L0C into the
+  unified buffer each take their operands from the variables and compute as their steps do (the same
+  conversions, the same product in the accumulator's dtype, BLAS on one thread for a small product); a slot of
+  L1, L0A, L0B or L0C is stored only when a step the replay runs as itself reads it later (the same backward
+  pass, per space). An accumulator's fill from a register the instance fixes is made once, as a read-only tile.
+  The variables are forgotten at every step the replay runs as itself and at every store to global memory (a
+  load into L1 may be a view of its tensor);
 * a branch on a live register whose other way traps before the way on (a device assertion, such as a
   gather's index check) is tested as the step-by-step path tests it: the programs that go the other way trap,
   with the trap's error (the same programs, the same line), before any other program goes on. A path with any

@@ -21,7 +21,8 @@ that path as one function (``Replay``):
   (``compiled._Tiles``) with its register operands as constants, and its result is not stored in the unified
   buffer when no later step of the path reads those bytes (the batch's on-chip memory is dropped at the end);
   one that reads no loaded value (an index tile, a size argument, numbers: a kernel's masks and index arithmetic)
-  is computed when the function is written, and the path takes that array (``_fold``);
+  is computed when the function is written, and the path takes that array (``_fold``); a matmul's tiles (loads
+  into L1, copies to L0A / L0B and from L0C, MMADs) go through local variables too (``cube_chain``);
 * a branch on a live register whose other way traps (a device assertion: a gather's index check) is tested as
   the step-by-step path tests it; the programs that go the other way trap, with the trap's own error (the
   programs, as the split batch would hold them, and the line). Any other branch on a live register: no replay.
@@ -53,6 +54,7 @@ import numpy as np
 from ..errors import DvmError, InvalidBytecodeError
 from ..vm import semantics as sem
 from .compiled import SMALL_BYTES, STEP_ERRORS, _invalid, _tile_bytes, _Tiles
+from .cube_chain import SPACES, CubeLocals, reads_of
 from .boxview import _strided
 from .state import Batch, materialise_views
 from .timing_cache import _operands
@@ -290,6 +292,7 @@ def generate(m, trace, n: int) -> Replay | None:
 
     biggest = max((_tile_bytes(m, i, i + 1) for i, regs in path if regs is not None), default=0)
     tiles = _Tiles(m, env) if biggest and n <= SMALL_BYTES // biggest else None
+    cube = CubeLocals(m, env, tiles)
     cur = [_UNKNOWN] * len(first)  # (every register set at the first step that runs: whatever the batch starts with)
     body: list[str] = []
     live: set = set()  # registers holding a value from memory, or computed from one, at this point of the path
@@ -355,6 +358,14 @@ def generate(m, trace, n: int) -> Replay | None:
                 live.add(w_reg)
                 cur[w_reg] = _UNKNOWN
             continue
+        if s.ins.family == "mmad" or s.ins.family == "copy_space":
+            got = cube.emit(d, body)  # (a cube tile's step from the tiles the path holds: npu/cube_chain.py)
+            if got is not None:
+                ub.append([])
+                if got:  # a copy into the unified buffer: its value stored as a vector instruction's is
+                    tiles.store(*got[:4], got[4], body)
+                    ub.append((len(body) - 1, got[0], got[0] + got[1]))
+                continue
         at = len(body)
         if tiles is not None and tiles.emit(d, body):
             for x in range(at, len(body)):
@@ -372,8 +383,11 @@ def generate(m, trace, n: int) -> Replay | None:
             v = sem.lift(cur[d.vals["rs"]], len(fshape), fdt.np)
             env[f"CV{i}"] = np.broadcast_to(v, (v.shape[0],) + tuple(fshape))
             env[f"CW{i}"] = m.writer(d.vals["dst"], "l0c")
+            addr, fdt, fshape = m.layout(d.vals["dst"])
+            cube.stored(len(body), "l0c", addr, addr + int(np.prod(fshape, dtype=np.int64)) * fdt.itemsize)
             body.append(f"CW{i}(b, CV{i})")
             ub.append([])
+            cube.hold(d, "dst", f"CV{i}")
             continue
         fast = resolved.get(j)
         if w_reg is not None:
@@ -413,8 +427,13 @@ def generate(m, trace, n: int) -> Replay | None:
                     ub.append((None, lo, hi))
                 continue
             env[f"D{j}"] = fast
-            direct = _load_lines(fast, j, env) if s.ins.family == "dma_load" else \
-                _direct_store(m, d, fast, j, env, tiles)
+            if s.ins.family != "dma_load":
+                cube.forget(reads_of(m, d))  # (a store: a load into L1 the path holds may be a view of its tensor)
+            if s.ins.family == "dma_load" and w_tile is not None and w_tile[0] in SPACES:
+                direct = _cube_load(m, d, fast, j, env, cube, len(body))
+            else:
+                direct = _load_lines(fast, j, env) if s.ins.family == "dma_load" else \
+                    _direct_store(m, d, fast, j, env, tiles)
             if direct is not None:  # a load into another buffer, or a value the path holds written into the tensor
                 body += direct
                 ub.append([] if s.ins.family != "dma_load" else reads)  # (a store reads the buffer only through
@@ -426,13 +445,15 @@ def generate(m, trace, n: int) -> Replay | None:
             env[f"S{i}"] = s.fn
             body.append(f"S{i}(b, L)")
         ub.append(reads)
+        cube.forget(reads_of(m, d))
         if tiles is not None:
             tiles.forget()
     regs_to(final)
     dead = _dead_stores(ub)
-    if dead:  # (a dead load still loads, into its local variable alone)
+    gone = cube.dead()  # (cube tiles no step run as itself reads: their values stay in local variables)
+    if dead or gone:  # (a dead load still loads, into its local variable alone)
         body = [x if at not in dead else x[:-len("True)")] + "False)" for at, x in enumerate(body)
-                if at not in dead or at in kept_loads]
+                if (at not in dead or at in kept_loads) and at not in gone]
     head = ["def replay(b, L):", "    R = b.regs", "    k = 0"]
     if tiles is not None and tiles.used:
         head.append("    MU = b.mem['ub']")
@@ -493,6 +514,23 @@ def _put(pad, box, view):
     out = pad.copy()
     out[box] = view
     return out
+
+
+def _cube_load(m, d, fast, j: int, env: dict, cube, at: int) -> list | None:
+    """``_load_lines`` of a load into a cube space, its tile held in a local variable (``cube_chain``): read
+    back from its slot when the tensor has another size. ``at``: the body's line the lines start at."""
+    direct = _direct_load(fast, j, env)
+    if direct is None:
+        return None
+    value, cond, view = direct
+    var = cube.var()
+    env[f"RL{j}"] = m.reader(d.vals["dst"], d.ins.spaces["dst"])
+    addr, dtp, shape = m.layout(d.vals["dst"])
+    cube.stored(at + 2, d.ins.spaces["dst"], addr, addr + int(np.prod(shape, dtype=np.int64)) * dtp.itemsize)
+    cube.hold(d, "dst", var)
+    return [f"if {cond}:", f"    {var} = {value}",
+            f"    W{j}(b, {var}{f', L.alias[{fast.direct[0]}]' if view else ''})", "else:", f"    D{j}(b, L)",
+            f"    {var} = RL{j}(b, L)"]
 
 
 def _direct_store(m, d, fast, j: int, env: dict, tiles) -> list | None:
