@@ -247,8 +247,10 @@ function (per instance, with the launch base), which keeps only what computes nu
   conversions, the same product in the accumulator's dtype, BLAS on one thread for a small product); a slot of
   L1, L0A, L0B or L0C is stored only when a step the replay runs as itself reads it later (the same backward
   pass, per space). An accumulator's fill from a register the instance fixes is made once, as a read-only tile.
-  The variables are forgotten at every step the replay runs as itself and at every store to global memory (a
-  load into L1 may be a view of its tensor);
+  A store of a tile the path holds (in the unified buffer or in L0C) writes it as its step writes it (`dma_write`,
+  or one assignment to the view of its boxes) without reading its slot. The variables are forgotten at every
+  step the replay runs as itself and at every store to global memory (a load into L1 may be a view of its
+  tensor);
 * a branch on a live register whose other way traps before the way on (a device assertion, such as a
   gather's index check) is tested as the step-by-step path tests it: the programs that go the other way trap,
   with the trap's error (the same programs, the same line), before any other program goes on. A path with any

@@ -56,6 +56,7 @@ from ..vm import semantics as sem
 from .compiled import SMALL_BYTES, STEP_ERRORS, _invalid, _tile_bytes, _Tiles
 from .cube_chain import SPACES, CubeLocals, reads_of
 from .boxview import _strided
+from .dma import dma_write
 from .state import Batch, materialise_views
 from .timing_cache import _operands
 
@@ -428,12 +429,14 @@ def generate(m, trace, n: int) -> Replay | None:
                 continue
             env[f"D{j}"] = fast
             if s.ins.family != "dma_load":
-                cube.forget(reads_of(m, d))  # (a store: a load into L1 the path holds may be a view of its tensor)
-            if s.ins.family == "dma_load" and w_tile is not None and w_tile[0] in SPACES:
+                direct = _direct_store(m, d, fast, j, env, tiles, cube)
+                # (a store: a load into L1 the path holds may be a view of its tensor; one written from a local
+                # variable reads no slot, its other way storing the slot it reads itself)
+                cube.forget([] if direct is not None else reads_of(m, d))
+            elif w_tile is not None and w_tile[0] in SPACES:
                 direct = _cube_load(m, d, fast, j, env, cube, len(body))
             else:
-                direct = _load_lines(fast, j, env) if s.ins.family == "dma_load" else \
-                    _direct_store(m, d, fast, j, env, tiles)
+                direct = _load_lines(fast, j, env)
             if direct is not None:  # a load into another buffer, or a value the path holds written into the tensor
                 body += direct
                 ub.append([] if s.ins.family != "dma_load" else reads)  # (a store reads the buffer only through
@@ -533,26 +536,36 @@ def _cube_load(m, d, fast, j: int, env: dict, cube, at: int) -> list | None:
             f"    {var} = RL{j}(b, L)"]
 
 
-def _direct_store(m, d, fast, j: int, env: dict, tiles) -> list | None:
-    """The lines writing a resolved store's source tile, held in a local variable, straight into its tensor (as
-    ``dma_write`` writes it) when the tensor has the size the descriptor was checked for and no load reads
-    poison; otherwise the tile is stored in the buffer (where the step reads it) and the step runs. None when the
-    path does not hold the tile or its box is not one view of the tensor."""
+def _direct_store(m, d, fast, j: int, env: dict, tiles, cube) -> list | None:
+    """The lines writing a resolved store's source tile, held in a local variable (the unified buffer's, or an
+    accumulator's in L0C: ``cube_chain``), straight into its tensor (as ``dma_write`` writes it) when the tensor
+    has the size the descriptor was checked for and no load reads poison; otherwise the tile is stored in its
+    buffer (where the step reads it) and the step runs. None when the path does not hold the tile or its box is
+    not one view of the tensor."""
     direct = getattr(fast, "direct", None)
-    if tiles is None or direct is None or direct[2] is None or direct[3] != "ub":
+    if direct is None:
         return None
-    t, checked, plan, _, addr, nbytes, npdt = direct
-    hit = tiles.local.get((addr, nbytes, npdt))
+    t, checked, plan, space, addr, nbytes, npdt = direct
+    if space == "ub" and tiles is not None:
+        hit = tiles.local.get((addr, nbytes, npdt))
+    elif space == "l0c":
+        hit = cube.local.get((space, addr, nbytes, npdt))
+    else:
+        return None
     _, _, shape = m.layout(d.vals["src"])
     if hit is None or hit[1] != tuple(shape):
         return None
     var = hit[0]
-    env[f"W{j}"] = m.writer(d.vals["src"])
-    env[f"BX{j}"] = (slice(None),) + plan[4]
+    env[f"W{j}"] = m.writer(d.vals["src"], space)
     env["materialise_views"] = materialise_views
+    if plan is not None:  # (the boxes one view of the tensor: written as one assignment)
+        env[f"BX{j}"] = (slice(None),) + plan[4]
+        write = f"    {_view(j, plan, env, True)}[...] = {var}[BX{j}]"
+    else:  # (the step's write, of the tile the path holds)
+        env["dma_write"], env[f"DS{j}"], env[f"SH{j}"] = dma_write, fast.desc, fast.shape
+        write = f"    dma_write(g, DS{j}, SH{j}, {var}, b.n)"
     return [f"if (g := L.arrays[{t}]).size == {checked} and getattr(L, 'poison_from', None) is None:",
-            f"    materialise_views(b, L, {t})",
-            f"    {_view(j, plan, env, True)}[...] = {var}[BX{j}]",
+            f"    materialise_views(b, L, {t})", write,
             "else:",
             f"    W{j}(b, {var})",
             f"    D{j}(b, L)"]

@@ -270,7 +270,8 @@ def dma_store(m, d):
             store(b, L, g, desc)
         # (what a replay writes a value it holds as, straight into the tensor: npu/replay.py)
         resolved.direct = (t, desc.checked, direct_plan(desc, b.n, shape, True), space, src_addr, src_bytes,
-                           src_dt.np) if d.ins.family == "dma_store" else None
+                           src_dt.np)
+        resolved.desc, resolved.shape = desc, shape  # (dma_write's arguments, when the plan is not one view)
         return resolved
     fn.resolve = resolve
     return m.step(d, fn, None)
