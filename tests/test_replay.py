@@ -52,6 +52,20 @@ def _sources(monkeypatch) -> list:
     return sources
 
 
+def _launched(monkeypatch, launch):
+    """The bytecode instance ``launch()`` runs on its device (its first ``Device.run``)."""
+    seen = []
+    run = Device.run
+
+    def capture(self, bc, arrays, **kw):
+        seen.append(bc)
+        return run(self, bc, arrays, **kw)
+    monkeypatch.setattr(Device, "run", capture)
+    launch()
+    monkeypatch.undo()
+    return seen[0]
+
+
 def _new_data(arrays: dict, seed: int) -> dict:
     """``arrays`` with new values in their float tensors (the same shapes; integer tensors, indices, unchanged)."""
     rng = np.random.default_rng(seed)
@@ -337,16 +351,8 @@ def test_replayed_transfers_straight_to_the_tensors_take_the_step_on_another_siz
         a = dl.load(x_ptr + offs)
         dl.store(y_ptr + offs, a * 3.0 + 1.0)
 
-    seen = []
-    run = Device.run
-
-    def capture(self, bc, arrays, **kw):
-        seen.append(bc)
-        return run(self, bc, arrays, **kw)
-    monkeypatch.setattr(Device, "run", capture)
-    scale[(4,)](np.zeros(64, np.float32), np.zeros(64, np.float32), BLOCK=16, device=Device())
-    monkeypatch.undo()
-    bc = seen[0]
+    bc = _launched(monkeypatch, lambda: scale[(4,)](np.zeros(64, np.float32), np.zeros(64, np.float32), BLOCK=16,
+                                                    device=Device()))
     sources = _sources(monkeypatch)
     count = _Count(monkeypatch)
     sizes = [64, 64, 64, 64, 96, 64, 48, 64, 64]
@@ -502,17 +508,9 @@ def test_a_replayed_matmul_holds_its_cube_tiles_as_the_full_path_stores_them(cas
         dl.store(c_ptr + om[:, None] * N + on[None, :], acc.to(dl.float16))
 
     M, N, K = {"k_loop": (32, 48, 64), "one_step": (16, 16, 16), "store_into_an_input": (16, 32, 48)}[case]
-    seen = []
-    run = Device.run
-
-    def capture(self, bc, arrays, **kw):
-        seen.append(bc)
-        return run(self, bc, arrays, **kw)
-    monkeypatch.setattr(Device, "run", capture)
     args = (np.zeros(M * K, np.float16), np.zeros(K * N, np.float16), np.zeros(M * N, np.float16), N, K)
-    mm[(M // 16, 1)](*args, BM=16, BN=N, BK=16, STORE=case == "store_into_an_input", device=Device())
-    monkeypatch.undo()
-    bc = seen[0]
+    bc = _launched(monkeypatch, lambda: mm[(M // 16, 1)](*args, BM=16, BN=N, BK=16, STORE=case == "store_into_an_input",
+                                                          device=Device()))
     sources = _sources(monkeypatch)
     count = _Count(monkeypatch)
     extra = [0, 0, 0, 0, 8, 0, 0]  # (elements added to the inputs: the instance's steps run on the other size)
