@@ -380,11 +380,10 @@ def generate(m, trace, n: int) -> Replay | None:
         if s.ins.family == "l0c_fill" and d.vals["rs"] not in live and cur[d.vals["rs"]] is not _UNKNOWN:
             # an accumulator's fill with a register the instance fixes: the same tile at every launch, made now
             # (the step's broadcast of the lifted register, read-only as the step's is)
-            _, fdt, fshape = m.layout(d.vals["dst"])
+            addr, fdt, fshape = m.layout(d.vals["dst"])
             v = sem.lift(cur[d.vals["rs"]], len(fshape), fdt.np)
             env[f"CV{i}"] = np.broadcast_to(v, (v.shape[0],) + tuple(fshape))
             env[f"CW{i}"] = m.writer(d.vals["dst"], "l0c")
-            addr, fdt, fshape = m.layout(d.vals["dst"])
             cube.stored(len(body), "l0c", addr, addr + int(np.prod(fshape, dtype=np.int64)) * fdt.itemsize)
             body.append(f"CW{i}(b, CV{i})")
             ub.append([])
@@ -539,9 +538,9 @@ def _cube_load(m, d, fast, j: int, env: dict, cube, at: int) -> list | None:
 def _direct_store(m, d, fast, j: int, env: dict, tiles, cube) -> list | None:
     """The lines writing a resolved store's source tile, held in a local variable (the unified buffer's, or an
     accumulator's in L0C: ``cube_chain``), straight into its tensor (as ``dma_write`` writes it) when the tensor
-    has the size the descriptor was checked for and no load reads poison; otherwise the tile is stored in its
-    buffer (where the step reads it) and the step runs. None when the path does not hold the tile or its box is
-    not one view of the tensor."""
+    has the size the descriptor was checked for and no load reads poison (one assignment when the boxes are one
+    view of the tensor); otherwise the tile is stored in its buffer (where the step reads it) and the step runs.
+    None when the path does not hold the tile."""
     direct = getattr(fast, "direct", None)
     if direct is None:
         return None
