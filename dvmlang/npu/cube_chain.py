@@ -32,7 +32,7 @@ class CubeLocals:
         self.m, self.env, self.tiles = m, env, tiles  # (``tiles``: the unified buffer's, or None for a large batch)
         self.local: dict = {}  # (space, addr, nbytes, dtype) -> (variable, shape)
         self.n = 0
-        self.events: list = []  # in the body's order: None (a step that may read any slot) or a store (stored)
+        self.events: list = []  # in the body's order: ("r", what a step reads: ``forget``) or a store (``stored``)
         env.update({"Slot": Slot, "place_among": place_among})
 
     def var(self) -> str:
@@ -158,7 +158,7 @@ class CubeLocals:
 def _mmad(m, d):
     """MMAD's computation on operands the path holds (``units/cube.mmad``'s, for arrays: the same product in the
     accumulator's dtype, BLAS on one thread for a small product, the writer's finished array)."""
-    _, ad, ashape = m.layout(d.vals["a"])
+    _, _, ashape = m.layout(d.vals["a"])
     _, _, bshape = m.layout(d.vals["b"])
     _, cd, _ = m.layout(d.vals["dst"])
     acc = cd.np
