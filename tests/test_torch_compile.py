@@ -35,6 +35,7 @@ def _close(a, b):
 
 
 def _infer(model, *inputs, dynamic=False):
+    torch._dynamo.reset()  # (a graph Dynamo compiled for an earlier test's model of the same code is not reused)
     D.reset_stats()
     compiled = torch.compile(model, backend="dvmlang", dynamic=dynamic)
     with torch.no_grad():
