@@ -25,7 +25,7 @@ from ..trace.record import active_session
 from . import captured_args as ca
 from . import ahead, foreign
 from . import tiling as tl
-from . import instance, structure
+from . import instance, instance_calls, structure
 from .build import Ahead, GroupKernel
 from .instance import SPLIT
 from .launch import ProgramLaunch, _input_classes, _materialise, kernel_name
@@ -194,7 +194,7 @@ class Program:
             return
         item = (dict(env.values), None if consts is None else dict(consts), list(bcs))
         if fn is not _MISSING:
-            instance.seed(fn, *item)
+            instance_calls.seed(fn, *item)
         else:
             pending = self._seeds.setdefault(id(p), [])
             if len(pending) < 16:
@@ -204,7 +204,7 @@ class Program:
         """Make ``fn`` plan ``p``'s instance function, with the instances generic runs encoded before it."""
         if fn is not None:
             for item in self._seeds.pop(id(p), ()):
-                instance.seed(fn, *item)
+                instance_calls.seed(fn, *item)
         self._fast[id(p)] = fn
 
     def _written(self, p: Plan, launch: ProgramLaunch, profile) -> None:

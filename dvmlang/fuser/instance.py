@@ -27,7 +27,7 @@ import numpy as np
 
 from .build import alias_groups
 from .fusion import VIEWS, Plan
-from .instance_calls import _SIZED, _consts_key, _flat, _instance, _piece, _take, seed  # noqa: F401 - (instance.seed)
+from .instance_calls import _SIZED, _consts_key, _flat, _instance, _piece, _take
 from .instance_encode import encode_all
 from .launch import GroupLaunch, StackItem, _addressing, _input_classes, _materialise
 
@@ -351,7 +351,7 @@ class _Generator:
         w = self.w
         e = self.entry_of.get(root)
         if e is not None:
-            w(f"{f} = _piece(e_{root}[2], {flat}, {off})")
+            w(f"{f} = _piece({e}[2], {flat}, {off})")
         elif root[0] == "o" and int(root[1:]) in self.slot:
             k = len(self.pooled) + self.views
             self.views += 1

@@ -20,7 +20,7 @@ from __future__ import annotations
 from ..vm import semantics as sem
 from . import host
 from .state import Slot, place_among, prod
-from .timing_cache import _operands
+from .timing_cache import tile_reads
 
 SPACES = ("l1", "l0a", "l0b", "l0c")
 
@@ -45,10 +45,15 @@ class CubeLocals:
         self.local.clear()
         self.events.append(("r", reads))
 
-    def stored(self, at: int, space: str, lo: int, hi: int) -> None:
-        """Line ``at`` of the body stores a whole tile at [lo, hi) of ``space`` (dropped when no later step
-        reads it: ``dead``)."""
-        self.events.append((at, space, lo, hi))
+    def stored(self, at: int, d, field: str = "dst") -> None:
+        """Line ``at`` of the body stores the whole tile ``field`` of ``d`` (dropped when no later step reads it:
+        ``dead``)."""
+        self.events.append((at,) + self._range(d, field))
+
+    def _range(self, d, field: str) -> tuple:
+        """(space, lo, hi) of tile ``field`` of ``d``."""
+        (space, addr, nbytes, _), _ = self._key(d, field)
+        return space, addr, addr + nbytes
 
     def dead(self) -> set:
         """The lines storing a cube tile that no step the replay runs as itself reads before it is overwritten (a
@@ -103,7 +108,7 @@ class CubeLocals:
         space = d.ins.spaces["dst"]
         addr, dtp, shape = m.layout(d.vals["dst"])
         nbytes = prod(shape) * dtp.itemsize
-        self.stored(len(lines), space, addr, addr + nbytes)
+        self.stored(len(lines), d)
         if (space, addr, nbytes) in m.alone:
             lines.append(f"b.mem[{space!r}][{addr}] = Slot({var}, {nbytes})")
         else:
@@ -113,9 +118,9 @@ class CubeLocals:
 
     def emit(self, d, lines: list) -> tuple | None:
         """The code of ``d`` (an L1 -> L0A / L0B or L0C -> unified-buffer copy, or an MMAD) from local variables,
-        appended to ``lines``; returns ``()``, or for a copy into the unified buffer (dst address, bytes, dtype,
-        shape, variable), which the caller stores as its vector instructions' results; None when an operand is
-        not held (nothing appended)."""
+        appended to ``lines``; returns ``()``, or for a copy into the unified buffer the bytes [lo, hi) its last
+        line stores there (``replay._dead_stores`` may drop it); None when an operand is not held (nothing
+        appended)."""
         fam = d.ins.family
         m, env, pc = self.m, self.env, d.pc
         if fam == "copy_space" and d.ins.spaces["src"] in SPACES:
@@ -127,9 +132,11 @@ class CubeLocals:
             env[f"CF{pc}"], env[f"CT{pc}"] = m.writer(d.vals["dst"], dst_space).finish, ddt.np
             var = self.var()
             lines.append(f"{var} = CF{pc}({src}.astype(CT{pc}, copy=False))")
-            if dst_space == "ub":
+            if dst_space == "ub":  # (stored as a vector instruction's result is, the variable held with it)
                 addr, _, _ = m.layout(d.vals["dst"])
-                return addr, prod(dshape) * ddt.itemsize, ddt.np, tuple(dshape), var
+                nbytes = prod(dshape) * ddt.itemsize
+                self.tiles.store(addr, nbytes, ddt.np, tuple(dshape), var, lines)
+                return addr, addr + nbytes
             self._store(d, var, lines)
             self.hold(d, "dst", var)
             return ()
@@ -144,8 +151,7 @@ class CubeLocals:
                 if c is None:
                     env[f"CR{pc}"] = m.reader(d.vals["dst"], d.ins.spaces["dst"])
                     c = f"CR{pc}(b, L)"
-                    key, _ = self._key(d, "dst")
-                    self.events.append(("r", [(key[0], key[1], key[1] + key[2])]))  # (the accumulator's slot)
+                    self.events.append(("r", [self._range(d, "dst")]))  # (the accumulator's slot)
             env[f"MM{pc}"] = _mmad(m, d)
             var = self.var()
             lines.append(f"{var} = MM{pc}(b, {a}, {b}, {c})")
@@ -191,6 +197,5 @@ def _covered(lo: int, hi: int, spans: list) -> bool:
 
 def reads_of(m, d) -> list | None:
     """The cube-space tiles (space, lo, hi) step ``d`` reads, or None when its tile operands are not all known."""
-    if sum(f.kind == "tile" for f in d.ins.fields) != sum(1 for _ in m.tile_fields(d)):
-        return None
-    return [r for r in _operands(m, d)[1] if r[0] in SPACES]
+    reads = tile_reads(m, d)
+    return None if reads is None else [r for r in reads if r[0] in SPACES]

@@ -58,7 +58,7 @@ from .cube_chain import SPACES, CubeLocals, reads_of
 from .boxview import _strided
 from .dma import dma_write
 from .state import Batch, materialise_views
-from .timing_cache import _operands
+from .timing_cache import _operands, tile_reads
 
 _LIFT = re.compile(r"lift\(R\[(\d+)\], (\d+), (\w+)\)")
 
@@ -363,9 +363,8 @@ def generate(m, trace, n: int) -> Replay | None:
             got = cube.emit(d, body)  # (a cube tile's step from the tiles the path holds: npu/cube_chain.py)
             if got is not None:
                 ub.append([])
-                if got:  # a copy into the unified buffer: its value stored as a vector instruction's is
-                    tiles.store(*got[:4], got[4], body)
-                    ub.append((len(body) - 1, got[0], got[0] + got[1]))
+                if got:  # (a copy into the unified buffer: its store, a whole tile)
+                    ub.append((len(body) - 1,) + got)
                 continue
         at = len(body)
         if tiles is not None and tiles.emit(d, body):
@@ -380,11 +379,11 @@ def generate(m, trace, n: int) -> Replay | None:
         if s.ins.family == "l0c_fill" and d.vals["rs"] not in live and cur[d.vals["rs"]] is not _UNKNOWN:
             # an accumulator's fill with a register the instance fixes: the same tile at every launch, made now
             # (the step's broadcast of the lifted register, read-only as the step's is)
-            addr, fdt, fshape = m.layout(d.vals["dst"])
+            _, fdt, fshape = m.layout(d.vals["dst"])
             v = sem.lift(cur[d.vals["rs"]], len(fshape), fdt.np)
             env[f"CV{i}"] = np.broadcast_to(v, (v.shape[0],) + tuple(fshape))
             env[f"CW{i}"] = m.writer(d.vals["dst"], "l0c")
-            cube.stored(len(body), "l0c", addr, addr + int(np.prod(fshape, dtype=np.int64)) * fdt.itemsize)
+            cube.stored(len(body), d)
             body.append(f"CW{i}(b, CV{i})")
             ub.append([])
             cube.hold(d, "dst", f"CV{i}")
@@ -527,8 +526,7 @@ def _cube_load(m, d, fast, j: int, env: dict, cube, at: int) -> list | None:
     value, cond, view = direct
     var = cube.var()
     env[f"RL{j}"] = m.reader(d.vals["dst"], d.ins.spaces["dst"])
-    addr, dtp, shape = m.layout(d.vals["dst"])
-    cube.stored(at + 2, d.ins.spaces["dst"], addr, addr + int(np.prod(shape, dtype=np.int64)) * dtp.itemsize)
+    cube.stored(at + 2, d)
     cube.hold(d, "dst", var)
     return [f"if {cond}:", f"    {var} = {value}",
             f"    W{j}(b, {var}{f', L.alias[{fast.direct[0]}]' if view else ''})", "else:", f"    D{j}(b, L)",
@@ -573,9 +571,8 @@ def _direct_store(m, d, fast, j: int, env: dict, tiles, cube) -> list | None:
 def _ub_ranges(m, d) -> list:
     """The unified-buffer byte ranges (lo, hi) step ``d`` may read when it runs as its step (a step may read its
     destination too: an accumulating MMAD, a load that keeps part of it)."""
-    if sum(f.kind == "tile" for f in d.ins.fields) != sum(1 for _ in m.tile_fields(d)):
-        return list(_ANY)
-    return [(lo, hi) for space, lo, hi in _operands(m, d)[1] if space == "ub"]
+    reads = tile_reads(m, d)
+    return list(_ANY) if reads is None else [(lo, hi) for space, lo, hi in reads if space == "ub"]
 
 
 def _emitted_reads(m, d, body: list, at: int) -> list:

@@ -74,6 +74,15 @@ def _operands(m, d):
     return regs, tiles, w_reg, w_tile
 
 
+def tile_reads(m, d) -> list | None:
+    """The tiles (space, lo, hi) step ``d`` may read when it runs as its step (a step may read its destination
+    too: an accumulating MMAD, a load that keeps part of it), or None when its tile operands are not all known
+    (a tile whose layout the kernel lacks: it may read any bytes)."""
+    if sum(f.kind == "tile" for f in d.ins.fields) != sum(1 for _ in m.tile_fields(d)):
+        return None
+    return _operands(m, d)[1]
+
+
 def _overlaps(r, ranges) -> bool:
     sp, lo, hi = r
     return any(s == sp and a < hi and lo < b for s, a, b in ranges)
