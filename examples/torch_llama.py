@@ -42,6 +42,7 @@ def run(lengths=LENGTHS, verbose=False):
     for n in lengths:
         ids = torch.randint(0, 128, (1, n), generator=torch.Generator().manual_seed(n))
         before = dt.stats()
+        seen = len(dt.launches())  # (the records of the latest calls: this call's are those after these)
         t0 = time.perf_counter()
         with torch.no_grad():
             out = compiled(ids).logits
@@ -49,7 +50,7 @@ def run(lengths=LENGTHS, verbose=False):
         with torch.no_grad():
             torch.testing.assert_close(out, m(ids).logits, rtol=1e-3, atol=1e-5)
         s = dt.stats()
-        records.extend(dt.launches()[before["launches"]:])
+        records.extend(dt.launches()[seen:])
         plans = plans if rows else s["plans"]
         rows.append((n, s["builds"] - before["builds"], s["encodes"] - before["encodes"],
                      s["launches"] - before["launches"], s["simulated_us"] - before["simulated_us"], host))

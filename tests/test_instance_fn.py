@@ -520,3 +520,38 @@ def _gelu_ref(v):
     from math import erf, sqrt
 
     return v * 0.5 * (1.0 + np.vectorize(lambda t: erf(t / sqrt(2.0)))(v).astype(np.float32))
+
+
+def _attention_out(a, v, w):
+    o = a @ v  # (H, L, D): stored as (L, H, D), the order its reader views it in (canonical._store_in_order)
+    t = ops.transpose(o, 0, 1)
+    return ops.reshape(t, (t.shape[0], t.shape[1] * t.shape[2])) @ w
+
+
+def test_an_intermediate_stored_in_its_readers_order_is_pooled(monkeypatch):
+    """An intermediate stored permuted (an attention's output, stored in the order the output projection reads
+    it) comes from the program's buffers as the other intermediates do: every call at one size gives the device
+    the same array for it (what the L2 model knows a buffer by), and the outputs equal the generic path's."""
+    from dvmlang.npu import device as npu_device
+
+    def args(rng, L):
+        return (rng.standard_normal((4, L, L)).astype(np.float32), rng.standard_normal((4, L, 8)).astype(np.float32),
+                rng.standard_normal((32, 16)).astype(np.float32))
+    g = _compare(_attention_out, args, LENGTHS)
+    assert _fast_count(g) >= 1
+    seen = []
+    run_stack = npu_device.Device.run_stack
+
+    def recording(self, stages, name=None, trace=None):
+        seen.append([list(it.arrays.values()) for st in stages for it in st])
+        return run_stack(self, stages, name=name, trace=trace)
+
+    monkeypatch.setattr(npu_device.Device, "run_stack", recording)
+    rng = np.random.default_rng(5)
+    for _ in range(2):
+        g(*args(rng, 16))
+    first, second = seen
+    assert len(first) == 2, "the product and the projection, one launch each"
+    stored = first[0][-1]  # the first launch's output: the intermediate the second reads
+    assert any(a is stored for a in first[1]), "the projection reads the stored intermediate"
+    assert second[0][-1] is stored, "a new buffer for the permuted intermediate at every call"

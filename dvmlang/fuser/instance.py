@@ -490,10 +490,13 @@ class _Generator:
             w.const(f"DT{oid}", np.dtype(npdt))
             dims = ", ".join(self.dim(d) for d in shape) + ("," if len(shape) == 1 else "")
             k = self.slot.get(oid) if self.pooled else None
-            if order is not None:  # stored in the order its reader views it (canonical._store_in_order)
-                mem = ", ".join(self.dim(shape[i]) for i in order)
+            # stored in the order its reader views it (canonical._store_in_order): its memory is (mem), viewed in
+            # the value's order
+            mem = dims if order is None else ", ".join(self.dim(shape[i]) for i in order) + ","
+            view = "" if order is None else f".transpose({tuple(int(i) for i in np.argsort(order))})"
+            if k is None and order is not None:
                 w(f"fl_o{oid} = empty(({mem}), DT{oid})")
-                w(f"o{oid} = values[{oid}] = fl_o{oid}.transpose({tuple(int(i) for i in np.argsort(order))})")
+                w(f"o{oid} = values[{oid}] = fl_o{oid}{view}")
                 w(f"fl_o{oid} = fl_o{oid}.reshape(-1)")
                 self.flat_of[f"o{oid}"] = f"fl_o{oid}"
             elif k is None:
@@ -506,7 +509,7 @@ class _Generator:
                 w(f"fl_o{oid} = pool[{k}]")  # (the piece of the last call of this size: ``_take``)
                 w(f"if fl_o{oid}.size != {n} or fl_o{oid}.base is None:")
                 w(f"    fl_o{oid} = _take(pool, {k}, {n}, DT{oid})")
-                w(f"o{oid} = values[{oid}] = fl_o{oid}.reshape(({dims}))")
+                w(f"o{oid} = values[{oid}] = fl_o{oid}.reshape(({mem})){view}")
                 self.flat_of[f"o{oid}"] = f"fl_o{oid}"
             self.stored[oid] = f"o{oid}"
         space = [self.dim(d) for d in gl.space]

@@ -21,15 +21,18 @@ class _Line:
 
 
 class _Set:
-    """The arrays of a launch that found every one of them whole in L2 (``L2Cache._steady``): with the same
-    alias groups (``alias``, the same dict) and none of its lines dropped from L2 since (checked line by line when
-    any line left L2 after ``version``; a line in L2 only grows, up to its whole tensor), a launch on the same
-    arrays finds them whole again (at the same sizes: numpy refuses to resize in place an array that has weak
-    references). ``lines``: (line, group) per array in order;
-    ``resident``: group -> bytes in L2 (for the trace's notes); ``refs``: weak references to the arrays, whose
-    callbacks forget the set when one of them is freed (its id may then name another array)."""
+    """The arrays of a launch that found every one of them in L2 with at least the bytes the launch moves of it
+    (``L2Cache._steady``): with the same alias groups (``alias``, the same dict) and none of its lines dropped from
+    L2 since (checked line by line when any line left L2 after ``version``; a line in L2 only grows, up to its
+    whole tensor), a launch on the same arrays finds them so again when each line holds its whole tensor, or (a
+    ``partial`` set: a launch that touches part of a tensor, as a kernel reading one head of a projection's
+    output) at least what that launch reads and writes of it, which ``_steady`` checks. The arrays keep their
+    sizes (numpy refuses to resize in place an array that has weak references). ``lines``: (line, group, the
+    array's bytes) per array in order; ``resident``: group -> bytes in L2 (for the trace's notes; of a partial
+    set, made at each launch); ``refs``: weak references to the arrays, whose callbacks forget the set when one
+    of them is freed (its id may then name another array)."""
 
-    __slots__ = ("alias", "version", "limit", "lines", "resident", "refs")
+    __slots__ = ("alias", "version", "limit", "lines", "resident", "refs", "partial")
 
 
 class L2Cache:
@@ -133,14 +136,23 @@ class L2Cache:
         if s is None or s.alias is not alias or s.limit != rates.l2_bytes:
             return None
         if s.version != self._version:  # a line left L2 since: the set holds if none of its own did
-            for line, _ in s.lines:
+            for line, _, _ in s.lines:
                 if line.bytes < 0:
                     return None
             s.version = self._version
         group_reads, group_writes = rates.group_reads, rates.group_writes
+        resident = s.resident
+        if s.partial:  # each line must hold what this launch moves of its tensor (then no line grows, all reads hit)
+            resident = {}
+            for line, g, size in s.lines:
+                n = line.bytes
+                moved = group_reads.get(g, 0.0) + group_writes.get(g, 0.0)
+                if n < (moved if moved < size else size):
+                    return None
+                resident[g] = n
         hits = 0.0
         clock = self._clock
-        for line, g in s.lines:  # in the order settle updates them in
+        for line, g, _ in s.lines:  # in the order settle updates them in
             reads = group_reads.get(g, 0.0)
             writes = group_writes.get(g, 0.0)
             if reads or writes:
@@ -151,15 +163,18 @@ class L2Cache:
                 line.stamp = clock
                 clock += 1
         self._clock = clock
-        rates.resident = s.resident
+        rates.resident = resident
         return 0.0, hits, 0.0
 
-    def _whole(self, arrays: dict, alias: dict, limit: int, ids: tuple) -> _Set | None:
-        """The ``_Set`` of ``arrays`` (their ids ``ids``) when every one is known and L2 holds its whole tensor,
-        which fits (kept for the launches on them after), else None."""
+    def _whole(self, arrays: dict, alias: dict, rates, ids: tuple) -> _Set | None:
+        """The ``_Set`` of ``arrays`` (their ids ``ids``) when every one is known, fits L2 and has in it at least
+        what this launch (``rates``) moves of it (kept for the launches on them after), else None."""
         known = self._known
+        limit = rates.l2_bytes
+        group_reads, group_writes = rates.group_reads, rates.group_writes
         lines = []
         resident = {}
+        partial = False
         for q, a in arrays.items():
             e = known.get(id(a))
             if e is None or e[0]() is not a:
@@ -168,16 +183,23 @@ class L2Cache:
             if line is None:
                 return None
             n = line.bytes  # (-1 once the line has left L2)
-            if n != a.nbytes or n > limit:
+            size = a.nbytes
+            if size > limit:
                 return None
             g = alias[q]
+            if n != size:
+                moved = group_reads.get(g, 0.0) + group_writes.get(g, 0.0)
+                if n < 0 or n < (moved if moved < size else size):
+                    return None
+                partial = True
             resident[g] = n
-            lines.append((line, g))
+            lines.append((line, g, size))
         sets = self._sets
         if len(sets) >= 64:
             sets.clear()
         s = sets[ids] = _Set()
-        s.alias, s.version, s.limit, s.lines, s.resident = alias, self._version, limit, lines, resident
+        s.alias, s.version, s.limit, s.lines, s.resident, s.partial = alias, self._version, limit, lines, resident, \
+            partial
 
         def forget(_, sets=sets, ids=ids):  # an array is freed: its id may name a new one (holds no _Set: no cycle)
             sets.pop(ids, None)
@@ -232,9 +254,9 @@ class L2Cache:
             todo.append((g, a, e))
             if line is not None and resident.get(g, 0) < line.bytes:
                 resident[g] = line.bytes
-            if whole and (line is None or line.bytes != a.nbytes or line.bytes > limit):
+            if line is None:
                 whole = False
-        if whole and self._whole(arrays, alias, limit, ids) is not None:  # (all whole: the short way, from now on)
+        if whole and self._whole(arrays, alias, rates, ids) is not None:  # (the short way, from now on)
             return self._steady(arrays, alias, rates, ids)
         done = None if len(sizes) == len(todo) else set()  # a group of several arrays is updated once
         lines = self.lines

@@ -25,7 +25,13 @@ class Stats:
 
 STATS = Stats()
 PROGRAMS: list = []  # every dvmlang program the backend made (their kernels' cache info)
-LAST_LAUNCHES: deque = deque(maxlen=4096)  # the latest launch records (examples return them)
+# The launch records of the latest region calls (examples return them). Few: a record held past a few calls is
+# promoted by the cycle collector to its oldest generation, and a model's call leaves about a hundred such objects
+# (a stack's record and its members'); holding thousands of calls' worth made collections run every few calls
+# and full ones (which walk torch's own half a million objects, ~0.3 s) every ~1,400 calls of a small model.
+# Holding 256, a call frees what it allocates once the window is full, and the collector stays idle.
+KEEP_LAUNCHES = 256
+LAST_LAUNCHES: deque = deque(maxlen=KEEP_LAUNCHES)
 _base = {"builds": 0, "encodes": 0}
 _comm_base: dict = {}  # id(device) -> (comm_us, comm_bytes) at the last reset
 
@@ -79,7 +85,8 @@ def stats() -> dict:
 
 
 def launches() -> list:
-    """The launch records of the latest calls through torch (up to 4096, oldest first), since the last reset."""
+    """The launch records of the latest calls through torch (one per region call: a stacked launch's record, its
+    kernels' records in its ``members``), oldest first, since the last reset: at most ``KEEP_LAUNCHES`` (256)."""
     return list(LAST_LAUNCHES)
 
 
