@@ -309,6 +309,49 @@ def test_an_index_out_of_range_in_a_replayed_gather_faults_as_the_full_path(rows
     assert count.n >= 2, "the gather was not replayed"
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_replayed_gather_gives_the_steps_tile_and_its_fault(masked, monkeypatch):
+    """A gather of indices loaded from memory (no index check in the kernel: the step's own bounds check guards
+    it) held as a local variable by the replay: in range, masked or not, the step's tile (the mask's lanes the
+    padding); an index out of range on a replayed launch, in a lane the mask keeps, the step's own MemoryFault
+    (program, tensor, elements); one in a lane the mask drops, no fault. Against ``Device(replay=False)``, on new
+    data at every launch; the path's source computes the gather itself."""
+    import dvmlang
+    import dvmlang.language as dl
+
+    @dvmlang.kernel
+    def pick(x_ptr, idx_ptr, y_ptr, n, BLOCK: dl.constexpr, MASKED: dl.constexpr):
+        offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+        i = dl.load(idx_ptr + offs)
+        if MASKED:
+            v = dl.load(x_ptr + i, mask=offs < n, other=-5.0)
+        else:
+            v = dl.load(x_ptr + i)
+        dl.store(y_ptr + offs, v * 2.0 + 1.0)
+
+    def launch(dev, k):
+        rng = np.random.default_rng(k)
+        x = rng.standard_normal(40).astype(np.float32)
+        idx = rng.integers(0, 40, 32).astype(np.int32)
+        n = 32 - 3 * masked
+        if k == RUNS - 2:  # out of range: in a lane the mask keeps, then (masked) in one it drops
+            idx[5] = 40 + k
+        if masked and k == RUNS - 1:
+            idx[31] = -7
+        y = np.zeros(32, np.float32)
+        try:
+            pick[(2,)](x, idx, y, n, BLOCK=16, MASKED=masked, device=dev)
+        except DvmError as e:
+            return type(e).__name__, str(e)
+        return y.tobytes()
+
+    sources = _sources(monkeypatch)
+    got = _replayed_and_not(launch)
+    assert "MemoryFault" in got[RUNS - 2][0]
+    assert isinstance(got[RUNS - 1], bytes)
+    assert any("GA" in src for src in sources), "the gather was not held by a replay"
+
+
 def test_a_replayed_load_read_after_a_store_to_its_place_keeps_the_loaded_values(monkeypatch):
     """A program loads a tile, stores to the same place and reads the load again (``a`` below): a replay that
     keeps the loaded tile as a local variable (a view of global memory, for a small batch) must give it the

@@ -388,6 +388,19 @@ def generate(m, trace, n: int) -> Replay | None:
             ub.append([])
             cube.hold(d, "dst", f"CV{i}")
             continue
+        if s.ins.family == "gather" and tiles is not None and hasattr(s.fn, "value"):
+            # the gathered tile a local variable, stored in the buffer as the step stores it unless no later step
+            # reads it from there (the step itself runs when an offset is out of range: its fault, GPU semantics)
+            lo, hi = w_tile[1], w_tile[2]
+            var = _gather(m, d, s, env, tiles, body)
+            ub.append(_ub_ranges(m, d))  # (the step's reads: its offsets and mask, read from the buffer)
+            body.append(f"WG{d.pc}(b, {var})")
+            ub.append((len(body) - 1, lo, hi))
+            tiles.forget_range(lo, hi)
+            _, dtp, shape = m.layout(d.vals["dst"])
+            tiles.local[(lo, hi - lo, dtp.np)] = (var, tuple(shape))
+            cube.forget(reads_of(m, d))
+            continue
         fast = resolved.get(j)
         if w_reg is not None:
             live.add(w_reg)  # (a value from memory: a scalar load, a tile's element)
@@ -467,6 +480,22 @@ def generate(m, trace, n: int) -> Replay | None:
 
 
 _ANY = ((0, 1 << 62),)  # (a tile whose layout the kernel lacks: any bytes)
+
+
+def _gather(m, d, s, env: dict, tiles, body: list) -> str:
+    """Append the lines computing GATHER step ``s`` (decoded ``d``) into a local variable with the step's own
+    ``value`` from the offsets and mask the path holds (or reads from the buffer), the step itself running when
+    that gives None; returns the variable."""
+    i = d.pc
+    env[f"GA{i}"], env[f"S{s.index}"] = s.fn.value, s.fn
+    env[f"RB{i}"], env[f"WG{i}"] = m.reader(d.vals["dst"]), m.writer(d.vals["dst"])
+    off = tiles._read(d, "offsets", None, body)
+    msk = tiles._read(d, "mask", None, body) if d.vals["masked"] else "None"
+    tiles.n += 1
+    var = f"t{tiles.n}"
+    body.append(f"{var} = GA{i}(b, L, {off}, {msk})")
+    body.append(f"if {var} is None: S{s.index}(b, L); {var} = RB{i}(b, L)")
+    return var
 
 
 def _view(j: int, plan, env: dict, writeable: bool) -> str:

@@ -280,6 +280,7 @@ def dma_store(m, d):
 @builds("gather")
 def gather(m, d):
     _, dd, shape = m.layout(d.vals["dst"])
+    shape = tuple(shape)
     w = m.writer(d.vals["dst"])
     elements = _elements(m, d, shape)
     t = d.vals["tensor"]
@@ -300,6 +301,30 @@ def gather(m, d):
         cnt, nbytes = _moved(b, g, msk)
         b.bytes_read += nbytes
         return cost(elements=cnt, nbytes=nbytes, rate=L.rates.read(t, _total(nbytes, b.n)))
+
+    def value(b, L, off, msk):
+        """What ``fn`` writes, for a replay (npu/replay.py) holding the offsets (and the mask) it read: the
+        gathered tile when every offset the mask keeps is inside the tensor, which is no pointer-table heap and
+        has the tile's dtype (then ``fn``'s mask and padding leave its elements as they are); else None, and the
+        step runs as itself (its check and fault, GPU load semantics)."""
+        g = L.arrays[t]
+        if g.dtype != npdt or g.__class__ is not np.ndarray and getattr(g, "dvm_segments", None) is not None:
+            return None
+        full = (b.n,) + shape
+        if off.shape != full:
+            off = np.broadcast_to(off, full)
+        if msk is not None and msk.all():  # (then ``gathered`` gives the elements at the offsets, as without one)
+            msk = None
+        if msk is None:
+            if off.size and (off.min() < 0 or off.max() >= g.size):
+                return None
+            return g[off]
+        if msk.shape != full:
+            msk = np.broadcast_to(msk, full)
+        if (((off < 0) | (off >= g.size)) & msk).any():
+            return None
+        return sem.gathered(g, off, msk, lift(b.regs[pad_v] if pad_reg else pad_v, len(shape), npdt), npdt)
+    fn.value = value
     return m.step(d, fn, None)
 
 
