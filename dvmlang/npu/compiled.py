@@ -276,6 +276,37 @@ def _tile_bytes(m, start: int, end: int) -> int:
     return out
 
 
+def _finished(m, d, fam: str, fn, rank, npdt, dshape: tuple) -> bool:
+    """Whether the writer's ``finish`` would leave ``fn``'s result as it is (its dtype the tile's, its shape the
+    tile's after the rows): an elementwise ufunc (or a select) gives a dtype its operands' dtypes decide and the
+    shape they broadcast to, so a call on arrays of their dtypes and shapes (one row each) tells. The operands
+    ``_Tiles`` reads are the tiles' own dtypes and shapes (what their writers finished them to)."""
+    v = d.vals
+    if fam == "vsel":
+        fields, fn = ("c", "a", "b"), np.where
+    elif fam in ("vbin", "vcmp") and isinstance(fn, np.ufunc) and fn.nin == 2:
+        fields = ("a", "b")
+    elif fam in ("vun", "vbins", "vcmps") and isinstance(fn, np.ufunc) and fn.nin == (1 if fam == "vun" else 2):
+        fields = ("a",)
+    else:
+        return False
+    args = []
+    for name in fields:
+        _, dtp, shape = m.layout(v[name])
+        full = tuple(shape) if rank is None or rank <= len(shape) else (1,) * (rank - len(shape)) + tuple(shape)
+        args.append(np.zeros((1,) + full, dtp.np))
+    if fam in ("vbins", "vcmps"):
+        _, adt, ashape = m.layout(v["a"])
+        s = np.zeros((1,) * (len(ashape) + 1), adt.np)  # (``lift`` of the register: the operand's dtype)
+        args = [s, args[0]] if v["rev"] else [args[0], s]
+    try:
+        with np.errstate(all="ignore"):
+            out = fn(*args)
+    except (TypeError, ValueError):
+        return False
+    return out.__class__ is np.ndarray and out.dtype == npdt and out.shape[1:] == dshape
+
+
 class _Tiles:
     """The code of a block's vector instructions for a small batch: each computes its result at once with the
     family's function (``vm.semantics``, or the row's numpy function) on whole arrays, as the step's own
@@ -368,11 +399,14 @@ class _Tiles:
             env[f] = sem.reducer(isa.REDUCE_OPS[v["op"]], v["axis"] + 1,
                                  np.float32 if adt in sem.WIDE_REDUCE else None, ddt.np, dshape)
             expr = f"{f}({ops[0]})"
-        env[f"FIN{pc}"] = m.writer(v["dst"]).finish
         nbytes = prod(dshape) * ddt.itemsize
         self.n += 1
         var = f"t{self.n}"
-        lines.append(f"{var} = FIN{pc}({expr})")
+        if _finished(m, d, fam, env.get(f), rank, ddt.np, tuple(dshape)):
+            lines.append(f"{var} = {expr}")
+        else:
+            env[f"FIN{pc}"] = m.writer(v["dst"]).finish
+            lines.append(f"{var} = FIN{pc}({expr})")
         self.store(daddr, nbytes, ddt.np, tuple(dshape), var, lines)
         return True
 

@@ -251,6 +251,13 @@ function (per instance, with the launch base), which keeps only what computes nu
   or one assignment to the view of its boxes) without reading its slot. The variables are forgotten at every
   step the replay runs as itself and at every store to global memory (a load into L1 may be a view of its
   tensor);
+* a gather's tile is a local variable too, computed by the step's own `value` (`units/memory.gather`: the
+  tensor's elements at the offsets, the padding where a mask drops a lane) from the offsets and mask the path
+  holds, and stored in the buffer under the same rule; when an offset the mask keeps is out of range (or the
+  tensor is a pointer-table heap), the step runs as itself: its check, its `MemoryFault`, GPU load semantics.
+  A vector instruction's result the writer would leave as it is (an elementwise ufunc or a select, whose dtype
+  and shape its operands' decide: a call on one row of each tells, when the replay is written) is taken without
+  the writer's `finish`;
 * a branch on a live register whose other way traps before the way on (a device assertion, such as a
   gather's index check) is tested as the step-by-step path tests it: the programs that go the other way trap,
   with the trap's error (the same programs, the same line), before any other program goes on. A path with any

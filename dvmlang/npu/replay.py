@@ -504,8 +504,26 @@ def _view(j: int, plan, env: dict, writeable: bool) -> str:
     start, shape, strides, size = plan[:4]
     if size is not None:
         return f"g[{start}:{start + size}].reshape({shape!r})"
-    env["strided"] = _strided
-    return f"strided(g, {start}, {shape!r}, {strides!r}, {writeable})"
+    env[f"VW{j}"] = _viewer(start, shape, strides, writeable)
+    return f"VW{j}(g)"
+
+
+def _viewer(start: int, shape: tuple, strides: tuple, writeable: bool):
+    """``boxview._strided(g, start, shape, strides, writeable)`` for a box that is not a slice of ``g``, with its
+    byte offset and strides worked out once per item size: numpy's constructor makes the same view (it checks
+    the bounds; a box it refuses goes through ``_strided``)."""
+    byte = {isz: (start * isz, tuple(x * isz for x in strides)) for isz in (1, 2, 4, 8)}
+
+    def view(g):
+        try:
+            off, st = byte[g.itemsize]
+            v = np.ndarray(shape, g.dtype, g, off, st)
+        except (KeyError, TypeError, ValueError, BufferError):
+            return _strided(g, start, shape, strides, writeable)
+        if not writeable:
+            v.flags.writeable = False
+        return v
+    return view
 
 
 def _direct_load(fast, j: int, env: dict) -> tuple | None:

@@ -113,8 +113,10 @@ def viota(start: int, n: int) -> np.ndarray:
     return np.arange(start, start + n, dtype=np.int32)[None]
 
 
-REDUCE = {"sum": np.sum, "max": np.fmax.reduce, "min": np.fmin.reduce, "prod": np.prod, "max_nan": np.max,
-          "min_nan": np.min}
+# (the ufuncs' own reductions: what np.sum, np.prod, np.max and np.min call, the same dtypes and values, without
+# their wrappers' microseconds)
+REDUCE = {"sum": np.add.reduce, "max": np.fmax.reduce, "min": np.fmin.reduce, "prod": np.multiply.reduce,
+          "max_nan": np.maximum.reduce, "min_nan": np.minimum.reduce}
 _ORDERED = ("sum", "prod")  # reductions whose rounding depends on the order numpy takes the elements in
 WIDE_REDUCE = (dt.float16, dt.bfloat16, dt.float8e4nv, dt.float8e5)  # reduced in float32, rounded once
 
