@@ -477,3 +477,31 @@ def test_a_steady_call_leaves_nothing_for_the_cycle_collector():
         finally:
             gc.callbacks.remove(counted)
     assert len(runs) <= 3, f"{len(runs)} collections (generations {runs}) in 500 steady calls"
+
+
+def test_heads_folded_back_after_a_transpose_are_read_as_views():
+    """An encoder layer's attention splits a fused projection's output into heads, scales q and k and transposes
+    them for its batched matmuls; torch then folds the heads back into the batch with a reshape that merges dims of
+    a permuted view (strides that nest: a view). The program's instance function addresses those views itself (the
+    scaled q and k come from its buffers), so its only generic addressing is the input's (transposed to sequence
+    first: a copy), and the outputs equal eager's at every call."""
+    import importlib
+
+    backend = importlib.import_module("dvmlang.torch.backend")
+    torch.manual_seed(3)
+    prev = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        enc = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
+        torch._dynamo.reset()
+        c = torch.compile(enc, backend="dvmlang")
+        with torch.no_grad():
+            for _ in range(4):
+                x = torch.randn(2, 5, 32)
+                _close(c(x), enc(x))
+    finally:
+        torch.backends.mha.set_fastpath_enabled(prev)
+    sources = [f.source for step in backend.COMPILED[-1].steps if step.kind == "region"
+               for f in step.program._fast.values() if f]
+    assert sources
+    assert sum(src.count("_addressing(") for src in sources) == 1, [src.count("_addressing(") for src in sources]

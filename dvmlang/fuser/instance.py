@@ -37,6 +37,17 @@ INLINE = os.environ.get("DVMLANG_INSTANCE_INLINE", "1") != "0"  # 0: encode thro
 SPLIT = object()  # what a plan's function returns when the call's sizes take the split plan
 
 
+def _number(expr: str, times: int = 1) -> int | None:
+    """The value of a stride expression that is a product of numbers (``"8*4"``), times ``times``; else None."""
+    parts = expr.split("*")
+    if not all(p.isdigit() for p in parts):
+        return None
+    v = times
+    for p in parts:
+        v *= int(p)
+    return v
+
+
 class _Unsupported(Exception):
     """The plan has something the generated function does not write (the generic path runs it)."""
 
@@ -451,19 +462,37 @@ class _Generator:
     @staticmethod
     def _split(shape, strides, out) -> list | None:
         """The stride expressions of ``out``, a reshape of a strided view (``shape``, ``strides``: expressions) that
-        only inserts or removes dims of 1 and splits dims that are numbers into numbers (``canonical._splits_only``
-        decides on symbols; the generic path lets numpy work the strides out), else None."""
+        only inserts or removes dims of 1, splits dims that are numbers into numbers (``canonical._splits_only``
+        decides on symbols) and merges runs of dims that are numbers whose strides, numbers, nest (each the next
+        one's times its size), else None (the generic path lets numpy work the strides out)."""
         olds = [(d, st) for d, st in zip(shape, strides) if d != "1"]
         news = [i for i, d in enumerate(out) if d != "1"]
         got = ["0"] * len(out)
         j = 0
-        for d, st in olds:
+        i = 0
+        while i < len(olds):
+            d, st = olds[i]
+            i += 1
             if j < len(news) and out[news[j]] == d:
                 got[news[j]] = st
                 j += 1
                 continue
             if not d.isdigit():
                 return None
+            if j < len(news) and out[news[j]].isdigit() and int(out[news[j]]) > int(d):
+                # a run of dims that are numbers merged into one (the heads of a batch, (B, H) -> B*H): a view when
+                # each dim's stride, a number, is the next one's times its size; the merged dim takes the last's
+                size, inner = int(d), st
+                while size < int(out[news[j]]) and i < len(olds) and olds[i][0].isdigit() and \
+                        _number(inner) is not None and _number(inner) == _number(olds[i][1], int(olds[i][0])):
+                    size *= int(olds[i][0])
+                    inner = olds[i][1]
+                    i += 1
+                if size != int(out[news[j]]):
+                    return None
+                got[news[j]] = inner
+                j += 1
+                continue
             rest = int(d)
             while rest > 1 and j < len(news) and out[news[j]].isdigit() and int(out[news[j]]) > 0 and \
                     rest % int(out[news[j]]) == 0:
