@@ -4,7 +4,8 @@
              tests/test_torch_blocks.py, the model zoo of tests/test_torch_zoo.py, examples/torch_*.py) and three
              larger ones, forward in eval under
              ``torch.compile(model, backend="dvmlang")``: the median host time of a steady call (after three
-             warm calls) against torch eager's, calls taken in turn. Eager is timed with torch's own threads and
+             warm calls) against torch eager's, calls taken in turn (``--calls N``: N back to back per round,
+             each side alike, the time per call). Eager is timed with torch's own threads and
              with one thread, and the faster of the two is the reference. The ratio's target: at most 5x over the
              median of the models, at most 2x for a model whose eager call takes 5 ms or more. ``--inductor``
              times TorchInductor's steady call too (what another compiled backend's call costs on this CPU).
@@ -19,7 +20,7 @@ Times are ``time.perf_counter`` (wall: torch's threads work in parallel) and ``t
 load is printed with them.
 
     python benchmarks/model_speed.py [--quick] [--rounds 7] [--only models,generate,collatz,ctrl-c] [--inductor]
-                                     [--models llama,mlp]
+                                     [--models llama,mlp] [--calls 1]
 """
 
 from __future__ import annotations
@@ -122,13 +123,15 @@ def _first(x):
     raise TypeError(type(x))
 
 
-def _timed(fn, *args) -> tuple[float, float]:
+def _timed(fn, *args, calls: int = 1) -> tuple[float, float]:
+    """(wall, thread CPU) of one call of ``fn``: of ``calls`` back to back, per call."""
     w, c = time.perf_counter(), time.thread_time()
-    fn(*args)
-    return time.perf_counter() - w, time.thread_time() - c
+    for _ in range(calls):
+        fn(*args)
+    return (time.perf_counter() - w) / calls, (time.thread_time() - c) / calls
 
 
-def bench_models(quick: bool, rounds: int, inductor: bool = False, only=None) -> list:
+def bench_models(quick: bool, rounds: int, inductor: bool = False, only=None, calls: int = 1) -> list:
     rows = []
     threads = torch.get_num_threads()
     for name, (fn, args) in models(quick).items():
@@ -143,10 +146,10 @@ def bench_models(quick: bool, rounds: int, inductor: bool = False, only=None) ->
             torch.testing.assert_close(got, ref, rtol=1e-3, atol=1e-4)
             dv, ea, e1 = [], [], []
             for _ in range(rounds):
-                dv.append(_timed(compiled, *args))
-                ea.append(_timed(fn, *args))
+                dv.append(_timed(compiled, *args, calls=calls))
+                ea.append(_timed(fn, *args, calls=calls))
                 torch.set_num_threads(1)
-                e1.append(_timed(fn, *args))
+                e1.append(_timed(fn, *args, calls=calls))
                 torch.set_num_threads(threads)
         d = statistics.median(w for w, _ in dv)
         e = min(statistics.median(w for w, _ in ea), statistics.median(w for w, _ in e1))
@@ -252,6 +255,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="models,generate,collatz,ctrl-c")
     ap.add_argument("--inductor", action="store_true", help="also time TorchInductor's steady call of each model")
     ap.add_argument("--models", default="", help="comma-separated substrings of the model names to run")
+    ap.add_argument("--calls", type=int, default=1,
+                    help="calls back to back per round, each side alike (1: the calls taken in turn, one each: a "
+                         "dvmlang call right after eager's, its data and code cold; more: a serving loop's)")
     a = ap.parse_args(argv)
     only = set(a.only.split(","))
     print(f"[{load()}; torch threads {torch.get_num_threads()}]", flush=True)
@@ -262,7 +268,7 @@ def main(argv=None) -> int:
     if "generate" in only:
         bench_generate()
     if "models" in only:
-        bench_models(a.quick, a.rounds, a.inductor, [m for m in a.models.split(",") if m])
+        bench_models(a.quick, a.rounds, a.inductor, [m for m in a.models.split(",") if m], a.calls)
     return 0
 
 
