@@ -151,6 +151,24 @@ def test_the_table_loop_and_the_straight_line_patcher_write_the_same_words(s):
     assert looped != enc._words  # (something was patched)
 
 
+def test_the_field_loop_and_the_written_packer_pack_every_row_alike():
+    """An ISA row's first instructions are packed by a loop over its fields, later ones by the packer written out for
+    it (``assemble.WRITE_AFTER``): for every row, on random field values (wider than the fields: masked), the same
+    words, head word and fields."""
+    from dvmlang.vm.lower import assemble
+
+    rng = np.random.default_rng(5)
+    for ins in isa.BY_NAME.values():
+        loop, written = assemble._packer(ins), assemble._written(ins)
+        assemble._PACKERS.pop(id(ins), None)
+        for _ in range(8):
+            vals = {name: int(rng.integers(0, 1 << 62)) for name, *_ in ins.packing}
+            head = int(rng.integers(0, 1 << 20)) << 40
+            a, b = array("Q", bytes(8 * (ins.words + 1))), array("Q", bytes(8 * (ins.words + 1)))
+            assert loop(a, 1, vals, head) == written(b, 1, vals, head), ins.name
+            assert a == b, ins.name
+
+
 def test_an_encoded_instance_makes_its_kernel_record_when_first_read():
     """``Encoder._instance`` leaves ``kernels`` to ``Bytecode.__getattr__``: made once, with the instance's grid,
     shared by the instances of that grid; any other missing attribute is an ``AttributeError``."""
