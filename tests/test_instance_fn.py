@@ -555,4 +555,3 @@ def test_an_intermediate_stored_in_its_readers_order_is_pooled(monkeypatch):
     stored = first[0][-1]  # the first launch's output: the intermediate the second reads
     assert any(a is stored for a in first[1]), "the projection reads the stored intermediate"
     assert second[0][-1] is stored, "a new buffer for the permuted intermediate at every call"
-
