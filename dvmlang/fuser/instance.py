@@ -20,6 +20,7 @@ written); the generic path then runs the call and reports any error as it always
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -40,12 +41,7 @@ SPLIT = object()  # what a plan's function returns when the call's sizes take th
 def _number(expr: str, times: int = 1) -> int | None:
     """The value of a stride expression that is a product of numbers (``"8*4"``), times ``times``; else None."""
     parts = expr.split("*")
-    if not all(p.isdigit() for p in parts):
-        return None
-    v = times
-    for p in parts:
-        v *= int(p)
-    return v
+    return math.prod(map(int, parts)) * times if all(p.isdigit() for p in parts) else None
 
 
 class _Unsupported(Exception):
