@@ -38,6 +38,22 @@ def test_a_store_overwritten_before_any_read_is_dead():
     assert _dead_stores([(0, 0, 64), (1, 64, 128), [(0, 1 << 62)]]) == set()
 
 
+def test_dead_stores_are_worked_out_per_space_and_any_read_keeps_every_space_alive():
+    """``cube_chain.dead_stores`` (the cube spaces' pass and the unified buffer's): a store is dead when a later store
+    of the same space overwrites it before a read of that space; a read of any bytes (None: a step whose tiles are
+    not all known) keeps the stores of every space before it, but for what a later store overwrites first."""
+    from dvmlang.npu.cube_chain import SPACES, dead_stores
+
+    # the same bytes of two spaces: overwriting L0A's does not kill L1's
+    assert dead_stores([(0, "l1", 0, 64), (1, "l0a", 0, 64), (2, "l0a", 0, 64), [("l1", 0, 64)]], SPACES) == {1, 2}
+    # a read of any bytes: both spaces live, but for a store overwritten whole before it
+    assert dead_stores([(0, "l1", 0, 64), (1, "l0c", 0, 32), (2, "l0c", 0, 32), None], SPACES) == {1}
+    # nothing read after: every store dead
+    assert dead_stores([(0, "l1", 0, 64), (1, "l0b", 0, 64)], SPACES) == {0, 1}
+    # a read of one space keeps only that space's store
+    assert dead_stores([(0, "l1", 0, 64), (1, "l0b", 0, 64), [("l0b", 8, 16)]], SPACES) == {0}
+
+
 def _stores(rp: Replay) -> int:
     """The tiles a replay stores in the unified buffer: vector results, and loads kept in the buffer too."""
     return len(re.findall(r"^\s+(MU\[\d+\] = Slot|place_among\(|t\d+ = LV\d+\(b, L, True\))", rp.source, re.M))

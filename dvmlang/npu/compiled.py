@@ -276,6 +276,22 @@ def _tile_bytes(m, start: int, end: int) -> int:
     return out
 
 
+def slot_line(m, env: dict, space: str, mem: str, addr: int, nbytes: int, var: str) -> str:
+    """The line storing ``var`` (a whole tile) at ``addr`` of ``space`` (its slots' dict the expression ``mem``), as
+    a writer stores it: alone when no other tile range of the kernel overlaps it, else among the slots it cuts."""
+    env.update(Slot=Slot, place_among=place_among)
+    if (space, addr, nbytes) in m.alone:  # (nothing to cut away)
+        return f"{mem}[{addr}] = Slot({var}, {nbytes})"
+    name = f"ST_{space}_{addr}_{nbytes}"
+    env[name] = m.starts(space, addr, nbytes)
+    return f"place_among({mem}, {addr}, {nbytes}, Slot({var}, {nbytes}), {name})"
+
+
+def _full(shape, rank) -> tuple:
+    """A tile's shape padded with leading 1s to ``rank`` dims (None: as it is), as its reader gives it."""
+    return tuple(shape) if rank is None or rank <= len(shape) else (1,) * (rank - len(shape)) + tuple(shape)
+
+
 def _finished(m, d, fam: str, fn, rank, npdt, dshape: tuple) -> bool:
     """Whether the writer's ``finish`` would leave ``fn``'s result as it is (its dtype the tile's, its shape the
     tile's after the rows): an elementwise ufunc (or a select) gives a dtype its operands' dtypes decide and the
@@ -293,8 +309,7 @@ def _finished(m, d, fam: str, fn, rank, npdt, dshape: tuple) -> bool:
     args = []
     for name in fields:
         _, dtp, shape = m.layout(v[name])
-        full = tuple(shape) if rank is None or rank <= len(shape) else (1,) * (rank - len(shape)) + tuple(shape)
-        args.append(np.zeros((1,) + full, dtp.np))
+        args.append(np.zeros((1,) + _full(shape, rank), dtp.np))
     if fam in ("vbins", "vcmps"):
         _, adt, ashape = m.layout(v["a"])
         s = np.zeros((1,) * (len(ashape) + 1), adt.np)  # (``lift`` of the register: the operand's dtype)
@@ -336,7 +351,7 @@ class _Tiles:
         m = self.m
         addr, dtp, shape = m.layout(d.vals[field])
         nbytes = prod(shape) * dtp.itemsize
-        full = tuple(shape) if rank is None or rank <= len(shape) else (1,) * (rank - len(shape)) + tuple(shape)
+        full = _full(shape, rank)
         hit = self.local.get((addr, nbytes, dtp.np))
         if hit is not None and d.ins.spaces[field] == "ub":
             var, have = hit
@@ -413,12 +428,7 @@ class _Tiles:
     def store(self, daddr: int, nbytes: int, npdt, shape: tuple, var: str, lines: list) -> None:
         """The line storing ``var`` (a tile of ``shape``) at ``daddr`` of the unified buffer, as the writer stores
         it; ``var`` holds those bytes from here on."""
-        m = self.m
-        if ("ub", daddr, nbytes) in m.alone:  # (no other tile range overlaps it: nothing to cut away)
-            lines.append(f"MU[{daddr}] = Slot({var}, {nbytes})")
-        else:
-            self.env[f"ST_{daddr}_{nbytes}"] = m.starts("ub", daddr, nbytes)
-            lines.append(f"place_among(MU, {daddr}, {nbytes}, Slot({var}, {nbytes}), ST_{daddr}_{nbytes})")
+        lines.append(slot_line(self.m, self.env, "ub", "MU", daddr, nbytes, var))
         self.used = True
         end = daddr + nbytes
         for key in [k for k in self.local if k[0] < end and daddr < k[0] + k[1]]:

@@ -7,8 +7,8 @@ unified buffer's: a load into L1 read straight from its tensor, an L1 -> L0A / L
 accumulator's fill. The next step of the chain takes its operand from the variable instead of the slot (the same
 array the slot holds: each value is the writer's finished array, which the slot stores), and computes what its
 step computes, with the step's functions (``semantics.mmad``, the BLAS thread count around the product, the
-writer's ``finish``). Every value is still stored in its slot as the step stores it, so a step the replay runs
-as itself reads what it always read.
+writer's ``finish``). A value is stored in its slot as the step stores it unless no step the replay runs as itself
+reads that slot before it is overwritten (``dead``, ``dead_stores``), so such a step reads what it always read.
 
 The variables are forgotten at every step the replay runs as itself and at every store to global memory (a load
 into L1 may hold a view of its tensor, which a store would change: the slot's copy is made then, not the
@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from ..vm import semantics as sem
 from . import host
-from .state import Slot, place_among, prod
+from .compiled import slot_line
+from .state import prod
 from .timing_cache import tile_reads
 
 SPACES = ("l1", "l0a", "l0b", "l0c")
@@ -32,8 +33,7 @@ class CubeLocals:
         self.m, self.env, self.tiles = m, env, tiles  # (``tiles``: the unified buffer's, or None for a large batch)
         self.local: dict = {}  # (space, addr, nbytes, dtype) -> (variable, shape)
         self.n = 0
-        self.events: list = []  # in the body's order: ("r", what a step reads: ``forget``) or a store (``stored``)
-        env.update({"Slot": Slot, "place_among": place_among})
+        self.events: list = []  # in the body's order, as ``dead_stores`` takes them: reads (``forget``), stores
 
     def var(self) -> str:
         self.n += 1
@@ -43,7 +43,7 @@ class CubeLocals:
         """A step the replay runs as itself (or a store to global memory) comes next: the variables are forgotten,
         and the slots it reads are ``reads`` ((space, lo, hi) of the cube spaces), or any slot (None)."""
         self.local.clear()
-        self.events.append(("r", reads))
+        self.events.append(reads)
 
     def stored(self, at: int, d, field: str = "dst") -> None:
         """Line ``at`` of the body stores the whole tile ``field`` of ``d`` (dropped when no later step reads it:
@@ -56,29 +56,8 @@ class CubeLocals:
         return space, addr, addr + nbytes
 
     def dead(self) -> set:
-        """The lines storing a cube tile that no step the replay runs as itself reads before it is overwritten (a
-        batch's on-chip memory is dropped at the end of its launch). A backward pass over the bytes read later:
-        a step reading any slot makes every earlier store live but for what a store between them overwrites."""
-        out = set()
-        any_read = False  # (a step reading any slot comes later)
-        cut: dict = {}  # space -> [(lo, hi)] overwritten between here and that step
-        live: dict = {}  # space -> [(lo, hi)] a later step reads, not overwritten before it
-        for e in reversed(self.events):
-            if e[0] == "r":
-                if e[1] is None:
-                    any_read, cut = True, {}
-                else:
-                    for space, lo, hi in e[1]:
-                        live.setdefault(space, []).append((lo, hi))
-                continue
-            at, space, lo, hi = e
-            spans, reads = cut.setdefault(space, []), live.get(space, [])
-            if not (any_read and not _covered(lo, hi, spans)) and not any(a < hi and lo < b for a, b in reads):
-                out.add(at)
-            spans.append((lo, hi))
-            if reads:  # (what this store writes is not read from an earlier one)
-                live[space] = [p for a, b in reads for p in ((a, min(b, lo)), (max(a, hi), b)) if p[0] < p[1]]
-        return out
+        """The lines storing a cube tile that no step the replay runs as itself reads before it is overwritten."""
+        return dead_stores(self.events, SPACES)
 
     def _key(self, d, field: str):
         addr, dtp, shape = self.m.layout(d.vals[field])
@@ -104,17 +83,10 @@ class CubeLocals:
 
     def _store(self, d, var: str, lines: list) -> None:
         """The line storing ``var`` in ``d``'s destination slot, as the step's writer stores it."""
-        m = self.m
         space = d.ins.spaces["dst"]
-        addr, dtp, shape = m.layout(d.vals["dst"])
-        nbytes = prod(shape) * dtp.itemsize
+        addr, dtp, shape = self.m.layout(d.vals["dst"])
         self.stored(len(lines), d)
-        if (space, addr, nbytes) in m.alone:
-            lines.append(f"b.mem[{space!r}][{addr}] = Slot({var}, {nbytes})")
-        else:
-            name = f"SC_{space}_{addr}_{nbytes}"
-            self.env[name] = m.starts(space, addr, nbytes)
-            lines.append(f"place_among(b.mem[{space!r}], {addr}, {nbytes}, Slot({var}, {nbytes}), {name})")
+        lines.append(slot_line(self.m, self.env, space, f"b.mem[{space!r}]", addr, prod(shape) * dtp.itemsize, var))
 
     def emit(self, d, lines: list) -> tuple | None:
         """The code of ``d`` (an L1 -> L0A / L0B or L0C -> unified-buffer copy, or an MMAD) from local variables,
@@ -151,7 +123,7 @@ class CubeLocals:
                 if c is None:
                     env[f"CR{pc}"] = m.reader(d.vals["dst"], d.ins.spaces["dst"])
                     c = f"CR{pc}(b, L)"
-                    self.events.append(("r", [self._range(d, "dst")]))  # (the accumulator's slot)
+                    self.events.append([self._range(d, "dst")])  # (the accumulator's slot)
             env[f"MM{pc}"] = _mmad(m, d)
             var = self.var()
             lines.append(f"{var} = MM{pc}(b, {a}, {b}, {c})")
@@ -175,24 +147,33 @@ def _mmad(m, d):
     def mm(b, x, y, c):
         threads = host.blas_one_thread(b.n * macs)
         try:
-            out = sem.mmad(x.astype(acc, copy=False), y.astype(acc, copy=False), c, acc)
+            out = sem.mmad(x, y, c, acc)  # (its operands in the accumulator's dtype, as the step's)
         finally:
             host.blas_restore(threads)
         return finish(out.astype(acc, copy=False))
     return mm
 
 
-def _covered(lo: int, hi: int, spans: list) -> bool:
-    """Whether [lo, hi) lies inside the union of ``spans``."""
-    at = lo
-    for a, b in sorted(spans):
-        if a > at:
-            break
-        if b > at:
-            at = b
-        if at >= hi:
-            return True
-    return at >= hi
+def dead_stores(events: list, spaces: tuple) -> set:
+    """The lines of a replay's body that store a whole tile which no later line reads before another store
+    overwrites it (a batch's on-chip memory is dropped at the end of its launch): a backward pass over the byte
+    ranges read later. ``events``, in the body's order: what a line reads, a list of (space, lo, hi) (None: any
+    bytes of every space of ``spaces``), or (line, space, lo, hi) for a line storing [lo, hi) (line None: a store
+    that is never dropped)."""
+    live: dict = {}  # space -> the (lo, hi) ranges a later line reads before anything overwrites them
+    dead = set()
+    for e in reversed(events):
+        if e is None or e.__class__ is list:
+            for space, lo, hi in ((sp, 0, 1 << 62) for sp in spaces) if e is None else e:
+                live.setdefault(space, set()).add((lo, hi))
+            continue
+        line, space, lo, hi = e
+        reads = live.get(space, ())
+        if line is not None and not any(a < hi and lo < b for a, b in reads):
+            dead.add(line)
+        if reads:  # (the bytes it overwrites are not read from an earlier store)
+            live[space] = {p for a, b in reads for p in ((a, min(b, lo)), (max(a, hi), b)) if p[0] < p[1]}
+    return dead
 
 
 def reads_of(m, d) -> list | None:

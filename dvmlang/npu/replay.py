@@ -54,7 +54,7 @@ import numpy as np
 from ..errors import DvmError, InvalidBytecodeError
 from ..vm import semantics as sem
 from .compiled import SMALL_BYTES, STEP_ERRORS, _invalid, _tile_bytes, _Tiles
-from .cube_chain import SPACES, CubeLocals, reads_of
+from .cube_chain import SPACES, CubeLocals, dead_stores, reads_of
 from .boxview import _strided
 from .dma import dma_write
 from .state import Batch, materialise_views
@@ -388,9 +388,10 @@ def generate(m, trace, n: int) -> Replay | None:
             ub.append([])
             cube.hold(d, "dst", f"CV{i}")
             continue
-        if s.ins.family == "gather" and tiles is not None and hasattr(s.fn, "value"):
+        if s.ins.family == "gather" and tiles is not None and hasattr(s.fn, "value") and w_tile[0] == "ub":
             # the gathered tile a local variable, stored in the buffer as the step stores it unless no later step
-            # reads it from there (the step itself runs when an offset is out of range: its fault, GPU semantics)
+            # reads it from there (the step itself runs when an offset is out of range: its fault, GPU semantics;
+            # either way only the tile's own bytes of the unified buffer change: the cube's variables stay)
             lo, hi = w_tile[1], w_tile[2]
             var = _gather(m, d, s, env, tiles, body)
             ub.append(_ub_ranges(m, d))  # (the step's reads: its offsets and mask, read from the buffer)
@@ -399,7 +400,6 @@ def generate(m, trace, n: int) -> Replay | None:
             tiles.forget_range(lo, hi)
             _, dtp, shape = m.layout(d.vals["dst"])
             tiles.local[(lo, hi - lo, dtp.np)] = (var, tuple(shape))
-            cube.forget(reads_of(m, d))
             continue
         fast = resolved.get(j)
         if w_reg is not None:
@@ -636,29 +636,11 @@ def _emitted_reads(m, d, body: list, at: int) -> list:
 
 def _dead_stores(ub: list) -> set:
     """The lines of a replay's body that store a value in the unified buffer which no later line reads from there
-    before another overwrites it (a batch's on-chip memory is dropped at the end of its launch). ``ub`` holds, in
-    the body's order, a list of the ranges a line reads, or (line, lo, hi) for a line storing a whole tile at [lo,
-    hi) (line None: an overwrite that is not dropped). A backward pass over the byte ranges read later."""
-    live: set = set()  # (lo, hi) ranges some later line reads before anything overwrites them
-    dead = set()
-    for e in reversed(ub):
-        if e.__class__ is tuple:
-            line, lo, hi = e
-            if line is not None and not any(a < hi and lo < b for a, b in live):
-                dead.add(line)
-            cut = set()
-            for a, b in live:  # the overwritten bytes are not read from an earlier store
-                if b <= lo or hi <= a:
-                    cut.add((a, b))
-                else:
-                    if a < lo:
-                        cut.add((a, lo))
-                    if hi < b:
-                        cut.add((hi, b))
-            live = cut
-        else:
-            live.update(e)
-    return dead
+    before another overwrites it (``cube_chain.dead_stores``). ``ub`` holds, in the body's order, a list of the
+    ranges (lo, hi) a line reads, or (line, lo, hi) for a line storing a whole tile at [lo, hi) (line None: an
+    overwrite that is not dropped)."""
+    return dead_stores([[("ub",) + r for r in e] if e.__class__ is list else (e[0], "ub") + e[1:] for e in ub],
+                       ("ub",))
 
 
 def run(rp, b, L) -> None:
