@@ -309,13 +309,13 @@ def test_an_index_out_of_range_in_a_replayed_gather_faults_as_the_full_path(rows
     assert count.n >= 2, "the gather was not replayed"
 
 
-@pytest.mark.parametrize("masked", [False, True])
-def test_a_replayed_gather_gives_the_steps_tile_and_its_fault(masked, monkeypatch):
+@pytest.mark.parametrize("masked,dtype", [(False, "float32"), (True, "float32"), (True, "int32"), (False, "float16")])
+def test_a_replayed_gather_gives_the_steps_tile_and_its_fault(masked, dtype, monkeypatch):
     """A gather of indices loaded from memory (no index check in the kernel: the step's own bounds check guards
     it) held as a local variable by the replay: in range, masked or not, the step's tile (the mask's lanes the
     padding); an index out of range on a replayed launch, in a lane the mask keeps, the step's own MemoryFault
     (program, tensor, elements); one in a lane the mask drops, no fault. Against ``Device(replay=False)``, on new
-    data at every launch; the path's source computes the gather itself."""
+    data at every launch, for tables of three dtypes; the path's source computes the gather itself."""
     import dvmlang
     import dvmlang.language as dl
 
@@ -331,7 +331,7 @@ def test_a_replayed_gather_gives_the_steps_tile_and_its_fault(masked, monkeypatc
 
     def launch(dev, k):
         rng = np.random.default_rng(k)
-        x = rng.standard_normal(40).astype(np.float32)
+        x = (rng.standard_normal(40) * 50).astype(dtype)
         idx = rng.integers(0, 40, 32).astype(np.int32)
         n = 32 - 3 * masked
         if k == RUNS - 2:  # out of range: in a lane the mask keeps, then (masked) in one it drops
