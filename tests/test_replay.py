@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import re
 import warnings
 
 import numpy as np
@@ -38,15 +39,15 @@ class _Count:
         monkeypatch.setattr(replay_mod, "run", counted)
 
 
-def _sources(monkeypatch) -> list:
-    """The source of every replay generated from now on (``Replay.source``), in order."""
+def _sources(monkeypatch, replays: bool = False) -> list:
+    """The source of every replay generated from now on (``Replay.source``), in order (``replays``: the replays)."""
     sources = []
     generate = replay_mod.generate
 
     def kept(*a):
         rp = generate(*a)
         if rp is not None:
-            sources.append(rp.source)
+            sources.append(rp if replays else rp.source)
         return rp
     monkeypatch.setattr(replay_mod, "generate", kept)
     return sources
@@ -396,7 +397,7 @@ def test_replayed_transfers_straight_to_the_tensors_take_the_step_on_another_siz
 
     bc = _launched(monkeypatch, lambda: scale[(4,)](np.zeros(64, np.float32), np.zeros(64, np.float32), BLOCK=16,
                                                     device=Device()))
-    sources = _sources(monkeypatch)
+    sources = _sources(monkeypatch, replays=True)
     count = _Count(monkeypatch)
     sizes = [64, 64, 64, 64, 96, 64, 48, 64, 64]
     got = {}
@@ -412,8 +413,44 @@ def test_replayed_transfers_straight_to_the_tensors_take_the_step_on_another_siz
     assert got[True][6][0] == "fault" and got[True][6][1] == "MemoryFault"
     assert got[True][4][0] != "fault"
     assert count.n >= 4, "the launches were not replayed"
-    assert sources and "(g := L.arrays[0]).size == 64" in sources[0] and "(g := L.arrays[1]).size == 64" in \
-        sources[0], "the transfers were not written straight to the tensors"
+    assert sources and _checked_sizes(sources[0], 0) == [64] and _checked_sizes(sources[0], 1) == [64], \
+        "the transfers were not written straight to the tensors"
+
+
+def test_instances_whose_paths_are_alike_share_the_replays_code(monkeypatch):
+    """Two instances of one kernel at other sizes (grids and tensors) whose programs take the same steps write the
+    same source (every size a name of the replay's globals), compiled once: each replay checks its own sizes and
+    gives its own instance's results (against numpy), and a replay of another kernel has code of its own."""
+    import dvmlang
+    import dvmlang.language as dl
+
+    def make(name):
+        def body(x_ptr, y_ptr, BLOCK: dl.constexpr):
+            offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+            dl.store(y_ptr + offs, dl.load(x_ptr + offs) * 3.0 + 1.0)
+        body.__name__ = body.__qualname__ = name
+        return dvmlang.kernel(body)
+
+    replays = _sources(monkeypatch, replays=True)
+    dev = Device()
+    for kern, n in ((make("scale"), 64), (make("scale"), 128), (make("scale_too"), 64)):
+        for i in range(4):  # timed, recorded, replayed, replayed
+            x = np.arange(n, dtype=np.float32) * 0.25 + i
+            y = np.full(n, -1.0, np.float32)
+            kern[(n // 16,)](x, y, BLOCK=16, device=dev)
+            np.testing.assert_array_equal(y, x * np.float32(3.0) + np.float32(1.0))
+    assert len(replays) == 3
+    a, b, other = replays
+    assert a.source == b.source and a.fn.__code__ is b.fn.__code__
+    assert _checked_sizes(a, 0) == [64] and _checked_sizes(b, 0) == [128]
+    assert other.fn.__code__ is not a.fn.__code__ and "scale_too" in other.fn.__code__.co_filename
+
+
+def _checked_sizes(rp, t: int) -> list:
+    """The sizes a replay's source compares tensor ``t``'s with before a transfer straight to it (names of the
+    replay's globals: the source is alike for instances of other sizes)."""
+    names = re.findall(rf"\(g := L\.arrays\[{t}\]\)\.size == (\w+)", rp.source)
+    return [rp.fn.__globals__[n] for n in names]
 
 
 @pytest.mark.parametrize("other", [None, 2.5])

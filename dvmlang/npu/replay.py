@@ -63,6 +63,8 @@ from .timing_cache import _operands, tile_reads
 _LIFT = re.compile(r"lift\(R\[(\d+)\], (\d+), (\w+)\)")
 
 MAX_STEPS = 20000  # the longest path (steps, per program) a replay is written for
+_CODE: dict = {}  # (a replay's file name, its source) -> its code: instances whose paths are alike (other sizes, the same steps) have
+# the same source, every value the path takes is a name in the function's globals
 
 
 class Replay:
@@ -232,6 +234,7 @@ def record(m, b, L, start: int):
 
 
 _LOCAL = re.compile(r"(t\d+|s_) = (.*)")
+_NAMES: dict = {}  # an expression _fold saw -> the names it reads (the same lines recur in every instance's path)
 
 
 def _fold(line: str, env: dict, known: dict) -> str:
@@ -245,7 +248,11 @@ def _fold(line: str, env: dict, known: dict) -> str:
         return line
     var, expr = got.groups()
     known.pop(var, None)
-    names = [n.id for n in ast.walk(ast.parse(expr, mode="eval")) if n.__class__ is ast.Name]
+    names = _NAMES.get(expr)
+    if names is None:
+        if len(_NAMES) >= 4096:
+            _NAMES.clear()
+        names = _NAMES[expr] = [n.id for n in ast.walk(ast.parse(expr, mode="eval")) if n.__class__ is ast.Name]
     if not all(n in known or (n in env and n not in _DYNAMIC) for n in names):
         return line
     try:
@@ -258,7 +265,8 @@ def _fold(line: str, env: dict, known: dict) -> str:
     if value.flags.writeable:
         value.flags.writeable = False
     known[var] = value
-    name = f"KF{id(value)}"
+    n = env["#folded"] = env.get("#folded", 0) + 1  # (numbered in order: paths alike, sources alike)
+    name = f"KF{n}"
     env[name] = value
     return f"{var} = {name}"
 
@@ -474,7 +482,12 @@ def generate(m, trace, n: int) -> Replay | None:
     src = "\n".join(head + ["    try:"] + ["        " + x for x in body + ["return None"]] + [
         "    except DvmError:", "        raise", "    except ERRORS as e:",
         "        raise invalid(STEPS[k], e) from None"]) + "\n"
-    code = compile(src, f"<dvmlang replay {m.kernel.name}>", "exec")
+    where = f"<dvmlang replay {m.kernel.name}>"
+    code = _CODE.get((where, src))
+    if code is None:
+        if len(_CODE) >= 1024:
+            _CODE.clear()
+        code = _CODE[where, src] = compile(src, where, "exec")
     exec(code, env)  # noqa: S102 - generated from the machine's own steps and a recorded path
     return Replay(env["replay"], len(path), src)
 
@@ -502,8 +515,9 @@ def _view(j: int, plan, env: dict, writeable: bool) -> str:
     """The expression of a transfer's view of tensor ``g`` (``direct.direct_plan``'s ``plan``), as ``boxview._boxes``
     makes it for a tensor of the size the plan was found for."""
     start, shape, strides, size = plan[:4]
-    if size is not None:
-        return f"g[{start}:{start + size}].reshape({shape!r})"
+    if size is not None:  # (names, not numbers: see _CODE)
+        env[f"SL{j}"], env[f"SP{j}"] = slice(start, start + size), shape
+        return f"g[SL{j}].reshape(SP{j})"
     env[f"VW{j}"] = _viewer(start, shape, strides, writeable)
     return f"VW{j}(g)"
 
@@ -535,7 +549,8 @@ def _direct_load(fast, j: int, env: dict) -> tuple | None:
         return None
     t, checked, plan, finish, w = direct
     env[f"FL{j}"], env[f"W{j}"] = finish, w
-    cond = f"(g := L.arrays[{t}]).size == {checked}"
+    env[f"N{j}"] = checked  # (a name, not the number: the source is the same for instances of other sizes)
+    cond = f"(g := L.arrays[{t}]).size == N{j}"
     if len(plan) == 5:  # the box is the tile: its view
         return f"FL{j}({_view(j, plan, env, False)})", cond, True
     pad, undef = plan[5], plan[6]  # a box of the tile, put in the padding (``dma_read``)
@@ -608,7 +623,8 @@ def _direct_store(m, d, fast, j: int, env: dict, tiles, cube) -> list | None:
     else:  # (the step's write, of the tile the path holds)
         env["dma_write"], env[f"DS{j}"], env[f"SH{j}"] = dma_write, fast.desc, fast.shape
         write = f"    dma_write(g, DS{j}, SH{j}, {var}, b.n)"
-    return [f"if (g := L.arrays[{t}]).size == {checked} and getattr(L, 'poison_from', None) is None:",
+    env[f"N{j}"] = checked
+    return [f"if (g := L.arrays[{t}]).size == N{j} and getattr(L, 'poison_from', None) is None:",
             f"    materialise_views(b, L, {t})", write,
             "else:",
             f"    W{j}(b, {var})",

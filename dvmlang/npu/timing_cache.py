@@ -48,7 +48,25 @@ def fixed(m) -> bool:
 
 
 def _operands(m, d):
-    """(registers read, tiles read as (space, lo, hi), register written, tile written) of decoded ``d``."""
+    """(registers read, tiles read as (space, lo, hi), register written, tile written) of decoded ``d`` (read-only:
+    worked out once per step of the machine, which every instance of a build shares)."""
+    return _known(m, d)[1]
+
+
+def _known(m, d) -> tuple:
+    """(d, its ``_operands``, its ``tile_reads``), kept with the machine by the step's pc."""
+    memo = m.__dict__.get("_operands")
+    if memo is None:
+        memo = m._operands = {}
+    got = memo.get(d.pc)
+    if got is None or got[0] is not d:
+        ops = _operands_of(m, d)
+        known = sum(f.kind == "tile" for f in d.ins.fields) == sum(1 for _ in m.tile_fields(d))
+        got = memo[d.pc] = (d, ops, ops[1] if known else None)
+    return got
+
+
+def _operands_of(m, d):
     regs, tiles, w_reg, w_tile = [], [], None, None
     for f in d.ins.fields:
         val = d.vals.get(f.name)
@@ -78,9 +96,7 @@ def tile_reads(m, d) -> list | None:
     """The tiles (space, lo, hi) step ``d`` may read when it runs as its step (a step may read its destination
     too: an accumulating MMAD, a load that keeps part of it), or None when its tile operands are not all known
     (a tile whose layout the kernel lacks: it may read any bytes)."""
-    if sum(f.kind == "tile" for f in d.ins.fields) != sum(1 for _ in m.tile_fields(d)):
-        return None
-    return _operands(m, d)[1]
+    return _known(m, d)[2]
 
 
 def _overlaps(r, ranges) -> bool:
