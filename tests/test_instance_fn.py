@@ -555,3 +555,22 @@ def test_an_intermediate_stored_in_its_readers_order_is_pooled(monkeypatch):
     stored = first[0][-1]  # the first launch's output: the intermediate the second reads
     assert any(a is stored for a in first[1]), "the projection reads the stored intermediate"
     assert second[0][-1] is stored, "a new buffer for the permuted intermediate at every call"
+
+
+def test_a_program_of_static_sizes_launches_its_first_calls_instances_again():
+    """A program whose sizes are all static has no size to key its instances by: the instances its first (generic)
+    call encoded are the ones its instance function launches at the next calls (nothing encoded again, the same
+    bytecodes, whose kept timing and recorded paths the device reuses). Outputs stay numpy's."""
+    g = dvmlang.graph(lambda x, y: ops.softmax(x * 2.0, axis=-1) + ops.sum(y, axis=0), static={"x": (0, 1), "y": (0, 1)})
+    rng = np.random.default_rng(3)
+    launched = []
+    for _ in range(4):
+        x = rng.standard_normal((16, 40)).astype(np.float32)
+        y = rng.standard_normal((5, 40)).astype(np.float32)
+        z = x.astype(np.float64) * 2.0
+        want = np.exp(z - z.max(-1, keepdims=True)) / np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True)
+        np.testing.assert_allclose(g(x, y), want + y.sum(axis=0), rtol=1e-5, atol=1e-5)
+        launched.append((g.stats.encodes, [id(m.bytecode) for m in g.last_launch.members]))
+    assert _fast_count(g) >= 1
+    assert all(enc == launched[0][0] for enc, _ in launched), launched
+    assert all(ids == launched[0][1] for _, ids in launched), "a later call launched other bytecodes"

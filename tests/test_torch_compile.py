@@ -505,3 +505,21 @@ def test_heads_folded_back_after_a_transpose_are_read_as_views():
                for f in step.program._fast.values() if f]
     assert sources
     assert sum(src.count("_addressing(") for src in sources) == 1, [src.count("_addressing(") for src in sources]
+
+
+def test_the_second_call_of_a_static_model_times_nothing_again():
+    """torch.compile without dynamic shapes gives programs of static sizes: their instance functions launch the
+    bytecodes the first call encoded, so the device keeps the first call's timing (every kernel of the second call
+    runs its numerics alone) and the third call replays. Results equal eager's."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64)).eval()
+    compiled = torch.compile(model, backend="dvmlang")
+    kept = []
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(6, 32)
+            D.reset_stats()
+            _close(compiled(x), model(x))
+            kept.append([m.timing_kept for r in D.launches() for m in (getattr(r, "members", None) or [r])])
+    assert kept[0] and not any(kept[0])  # the first call times every kernel
+    assert all(kept[1]) and all(kept[2]), kept

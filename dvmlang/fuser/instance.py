@@ -224,7 +224,8 @@ class _Generator:
         w.ns["SIZED"] = {}
         w.ns["_consts_key"] = _consts_key
         self.sized_source = src
-        w("skey = (" + "".join(f"{v}, " for v in sizes) + "None if consts is None else _consts_key(consts))")
+        # (a tuple whatever the count of sizes: the key ``instance_calls.seed`` gives the generic run's instances)
+        w("skey = (" + "".join(f"{v}, " for v in sizes) + "None if consts is None else _consts_key(consts),)")
         w("bcs = SIZED.get(skey)")
         w("if bcs is None:")
         w(f"    bcs = sized({', '.join(params)})")
