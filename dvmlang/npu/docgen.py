@@ -214,7 +214,10 @@ as every other launch of its instance, as long as no branch tests a register tha
 (a *live* register: one a scalar load or a tile's element wrote, or one computed from such). So the first
 such launch runs its steps one by one and records the path: the steps in order, the registers before each,
 and each transfer's descriptor for those registers. From the next launch on, the path runs as one generated
-function (per instance, with the launch base), which keeps only what computes numbers:
+function (per instance, with the launch base; every value the path takes, the registers' recorded values, arrays
+worked out once, the sizes and slices of direct transfers, is a name of the function's globals, so instances whose
+programs take the same steps at other sizes write the same source, compiled once), which keeps only what computes
+numbers:
 
 * pure scalar steps on fixed registers, branches on them, jumps and events are gone (with the timing kept,
   they only set registers or do nothing); before each remaining step, the fixed registers that differ from
