@@ -15,11 +15,13 @@
 * collatz    the Collatz step count of 2,048 programs, each a data-dependent ``while`` loop (tens to hundreds of
              trips): host time of the launch (target <= 1 s), checked against Python.
 * ctrl-c     how long after a SIGINT a launch that would run for hours stops (``KeyboardInterrupt``).
+* warmup     the calls before the steady one: a fresh compile's second to fourth calls of six models against their
+             steady call, and a dynamic-shape Llama's first three calls at new lengths (``bench_warmup``).
 
 Times are ``time.perf_counter`` (wall: torch's threads work in parallel) and ``time.thread_time``; the machine's
 load is printed with them.
 
-    python benchmarks/model_speed.py [--quick] [--rounds 7] [--only models,generate,collatz,ctrl-c] [--inductor]
+    python benchmarks/model_speed.py [--quick] [--rounds 7] [--only models,generate,collatz,ctrl-c,warmup] [--inductor]
                                      [--models llama,mlp] [--calls 1]
 """
 
@@ -212,6 +214,59 @@ def bench_generate(new: int = 32):
     return d / new, eager / new
 
 
+# ---- warm-up: the calls before the steady one ---------------------------------------------------------------------
+
+WARM = ("multihead_attention", "transformer_encoder_layer", "llama_tiny", "gpt2_tiny", "bert_tiny", "zoo_moe_decoder")
+
+
+def bench_warmup(quick: bool, lengths: int = 10):
+    """Host time of the calls before a model is steady. Static shapes: a fresh ``torch.compile`` of each of
+    ``WARM``, its second, third and fourth calls (the first compiles; the device times a new instance's first launch,
+    records its path at the second, replays it from the third) against its steady call. New lengths: the paper's
+    1-layer Llama (hidden 256) under ``dynamic=True``, each of ``lengths`` new lengths called three times in turn
+    (the first pass at new lengths, then the same lengths again twice), the median call of each pass against the
+    steady call at one length and eager's (wall time; dvmlang's calls thread CPU)."""
+    from paper import models as pmodels
+    zoo = models(quick)
+    print("warm-up, static shapes (host ms per call; calls 2-4 of a fresh compile, then the steady call)", flush=True)
+    for name in WARM:
+        fn, args = zoo[name]
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="dvmlang")
+        ts = []
+        with torch.no_grad():
+            for _ in range(9):
+                c = time.thread_time()
+                compiled(*args)
+                ts.append(time.thread_time() - c)
+        steady = statistics.median(ts[5:])
+        print(f"  {name:34} " + " ".join(f"{t * 1e3:7.1f}" for t in ts[1:4]) + f"   steady {steady * 1e3:6.2f}  "
+              f"(call 2 / steady {ts[1] / steady:5.1f}x)", flush=True)
+    s = pmodels.SETTINGS["full"]
+    torch._dynamo.reset()
+    model = pmodels.build("llama", s)
+    compiled = torch.compile(model, backend="dvmlang", dynamic=True)
+    with torch.no_grad():
+        for L in (40, 41, 42):  # (the compile, the dynamic recompile, the instance functions)
+            compiled(pmodels.ids_for(L, s.vocab))
+        passes = []
+        for _ in range(3):
+            ts = []
+            for L in range(43, 43 + lengths):
+                ids = pmodels.ids_for(L, s.vocab)
+                c = time.thread_time()
+                compiled(ids)
+                ts.append(time.thread_time() - c)
+            passes.append(statistics.median(ts))
+        ids = pmodels.ids_for(43, s.vocab)
+        steady = statistics.median(_timed(compiled, ids)[1] for _ in range(7))
+        eager = statistics.median(_timed(model, ids)[0] for _ in range(7))  # (wall: torch's threads)
+    print(f"warm-up, new lengths (1-layer Llama, hidden 256, {lengths} lengths): a new length "
+          f"{passes[0] * 1e3:.1f} ms, its second call {passes[1] * 1e3:.1f} ms, its third {passes[2] * 1e3:.1f} ms; "
+          f"steady {steady * 1e3:.1f} ms, eager {eager * 1e3:.1f} ms  [{load()}]", flush=True)
+    return passes, steady, eager
+
+
 # ---- collatz and ctrl-c -------------------------------------------------------------------------------------------
 
 
@@ -252,7 +307,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--only", default="models,generate,collatz,ctrl-c")
+    ap.add_argument("--only", default="models,generate,collatz,ctrl-c,warmup")
     ap.add_argument("--inductor", action="store_true", help="also time TorchInductor's steady call of each model")
     ap.add_argument("--models", default="", help="comma-separated substrings of the model names to run")
     ap.add_argument("--calls", type=int, default=1,
@@ -267,6 +322,8 @@ def main(argv=None) -> int:
         bench_collatz()
     if "generate" in only:
         bench_generate()
+    if "warmup" in only:
+        bench_warmup(a.quick)
     if "models" in only:
         bench_models(a.quick, a.rounds, a.inductor, [m for m in a.models.split(",") if m], a.calls)
     return 0
