@@ -324,11 +324,27 @@ def generate(m, trace, n: int) -> Replay | None:
             env[name] = v
         return name
 
+    runs: list = []  # the tuples of values set into runs of registers (``RS{n}``)
+
     def regs_to(regs):
+        todo = []
         for r, v in enumerate(regs):
             if v is not cur[r] and r not in live:
-                body.append(f"R[{r}] = {const(v)}")
+                todo.append((r, const(v)))
                 cur[r] = v
+        k = 0
+        while k < len(todo):  # (consecutive registers, four or more, in one assignment: the path's first step sets
+            e = k + 1  # every register)
+            while e < len(todo) and todo[e][0] == todo[e - 1][0] + 1:
+                e += 1
+            if e - k >= 4:
+                name = f"RS{len(runs)}"
+                env[name] = tuple([env[c] for _, c in todo[k:e]])
+                runs.append(name)
+                body.append(f"R[{todo[k][0]}:{todo[e - 1][0] + 1}] = {name}")
+            else:
+                body.extend([f"R[{r}] = {c}" for r, c in todo[k:e]])
+            k = e
 
     for j, (i, regs) in enumerate(path):
         s = steps[i]
