@@ -114,7 +114,11 @@ class Machine:
                             if not (s.pure and s.kind == "op" and s.set is None and s.wait is None)), len(self.steps))
 
     def _ranges(self) -> tuple[dict, dict]:
-        """(space -> the (address, bytes) of every tile field, space -> the ends of the ranges written)."""
+        """(space -> the (address, bytes) of every tile field, space -> the ends of the ranges written), worked out
+        once (every writer's ``starts`` asks)."""
+        got = self.__dict__.get("_tile_ranges")
+        if got is not None:
+            return got
         ranges: dict = {}
         ends: dict = {}
         for d in self.decoded:
@@ -122,6 +126,7 @@ class Machine:
                 ranges.setdefault(space, set()).add((addr, n))
                 if f.writes:
                     ends.setdefault(space, set()).add(addr + n)
+        self._tile_ranges = ranges, ends
         return ranges, ends
 
     def tile_fields(self, d: Decoded):
