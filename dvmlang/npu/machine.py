@@ -165,10 +165,17 @@ class Machine:
         if out is None:
             ranges, ends = self._ranges()
             rs = ranges.get(space, set())
-            marks = {a for a, _ in rs} | ends.get(space, set())
+            sorted_marks = self.__dict__.setdefault("_marks", {})
+            marks = sorted_marks.get(space)
+            if marks is None:
+                marks = sorted_marks[space] = sorted({a for a, _ in rs} | ends.get(space, set()))
             hi = addr + max(nbytes, 1)
-            near = [(a, a + max(n, 1)) for a, n in rs if a < hi and addr < a + max(n, 1)]
-            out = known[key] = tuple(sorted(c for c in marks if any(a <= c < e for a, e in near)))
+            found = set()
+            for a, n in rs:
+                e = a + max(n, 1)
+                if a < hi and addr < e:  # (a range it overlaps: the marks inside it)
+                    found.update(marks[bisect.bisect_left(marks, a):bisect.bisect_left(marks, e)])
+            out = known[key] = tuple(sorted(found))
         return out
 
     def _read_again(self) -> set[int]:
