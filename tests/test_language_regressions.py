@@ -188,6 +188,35 @@ def test_changing_a_global_rebuilds_and_does_not_reuse_the_old_instance():
         SCALE_FOR_REBUILD = 3
 
 
+def test_a_closure_constant_is_built_once_and_a_rebound_one_rebuilds():
+    """A kernel made by a factory reads its closure's numbers as constants: its launches share one build (it was
+    built again at every launch: the value was checked against the module's globals, where the name is not), and
+    a cell rebound to another value is a new build with that value."""
+    def factory(scale):
+        @dvmlang.kernel
+        def scaled(x_ptr, out_ptr, BLOCK: dl.constexpr):
+            offs = dl.arange(0, BLOCK)
+            dl.store(out_ptr + offs, dl.load(x_ptr + offs) * scale + 1.0)
+
+        def rebind(v):
+            nonlocal scale
+            scale = v
+        return scaled, rebind
+
+    kern, rebind = factory(3.0)
+    x = np.arange(8, dtype=np.float32)
+    for _ in range(3):
+        out = np.zeros(8, np.float32)
+        kern[(1,)](x, out, BLOCK=8)
+        np.testing.assert_array_equal(out, x * 3.0 + 1.0)
+    assert kern.cache_info().builds == 1
+    rebind(0.5)
+    out = np.zeros(8, np.float32)
+    kern[(1,)](x, out, BLOCK=8)
+    np.testing.assert_array_equal(out, x * 0.5 + 1.0)
+    assert kern.cache_info().builds == 2
+
+
 @dvmlang.kernel
 def _swap_in_loop(x_ptr, out_ptr, n):
     offs = dl.arange(0, 4)

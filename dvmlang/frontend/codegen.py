@@ -19,7 +19,7 @@ import ast
 from ..errors import CompilationError, ConstexprError, DvmError, SourceLoc, UnsupportedSyntaxError
 from ..ir.builder import Builder
 from .calls import CallsMixin
-from .context import BlockExit, BuildContext, LoopContext, NeedScope, ReturnContext, is_runtime_value
+from .context import BlockExit, BuildContext, CellNamespace, LoopContext, NeedScope, ReturnContext, is_runtime_value
 from .expressions import ExpressionsMixin
 from .loops import LoopsMixin
 from .semantic import Semantic
@@ -79,11 +79,11 @@ class CodeGen(StatementsMixin, LoopsMixin, ExpressionsMixin, CallsMixin, ast.Nod
         self.stmt = None  # the statement being compiled
         self.origins: dict[int, tuple] = {}  # id(runtime value) -> (value, the statement that assigned it)
         self.globals = src.fn.__globals__
-        self.closure = {}
+        self.closure = {}  # name -> (its value, its cell: where a build checks it is still the value it read)
         if src.fn.__closure__:
             for name, cell in zip(src.fn.__code__.co_freevars, src.fn.__closure__):
                 try:
-                    self.closure[name] = cell.cell_contents
+                    self.closure[name] = (cell.cell_contents, CellNamespace(cell))
                 except ValueError:
                     pass
         sem.codegen = self

@@ -14,6 +14,22 @@ from .blockptr import tensor_descriptor
 from .values import block_pointer, pointer, tensor, unwrap
 
 
+class CellNamespace:
+    """A closure's cell read as a namespace of its one name (``GlobalRead.namespace``): ``get`` gives what the cell
+    holds now (``default`` once it is empty)."""
+
+    __slots__ = ("cell",)
+
+    def __init__(self, cell):
+        self.cell = cell
+
+    def get(self, name, default=None):
+        try:
+            return self.cell.cell_contents
+        except ValueError:
+            return default
+
+
 class GlobalRead(NamedTuple):
     """A global the kernel read as a compile-time constant: the build is valid while it keeps its value."""
 

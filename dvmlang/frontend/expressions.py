@@ -44,21 +44,24 @@ class ExpressionsMixin:
                 raise self.error(KernelTypeError, node, v.reason)
             return v
         if name in self.closure:
-            return self._global_value(name, self.closure[name], node)
+            value, cell = self.closure[name]
+            return self._global_value(name, value, node, cell)
         if name in self.globals:
             return self._global_value(name, self.globals[name], node)
         if hasattr(builtins, name):
             return getattr(builtins, name)
         raise self.error(KernelTypeError, node, f"name `{name}` is not defined")
 
-    def _global_value(self, name, value, node):
+    def _global_value(self, name, value, node, namespace=None):
+        """``value``, read from the module's globals (or a closure's cell, ``namespace``) as a constant."""
         if isinstance(value, constexpr):
             value = value.value
         if isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)) or \
                 callable(value):
             return value
         if isinstance(value, (bool, int, float, str, type(None), dt.DType, tuple)):
-            self.build.global_reads[(id(self.globals), name)] = GlobalRead(self.globals, name, value)
+            ns = self.globals if namespace is None else namespace
+            self.build.global_reads[(id(ns), name)] = GlobalRead(ns, name, value)
             return value
         if isinstance(value, np.ndarray):
             raise self.error(KernelTypeError, node, f"global `{name}` is a numpy array; kernels cannot read arrays "
