@@ -63,7 +63,7 @@ def _launched(monkeypatch, launch):
         return run(self, bc, arrays, **kw)
     monkeypatch.setattr(Device, "run", capture)
     launch()
-    monkeypatch.undo()
+    monkeypatch.setattr(Device, "run", run)  # (the test's other patches stay)
     return seen[0]
 
 
@@ -395,9 +395,9 @@ def test_replayed_transfers_straight_to_the_tensors_take_the_step_on_another_siz
         a = dl.load(x_ptr + offs)
         dl.store(y_ptr + offs, a * 3.0 + 1.0)
 
+    sources = _sources(monkeypatch, replays=True)  # (the first launch, timed, records its path as it runs)
     bc = _launched(monkeypatch, lambda: scale[(4,)](np.zeros(64, np.float32), np.zeros(64, np.float32), BLOCK=16,
                                                     device=Device()))
-    sources = _sources(monkeypatch, replays=True)
     count = _Count(monkeypatch)
     sizes = [64, 64, 64, 64, 96, 64, 48, 64, 64]
     got = {}
@@ -589,9 +589,9 @@ def test_a_replayed_matmul_holds_its_cube_tiles_as_the_full_path_stores_them(cas
 
     M, N, K = {"k_loop": (32, 48, 64), "one_step": (16, 16, 16), "store_into_an_input": (16, 32, 48)}[case]
     args = (np.zeros(M * K, np.float16), np.zeros(K * N, np.float16), np.zeros(M * N, np.float16), N, K)
+    sources = _sources(monkeypatch)
     bc = _launched(monkeypatch, lambda: mm[(M // 16, 1)](*args, BM=16, BN=N, BK=16, STORE=case == "store_into_an_input",
                                                           device=Device()))
-    sources = _sources(monkeypatch)
     count = _Count(monkeypatch)
     extra = [0, 0, 0, 0, 8, 0, 0]  # (elements added to the inputs: the instance's steps run on the other size)
     got = {}
@@ -611,3 +611,91 @@ def test_a_replayed_matmul_holds_its_cube_tiles_as_the_full_path_stores_them(cas
     assert count.n >= 4, "the launches were not replayed"
     if case != "store_into_an_input":  # (there the store between the loads and the product runs as itself)
         assert any("= MM" in s for s in sources), "the product was not computed from the held tiles"
+
+
+def test_a_timed_launch_records_its_path_and_the_next_launch_replays_it(monkeypatch):
+    """The first launch of a build's first instance is timed in full and runs its steps one by one; when its
+    programs run as one batch that never splits, it records its path as it goes (``execute.PathRecorder``) and the
+    second launch already replays it (one program or a batch of them). Programs that part at a branch (a persistent
+    loop whose last trip only some take), and later instances of the build (another grid: their timed launch runs
+    the compiled blocks, and may be their only one), leave the recording to their next launch, as before. Outputs
+    against numpy, records against ``Device(replay=False)``."""
+    import dvmlang
+    import dvmlang.language as dl
+
+    def make(scale):
+        @dvmlang.kernel
+        def affine(x_ptr, y_ptr, n, BLOCK: dl.constexpr):
+            for blk in range(dl.program_id(0), dl.cdiv(n, BLOCK), dl.num_programs(0)):
+                offs = blk * BLOCK + dl.arange(0, BLOCK)
+                dl.store(y_ptr + offs, dl.load(x_ptr + offs, mask=offs < n) * scale + 1.0, mask=offs < n)
+        return affine
+
+    calls = {"record": 0, "generate": 0, "run": 0}
+    for name in calls:
+        def counted(*a, _f=getattr(replay_mod, name), _n=name):
+            calls[_n] += 1
+            return _f(*a)
+        monkeypatch.setattr(replay_mod, name, counted)
+    first = make(3.0)
+    cases = [(first, (4,), 64, "as timed"), (make(5.0), (1,), 48, "as timed"), (make(7.0), (4,), 80, "parted"),
+             (first, (2,), 32, "next launch")]
+    for kern, grid, n, when in cases:
+        seen, records = [], {}
+        for replay in (True, False):
+            dev = Device(replay=replay)
+            for i in range(4):
+                x = np.arange(n, dtype=np.float32) * 0.5 + i
+                y = np.full(n, -1.0, np.float32)
+                before = dict(calls)
+                rec = kern[grid](x, y, n, BLOCK=16, device=dev)
+                scale = {first: 3.0}.get(kern, None)
+                if scale is not None:
+                    np.testing.assert_array_equal(y, x * np.float32(scale) + np.float32(1.0))
+                records.setdefault(replay, []).append((rec.cycles, rec.instructions, rec.bytes_read, rec.bytes_written,
+                                                       y.tobytes()))
+                if replay:
+                    seen.append({k: calls[k] - before[k] for k in calls})
+        assert records[True] == records[False]
+        if when == "as timed":
+            assert seen[0]["generate"] == 1 and seen[0]["record"] == 0, (grid, n, seen)
+            assert all(s["run"] == 1 and s["generate"] == 0 for s in seen[1:]), (grid, n, seen)
+        elif when == "parted":
+            assert seen[0]["generate"] == 0 and seen[1]["record"] >= 1, seen
+        else:
+            assert seen[0]["generate"] == 0 and seen[1]["record"] == 1 and seen[1]["generate"] == 1, seen
+            assert seen[2]["run"] == 1, seen
+
+
+@pytest.mark.parametrize("grid", [(4,), (1,)])
+def test_a_path_recorded_as_it_is_timed_is_the_path_its_next_launch_records(grid, monkeypatch):
+    """A build's first instance records its path during its timed launch; the same instance recorded the other way
+    (its first untimed launch, ``replay.record``) gives the same replay source, and both devices the same records
+    and outputs."""
+    import dvmlang
+    import dvmlang.language as dl
+
+    def make():
+        @dvmlang.kernel
+        def shift(x_ptr, y_ptr, n, BLOCK: dl.constexpr):
+            pid = dl.program_id(0)
+            offs = pid * BLOCK + dl.arange(0, BLOCK)
+            v = dl.load(x_ptr + offs, mask=offs < n, other=2.0)
+            dl.store(y_ptr + offs, dl.exp(v - dl.max(v, axis=0)) + pid, mask=offs < n)
+        return shift
+
+    out = {}
+    for as_timed in (True, False):
+        if not as_timed:
+            monkeypatch.setattr(Device, "_records_as_timed", lambda self, base, m: False)
+        sources = _sources(monkeypatch)
+        kern, dev = make(), Device()
+        got = []
+        for i in range(3):
+            x = np.arange(grid[0] * 16 - 3, dtype=np.float32) * 0.25 - i
+            y = np.zeros_like(x)
+            rec = kern[grid](x, y, x.size, BLOCK=16, device=dev)
+            got.append((rec.cycles, rec.instructions, y.tobytes()))
+        out[as_timed] = (sources[0] if sources else None, got)
+    assert out[True][0] is not None and out[True][0] == out[False][0]
+    assert out[True][1] == out[False][1]

@@ -24,7 +24,7 @@ from . import replay as _replay
 from . import steady as _steady
 from .steady import split_cores as _split_cores
 from .compiled import compiled as compiled_blocks
-from .execute import execute, quietly, run_alone, run_prefix
+from .execute import PathRecorder, execute, quietly, run_alone, run_prefix
 from .l2 import L2Cache
 from .launch import Launch, LaunchBase
 from .machine import Machine
@@ -106,6 +106,7 @@ class Device:
         m = cache.get(key)
         if m is None or m.profile is not self.profile:
             m = cache[key] = Machine(bc, k, self.profile)
+            m.shared = True  # (by the build's instances: see _records_as_timed)
         return m
 
     def run(self, bc, arrays: dict[int, np.ndarray], *, trace=None, name: str | None = None,
@@ -222,7 +223,9 @@ class Device:
             record.timing_kept = True
             base.release(L)
             return record
-        body, busy, bytes_r, bytes_w, instrs, offsets, shift, T = self._run_batches(m, base.kern, L, cores, P, rec)
+        into = base if key is not None and rec is None and self._records_as_timed(base, m) else None
+        body, busy, bytes_r, bytes_w, instrs, offsets, shift, T = self._run_batches(m, base.kern, L, cores, P, rec,
+                                                                                    into)
         if key is not None:
             base.keep(L, key, (body, busy, bytes_r, bytes_w, instrs))
         record, stretch = self._finish(base, L, body, busy, bytes_r, bytes_w, instrs)
@@ -254,6 +257,12 @@ class Device:
             b = self._record(base, m, b, L, k, dispatch)
         elif rp and b.count + rp.n <= L.watchdog:
             quietly(_replay.run, rp, b, L)
+        elif key is not None and not L.untimed and self._records_as_timed(base, m):
+            path = PathRecorder(b, _replay.MAX_STEPS)
+            b = run_alone(m.steps, b, L, dispatch, k, None, path)
+            if path.trace() is not None:
+                rp = quietly(_replay.generate, m, path.trace(), 1)
+                base.replay = rp if rp is not None else False
         else:
             b = run_alone(m.steps, b, L, dispatch, k, self._blocks(m))
         if L.races is not None:
@@ -276,6 +285,19 @@ class Device:
         L.parked = b
         base.release(L)
         return record
+
+    def _records_as_timed(self, base, m) -> bool:
+        """Whether a timed launch of ``base`` whose timing is kept from now on records its path as it runs (then
+        the next launch replays it; otherwise the next launch, the first untimed one, records it): for the first
+        instance of a build timed on this machine, whose steps run one by one anyway (its blocks are compiled as
+        they run again). A new instance of a build timed before runs its compiled blocks instead, and may never be
+        launched again (a new length)."""
+        if base.replay is not None or not self.replay or self.sequential or not _replay.eligible(m) or \
+                not m.__dict__.get("shared"):
+            return False
+        first = "_timed" not in m.__dict__
+        m._timed = True
+        return first
 
     def _record(self, base, m, b, L, k, dispatch):
         """Run one program of untimed launch ``L`` from step ``k``, recording its path (``replay.record``) for
@@ -387,10 +409,12 @@ class Device:
             base.fixed = not self.debug and not self.race_detection and timing_fixed(m)
         return base
 
-    def _run_batches(self, m, kern, L, cores, P, rec):
+    def _run_batches(self, m, kern, L, cores, P, rec, record=None):
         """Every program, in batches (the first a probe, see ``_resized``); their pipe clocks placed on
         ``cores``. Returns (body, busy per pipe, bytes read, bytes written, instructions, each program's offset,
-        dispatch shift and length); with ``L.untimed``, runs the numerics alone and returns None."""
+        dispatch shift and length); with ``L.untimed``, runs the numerics alone and returns None. ``record``: a
+        launch base whose replay the launch's path gives when its programs run as one batch that never splits
+        (``execute.PathRecorder``; otherwise the next launch records it, ``_replay_batch``)."""
         prof = self.profile
         untimed = L.untimed
         if not untimed:
@@ -407,6 +431,9 @@ class Device:
         per_prog, size = self._batch_size(kern, P)
         # a first batch of PROBE programs measures what a program holds on the host (_resized)
         probe = L.races is None and not m.atomics and size > PROBE and P > size
+        if record is not None and size < P:
+            record = None
+        path = None
         lo = 0
         with np.errstate(all="ignore"):
             while lo < P:
@@ -414,8 +441,10 @@ class Device:
                                         kern.grid[1])
                 batch = Batch(pids, kern.grid, m.zero_regs, uniform=True, coords=coords)
                 held = 0
+                if record is not None:
+                    path = PathRecorder(batch, _replay.MAX_STEPS)
                 # (a traced launch runs its parts as the trace has always shown them: each to its end)
-                for b in execute(steps, batch, L, dispatch, rec, 0, blocks, not m.atomics and rec is None):
+                for b in execute(steps, batch, L, dispatch, rec, 0, blocks, not m.atomics and rec is None, path):
                     if untimed:  # (the numerics alone: the timing is the instance's)
                         if probe:
                             held += held_bytes(b)
@@ -438,6 +467,9 @@ class Device:
         instrs = L.executed
         if L.races is not None:
             L.races.check(L)
+        if path is not None and path.trace() is not None:
+            rp = quietly(_replay.generate, m, path.trace(), P)
+            record.replay = rp if rp is not None else False
         if untimed:
             return None
         # the scalar unit issues for the whole program: it is busy from 0 to the issue end

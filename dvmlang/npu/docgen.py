@@ -213,7 +213,10 @@ outputs; `Device(timing_cache="check")` does that comparison on every launch.
 as every other launch of its instance, as long as no branch tests a register that holds a value from memory
 (a *live* register: one a scalar load or a tile's element wrote, or one computed from such). So the first
 such launch runs its steps one by one and records the path: the steps in order, the registers before each,
-and each transfer's descriptor for those registers. From the next launch on, the path runs as one generated
+and each transfer's descriptor for those registers (the first instance of a build records it earlier, as its
+timed launch runs its steps one by one: its second launch replays; a later instance, a new length, runs its timed
+launch through the compiled blocks and records at its second launch, which it may never have). From the next
+launch on, the path runs as one generated
 function (per instance, with the launch base; every value the path takes, the registers' recorded values, arrays
 worked out once, the sizes and slices of direct transfers, is a name of the function's globals, so instances whose
 programs take the same steps at other sizes write the same source, compiled once), which keeps only what computes
@@ -278,7 +281,8 @@ value from memory (other than a device assertion's), more than 16 groups, launch
 over 20,000 steps, a budget the path would exceed, and the sequential device. `tests/test_replay.py` relaunches a replayed instance on larger and smaller tensors (the step's results, its
 `MemoryFault`, then the replay again) and replays partial boxes with and without `other`; it launches every launch
 of the gallery and the Triton tutorials, random kernels
-and the torch models of the test suite four times (timed, recorded, replayed, replayed on new data) on a
+and the torch models of the test suite four times (timed, recorded, replayed, replayed on new data: a build's
+first instance is recorded as it is timed) on a
 device that replays and one that does not (`Device(replay=False)`), and the random kernels on the sequential
 device too, and compares records, outputs and faults, including an out-of-range gather on a replayed launch.
 

@@ -118,10 +118,10 @@ def quietly(fn, *args):
         state.reset(token)
 
 
-def run_alone(steps, batch: Batch, L: Launch, dispatch: int, start: int = 0, blocks=None) -> Batch:
+def run_alone(steps, batch: Batch, L: Launch, dispatch: int, start: int = 0, blocks=None, path=None) -> Batch:
     """Run a batch of one program (which never splits) to its end from step ``start``, untraced, floating-point
-    errors ignored (as every launch runs); returns it. ``blocks``: as ``execute``'s."""
-    [b] = quietly(list, execute(steps, batch, L, dispatch, None, start, blocks))  # (the one part it ends as)
+    errors ignored (as every launch runs); returns it. ``blocks``, ``path``: as ``execute``'s."""
+    [b] = quietly(list, execute(steps, batch, L, dispatch, None, start, blocks, True, path))  # (the one part it ends as)
     return b
 
 
@@ -177,16 +177,61 @@ class _Parts:
         return i, b, min(later) if later else _NEVER
 
 
-def execute(steps, batch: Batch, L: Launch, dispatch: int, rec, start: int = 0, blocks=None, reconverge=True):
+class PathRecorder:
+    """What ``replay.record`` records of a batch run from step 0, taken as ``execute`` runs the batch step by step
+    (a timed launch: its path is then replayed from the next launch on, with no launch recording it again):
+    (start registers, [(step index, registers before it or None for a branch, a jump or an event)], final
+    registers, {position: a transfer's function for its recorded registers}). ``trace()`` is None when the batch
+    split (its programs diverged) or the path grew past ``limit`` steps, or it did not reach its end."""
+
+    __slots__ = ("batch", "first", "last", "path", "resolved", "limit", "ended")
+
+    def __init__(self, batch: Batch, limit: int):
+        self.batch, self.limit, self.ended = batch, limit, False
+        self.first = self.last = tuple(batch.regs)
+        self.path: list | None = []
+        self.resolved: dict = {}
+
+    def add(self, i: int, s, b: Batch) -> None:
+        """After step ``s`` (index ``i``) ran on ``b``."""
+        path = self.path
+        if path is None:
+            return
+        if b is not self.batch or len(path) >= self.limit:
+            self.path = None
+            return
+        kind = s.kind
+        if not s.pure:
+            resolve = getattr(s.fn, "resolve", None)
+            if resolve is not None:  # (a transfer: its descriptor for these registers, found once)
+                fast = resolve(b)
+                if fast is not None:
+                    self.resolved[len(path)] = fast
+        path.append((i, None if kind in _NO_REGS else self.last))
+        self.last = tuple(b.regs)
+        if kind == "end":
+            self.ended = True
+
+    def trace(self):
+        if self.path is None or not self.ended:
+            return None
+        return self.first, self.path, self.last, self.resolved
+
+
+_NO_REGS = frozenset(("br_z", "br_nz", "set", "wait", "barrier", "jmp"))
+
+
+def execute(steps, batch: Batch, L: Launch, dispatch: int, rec, start: int = 0, blocks=None, reconverge=True,
+            path: PathRecorder | None = None):
     """Run one batch to completion from step ``start``, splitting where programs diverge and merging the parts
     where they meet again (see the module's docstring); yields finished parts. ``L.executed`` counts the
     instructions run, one per part and step. ``blocks``: the machine's compiled blocks (``compiled.Compiled``,
     for ``steps`` being the machine's steps), run where a block starts and fits the budget; untraced only.
     With ``L.untimed`` no step is timed (the launch's timing is known: ``timing_cache``). ``reconverge``: see
-    ``_Parts``."""
+    ``_Parts``. ``path``: a ``PathRecorder`` every step is given to (the blocks are not run then)."""
     limit = L.watchdog
     untimed = L.untimed
-    tables = blocks.tables if blocks is not None and rec is None else None
+    tables = blocks.tables if blocks is not None and rec is None and path is None else None
     parts = _Parts(reconverge)
     i, b, stop = start, batch, _NEVER
     executed = 0
@@ -244,6 +289,8 @@ def execute(steps, batch: Batch, L: Launch, dispatch: int, rec, start: int = 0, 
                 except STEP_ERRORS as e:
                     raise InvalidBytecodeError(f"{s.ins.name} at pc {s.pc} cannot execute: {e}", section="code",
                                                offset=s.pc * 8) from None
+                if path is not None:
+                    path.add(i, s, b)
                 kind = s.kind
                 if not untimed:
                     one = b.scalar

@@ -9,7 +9,8 @@ instance runs the same steps in the same order.
 
 The first launch that runs the numerics alone (its timing kept) runs its steps one by one and records them
 (``record``): the steps in the order they ran, the registers before each, and for a transfer its descriptor for
-those registers (``fn.resolve``). When the batch never split and the path is not too long, ``generate`` writes
+those registers (``fn.resolve``); a build's first instance records them earlier, as its timed launch runs its steps
+one by one (``execute.PathRecorder``, ``Device._records_as_timed``). When the batch never split and the path is not too long, ``generate`` writes
 that path as one function (``Replay``):
 
 * pure steps on fixed registers, branches on them, jumps and events disappear (in a launch whose timing is kept
