@@ -561,7 +561,8 @@ def test_a_program_of_static_sizes_launches_its_first_calls_instances_again():
     """A program whose sizes are all static has no size to key its instances by: the instances its first (generic)
     call encoded are the ones its instance function launches at the next calls (nothing encoded again, the same
     bytecodes, whose kept timing and recorded paths the device reuses). Outputs stay numpy's."""
-    g = dvmlang.graph(lambda x, y: ops.softmax(x * 2.0, axis=-1) + ops.sum(y, axis=0), static={"x": (0, 1), "y": (0, 1)})
+    g = dvmlang.graph(lambda x, y: ops.softmax(x * 2.0, axis=-1) + ops.sum(y, axis=0),
+                      static={"x": (0, 1), "y": (0, 1)})
     rng = np.random.default_rng(3)
     launched = []
     for _ in range(4):

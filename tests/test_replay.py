@@ -434,7 +434,7 @@ def test_instances_whose_paths_are_alike_share_the_replays_code(monkeypatch):
     replays = _sources(monkeypatch, replays=True)
     dev = Device()
     for kern, n in ((make("scale"), 64), (make("scale"), 128), (make("scale_too"), 64)):
-        for i in range(4):  # timed, recorded, replayed, replayed
+        for i in range(4):  # (the first instance recorded as it is timed, the second at its second launch)
             x = np.arange(n, dtype=np.float32) * 0.25 + i
             y = np.full(n, -1.0, np.float32)
             kern[(n // 16,)](x, y, BLOCK=16, device=dev)
@@ -638,9 +638,9 @@ def test_a_timed_launch_records_its_path_and_the_next_launch_replays_it(monkeypa
             return _f(*a)
         monkeypatch.setattr(replay_mod, name, counted)
     first = make(3.0)
-    cases = [(first, (4,), 64, "as timed"), (make(5.0), (1,), 48, "as timed"), (make(7.0), (4,), 80, "parted"),
-             (first, (2,), 32, "next launch")]
-    for kern, grid, n, when in cases:
+    cases = [(first, 3.0, (4,), 64, "as timed"), (make(5.0), 5.0, (1,), 48, "as timed"),
+             (make(7.0), 7.0, (4,), 80, "parted"), (first, 3.0, (2,), 32, "next launch")]
+    for kern, scale, grid, n, when in cases:
         seen, records = [], {}
         for replay in (True, False):
             dev = Device(replay=replay)
@@ -649,9 +649,7 @@ def test_a_timed_launch_records_its_path_and_the_next_launch_replays_it(monkeypa
                 y = np.full(n, -1.0, np.float32)
                 before = dict(calls)
                 rec = kern[grid](x, y, n, BLOCK=16, device=dev)
-                scale = {first: 3.0}.get(kern, None)
-                if scale is not None:
-                    np.testing.assert_array_equal(y, x * np.float32(scale) + np.float32(1.0))
+                np.testing.assert_array_equal(y, x * np.float32(scale) + np.float32(1.0))
                 records.setdefault(replay, []).append((rec.cycles, rec.instructions, rec.bytes_read, rec.bytes_written,
                                                        y.tobytes()))
                 if replay:

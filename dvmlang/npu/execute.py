@@ -121,7 +121,7 @@ def quietly(fn, *args):
 def run_alone(steps, batch: Batch, L: Launch, dispatch: int, start: int = 0, blocks=None, path=None) -> Batch:
     """Run a batch of one program (which never splits) to its end from step ``start``, untraced, floating-point
     errors ignored (as every launch runs); returns it. ``blocks``, ``path``: as ``execute``'s."""
-    [b] = quietly(list, execute(steps, batch, L, dispatch, None, start, blocks, True, path))  # (the one part it ends as)
+    [b] = quietly(list, execute(steps, batch, L, dispatch, None, start, blocks, True, path))  # (the one part left)
     return b
 
 

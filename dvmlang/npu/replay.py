@@ -10,8 +10,8 @@ instance runs the same steps in the same order.
 The first launch that runs the numerics alone (its timing kept) runs its steps one by one and records them
 (``record``): the steps in the order they ran, the registers before each, and for a transfer its descriptor for
 those registers (``fn.resolve``); a build's first instance records them earlier, as its timed launch runs its steps
-one by one (``execute.PathRecorder``, ``Device._records_as_timed``). When the batch never split and the path is not too long, ``generate`` writes
-that path as one function (``Replay``):
+one by one (``execute.PathRecorder``, ``Device._records_as_timed``). When the batch never split and the path is not
+too long, ``generate`` writes that path as one function (``Replay``):
 
 * pure steps on fixed registers, branches on them, jumps and events disappear (in a launch whose timing is kept
   they only set registers or do nothing); before each remaining step, the fixed registers that differ from what
@@ -64,8 +64,9 @@ from .timing_cache import _operands, tile_reads
 _LIFT = re.compile(r"lift\(R\[(\d+)\], (\d+), (\w+)\)")
 
 MAX_STEPS = 20000  # the longest path (steps, per program) a replay is written for
-_CODE: dict = {}  # (a replay's file name, its source) -> its code: instances whose paths are alike (other sizes, the same steps) have
-# the same source, every value the path takes is a name in the function's globals
+# (a replay's file name, its source) -> its code: instances whose paths are alike (other sizes, the same steps) have
+# the same source, every value the path takes being a name of the function's globals
+_CODE: dict = {}
 
 
 class Replay:
