@@ -291,9 +291,10 @@ class Device:
         the next launch replays it; otherwise the next launch, the first untimed one, records it): for the first
         instance of a build timed on this machine, whose steps run one by one anyway (its blocks are compiled as
         they run again). A new instance of a build timed before runs its compiled blocks instead, and may never be
-        launched again (a new length)."""
-        if base.replay is not None or not self.replay or self.sequential or not _replay.eligible(m) or \
-                not m.__dict__.get("shared"):
+        launched again (a new length). Not on a device asked for compiled blocks from the first run
+        (``compiled="always"``), which runs them."""
+        if base.replay is not None or not self.replay or self.sequential or self.compiled == "always" or \
+                not _replay.eligible(m) or not m.__dict__.get("shared"):
             return False
         first = "_timed" not in m.__dict__
         m._timed = True
