@@ -230,7 +230,7 @@ class Program:
     def _writable(self) -> bool:
         """Whether the plan can have an instance function (fused, and every kernel composed: a text-path kernel
         has none)."""
-        return self.fuse and instance.ENABLED and all(gk.text is None for gk in self.kernels.values())
+        return self.fuse and instance.ENABLED and all(gk.text is None for gk in list(self.kernels.values()))
 
     def _varied(self) -> None:
         """A call's guarded rows differ from the first call's (``ahead.varied``; the instance function calls it)."""

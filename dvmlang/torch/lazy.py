@@ -381,7 +381,7 @@ def _meta(x):
 def _kernel_counts(progs) -> tuple[int, int]:
     b = e = 0
     for prog in progs:
-        for kt in prog.kernels.values():
+        for kt in list(prog.kernels.values()):  # (the build-ahead worker may add kernels meanwhile)
             info = kt.cache_info()
             b += info.builds
             e += info.encodes

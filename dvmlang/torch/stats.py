@@ -47,8 +47,9 @@ def _comm() -> tuple:
 
 def _kernel_totals() -> dict:
     b = e = 0
-    for prog in PROGRAMS:
-        for kernel in {id(kt): kt for kt in prog.kernels.values()}.values():  # plans share kernels
+    for prog in list(PROGRAMS):
+        # (a snapshot, taken at once: the build-ahead worker adds the split plan's kernels while calls run)
+        for kernel in {id(kt): kt for kt in list(prog.kernels.values())}.values():  # plans share kernels
             info = kernel.cache_info()
             b += info.builds
             e += info.encodes

@@ -295,7 +295,7 @@ def _run_batch(b: _Batch, background: bool) -> None:
 
 def _builds(prog: Program) -> int:
     """Kernel builds so far of a program's generated kernels."""
-    return sum(gk.cache_info().builds for gk in {id(g): g for g in prog.kernels.values()}.values())
+    return sum(gk.cache_info().builds for gk in {id(g): g for g in list(prog.kernels.values())}.values())
 
 
 def _input_array(v: _Value, producer: _Batch | None, b: _Batch) -> np.ndarray:
