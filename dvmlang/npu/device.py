@@ -292,7 +292,7 @@ class Device:
         instance of a build timed on this machine, whose steps run one by one anyway (its blocks are compiled as
         they run again). A new instance of a build timed before runs its compiled blocks instead, and may never be
         launched again (a new length). Not on a device asked for compiled blocks from the first run
-        (``compiled="always"``), which runs them."""
+        (``compiled="always"``), which runs them. Asking marks the machine timed."""
         if base.replay is not None or not self.replay or self.sequential or self.compiled == "always" or \
                 not _replay.eligible(m) or not m.__dict__.get("shared"):
             return False

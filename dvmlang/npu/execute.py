@@ -178,8 +178,8 @@ class _Parts:
 
 
 class PathRecorder:
-    """What ``replay.record`` records of a batch run from step 0, taken as ``execute`` runs the batch step by step
-    (a timed launch: its path is then replayed from the next launch on, with no launch recording it again):
+    """What ``replay.record`` records of a batch run from a step to its end, taken as each step runs (``record``, or
+    ``execute`` in a timed launch, whose path is then replayed from the next launch on):
     (start registers, [(step index, registers before it or None for a branch, a jump or an event)], final
     registers, {position: a transfer's function for its recorded registers}). ``trace()`` is None when the batch
     split (its programs diverged) or the path grew past ``limit`` steps, or it did not reach its end."""

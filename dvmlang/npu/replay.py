@@ -58,6 +58,7 @@ from .compiled import SMALL_BYTES, STEP_ERRORS, _invalid, _tile_bytes, _Tiles
 from .cube_chain import SPACES, CubeLocals, dead_stores, reads_of
 from .boxview import _strided
 from .dma import dma_write
+from .execute import PathRecorder
 from .state import Batch, materialise_views
 from .timing_cache import _operands, tile_reads
 
@@ -182,13 +183,11 @@ def record(m, b, L, start: int):
     recorded registers, where the step has one (``fn.resolve``: a transfer with its descriptor found)})."""
     steps = m.steps
     limit = L.watchdog
-    first = tuple(b.regs)
-    path = []
-    resolved = {}  # position in path -> the step's function for the recorded registers (a transfer's ``resolve``)
+    rec = PathRecorder(b, MAX_STEPS)  # (what a timed launch records as ``execute`` runs it, taken the same way)
     i = start
     try:
         while True:
-            if len(path) >= MAX_STEPS or b.count + 1 > limit:
+            if len(rec.path) >= MAX_STEPS or b.count + 1 > limit:
                 raise _Hand(i)
             s = steps[i]
             kind = s.kind
@@ -208,10 +207,9 @@ def record(m, b, L, start: int):
                         raise _Hand(i)  # the programs diverge: execute splits the batch
                 b.count += 1
                 L.executed += 1
-                path.append((i, None))
+                rec.add(i, s, b)
                 i = s.target if take else i + 1
                 continue
-            regs = None if kind in ("set", "wait", "barrier", "jmp") else tuple(b.regs)
             b.count += 1
             L.executed += 1
             try:
@@ -221,15 +219,9 @@ def record(m, b, L, start: int):
             except STEP_ERRORS as e:
                 raise InvalidBytecodeError(f"{s.ins.name} at pc {s.pc} cannot execute: {e}", section="code",
                                            offset=s.pc * 8) from None
-            if not s.pure:
-                resolve = getattr(s.fn, "resolve", None)
-                if resolve is not None:  # (a transfer: its descriptor for these registers, found once)
-                    fast = resolve(b)
-                    if fast is not None:
-                        resolved[len(path)] = fast
-            path.append((i, regs))
+            rec.add(i, s, b)
             if kind == "end":
-                return (first, path, tuple(b.regs), resolved), None
+                return rec.trace(), None
             i = s.target if kind == "jmp" else i + 1
     except _Hand as h:
         return None, h.i
