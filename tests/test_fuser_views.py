@@ -269,3 +269,60 @@ def test_a_number_broadcast_to_a_shape_is_read_as_the_number(rng, monkeypatch, p
         return x * ops.broadcast_to(s, (7, 7))
 
     np.testing.assert_allclose(dvmlang.graph(computed)(x, y), x * y.sum(), rtol=1e-5)
+
+
+def _partition(x, ws):
+    """A window partition of (B, H, W, C) through a rank-6 view: (B * H/ws * W/ws, ws * ws, C)."""
+    B, H, W, C = x.shape
+    v = ops.reshape(x, (B, H // ws, ws, W // ws, ws, C))
+    return ops.reshape(ops.permute(v, (0, 1, 3, 2, 4, 5)), (-1, ws * ws, C))
+
+
+@pytest.mark.parametrize("path", ["compose", "text"])
+@pytest.mark.parametrize("static", [True, False])
+def test_a_copy_of_a_rank_six_permuted_view_runs_over_merged_dims(rng, monkeypatch, path, static):
+    """A reshape of a permuted rank-6 view of a computed value needs a copy kernel, whose space had rank 6 (a
+    GraphError: vector groups have rank <= 4). The copy runs over the runs of dims the permute keeps together,
+    merged: the same elements in the same order."""
+    monkeypatch.setenv("DVMLANG_FUSER", path)
+    x = rng.standard_normal((2, 8, 12, 16)).astype(np.float32)
+    want = (x * 2 + 1).reshape(2, 2, 4, 3, 4, 16).transpose(0, 1, 3, 2, 4, 5).reshape(-1, 16, 16) * 3
+    g = dvmlang.graph(lambda x: _partition(x * 2.0 + 1.0, 4) * 3.0, static={"x": (0, 1, 2, 3)} if static else None)
+    np.testing.assert_allclose(g(x), want, rtol=1e-6)
+    if not static:  # other sizes through the same program
+        y = rng.standard_normal((1, 4, 8, 16)).astype(np.float32)
+        np.testing.assert_allclose(g(y), (y * 2 + 1).reshape(1, 1, 4, 2, 4, 16).transpose(0, 1, 3, 2, 4, 5)
+                                   .reshape(-1, 16, 16) * 3, rtol=1e-6)
+
+
+def test_a_rank_six_permute_whose_dims_all_move_stays_an_error(rng):
+    x = rng.standard_normal((4, 24)).astype(np.float32)
+    g = dvmlang.graph(lambda x: ops.reshape(ops.permute(ops.reshape(x + 1.0, (2, 2, 2, 2, 2, 3)), (5, 4, 3, 2, 1, 0)),
+                                            (8, 12)), static={"x": (0, 1)})
+    with pytest.raises(dvmlang.DvmError, match="rank <= 4"):
+        g(x)
+
+
+@pytest.mark.parametrize("axis", [0, 2, 4])
+def test_a_rank_five_cat_joins_over_merged_dims(rng, axis):
+    """A cat of rank-5 tensors (a stack on a fifth dim): the dims on each side of its axis merged. (Elementwise
+    work at rank 5 is not merged in a @graph: torch's lowering merges it.)"""
+    a = rng.standard_normal((2, 3, 4, 5, 2)).astype(np.float32)
+    b = rng.standard_normal((2, 3, 4, 5, 2)).astype(np.float32)
+    c = rng.standard_normal(tuple(3 if j == axis else n for j, n in enumerate(a.shape))).astype(np.float32)
+    got = dvmlang.graph(lambda a, b, c: ops.cat([a, b, c], axis))(a, b, c)
+    np.testing.assert_array_equal(got, np.concatenate([a, b, c], axis))
+    x = a[..., 0] * 2  # (rank 4: computed, then stacked on a fifth dim with its negation)
+    s = dvmlang.graph(lambda x: ops.stack([x * 2.0, -x], -1))(x)
+    np.testing.assert_allclose(s, np.stack([x * 2, -x], -1), rtol=1e-6)
+
+
+def test_a_cat_part_of_a_literal_size_one_keeps_its_own_length_along_the_axis(rng):
+    """A part whose other dim is a literal 1 (a @graph captures a size-1 dim as 1) against one whose size there is
+    a symbol deduced equal to 1: the part's own length along the cat's axis stays (it was taken for the result's,
+    a deduction every call failed: each call captured again with its size-1 dims as 1s)."""
+    a = rng.standard_normal((2, 1)).astype(np.float32)
+    c = rng.standard_normal((3, 1)).astype(np.float32)
+    g = dvmlang.graph(lambda a, c: ops.cat([a, c], 0), static={"c": (1,)})
+    np.testing.assert_array_equal(g(a, c), np.concatenate([a, c], 0))
+    assert g.stats.captures == 1  # (the generic capture serves it: no second capture with its size-1 dims as 1s)

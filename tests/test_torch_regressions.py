@@ -137,3 +137,66 @@ def test_norms_full_reductions_and_float_predicates():
     x[0, 0, 0] = 0.0
     s = _run(f, x, dynamic=False)
     assert s["fallback_ops"] == {}
+
+
+def _windows(x, ws):  # Swin's window partition of (B, H, W, C): (B * H/ws * W/ws, ws*ws, C), through a rank-6 view
+    B, H, W, C = x.shape
+    return x.view(B, H // ws, ws, W // ws, ws, C).permute(0, 1, 3, 2, 4, 5).contiguous().view(-1, ws * ws, C)
+
+
+def _unwindowed(w, ws, H, W):  # its inverse
+    C = w.shape[-1]
+    return w.view(-1, H // ws, W // ws, ws, ws, C).permute(0, 1, 3, 2, 4, 5).contiguous().view(-1, H, W, C)
+
+
+def test_rank_six_window_partitions_of_computed_values():
+    """Swin's window partition and its inverse copy a rank-6 permuted view of a value computed in the same region
+    (the whole region ran eagerly: the copy kernel's space had rank 6); the copy runs over the dims the permute
+    keeps together, merged (rank 4)."""
+    for dynamic in (False, True):
+        s = _run(lambda x: _unwindowed(_windows(x * 2 + 1, 4) * 3, 4, 8, 12) - 1, torch.randn(2, 8, 12, 16),
+                 dynamic=dynamic)
+        assert s["fallback_ops"] == {}
+    # a permute whose runs do not merge to rank 4 (every dim moves) still falls back, with its reason
+    s = _run(lambda x: (x + 1).view(2, 2, 2, 2, 2, 3).permute(5, 4, 3, 2, 1, 0).reshape(8, 12) * 2,
+             torch.randn(4, 24), dynamic=False)
+    assert s["fallback_ops"]
+
+
+def test_interleaved_rotary_stacks_on_a_fifth_dim():
+    """GPT-J's and CodeGen's rotate_every_two: a stack of strided halves on a new last dim (a rank-5 cat) then
+    flattened back to rank 4."""
+    def rotate_every_two(x):
+        return torch.stack((-x[:, :, :, 1::2], x[:, :, :, ::2]), dim=-1).flatten(-2)
+    x, c = torch.randn(2, 5, 4, 8), torch.randn(5, 1, 8)
+    s = _run(lambda x, c: x * c + rotate_every_two(x) * (1 - c), x, c, dynamic=False)
+    assert s["fallback_ops"] == {}
+    torch._dynamo.mark_dynamic(x, 1)  # (the sequence dynamic, as a served model's; the head dims are the config's)
+    torch._dynamo.mark_dynamic(c, 0)
+    s = _run(lambda x, c: x * c + rotate_every_two(x) * (1 - c), x, c, dynamic=None)
+    assert s["fallback_ops"] == {}
+    s = _run(lambda x: torch.stack([x * 2, x + 1, x], dim=2).sum(-1), torch.randn(2, 3, 4, 5), dynamic=False)
+    assert s["fallback_ops"] == {}
+
+
+def test_views_that_regroup_dims_and_scalar_powers():
+    """XLNet's relative shift views (.., 17, 9) as (.., 9, 17) (no run of the value's dims gives either: a reshape
+    of the value, copied), and 10000 ** (arange / d), a number raised to a tensor."""
+    s = _run(lambda x: (x * 2).reshape(2, 4, 9, 17)[:, :, 1:, :].reshape(2, 4, 17, 8) + 1,
+             torch.randn(2, 4, 17, 9), dynamic=False)
+    assert s["fallback_ops"] == {}
+    s = _run(lambda x: x * 10000.0 ** (torch.arange(0, 8, 2).float() / 8), torch.randn(3, 4), dynamic=False)
+    assert s["fallback_ops"] == {}
+
+
+@pytest.mark.parametrize("case", ["identity", "diagonal", "windows", "broadcast", "transposed"])
+def test_as_strided_over_a_contiguous_value(case):
+    f, shape = {
+        "identity": (lambda x: torch.as_strided(x + 1, (2, 32, 1, 1), (32, 1, 32, 32)).squeeze(-1), (2, 32, 1, 1)),
+        "diagonal": (lambda x: torch.as_strided(x * 2, (4,), (5,)) + 1, (4, 4)),
+        "windows": (lambda x: torch.as_strided(x + 0, (3, 4), (2, 1), 1) * 3, (16,)),
+        "broadcast": (lambda x: torch.as_strided(x.exp(), (2, 3, 5), (0, 5, 1)) - 1, (3, 5)),
+        "transposed": (lambda x: torch.as_strided(x + 1, (6, 2), (1, 6)), (12,)),
+    }[case]
+    s = _run(f, torch.randn(*shape), dynamic=False)
+    assert s["fallback_ops"] == {}

@@ -186,9 +186,13 @@ def cat(tensors, axis=0):
     if len(vals) == 1:
         return vals[0]
     shape[a] = total
+    if r > 4:  # (the fuser's spaces have rank <= 4)
+        merged = _merged_cat(g, vals, shape, a)
+        if merged is not None:
+            return merged
     for j in range(r):
         if j != a:
-            vals = [broadcast_to(v, tuple(shape[:j]) + (shape[j],) + tuple(_shape(v)[j + 1:]))
+            vals = [broadcast_to(v, tuple(_shape(v)[:j]) + (shape[j],) + tuple(_shape(v)[j + 1:]))
                     if g.syms.find(_shape(v)[j]) == 1 and g.syms.find(shape[j]) != 1 else v for v in vals]
     chains = [_elementwise_chain(g, v) for v in vals] if g.captures else [None] * len(vals)
     if any(c is not None for c in chains):
@@ -208,6 +212,30 @@ def cat(tensors, axis=0):
             out = where(inside, _replay(g, ch[1], c), out)
         return out
     return _node(g, "cat", vals, shape, d, axis=a, offsets=tuple(offsets))
+
+
+def _merged_cat(g, vals, shape, a):
+    """A cat of rank > 4 (``shape``: the result's) as one of rank <= 4 viewed back: the dims on each side of the axis
+    merged in runs along which every part either has the result's sizes or 1s (broadcast after merging, as
+    below); None when more runs than that are needed."""
+    def pattern(j):
+        return tuple(g.syms.find(_shape(v)[j]) == 1 and g.syms.find(shape[j]) != 1 for v in vals)
+    runs: list = []
+    for j in range(len(shape)):
+        if j == a or not runs or runs[-1][0] == a or j == a + 1 or pattern(j) != pattern(runs[-1][0]):
+            runs.append([j])
+        else:
+            runs[-1].append(j)
+    if len(runs) > 4:
+        return None
+
+    def product(v, run):
+        n = 1
+        for j in run:
+            n = dims.arith(g.syms, "*", n, _shape(v)[j])
+        return n
+    out = cat([reshape(v, tuple(product(v, run) for run in runs)) for v in vals], [run[0] for run in runs].index(a))
+    return reshape(out, tuple(shape))
 
 
 def _elementwise_chain(g, v):

@@ -42,7 +42,7 @@ for _name, _ovs in {
     "eq": (aten.eq.Tensor, aten.eq.Scalar), "ne": (aten.ne.Tensor, aten.ne.Scalar),
     "lt": (aten.lt.Tensor, aten.lt.Scalar), "le": (aten.le.Tensor, aten.le.Scalar),
     "gt": (aten.gt.Tensor, aten.gt.Scalar), "ge": (aten.ge.Tensor, aten.ge.Scalar),
-    "pow": (aten.pow.Tensor_Tensor,),
+    "pow": (aten.pow.Tensor_Tensor, aten.pow.Scalar),
 }.items():
     _ew(getattr(ops, _name), *_ovs)
 
@@ -285,7 +285,11 @@ def _arange(r, node, *a, **kw):
 
 @lowers(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def _view(r, node, x, size):
-    return result(r, node, *_lv(view(r, r.operand(x), meta_shape(node))))
+    lv, target = r.operand(x), meta_shape(node)
+    try:
+        return result(r, node, *_lv(view(r, lv, target)))
+    except Unsupported:  # (dims regrouped across the base's: rel_shift's (.., 17, 9) as (.., 9, 17)) a real reshape
+        return result(r, node, ops.reshape(plain(r, lv), tuple(r.dim(t) for t in target)))
 
 
 def _lv(lv: LVal):
