@@ -152,11 +152,16 @@ def _unwindowed(w, ws, H, W):  # its inverse
 def test_rank_six_window_partitions_of_computed_values():
     """Swin's window partition and its inverse copy a rank-6 permuted view of a value computed in the same region
     (the whole region ran eagerly: the copy kernel's space had rank 6); the copy runs over the dims the permute
-    keeps together, merged (rank 4)."""
+    keeps together, merged (rank 4), or over a copy of what it permutes (fuser/copies.py)."""
     for dynamic in (False, True):
         s = _run(lambda x: _unwindowed(_windows(x * 2 + 1, 4) * 3, 4, 8, 12) - 1, torch.randn(2, 8, 12, 16),
                  dynamic=dynamic)
         assert s["fallback_ops"] == {}
+    # a slice of a permuted rank-5 value, permuted again (Mamba2's chunked scan): no 4-d view reads it, so the slice
+    # (its last two dims adjacent in memory) is copied first and the permute merged over the copy
+    s = _run(lambda a, b: (a @ b).reshape(2, 4, 4, 16, 8).permute(0, 2, 1, 3, 4)[:, :3].reshape(24, 16, 8)
+             .transpose(1, 2) * 2, torch.randn(8, 4, 4), torch.randn(8, 4, 128), dynamic=False)
+    assert s["fallback_ops"] == {}
     # a permute whose runs do not merge to rank 4 (every dim moves) still falls back, with its reason
     s = _run(lambda x: (x + 1).view(2, 2, 2, 2, 2, 3).permute(5, 4, 3, 2, 1, 0).reshape(8, 12) * 2,
              torch.randn(4, 24), dynamic=False)
@@ -199,4 +204,18 @@ def test_as_strided_over_a_contiguous_value(case):
         "transposed": (lambda x: torch.as_strided(x + 1, (6, 2), (1, 6)), (12,)),
     }[case]
     s = _run(f, torch.randn(*shape), dynamic=False)
+    assert s["fallback_ops"] == {}
+
+
+def test_clamp_with_tensor_bounds_and_a_rank_five_expand():
+    """PhiMoE's router clamps by tensors (either bound may be None, ints too); Mamba2's repeat_interleave of its
+    groups expands to rank 5 (the dims that broadcast, and those that do not, merged in runs)."""
+    s = _run(lambda x, lo, hi: torch.clamp(x * 2, lo, hi) + torch.clamp(x, min=lo) - torch.clamp(x, max=hi),
+             torch.randn(3, 4), torch.randn(4) - 1, torch.randn(3, 1) + 1, dynamic=False)
+    assert s["fallback_ops"] == {}
+    s = _run(lambda x, hi: torch.clamp(x.int() * 3, max=hi), torch.randn(3, 4) * 4, torch.randint(-3, 3, (4,)),
+             dynamic=False)
+    assert s["fallback_ops"] == {}
+    s = _run(lambda x: (x * 2)[:, :, :, None].expand(2, 5, 3, 4, 8).reshape(2, 5, 12, 8) + 1,
+             torch.randn(2, 5, 3, 8), dynamic=False)
     assert s["fallback_ops"] == {}

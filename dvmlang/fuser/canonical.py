@@ -9,9 +9,9 @@ their kernels; and a reduction of a whole tensor split across the cores."""
 
 from __future__ import annotations
 
-from . import dims
 from .fusion import EW, VECTOR, VIEWS, _broadcastable, _row_values, _same_shape, is_free, memory_operands
 from .graph import Graph, Node
+from .copies import _one, _reshape_is_a_view, copy_source
 from .views import MAX_VIEW_RANK, fold_views, numbers_unbroadcast, permutes_before_splits, replace_each, rewritten, shape_key
 
 MAX_SUNK = 16  # the elementwise operations a view of size-1 dims is moved under (each computed again under it)
@@ -53,8 +53,8 @@ def canonicalize(g: Graph, parts: int | None = None, fused: bool = False) -> Non
                 not (n.rank <= MAX_VIEW_RANK and (_splits_only(g, n.inputs[0].shape, n.shape) or
                                                   _store_in_order(n.inputs[0], readers))):
             x = n.inputs[0]
-            if x.rank > MAX_VIEW_RANK:  # (a copy kernel's space has rank <= 4: the runs a permute keeps merged)
-                x = _merged_permute(g, x, add)
+            if x.rank > MAX_VIEW_RANK:  # (a copy kernel's space has rank <= 4)
+                x = copy_source(g, x, add, n.loc)
             n.inputs = [add(Node("broadcast_to", [x], x.shape, x.dtype, {"copy": True}, loc=n.loc))]
         if n.op != "reduce":
             new_nodes.append(n)
@@ -216,35 +216,6 @@ def _store_in_order(x: Node, readers: dict) -> bool:
     return True
 
 
-def _merged_permute(g: Graph, x: Node, add) -> Node:
-    """``x``, a permute of rank > ``MAX_VIEW_RANK``, as a permute of a reshape of its operand that merges each run of
-    dims the permute keeps together and in order, when that has rank <= ``MAX_VIEW_RANK``: the same elements in
-    the same order (row-major). A window partition's (B, nH, ws, nW, ws, C) permuted by (0, 1, 3, 2, 4, 5) is
-    (B*nH, ws, nW, ws*C) permuted by (0, 2, 1, 3). ``x`` itself when it is no such permute (``add`` puts a new
-    node in the graph)."""
-    if x.op != "permute":
-        return x
-    perm, y = x.attrs["perm"], x.inputs[0]
-    runs = [[perm[0]]]
-    for d in perm[1:]:
-        if d == runs[-1][-1] + 1:
-            runs[-1].append(d)
-        else:
-            runs.append([d])
-    if len(runs) > MAX_VIEW_RANK:
-        return x
-    blocks = sorted(runs)  # (the operand's dims in order, run by run)
-    shape = []
-    for block in blocks:
-        size = 1
-        for d in block:
-            size = dims.arith(g.syms, "*", size, y.shape[d])
-        shape.append(size)
-    merged = add(Node("reshape", [y], tuple(shape), y.dtype, {}, loc=x.loc))
-    order = tuple(blocks.index(run) for run in runs)
-    return add(Node("permute", [merged], tuple(shape[i] for i in order), y.dtype, {"perm": order}, loc=x.loc))
-
-
 def _splits_only(g, old, new) -> bool:
     """Whether a reshape from ``old`` to ``new`` only splits dims (each dim of ``old`` is, in order, one dim of
     ``new`` proven equal, or a run of dims of ``new`` whose product it is, all of them numbers) and inserts or
@@ -269,29 +240,6 @@ def _splits_only(g, old, new) -> bool:
         if rest != 1:
             return False
     return j == len(b)
-
-
-def _reshape_is_a_view(x: Node) -> bool:
-    """Whether a reshape of ``x`` reads its elements in memory order, so it can be a view of a stored value. A
-    value computed in the launch is stored contiguously; a permute that moves a dimension other than a
-    literal 1 makes a reshape of it a gather, which the kernels reading it cannot express as strides (numpy
-    would copy at bind time, before the producer ran): such a reshape gets a copy kernel (``broadcast_to``
-    to the same shape) under it. A reshape of a view of an input stays a view: numpy copies the input's real
-    elements when the launch is bound."""
-    reorders = False
-    while x.op in VIEWS:
-        if x.op == "slice":
-            reorders = True  # a slice of a computed value is not contiguous
-        if x.op == "permute":
-            src = x.inputs[0].shape
-            moved = [d for d in x.attrs["perm"] if not (isinstance(src[d], int) and src[d] == 1)]
-            reorders = reorders or moved != sorted(moved)
-        x = x.inputs[0]
-    return not reorders or x.op == "input"
-
-
-def _one(d) -> bool:
-    return isinstance(d, int) and d == 1
 
 
 def _unit_map(g, old, new) -> dict | None:

@@ -12,9 +12,8 @@ import torch
 from .. import dtypes as dt
 from ..errors import DvmError
 from ..fuser import dims, ops
-from .lower import (LVal, Unsupported, _const_full, _consecutive, _eq, _prod, align, expr_of, plain, dvm_dtype, elementwise,
-                    meta_shape, merge_parts, number, parts_of, rebase, reduction, result, torch_axes,
-                    unfolded_axis, view)
+from .lower import (LVal, Unsupported, _const_full, _eq, _prod, align, expr_of, plain, dvm_dtype, elementwise,
+                    meta_shape, number, parts_of, rebase, reduction, result, unfolded_axis, view)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -187,6 +186,15 @@ def _clamp(r, node, x, min=None, max=None):
     return elementwise(fn)(r, node, x)
 
 
+@lowers(aten.clamp.Tensor)
+def _clamp_tensor(r, node, x, min=None, max=None):  # (bounds that are tensors, broadcast with x)
+    def fn(v, *bounds):
+        b = iter(bounds)
+        v = v if min is None else ops.maximum(v, next(b))
+        return v if max is None else ops.minimum(v, next(b))
+    return elementwise(fn)(r, node, x, *[b for b in (min, max) if b is not None])
+
+
 lowers(aten.clamp_min.default)(lambda r, node, x, m: _clamp(r, node, x, min=m))
 lowers(aten.hardtanh.default)(lambda r, node, x, lo=-1.0, hi=1.0: _clamp(r, node, x, min=lo, max=hi))
 lowers(aten.clamp_max.default)(lambda r, node, x, m: _clamp(r, node, x, max=m))
@@ -279,140 +287,6 @@ def _arange(r, node, *a, **kw):
     if start != 0:
         v = ops.add(v, start)
     return result(r, node, v)
-
-
-# ---- views -------------------------------------------------------------------------------------------------
-
-@lowers(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-def _view(r, node, x, size):
-    lv, target = r.operand(x), meta_shape(node)
-    try:
-        return result(r, node, *_lv(view(r, lv, target)))
-    except Unsupported:  # (dims regrouped across the base's: rel_shift's (.., 17, 9) as (.., 9, 17)) a real reshape
-        return result(r, node, ops.reshape(plain(r, lv), tuple(r.dim(t) for t in target)))
-
-
-def _lv(lv: LVal):
-    return lv.v, lv.groups
-
-
-@lowers(aten.permute.default)
-def _permute(r, node, x, dims):
-    lv = r.operand(x)
-    dims = [d % lv.rank for d in dims]
-    base = [a for d in dims for a in lv.groups[d]]
-    v = ops.permute(lv.v, tuple(base)) if base != list(range(lv.v.ndim)) else lv.v
-    return result(r, node, v, _consecutive([lv.groups[d] for d in dims]))
-
-
-@lowers(aten.transpose.int)
-def _transpose(r, node, x, d0, d1):
-    rank = r.operand(x).rank
-    perm = list(range(rank))
-    perm[d0 % rank], perm[d1 % rank] = perm[d1 % rank], perm[d0 % rank]
-    return _permute(r, node, x, perm)
-
-
-@lowers(aten.t.default)
-def _t(r, node, x):
-    return _permute(r, node, x, [1, 0]) if r.operand(x).rank == 2 else _identity(r, node, x)
-
-
-@lowers(aten.unsqueeze.default)
-def _unsqueeze(r, node, x, d):
-    lv = r.operand(x)
-    ps = parts_of(r, lv)
-    d = d % (lv.rank + 1)
-    return result(r, node, *_lv(rebase(r, lv, ps[:d] + [[]] + ps[d:])))
-
-
-@lowers(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
-def _squeeze(r, node, x, dims=None):
-    lv = r.operand(x)
-    ps = parts_of(r, lv)
-    ax = set(torch_axes(lv, dims)) if dims is not None else set(range(lv.rank))
-    keep = [p for i, p in enumerate(ps) if not (i in ax and all(isinstance(e, int) and e == 1 for e in p))]
-    return result(r, node, *_lv(rebase(r, lv, keep)))
-
-
-@lowers(aten.expand.default)
-def _expand(r, node, x, size, implicit=False):
-    lv = r.operand(x)
-    target = meta_shape(node)
-    ps = parts_of(r, lv)
-    ps = [[]] * (len(target) - len(ps)) + ps
-    new = []
-    for p, t in zip(ps, target):
-        if all(isinstance(e, int) and e == 1 for e in p) and not (isinstance(t, int) and t == 1):
-            new.append(merge_parts(r, [[t]])[0] if True else None)
-        else:
-            new.append(p)
-    base = rebase(r, lv, [[1] * len(n) if all(isinstance(e, int) and e == 1 for e in p) else p
-                          for p, n in zip(ps, new)], keep_units=True)
-    shape = tuple(r.dim(e) for n in new for e in n)
-    v = base.v if [r.g.syms.find(d) for d in base.v.shape] == [r.g.syms.find(d) for d in shape] else \
-        ops.broadcast_to(base.v, shape)
-    return result(r, node, v, _consecutive(new))
-
-
-def _bound(r, b, size):
-    """A slice bound as the fuser takes it: None, an int (torch clamps to the dim: so do we where it is static) or
-    a fuser dim for a SymInt."""
-    if b is None:
-        return None
-    if isinstance(b, torch.fx.Node):
-        return r.dim_expr(expr_of(b.meta["val"]))
-    b = number(b)
-    if isinstance(size, int):
-        b = max(-size, min(b, size))
-        return b + size if b < 0 else b
-    return None if b >= 2 ** 62 else b
-
-
-def _shape_of(lv, r):
-    return [_prod(p) for p in parts_of(r, lv)]
-
-
-@lowers(aten.slice.Tensor)
-def _slice(r, node, x, dim=0, start=None, end=None, step=1):
-    lv = r.operand(x)
-    dim = dim % lv.rank
-    size = _shape_of(lv, r)[dim]
-    want = meta_shape(node)[dim]
-    if step == 1 and not isinstance(size, int) and _eq(want, size):
-        # torch clamped the bounds to the whole dim (a sliding window's x[s - 4096:] of a short x): no bound is
-        # made a size (a derived size is evaluated at every call, and this one would be negative)
-        return result(r, node, lv.v, lv.groups)
-    b0, b1 = _bound(r, start, size), _bound(r, end, size)
-    if b0 in (None, 0) and step == 1 and (b1 is None or (isinstance(size, int) and b1 == size)):
-        return result(r, node, lv.v, lv.groups)
-    if not isinstance(size, int) and isinstance(b0, int) and b0 < 0 and step == 1 and b1 is None and \
-            not _eq(want, -b0):
-        raise Unsupported(f"a slice from {b0} of a symbolic dim torch sizes {want} (a clamped bound)")
-    v = plain(r, lv)
-    return result(r, node, ops.slice(v, dim, b0, b1, number(step)))
-
-
-@lowers(aten.select.int)
-def _select(r, node, x, dim, index):
-    lv = r.operand(x)
-    return result(r, node, ops.select(plain(r, lv), dim % lv.rank, number(index)))
-
-
-@lowers(aten.split_with_sizes.default, aten.split.Tensor)
-def _split(r, node, x, sizes, dim=0):
-    lv = r.operand(x)
-    v = plain(r, lv)
-    dim = dim % lv.rank
-    outs, metas = [], node.meta["val"]
-    lengths = [expr_of(m.shape[dim]) for m in metas]
-    start = 0
-    for m, n in zip(metas, lengths):
-        stop = r.dim_expr(n) if isinstance(start, int) and start == 0 else \
-            dims.arith(r.g.syms, "+", start, r.dim_expr(n))
-        outs.append(result(r, _Meta(m), ops.slice(v, dim, start, stop)))
-        start = stop
-    return tuple(outs)
 
 
 @lowers(aten.cat.default)

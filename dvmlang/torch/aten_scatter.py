@@ -19,7 +19,8 @@ import torch
 
 from .. import dtypes as dt
 from ..fuser import dims, ops
-from .aten_ops import _bound, _Meta, _shape_of, lowers
+from .aten_ops import _Meta, lowers
+from .aten_views import _bound, _shape_of
 from .lower import Unsupported, const, expr_of, number, plain, result
 
 aten = torch.ops.aten

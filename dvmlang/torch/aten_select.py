@@ -1,8 +1,6 @@
 """More of the op table (``aten_ops.LOWERINGS``): ordering and counting (``sort``, ``topk``, ``histc``), the grouped
 matmul of mixture-of-experts layers (torch's ``_grouped_mm`` and transformers' CPU ``grouped_mm_fallback`` with
-its backward), uninitialised allocations, a recurrent layer (``mkldnn_rnn_layer``: ``nn.LSTM``) and ``as_strided``
-over a tensor torch stores contiguously (a reshape when it keeps the elements in order, else a gather from the flat
-tensor at indices worked out from the static sizes and strides).
+its backward), uninitialised allocations, and a recurrent layer (``mkldnn_rnn_layer``: ``nn.LSTM``).
 
 The sorted values are the ISA's ``VSORT`` (the fuser's ``sort`` graph op: a whole row in one tile). The
 indices are ranks, written as comparisons (no data-dependent stores): along the sorted dim, element ``i``'s rank
@@ -232,37 +230,3 @@ def _lstm_layer(r, node, x, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, batch_sizes
     return tuple(res)
 
 
-
-@lowers(aten.as_strided.default)
-def _as_strided(r, node, x, size, stride, storage_offset=None):
-    t = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-    if not isinstance(t, torch.Tensor) or not t.is_contiguous():
-        raise Unsupported("as_strided of a tensor torch does not store contiguously")
-    ints = [*size, *stride, t.numel(), t.storage_offset(), 0 if storage_offset is None else storage_offset]
-    if not all(isinstance(v, int) for v in ints):
-        raise Unsupported("as_strided with symbolic sizes, strides or offset")
-    n, total = t.numel(), 1
-    for s_ in size:
-        total *= s_
-    off = 0 if storage_offset is None else storage_offset - t.storage_offset()  # (from x's first element)
-    last = off + sum((s_ - 1) * st for s_, st in zip(size, stride) if s_ > 0)
-    first = off + sum((s_ - 1) * st for s_, st in zip(size, stride) if s_ > 0 and st < 0)
-    if total == 0 or first < 0 or last >= n:
-        raise Unsupported("as_strided reading outside the tensor, or of no element")
-    v = plain(r, r.operand(x))
-    inner, in_order = 1, off == 0 and total == n
-    for s_, st in reversed(list(zip(size, stride))):
-        in_order = in_order and (s_ == 1 or st == inner)
-        inner *= s_
-    if in_order:  # (the elements in order: a view)
-        return result(r, node, ops.reshape(v, tuple(size)))
-    q = r.g.node("iota", [], (total,), dt.int32, {"axis": 0})
-    idx, inner = None, total
-    for s_, st in zip(size, stride):
-        inner //= s_
-        if s_ == 1 or st == 0:
-            continue
-        term = ops.mul(ops.remainder(ops.floor_divide(q, inner), s_), st)
-        idx = term if idx is None else ops.add(idx, term)
-    idx = ops.add(ops.mul(q, 0), off) if idx is None else ops.add(idx, off) if off else idx
-    return result(r, node, ops.reshape(ops.index_select(ops.reshape(v, (n,)), 0, idx), tuple(size)))

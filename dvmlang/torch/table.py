@@ -1,10 +1,10 @@
-"""The whole op table, ``LOWERINGS[overload] = fn``: ``aten_ops`` (elementwise, views, reductions, matmul,
-composites), ``aten_scatter`` (scatters, padding, flips, flash attention), ``aten_conv`` (convolutions, pooling,
+"""The whole op table, ``LOWERINGS[overload] = fn``: ``aten_ops`` (elementwise, reductions, matmul, composites),
+``aten_views`` (views, ``as_strided``), ``aten_scatter`` (scatters, padding, flips, flash attention), ``aten_conv`` (convolutions, pooling,
 batch norm in training) and ``aten_select`` (sort, top-k, histograms, grouped matmul, recurrent layers), which
 add to the same table. Everything that lowers torch ops (the partitioner, lazy mode, the coverage table) reads it
 from here (``lowering``)."""
 
-from . import aten_conv, aten_scatter  # noqa: F401 - register their lowerings in aten_ops.LOWERINGS
+from . import aten_conv, aten_scatter, aten_views  # noqa: F401 - register their lowerings in aten_ops.LOWERINGS
 from .aten_ops import LOWERINGS
 from .aten_select import BY_NAME
 
