@@ -219,3 +219,22 @@ def test_clamp_with_tensor_bounds_and_a_rank_five_expand():
     s = _run(lambda x: (x * 2)[:, :, :, None].expand(2, 5, 3, 4, 8).reshape(2, 5, 12, 8) + 1,
              torch.randn(2, 5, 3, 8), dynamic=False)
     assert s["fallback_ops"] == {}
+
+
+def test_index_put_of_a_value_that_broadcasts_at_index_pairs():
+    """Speech2Text marks each sequence's last frame: ``mask[(arange(B), lengths - 1)] = 1``, a number (or a
+    lower-rank tensor) broadcast to what the index pair selects."""
+    def last_frames(x, lengths):
+        m = torch.zeros(2, 10)
+        m[(torch.arange(2), lengths - 1)] = 1
+        return m * x
+
+    def rows(x, i, j, v):
+        y = x * 2
+        y[:, i, j] = v
+        return y
+    s = _run(last_frames, torch.randn(2, 10), torch.tensor([4, 7]), dynamic=False)
+    assert s["fallback_ops"] == {}
+    s = _run(rows, torch.randn(3, 4, 5), torch.tensor([0, 2, 3]), torch.tensor([1, 4, 0]), torch.randn(3),
+             dynamic=False)
+    assert s["fallback_ops"] == {}

@@ -83,6 +83,24 @@ def test_pooling_variants_in_eval():
     assert D.stats()["fallback_ops"] == {}
 
 
+@pytest.mark.parametrize("ceil_mode", [False, True])
+@pytest.mark.parametrize("count_include_pad", [True, False])
+@pytest.mark.parametrize("kernel,stride,padding", [(3, 2, 1), (2, 2, 1), (3, 1, 0), (2, 3, 0)])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_average_pools_divide_by_what_torch_counts(kernel, stride, padding, ceil_mode, count_include_pad, dynamic):
+    """With ceil_mode the last windows run past the padded input, and with count_include_pad=False a window's
+    padding is not counted (Funnel, PoolFormer): each window's divisor is what torch counts for it."""
+    f = torch.nn.AvgPool2d(kernel, stride, padding, ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+    x = torch.randn(2, 3, 7, 9)
+    torch._dynamo.reset()
+    D.reset_stats()
+    got = torch.compile(lambda x: f(x * 2) + 1, backend="dvmlang", dynamic=dynamic)(x)
+    want = f(x * 2) + 1
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=RTOL, atol=ATOL)
+    assert D.stats()["fallback_ops"] == {}
+
+
 @pytest.mark.parametrize("mode", ["nearest", "bilinear", "bicubic"])
 def test_interpolate_forward_and_backward(mode):
     class Up(torch.nn.Module):

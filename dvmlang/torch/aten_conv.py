@@ -377,14 +377,20 @@ def _max_pool2d_backward(r, node, grad_out, x, kernel_size, stride, padding, dil
 def _avg_pool2d(r, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                 divisor_override=None):
     xv = plain(r, r.operand(x))
-    if xv.ndim != 4 or ceil_mode:
-        raise Unsupported("an average pool of a tensor that is not (N, C, H, W), or with ceil_mode")
+    if xv.ndim != 4:
+        raise Unsupported("an average pool of a tensor that is not (N, C, H, W)")
     out_sizes = _spatial(r, node, 2)
-    ks, st, pd, dl, _ = _pool_args(r, xv, kernel_size, stride, padding, 1, out_sizes, False)
-    if any(pd) and not count_include_pad and divisor_override is None:
-        raise Unsupported("an average pool with padding not counted")
-    pieces = _windows(r, xv, out_sizes, ks, st, pd, dl, 0.0)
-    return result(r, node, ops.div(_sum_terms(pieces), float(divisor_override or ks[0] * ks[1])))
+    ks, st, pd, dl, extra = _pool_args(r, xv, kernel_size, stride, padding, 1, out_sizes, ceil_mode)
+    total = _sum_terms(_windows(r, xv, out_sizes, ks, st, pd, dl, 0.0, extra))
+    if divisor_override or not (ceil_mode or any(pd) and not count_include_pad):
+        return result(r, node, ops.div(total, float(divisor_override or ks[0] * ks[1])))
+    # each window's divisor, as torch counts it: the elements it covers inside the input, and inside the padding
+    # too when counted (never past it: ceil_mode's last windows), the windows of a (1, 1, H, W) tile of ones
+    ones = const(r, 1.0, xv.dtype, (1, 1) + tuple(xv.shape[2:]))
+    if count_include_pad:
+        ones = _pad(r, _pad(r, ones, 2, pd[0], pd[0], 1.0), 3, pd[1], pd[1], 1.0)
+    counts = _sum_terms(_windows(r, ones, out_sizes, ks, st, [0, 0] if count_include_pad else pd, dl, 0.0, extra))
+    return result(r, node, ops.div(total, counts))
 
 
 @lowers(aten.avg_pool2d_backward.default)

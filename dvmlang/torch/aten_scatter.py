@@ -136,6 +136,11 @@ def _index_put(r, node, base, indices, values, accumulate=False):
             merged = dims.arith(r.g.syms, "*", merged, n)
         bshape = lin.shape
         nb = len(bshape)
+        # (the values broadcast to what b[..., i0, i1, ...] selects: a number set at index pairs, as Speech2Text
+        # marks each sequence's last frame)
+        want = tuple(b.shape[:d]) + tuple(bshape) + tuple(b.shape[d + len(tens):])
+        if len(vals.shape) != len(want) or any(r.g.syms.equal(a, c) is not True for a, c in zip(vals.shape, want)):
+            vals = ops.broadcast_to(vals, want)
         count = 1
         for x in bshape:
             count = dims.arith(r.g.syms, "*", count, x)
