@@ -162,10 +162,14 @@ def test_rank_six_window_partitions_of_computed_values():
     s = _run(lambda a, b: (a @ b).reshape(2, 4, 4, 16, 8).permute(0, 2, 1, 3, 4)[:, :3].reshape(24, 16, 8)
              .transpose(1, 2) * 2, torch.randn(8, 4, 4), torch.randn(8, 4, 128), dynamic=False)
     assert s["fallback_ops"] == {}
-    # a permute whose runs do not merge to rank 4 (every dim moves) still falls back, with its reason
+    # a permute of more than four runs of dims (every dim moves; pixel_shuffle) is block moves, a copy each
     s = _run(lambda x: (x + 1).view(2, 2, 2, 2, 2, 3).permute(5, 4, 3, 2, 1, 0).reshape(8, 12) * 2,
              torch.randn(4, 24), dynamic=False)
-    assert s["fallback_ops"]
+    assert s["fallback_ops"] == {}
+    for f in (lambda x: torch.nn.functional.pixel_shuffle(x * 2, 3) + 1,
+              lambda x: torch.nn.functional.pixel_unshuffle(x * 2, 3) + 1):
+        s = _run(f, torch.randn(2, 18, 6, 6), dynamic=False)
+        assert s["fallback_ops"] == {}
 
 
 def test_interleaved_rotary_stacks_on_a_fifth_dim():
@@ -238,3 +242,27 @@ def test_index_put_of_a_value_that_broadcasts_at_index_pairs():
     s = _run(rows, torch.randn(3, 4, 5), torch.tensor([0, 2, 3]), torch.tensor([1, 4, 0]), torch.randn(3),
              dynamic=False)
     assert s["fallback_ops"] == {}
+
+
+@pytest.mark.parametrize("case", ["diagonal", "diagonal_offsets", "trace", "einsum_batched_diagonal", "round",
+                                  "round_decimals", "bucketize", "searchsorted_rows"])
+def test_diagonals_rounding_and_searches(case):
+    x = torch.randn(4, 5, 5)
+    f, args = {
+        "diagonal": (lambda x: torch.diagonal(x * 2, 0, 1, 2), (x,)),
+        "diagonal_offsets": (lambda x: torch.diagonal(x * 2, 1, -1, 0) + torch.diagonal(x, -2, 1, 2).sum(), (x,)),
+        "trace": (lambda x: torch.trace(x[0].t() * 2) + torch.einsum("ii->", x[1] + 1), (x,)),
+        "einsum_batched_diagonal": (lambda x: torch.einsum("bii->bi", x * 2), (x,)),
+        "round": (lambda x: torch.round(x * 2.5) + torch.round(torch.tensor([0.5, 1.5, 2.5, -0.5]).repeat(5) * 1),
+                  (x[0].flatten()[:20],)),
+        "round_decimals": (lambda x: torch.round(x * 3, decimals=2) + torch.round(x * 300, decimals=-1), (x,)),
+        "bucketize": (lambda x, b: torch.bucketize(x * 2, b) + torch.bucketize(x, b, right=True), (x, torch.linspace(-2, 2, 9))),
+        "searchsorted_rows": (lambda s, v: torch.searchsorted(s, v * 2, side="right"),
+                              (torch.sort(torch.randn(4, 5, 7), -1).values, x)),
+    }[case]
+    torch._dynamo.reset()
+    D.reset_stats()
+    got, want = torch.compile(f, backend="dvmlang", dynamic=False)(*args), f(*args)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
+    assert D.stats()["fallback_ops"] == {}

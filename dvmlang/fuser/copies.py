@@ -3,8 +3,9 @@ through strides (``canonical`` puts one under a reshape that is no view), and it
 vector group's, has rank <= ``MAX_VIEW_RANK``. A view of higher rank is read as one of fewer dims with the same
 elements in the same order: the runs of dims a permute of a value in memory order keeps together, merged (Swin's
 window partition); else the runs of dims adjacent in memory (``_strides``: each dim's stride is its size times the
-next one's); else, for a permute of a view that merges so, that view copied first and the permute merged over the
-copy (Mamba2's chunked scan: a slice of a permuted rank-5 value, permuted again)."""
+next one's); else, for a permute, what it reads copied first when that is not in memory order (Mamba2's chunked
+scan: a slice of a permuted rank-5 value, permuted again), and a permute of more than four runs of dims done as
+block moves, a copy each (pixel_shuffle)."""
 
 from __future__ import annotations
 
@@ -18,20 +19,49 @@ from .views import MAX_VIEW_RANK
 
 def copy_source(g: Graph, x: Node, add, loc) -> Node:
     """``x``, a view of rank > ``MAX_VIEW_RANK``, as a view of at most that rank with its elements in order (new
-    nodes go through ``add``); ``x`` itself when there is none (the planner then refuses its copy kernel)."""
+    nodes go through ``add``, copies among them); ``x`` itself when there is none (the planner then refuses its
+    copy kernel)."""
     y = _merged_permute(g, x, add)
     if y is x:
         y = _merged_view(g, x, add)
-    if y is not x or x.op != "permute" or len(_runs(x.attrs["perm"])) > MAX_VIEW_RANK:
+    if y is not x or x.op not in VIEWS:
         return y
     inner = x.inputs[0]
-    src = copy_source(g, inner, add, loc) if inner.rank > MAX_VIEW_RANK else inner
-    if src.rank > MAX_VIEW_RANK:
-        return x
-    c = add(Node("broadcast_to", [src], src.shape, src.dtype, {"copy": True}, loc=loc))
-    back = add(Node("reshape", [c], inner.shape, inner.dtype, {}, loc=loc)) if src is not inner else c
-    return _merged_permute(g, add(Node("permute", [back], x.shape, x.dtype, {"perm": x.attrs["perm"]}, loc=loc)),
-                           add)
+    if not _reshape_is_a_view(inner):  # (what the view reads, copied first: then in memory order)
+        src = copy_source(g, inner, add, loc) if inner.rank > MAX_VIEW_RANK else inner
+        if src.rank > MAX_VIEW_RANK:
+            return x
+        c = add(Node("broadcast_to", [src], src.shape, src.dtype, {"copy": True}, loc=loc))
+        inner = add(Node("reshape", [c], inner.shape, inner.dtype, {}, loc=loc)) if src is not inner else c
+    if x.op != "permute":  # (a slice or a reshape of a value in memory order)
+        v = _merged_view(g, add(Node(x.op, [inner], x.shape, x.dtype, dict(x.attrs), loc=loc)), add)
+        return v if v.rank <= MAX_VIEW_RANK else x
+    steps = _block_moves(x.attrs["perm"])
+    for k, rel in enumerate(steps):  # (a permute of more runs: one block of dims moved per copy, as an insertion
+        p = add(Node("permute", [inner], tuple(inner.shape[i] for i in rel), x.dtype, {"perm": rel}, loc=loc))
+        m = _merged_permute(g, p, add)  # sort moves them: pixel_shuffle's (N, C, r, r, H, W) -> (N, C, H, r, W, r)
+        if k == len(steps) - 1:  # takes two)
+            return m
+        c = add(Node("broadcast_to", [m], m.shape, m.dtype, {"copy": True}, loc=loc))
+        inner = add(Node("reshape", [c], p.shape, p.dtype, {}, loc=loc))
+    return x
+
+
+def _block_moves(perm) -> list:
+    """``perm`` as permutations applied one after another, each moving one block of dims (so with at most four runs
+    of dims kept together): the first dim out of place and the dims after it that follow it in ``perm``, moved to
+    its place."""
+    cur, steps = list(range(len(perm))), []
+    while cur != list(perm):
+        i = next(k for k in range(len(perm)) if cur[k] != perm[k])
+        j = cur.index(perm[i])
+        m = 1
+        while j + m < len(cur) and i + m < len(perm) and cur[j + m] == perm[i + m]:
+            m += 1
+        new = cur[:i] + cur[j:j + m] + cur[i:j] + cur[j + m:]
+        steps.append(tuple(cur.index(d) for d in new))
+        cur = new
+    return steps
 
 
 def _runs(perm) -> list:

@@ -51,6 +51,19 @@ for _name in ("neg", "abs", "exp", "exp2", "log", "log2", "log10", "log1p", "exp
     _ew(getattr(ops, _name), getattr(aten, _name).default)
 
 
+@lowers(aten.round.default, aten.round.decimals)
+def _round(r, node, x, decimals=0):  # (half to even, as C's nearbyint; with decimals, torch's scaling by 10^d)
+    d = number(decimals)
+    if not node.meta["val"].dtype.is_floating_point:
+        return elementwise(lambda v: ops.mul(v, 1))(r, node, x)
+    if d == 0:
+        return elementwise(ops.rint)(r, node, x)
+    scale = 10.0 ** abs(d)
+    if d > 0:
+        return elementwise(lambda v: ops.div(ops.rint(ops.mul(v, scale)), scale))(r, node, x)
+    return elementwise(lambda v: ops.mul(ops.rint(ops.div(v, scale)), scale))(r, node, x)
+
+
 def _div_true(a, b):
     return ops.div(a, b)
 

@@ -230,3 +230,28 @@ def _lstm_layer(r, node, x, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, batch_sizes
     return tuple(res)
 
 
+
+
+@lowers(aten.bucketize.Tensor)
+def _bucketize(r, node, x, boundaries, out_int32=False, right=False):
+    return _insertion_points(r, node, boundaries, x, right)
+
+
+@lowers(aten.searchsorted.Tensor)
+def _searchsorted(r, node, seq, x, out_int32=False, right=False, side=None, sorter=None):
+    if sorter is not None:
+        raise Unsupported("searchsorted with a sorter")
+    return _insertion_points(r, node, seq, x, right or side == "right")
+
+
+def _insertion_points(r, node, seq, x, right: bool):
+    """Where each value of ``x`` goes in the sorted ``seq`` (1-d, or rows matching ``x``'s leading dims): the count
+    of entries the binary search passes, ``not (s >= v)`` (``not (s > v)`` with ``right``), so a NaN value goes
+    to the end as torch's search sends it (a NaN inside ``seq`` is not searched as torch does)."""
+    sv, xv = plain(r, r.operand(seq)), plain(r, r.operand(x))
+    if sv.ndim != 1 and sv.ndim != xv.ndim:
+        raise Unsupported("searchsorted with a sequence that is neither 1-d nor one row per row of the values")
+    xe = ops.reshape(xv, tuple(xv.shape) + (1,))
+    se = sv if sv.ndim == 1 else ops.reshape(sv, tuple(sv.shape[:-1]) + (1, sv.shape[-1]))
+    before = ops.logical_not((ops.gt if right else ops.ge)(se, xe))
+    return result(r, node, ops.sum(ops.cast(before, dt.int32), -1))

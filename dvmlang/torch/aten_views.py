@@ -25,9 +25,7 @@ def _view(r, node, x, size):
     try:
         return result(r, node, *_lv(view(r, lv, target)))
     except Unsupported:  # (dims regrouped across the base's: rel_shift's (.., 17, 9) as (.., 9, 17)) a real reshape
-        v = plain(r, lv)  # (copied when it is not a view: a copy kernel's space has rank <= 4)
-        if v.ndim > MAX_RANK:
-            raise
+        v = plain(r, lv)  # (copied when it is not a view: fuser/copies.py brings the copy's space to rank <= 4)
         return result(r, node, ops.reshape(v, tuple(r.dim(t) for t in target)))
 
 
@@ -195,13 +193,21 @@ def _as_strided(r, node, x, size, stride, storage_offset=None):
     first = off + sum((s_ - 1) * st for s_, st in zip(size, stride) if s_ > 0 and st < 0)
     if total == 0 or first < 0 or last >= n:
         raise Unsupported("as_strided reading outside the tensor, or of no element")
-    v = plain(r, r.operand(x))
+    return result(r, node, _strided_read(r, plain(r, r.operand(x)), n, size, stride, off))
+
+
+def _strided_read(r, v, n: int, size, stride, off: int):
+    """The elements of ``v`` (``n`` of them, in row-major order) at ``off + sum(i_k * stride_k)`` for every index of
+    ``size`` (static): a reshape when they are all of them in order, else a gather from the flat value."""
+    total = 1
+    for s_ in size:
+        total *= s_
     inner, in_order = 1, off == 0 and total == n
     for s_, st in reversed(list(zip(size, stride))):
         in_order = in_order and (s_ == 1 or st == inner)
         inner *= s_
     if in_order:  # (the elements in order: a view)
-        return result(r, node, ops.reshape(v, tuple(size)))
+        return ops.reshape(v, tuple(size))
     q = r.g.node("iota", [], (total,), dt.int32, {"axis": 0})
     idx, inner = None, total
     for s_, st in zip(size, stride):
@@ -211,4 +217,24 @@ def _as_strided(r, node, x, size, stride, storage_offset=None):
         term = ops.mul(ops.remainder(ops.floor_divide(q, inner), s_), st)
         idx = term if idx is None else ops.add(idx, term)
     idx = ops.add(ops.mul(q, 0), off) if idx is None else ops.add(idx, off) if off else idx
-    return result(r, node, ops.reshape(ops.index_select(ops.reshape(v, (n,)), 0, idx), tuple(size)))
+    return ops.reshape(ops.index_select(ops.reshape(v, (n,)), 0, idx), tuple(size))
+
+
+@lowers(aten.diagonal.default)
+def _diagonal(r, node, x, offset=0, dim1=0, dim2=1):
+    """A diagonal of the value in row-major order (torch's view of it), at static sizes (``_strided_read``)."""
+    shape = meta_shape(x)
+    if not all(isinstance(d, int) for d in shape):
+        raise Unsupported("a diagonal of a tensor of symbolic sizes")
+    rank = len(shape)
+    d1, d2 = dim1 % rank, dim2 % rank
+    st, acc = [0] * rank, 1
+    for k in reversed(range(rank)):
+        st[k], acc = acc, acc * shape[k]
+    out = meta_shape(node)
+    keep = [k for k in range(rank) if k not in (d1, d2)]
+    off = offset * st[d2] if offset >= 0 else -offset * st[d1]
+    if out[-1] == 0 or acc == 0:
+        raise Unsupported("an empty diagonal")
+    return result(r, node, _strided_read(r, plain(r, r.operand(x)), acc, [shape[k] for k in keep] + [out[-1]],
+                                         [st[k] for k in keep] + [st[d1] + st[d2]], off))
