@@ -121,3 +121,11 @@ def test_interpolate_forward_and_backward(mode):
 ], ids=["group_norm_elu", "avg_pool", "adaptive_avg_pool"])
 def test_group_norm_and_average_pools_train(make):
     _train_check(make, torch.randn(2, 8, 6, 6))
+
+
+def test_a_seven_by_seven_depthwise_convolution_trains_fused():
+    """ConvNeXt's block: the weight gradient of a 7x7 depthwise convolution is 49 sibling reductions of one
+    gradient, each with a window of the input; merged into one kernel they ran out of scalar registers and the
+    whole backward ran eagerly. Merging stops at ``fusion.MAX_MERGED_INPUTS`` tensors."""
+    _train_check(lambda: torch.nn.Sequential(torch.nn.Conv2d(8, 8, 7, padding=3, groups=8), torch.nn.GELU()),
+                 torch.randn(2, 8, 9, 9))

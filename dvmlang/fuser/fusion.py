@@ -59,15 +59,12 @@ class Group:
     guard: object = None  # for row mode with a symbolic row: the symbol that must fit
     live_bytes: int = 0  # peak live bytes per element (tiling.live_bytes_per_element, cached)
     recompute: list[Node] = field(default_factory=list)  # elementwise nodes of other groups computed again here
-    # what the group's kernels work out once (signature, build keys, launch fields): the programs that share a
-    # plan (structure.py) share it
+    # what the group's kernels work out once (signature, build keys, launch fields), shared with its plan's
     memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def body(self) -> list[Node]:
-        """The nodes the group's kernel computes, in order: its own and the ones it recomputes."""
-        if not self.recompute:
-            return self.nodes
-        return sorted(self.nodes + self.recompute, key=lambda n: n.id)  # node ids are a topological order
+        """The nodes the group's kernel computes, in order (node ids are): its own and the ones it recomputes."""
+        return sorted(self.nodes + self.recompute, key=lambda n: n.id) if self.recompute else self.nodes
 
     @property
     def name(self) -> str:
@@ -109,9 +106,7 @@ class Plan:
     stages: list[list[Group]]
     fused: bool
     split_reductions: bool = False
-    # the split plan a guarded row falls back to: planned at its first use (``fallback``), not with this plan (a
-    # program that never meets a row too long for its block never pays for it; the build ahead plans it off the
-    # critical path)
+    # the split plan a guarded row falls back to: planned at its first use (``fallback``; the build ahead plans it)
     _make_fallback: object = field(default=None, repr=False, compare=False)
     _fallback: "Plan | None" = field(default=None, repr=False, compare=False)
 
@@ -122,25 +117,17 @@ class Plan:
 
     @property
     def fallback(self) -> "Plan | None":
-        if self._make_fallback is not None:
-            with _PLANNING:
-                if self._make_fallback is not None:
-                    self._fallback = self._make_fallback()
-                    self._make_fallback = None
+        with _PLANNING:
+            if self._make_fallback is not None:
+                self._fallback, self._make_fallback = self._make_fallback(), None
         return self._fallback
 
 
 def _same_shape(g: Graph, a, b) -> bool | None:
     if len(a) != len(b):
         return False
-    result = True
-    for x, y in zip(a, b):
-        e = g.syms.equal(x, y)
-        if e is False:
-            return False
-        if e is None:
-            result = None
-    return result
+    eq = [g.syms.equal(x, y) for x, y in zip(a, b)]
+    return False if False in eq else None if None in eq else True
 
 
 def _broadcastable(g: Graph, small, big) -> bool:
@@ -172,6 +159,8 @@ def _desc(n: Node) -> str:
 SPLIT_REASON = ("a reduction's result is consumed inside its group; this is the split plan, used when a row does "
                 "not fit UB")
 MODE_RANK = {"tiled": 0, "loop": 1, "split": 1.5, "row": 2, "matmul": 3}
+MAX_MERGED = 8  # reductions, and groups merged horizontally, in one kernel at most (each takes scalar registers)
+MAX_READS = 16  # tensors a group reads from memory, at most
 
 
 class Planner:
@@ -454,6 +443,10 @@ class Planner:
                         f"shape {g.shape_text(n.shape)}"), GroupChange()
             return self._check_inputs(grp, n, mm.shape), GroupChange()
         # vector group
+        if n.op == "reduce" and sum(x.op == "reduce" for x in grp.nodes) >= MAX_MERGED or \
+                len(self._read_by(grp, n.inputs) | self._read_by(grp, [i for x in grp.nodes for i in x.inputs])) > \
+                MAX_READS:  # (every tensor a kernel reads or stores takes scalar registers: 256 in all)
+            return "the group already reads or reduces as many tensors as one kernel takes", GroupChange()
         split = n.attrs.get("split") or any(x.attrs.get("split") for x in grp.nodes if x.op == "reduce")
         if split and (n.op in SCANS or any(x.op in SCANS for x in grp.nodes)):
             return ("a whole-tensor reduction split across the cores and a running scan do not share a kernel (each "
@@ -503,6 +496,9 @@ class Planner:
             change.guard = cols
         return None
 
+    def _read_by(self, grp: Group, values) -> set:
+        return {id(i) for i in values if not is_free(i) and self.producer(i)[1] is not grp}
+
     def _why_not_merge(self, into: Group, other: Group, n: Node, change: GroupChange) -> str | None:
         """Why the group ``other`` (another producer of ``n``) cannot be merged into ``into``, which ``n`` joins."""
         g = self.g
@@ -537,7 +533,8 @@ class Planner:
         view or reshapes and permutes of it; not slices of it, nor a gather's table, read element by element) over
         one iteration space into one kernel, which then loads it once: a model's log-softmax, softmax and variance
         of one input, the mean and the max of one row. Neither may depend on the other (through any kernel), nor
-        hold a scan or a sort; a merged group that needs whole rows must have a static row that still fits UB (the
+        hold a scan or a sort, nor merge more than ``MAX_MERGED`` groups (a 7x7 depthwise weight gradient's 49
+        reductions ran out of scalar registers); a merged group that needs whole rows must have a static row that still fits UB (the
         two groups' live bytes per element summed, an upper bound of the merged group's): a symbolic row would be
         guarded at a smaller size, sending calls to the split plan sooner. Run after ``finish`` (the groups' inputs
         and outputs); True when anything merged (``finish`` is then run again)."""
@@ -556,6 +553,7 @@ class Planner:
         groups = [grp for grp in self.groups if grp.kind == "vector" and grp.mode in ("tiled", "loop", "row") and
                   not any(n.op in SCANS or n.op in ROW_OPS for n in grp.nodes)]
         reads = {grp.id: loaded(grp) for grp in groups}
+        count = {grp.id: 1 for grp in groups}  # (the groups merged into each)
         live = {}  # group id -> live bytes per element (summed over what merged into it: an upper bound)
         if row_fits is not None:
             for grp in groups:
@@ -568,7 +566,7 @@ class Planner:
             for b in groups[i + 1:]:
                 if b.id not in reads or not reads[a.id] & reads[b.id] or _same_shape(g, a.space, b.space) is not True:
                     continue
-                if self.depends(a, b) or self.depends(b, a):
+                if self.depends(a, b) or self.depends(b, a) or count[a.id] + count[b.id] > MAX_MERGED:
                     continue
                 if max(a.mode, b.mode, key=MODE_RANK.__getitem__) == "row":
                     cols = g.syms.find(a.space[-1]) if a.space else 1
@@ -577,6 +575,7 @@ class Planner:
                         continue
                 self.merge(a, b)
                 reads[a.id] |= reads.pop(b.id)
+                count[a.id] += count.pop(b.id)
                 if live:
                     live[a.id] += live.pop(b.id)
                 merged = True
