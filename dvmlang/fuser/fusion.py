@@ -534,10 +534,10 @@ class Planner:
         one iteration space into one kernel, which then loads it once: a model's log-softmax, softmax and variance
         of one input, the mean and the max of one row. Neither may depend on the other (through any kernel), nor
         hold a scan or a sort, nor merge more than ``MAX_MERGED`` groups (a 7x7 depthwise weight gradient's 49
-        reductions ran out of scalar registers); a merged group that needs whole rows must have a static row that still fits UB (the
-        two groups' live bytes per element summed, an upper bound of the merged group's): a symbolic row would be
-        guarded at a smaller size, sending calls to the split plan sooner. Run after ``finish`` (the groups' inputs
-        and outputs); True when anything merged (``finish`` is then run again)."""
+        reductions ran out of scalar registers); a merged group that needs whole rows must have a static row that
+        still fits UB (the two groups' live bytes per element summed, an upper bound of the merged group's): a
+        symbolic row would be guarded at a smaller size, sending calls to the split plan sooner. Run after
+        ``finish`` (the groups' inputs and outputs); True when anything merged (``finish`` is then run again)."""
         g = self.g
 
         def whole(x: Node) -> int:  # the value a read loads every element of, through reshapes and permutes

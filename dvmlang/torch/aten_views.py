@@ -13,8 +13,8 @@ import torch
 from .. import dtypes as dt
 from ..fuser import dims, ops
 from .aten_ops import _identity, _Meta, lowers
-from .lower import (MAX_RANK, LVal, Unsupported, _consecutive, _eq, _prod, expr_of, merge_parts, meta_shape, number, parts_of,
-                    plain, rebase, result, torch_axes, view)
+from .lower import (MAX_RANK, LVal, Unsupported, _consecutive, _eq, _prod, expr_of, merge_parts, meta_shape, number,
+                    parts_of, plain, rebase, result, torch_axes, view)
 
 aten = torch.ops.aten
 
