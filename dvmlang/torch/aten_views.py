@@ -13,8 +13,8 @@ import torch
 from .. import dtypes as dt
 from ..fuser import dims, ops
 from .aten_ops import _identity, _Meta, lowers
-from .lower import (MAX_RANK, LVal, Unsupported, _consecutive, _eq, _prod, expr_of, merge_parts, meta_shape, number,
-                    parts_of, plain, rebase, result, torch_axes, view)
+from .lower import (MAX_RANK, LVal, Unsupported, _consecutive, _eq, _prod, expr_of, merge_parts, merged_runs, meta_shape,
+                    number, parts_of, plain, rebase, result, run_sizes, torch_axes, view)
 
 aten = torch.ops.aten
 
@@ -97,23 +97,10 @@ def _merged_broadcast(r, v, shape):
     dims that all broadcast, or all do not, merged; the broadcast on that, viewed back (a repeat_interleave's
     rank-5 expand)."""
     find = r.g.syms.find
-    wide = [find(a) == 1 and find(b) != 1 for a, b in zip(v.shape, shape)]
-    runs: list = []
-    for k, w in enumerate(wide):
-        if runs and wide[runs[-1][0]] == w:
-            runs[-1].append(k)
-        else:
-            runs.append([k])
-    if len(runs) > MAX_RANK:
-        raise Unsupported(f"an expand to rank {len(shape)} along alternating dims")
-
-    def product(ds, run):
-        n = 1
-        for k in run:
-            n = dims.arith(r.g.syms, "*", n, ds[k])
-        return n
-    out = ops.broadcast_to(ops.reshape(v, tuple(product(v.shape, run) for run in runs)),
-                           tuple(product(shape, run) for run in runs))
+    runs = merged_runs([find(a) == 1 and find(b) != 1 for a, b in zip(v.shape, shape)],
+                       f"an expand to rank {len(shape)} along alternating dims")
+    out = ops.broadcast_to(ops.reshape(v, tuple(run_sizes(r.g.syms, v.shape, runs))),
+                           tuple(run_sizes(r.g.syms, shape, runs)))
     return ops.reshape(out, tuple(shape))
 
 

@@ -566,24 +566,36 @@ def _merged(r: Region, fn, vals, kwargs):
         full.append(d)
         pattern.append(tuple(isinstance(v, GraphValue) and not (isinstance(syms.find(v.shape[k]), int) and
                                                               syms.find(v.shape[k]) == 1) for v in tens))
+    runs = merged_runs(pattern, f"an elementwise op on rank {rank} whose operands broadcast along alternating dims")
+    merged = [ops.reshape(v, tuple(run_sizes(syms, [full[k] if pattern[k][j] else 1 for k in range(rank)], runs)))
+              if isinstance(v, GraphValue) else v for j, v in enumerate(tens)]
+    out = fn(*merged, **kwargs)
+    return ops.reshape(out, tuple(full))
+
+
+def merged_runs(keys, why: str) -> list:
+    """The runs of adjacent dims whose ``keys`` are equal (each a list of dim indices); ``Unsupported(why)`` when
+    there are more than ``MAX_RANK`` (the fuser computes on ranks <= 4)."""
     runs: list = []
-    for k in range(rank):
-        if runs and pattern[runs[-1][0]] == pattern[k]:
+    for k, key in enumerate(keys):
+        if runs and keys[runs[-1][0]] == key:
             runs[-1].append(k)
         else:
             runs.append([k])
     if len(runs) > MAX_RANK:
-        raise Unsupported(f"an elementwise op on rank {rank} whose operands broadcast along alternating dims")
+        raise Unsupported(why)
+    return runs
 
-    def size(run, j):
+
+def run_sizes(syms, sizes, runs) -> list:
+    """Each run's size: the product of its dims' ``sizes``."""
+    out = []
+    for run in runs:
         n = 1
         for k in run:
-            n = dims.arith(syms, "*", n, full[k] if pattern[k][j] else 1)
-        return n
-    merged = [ops.reshape(v, tuple(size(run, j) for run in runs)) if isinstance(v, GraphValue) else v
-              for j, v in enumerate(tens)]
-    out = fn(*merged, **kwargs)
-    return ops.reshape(out, tuple(full))
+            n = dims.arith(syms, "*", n, sizes[k])
+        out.append(n)
+    return out
 
 
 def torch_axes(lv: LVal, dims) -> list[int]:
@@ -615,20 +627,9 @@ def _reduce_merged(r: Region, v, bax, fn):
     expand sums over its repeat dim), as an exact reshape: runs of adjacent dims that are all kept or all reduced
     merged into one, the reduction on that, the keepdims shape restored by a view."""
     red = set(bax)
-    runs: list = []
-    for a in range(v.ndim):
-        if runs and (a in red) == (runs[-1][0] in red):
-            runs[-1].append(a)
-        else:
-            runs.append([a])
-    if len(runs) > MAX_RANK:
-        raise Unsupported(f"a reduction of a value of rank {v.ndim} whose kept and reduced dims alternate")
-    shape = []
-    for run in runs:
-        n = 1
-        for a in run:
-            n = dims.arith(r.g.syms, "*", n, v.shape[a])
-        shape.append(n)
+    runs = merged_runs([a in red for a in range(v.ndim)],
+                       f"a reduction of a value of rank {v.ndim} whose kept and reduced dims alternate")
+    shape = run_sizes(r.g.syms, v.shape, runs)
     out = fn(ops.reshape(v, tuple(shape)), tuple(i for i, run in enumerate(runs) if run[0] in red))
     return ops.reshape(out, tuple(1 if a in red else v.shape[a] for a in range(v.ndim)))
 
