@@ -39,7 +39,8 @@ UNARY = {
     "sqrt_abs": (lambda x: ops.sqrt(ops.abs(x)), lambda a: np.sqrt(np.abs(a))),
 }
 BINARY = {"add": (ops.add, np.add), "sub": (ops.sub, np.subtract), "mul": (ops.mul, np.multiply),
-          "maximum": (ops.maximum, np.maximum), "minimum": (ops.minimum, np.minimum)}
+          "maximum": (ops.maximum, np.maximum), "minimum": (ops.minimum, np.minimum),
+          "atan2": (ops.atan2, np.arctan2), "hypot": (ops.hypot, np.hypot)}
 COMPARE = {"lt": (ops.lt, np.less), "ge": (ops.ge, np.greater_equal), "eq": (ops.eq, np.equal)}
 REDUCE = {"sum": (ops.sum, np.sum), "max": (ops.max, np.max), "min": (ops.min, np.min), "mean": (ops.mean, np.mean)}
 INPLACE = {"iadd": ("__iadd__", np.add), "imul": ("__imul__", np.multiply)}

@@ -41,6 +41,8 @@ class Source:
 def _ident(op: str, d: dt.DType) -> str:
     if op == "sum":
         return "0.0" if d.is_float else "0"
+    if op == "prod":
+        return "1.0" if d.is_float else "1"
     if d.is_float:
         return '-float("inf")' if op == "max" else 'float("inf")'
     info = np.iinfo(d.np)
@@ -100,6 +102,9 @@ class KernelText:
                 # the source spells the decorator as a user does (@dvmlang.kernel); its namespace binds that name
                 # to the decorator alone, without the package root (which imports the fuser)
                 ns = {"dl": dl, "dvmlang": types.SimpleNamespace(kernel=kernel)}
+                if "libdevice." in self.text:  # (two-operand C math: atan2, hypot, copysign)
+                    from ..triton.language.extra import libdevice
+                    ns["libdevice"] = libdevice
                 exec(compile(self.text, filename, "exec"), ns)  # noqa: S102 - our own generated code
                 k = ns[self.name]
                 weakref.finalize(k, linecache.cache.pop, filename, None)
@@ -252,7 +257,7 @@ def vector_kernel(g: Graph, grp: Group, name: str, sig: Signature) -> KernelText
             red = f"dl.{op}({masked}, axis=1, keep_dims=True{nan})"
             if grp.mode == "loop":
                 src(f"r{n.id} = {red}")
-                combine = {"sum": "acc{0} + r{0}", "max": "dl.maximum(acc{0}, r{0}, propagate_nan=dl.PropagateNan.ALL)",
+                combine = {"sum": "acc{0} + r{0}", "prod": "acc{0} * r{0}", "max": "dl.maximum(acc{0}, r{0}, propagate_nan=dl.PropagateNan.ALL)",
                            "min": "dl.minimum(acc{0}, r{0}, propagate_nan=dl.PropagateNan.ALL)"}[op].format(n.id)
                 src(f"acc{n.id} = {combine}")
                 names[n.id] = f"acc{n.id}"

@@ -77,14 +77,17 @@ def _iota(k, n, a):
 
 # ---- reductions and scans over the columns ---------------------------------------------------------------
 
-REDUCE = {"sum": "sum", "max": "max_nan", "min": "min_nan"}  # numpy's NaN rule: a NaN in a row gives NaN
-COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}  # partial results of column blocks (NaN-propagating)
+REDUCE = {"sum": "sum", "prod": "prod", "max": "max_nan", "min": "min_nan"}  # numpy's NaN rule: a NaN in a row
+COMBINE = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}  # gives NaN; partial results of column
+# blocks combine NaN-propagating
 
 
 def identity(op: str, d: dt.DType):
     """The identity of a reduction: what masked columns hold."""
     if op == "sum":
         return 0.0 if d.is_float else 0
+    if op == "prod":
+        return 1.0 if d.is_float else 1
     if d.is_float:
         return -math.inf if op == "max" else math.inf
     info = np.iinfo(d.np)

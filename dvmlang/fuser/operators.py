@@ -147,20 +147,40 @@ class TensorOperators:
     def argmin(self, axis=None, keepdims=False):
         return self._ops.argmin(self, axis, keepdims)
 
+    # ``~ & | ^ << >>``: bitwise on integers, logical on bools, as numpy and torch (``& | ~`` of floats keep
+    # their truth values: nonzero is true)
     def __invert__(self):
-        return self._ops.logical_not(self)
+        return self._ops.logical_not(self) if self.dtype.is_float else self._ops.bitwise_not(self)
 
     def __and__(self, o):
-        return self._ops.logical_and(self, o)
+        return self._ops.logical_and(self, o) if _floats(self, o) else self._ops.bitwise_and(self, o)
 
     def __rand__(self, o):
-        return self._ops.logical_and(o, self)
+        return self._ops.logical_and(o, self) if _floats(self, o) else self._ops.bitwise_and(o, self)
 
     def __or__(self, o):
-        return self._ops.logical_or(self, o)
+        return self._ops.logical_or(self, o) if _floats(self, o) else self._ops.bitwise_or(self, o)
 
     def __ror__(self, o):
-        return self._ops.logical_or(o, self)
+        return self._ops.logical_or(o, self) if _floats(self, o) else self._ops.bitwise_or(o, self)
+
+    def __xor__(self, o):
+        return self._ops.bitwise_xor(self, o)
+
+    def __rxor__(self, o):
+        return self._ops.bitwise_xor(o, self)
+
+    def __lshift__(self, o):
+        return self._ops.left_shift(self, o)
+
+    def __rlshift__(self, o):
+        return self._ops.left_shift(o, self)
+
+    def __rshift__(self, o):
+        return self._ops.right_shift(self, o)
+
+    def __rrshift__(self, o):
+        return self._ops.right_shift(o, self)
 
     def __floordiv__(self, o):
         return self._ops.floor_divide(self, o)
@@ -173,3 +193,8 @@ class TensorOperators:
 
     def __rmod__(self, o):
         return self._ops.remainder(o, self)
+
+
+def _floats(a, o) -> bool:
+    """Whether a ``&``/``|`` has a float operand (a Python float, or a tensor of floats)."""
+    return a.dtype.is_float or isinstance(o, float) or bool(getattr(getattr(o, "dtype", None), "is_float", False))

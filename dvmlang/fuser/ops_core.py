@@ -27,7 +27,7 @@ from .operators import TensorOperators
 
 __all__ = [  # and one elementwise function per op vocabulary row with a tensor name (below)
     "where", "cast", "broadcast_to", "reshape",
-    "transpose", "permute", "sum", "max", "min", "mean", "var", "matmul", "softmax", "log_softmax",
+    "transpose", "permute", "sum", "prod", "max", "min", "mean", "var", "matmul", "softmax", "log_softmax",
     "layer_norm", "rms_norm", "gelu", "silu", "swiglu", "scaled_dot_product_attention", "custom",
 ]
 
@@ -110,8 +110,12 @@ def _broadcast(g, a: tuple, b: tuple, why: str) -> tuple:
 
 def _result_dtype(a: dt.DType, b: dt.DType, op: str) -> dt.DType:
     r = dt.promote_tensors(a, b)
-    if op == "truediv" and not r.is_float:
-        return dt.float32
+    rule = opdefs.BINARY[op].rule if op in opdefs.BINARY else "num"
+    if rule == "float" and not r.is_float:
+        return dt.float32  # (integers divide, and take C's two-operand math, as float32)
+    if rule in ("int", "intbool") and (r.is_float or (rule == "int" and r.is_bool)):
+        raise GraphError(f"{opdefs.BINARY[op].tensor or op} needs integer{' or bool' if rule == 'intbool' else ''} "
+                         f"operands, got {a.name} and {b.name}")
     return r
 
 
@@ -133,7 +137,7 @@ def _binary(op, a, b):
         d = dt.bool_
         common = dt.promote_tensors(a.dtype, b.dtype)
         a, b = cast(a, common), cast(b, common)
-    elif op in ("and", "or"):
+    elif op in ("and", "or") and a.dtype is dt.bool_ and b.dtype is dt.bool_:
         d = dt.bool_
     else:
         d = _result_dtype(a.dtype, b.dtype, op)
@@ -144,6 +148,8 @@ def _binary(op, a, b):
 def _unary(op, x):
     g = _graph(x)
     x = _value(g, x)
+    if opdefs.UNARY[op].rule == "intbool" and x.dtype.is_float:
+        raise GraphError(f"{opdefs.UNARY[op].tensor or op} needs integer or bool operands, got {x.dtype.name}")
     if opdefs.UNARY[op].float_only and not x.dtype.is_float:
         if "int_identity" in opdefs.UNARY[op].traits:
             return x
@@ -345,7 +351,7 @@ def _reduce(op, x, axis, keepdims):
         else:
             shape.append(d)
     d = x.dtype
-    if op == "sum" and (d.is_bool or (d.is_int and d.bits < 32)):
+    if op in ("sum", "prod") and (d.is_bool or (d.is_int and d.bits < 32)):
         x = cast(x, dt.int32)
         d = dt.int32
     return _node(g, "reduce", [x], tuple(shape), d, op=op, axes=axes, keepdims=bool(keepdims))
@@ -354,6 +360,12 @@ def _reduce(op, x, axis, keepdims):
 def sum(x, axis=None, keepdims=False):  # noqa: A001
     """Sum over ``axis`` (an int, a tuple, or None for all)."""
     return _reduce("sum", x, axis, keepdims)
+
+
+def prod(x, axis=None, keepdims=False):
+    """Product over ``axis`` (an int, a tuple, or None for all); bools and integers narrower than 32 bits multiply
+    in int32, as ``sum`` adds them."""
+    return _reduce("prod", x, axis, keepdims)
 
 
 def max(x, axis=None, keepdims=False):  # noqa: A001

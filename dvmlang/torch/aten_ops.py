@@ -86,8 +86,13 @@ _ew(lambda a, b: ops.sub(a, ops.mul(ops.trunc(ops.div(a, b)), b)), aten.fmod.Sca
 @lowers(aten.bitwise_not.default)
 def _bitwise_not(r, node, x):
     if node.meta["val"].dtype is not torch.bool:
-        raise Unsupported("bitwise_not of integers")
+        return elementwise(ops.bitwise_not)(r, node, x)
     return elementwise(lambda a: ops.eq(a, 0))(r, node, x)
+
+
+_ew(ops.atan2, aten.atan2.default)
+_ew(ops.hypot, aten.hypot.default)
+_ew(ops.copysign, aten.copysign.Tensor, aten.copysign.Scalar)
 
 
 @lowers(aten.elu.default)
@@ -97,20 +102,33 @@ def _elu(r, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
                        if sc != 1 else ops.where(ops.gt(v, 0), v, ops.mul(ops.expm1(ops.mul(v, si)), a)))(r, node, x)
 
 
-@lowers(aten.bitwise_xor.Tensor)
-def _bitwise_xor(r, node, a, b):
+@lowers(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.bitwise_or.Tensor, aten.bitwise_or.Scalar,
+        aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)
+def _bitwise(r, node, a, b):
+    name = node.target.overloadpacket.__name__
     if node.meta["val"].dtype is not torch.bool:
-        raise Unsupported("bitwise xor of integers")
-    return elementwise(lambda x, y: ops.ne(ops.ne(x, 0), ops.ne(y, 0)))(r, node, a, b)
-
-
-@lowers(aten.bitwise_and.Tensor, aten.bitwise_or.Tensor)
-def _bitwise_bool(r, node, a, b):
-    if node.meta["val"].dtype is not torch.bool:
-        raise Unsupported("bitwise and/or of integers")
-    if node.target is aten.bitwise_and.Tensor:
+        return elementwise(getattr(ops, name))(r, node, a, b)
+    if name == "bitwise_xor":  # (of bools: as truth values, in the selections the fuser fuses)
+        return elementwise(lambda x, y: ops.ne(ops.ne(x, 0), ops.ne(y, 0)))(r, node, a, b)
+    if name == "bitwise_and":
         return elementwise(lambda x, y: ops.where(x, ops.ne(y, 0), False))(r, node, a, b)
     return elementwise(lambda x, y: ops.where(x, True, ops.ne(y, 0)))(r, node, a, b)
+
+
+_ew(ops.left_shift, aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar, aten.__lshift__.Tensor,
+    aten.__lshift__.Scalar)
+
+
+def _right_shift(a, b):
+    """torch's ``>>``: a shift by a negative amount or by the width or more fills with the sign (the kernel op,
+    Triton's, shifts by at most width - 1 and by nothing for a negative amount)."""
+    if isinstance(b, (int, float)):
+        return ops.right_shift(a, b if b >= 0 else 63)
+    return ops.right_shift(a, ops.where(ops.lt(b, 0), 63, b))
+
+
+_ew(_right_shift, aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar, aten.__rshift__.Tensor,
+    aten.__rshift__.Scalar)
 
 
 @lowers(aten.add.Tensor, aten.add.Scalar)
@@ -377,6 +395,25 @@ def _sum(r, node, x, dims=None, keepdim=False, dtype=None):
 @lowers(aten.sum.default)
 def _sum_all(r, node, x, dtype=None):
     return reduction(r, node, x, None, False, lambda v, ax: ops.sum(v, ax, keepdims=True))
+
+
+@lowers(aten.prod.dim_int)
+def _prod_dim(r, node, x, dim, keepdim=False, dtype=None):
+    return reduction(r, node, _wide_int(r, node, x), [dim], keepdim, lambda v, ax: ops.prod(v, ax, keepdims=True))
+
+
+@lowers(aten.prod.default)
+def _prod_all(r, node, x, dtype=None):
+    return reduction(r, node, _wide_int(r, node, x), None, False, lambda v, ax: ops.prod(v, ax, keepdims=True))
+
+
+def _wide_int(r, node, x):
+    """An integer product in torch's result dtype (int64), not wrapped at 32 bits first."""
+    d = dvm_dtype(node.meta["val"].dtype)
+    lv = r.operand(x)
+    if isinstance(lv, LVal) and not d.is_float and lv.v.dtype is not d:
+        return LVal(ops.cast(lv.v, d), lv.groups)
+    return x
 
 
 @lowers(aten.mean.dim)

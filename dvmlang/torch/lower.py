@@ -345,8 +345,8 @@ class Region:
             if a in self.env:
                 return self.env[a]
             return self.input(a)
-        if isinstance(a, (bool, int, float)):
-            return a
+        if isinstance(a, (bool, int, float, LVal)):
+            return a  # (an LVal: an operand a lowering converted first)
         raise Unsupported(f"operand {a!r} ({type(a).__name__})")
 
 

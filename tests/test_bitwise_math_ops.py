@@ -1,0 +1,228 @@
+"""The op vocabulary's bitwise ops and two-operand C math as tensor ops: ``dvmlang.ops.bitwise_and`` / ``_or`` /
+``_xor`` / ``_not``, ``left_shift``, ``right_shift``, ``atan2``, ``hypot``, ``copysign`` and the Python operators
+``& | ^ ~ << >>`` on graph values and lazy tensors (bitwise on integers, logical on bools, as numpy), and the
+``prod`` reduction, through both fuser paths, lazy mode and the torch backend. References: numpy, and torch eager for the backend (written from
+each op's definition: numpy's and torch's documentation of the dtype rules and of shifts by out-of-range amounts)."""
+
+import numpy as np
+import pytest
+
+import dvmlang
+from dvmlang import ops
+
+INTS = (np.int8, np.uint8, np.int16, np.int32, np.int64)
+
+
+def _ints(rng, dtype, shape):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+
+
+def _shl(a, s):  # C/Triton/torch: 0 for an amount out of [0, width)
+    bits = a.dtype.itemsize * 8
+    return np.where((s >= 0) & (s < bits), np.left_shift(a, np.clip(s, 0, bits - 1).astype(a.dtype)),
+                    0).astype(a.dtype)
+
+
+def _shr_kernel(a, s):  # the kernel op: by at most width - 1, a negative amount shifts by nothing
+    bits = a.dtype.itemsize * 8
+    return np.right_shift(a, np.clip(s, 0, bits - 1).astype(a.dtype))
+
+
+@pytest.mark.parametrize("path", ["compose", "text"])
+@pytest.mark.parametrize("dtype", INTS)
+def test_bitwise_ops_on_integers(path, dtype, monkeypatch):
+    monkeypatch.setenv("DVMLANG_FUSER", path)
+    rng = np.random.default_rng(hash((path, np.dtype(dtype).name)) % 2**32)
+    a, b = _ints(rng, dtype, (19, 70)), _ints(rng, dtype, (1, 70))  # (b broadcasts along the rows)
+    bits = np.dtype(dtype).itemsize * 8
+    s = rng.integers(0, bits, (19, 70)).astype(dtype)
+
+    @dvmlang.graph
+    def f(a, b, s):
+        return (ops.bitwise_and(a, b), ops.bitwise_or(a, b), ops.bitwise_xor(a, b), ops.bitwise_not(a),
+                ops.left_shift(a, s), ops.right_shift(a, s), a & 0x5A, 3 | a, a ^ b, ~b, a << 2, a >> 1)
+
+    want = (a & b, a | b, a ^ b, ~a, _shl(a, s), _shr_kernel(a, s), a & dtype(0x5A), dtype(3) | a, a ^ b, ~b,
+            _shl(a, np.full_like(a, 2)), a >> dtype(1))
+    for i, (g, w) in enumerate(zip(f(a, b, s), want)):
+        assert g.dtype == w.dtype, i
+        np.testing.assert_array_equal(g, w, err_msg=f"output {i}")
+
+
+@pytest.mark.parametrize("path", ["compose", "text"])
+def test_shifts_by_amounts_out_of_range_and_of_another_dtype(path, monkeypatch):
+    monkeypatch.setenv("DVMLANG_FUSER", path)
+    a = np.array([[1, -1, 0x40000000, -0x80000000, 7, -7, 123456, -99]], np.int32)
+    s = np.array([[0, 31, 32, 40, -1, -3, 1, 30]], np.int64)  # promoted: the result is int64, as numpy's
+    got_l, got_r = dvmlang.graph(lambda a, s: (ops.left_shift(a, s), ops.right_shift(a, s)))(a, s)
+    a64 = a.astype(np.int64)
+    assert got_l.dtype == np.int64 and got_r.dtype == np.int64
+    np.testing.assert_array_equal(got_l, _shl(a64, s))
+    np.testing.assert_array_equal(got_r, _shr_kernel(a64, s))
+
+
+@pytest.mark.parametrize("path", ["compose", "text"])
+def test_bool_operators_stay_logical_and_floats_keep_their_truth(path, monkeypatch):
+    monkeypatch.setenv("DVMLANG_FUSER", path)
+    x = np.linspace(-2, 2, 48, dtype=np.float32).reshape(6, 8)
+
+    @dvmlang.graph
+    def f(x):
+        m = (x > 0) & (x < 1)
+        return m, ~m, (x > 0) | (x < -1), (x > 0) ^ (x < 1), x & (x > 0), ops.bitwise_not(x > 0)
+
+    want = ((x > 0) & (x < 1), ~((x > 0) & (x < 1)), (x > 0) | (x < -1), (x > 0) ^ (x < 1), (x != 0) & (x > 0),
+            ~(x > 0))
+    for i, (g, w) in enumerate(zip(f(x), want)):
+        assert g.dtype == np.bool_, i
+        np.testing.assert_array_equal(g, w, err_msg=f"output {i}")
+
+
+@pytest.mark.parametrize("path", ["compose", "text"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_two_operand_math(path, dtype, monkeypatch):
+    monkeypatch.setenv("DVMLANG_FUSER", path)
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((33, 65)) * 4).astype(dtype)
+    y = (rng.standard_normal((33, 65)) * 4).astype(dtype)
+    x[0, :6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0]
+    y[0, :6] = [-0.0, 0.0, np.inf, 1.0, 2.0, -np.inf]
+    n = np.arange(33 * 65, dtype=np.int32).reshape(33, 65) - 1000
+
+    @dvmlang.graph
+    def f(x, y, n):
+        return ops.atan2(x, y), ops.hypot(x, y), ops.copysign(x, y), ops.atan2(n, 100), ops.copysign(3, y)
+
+    got = f(x, y, n)
+    want = (np.arctan2(x, y), np.hypot(x, y), np.copysign(x, y),
+            np.arctan2(n.astype(np.float32), np.float32(100)), np.copysign(dtype(3), y))
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype, (i, g.dtype, w.dtype)
+        tol = 1e-6 if w.dtype == np.float32 else 1e-3
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=f"output {i}")
+    assert np.signbit(got[0][0, 1]) == np.signbit(np.arctan2(np.float32(-0.0), np.float32(0.0)))
+
+
+def test_lazy_tensors_use_the_same_operators():
+    rng = np.random.default_rng(5)
+    a, b = _ints(rng, np.int32, (7, 9)), _ints(rng, np.int32, (7, 9))
+    with dvmlang.lazy():
+        ta, tb = dvmlang.tensor(a), dvmlang.tensor(b)
+        r = ((ta & tb) ^ (ta << 1) | ~tb) >> 3
+        h = ops.hypot(ops.cast(ta, "float32"), 2.0)
+        got, got_h = r.numpy(), h.numpy()
+    np.testing.assert_array_equal(got, ((a & b) ^ _shl(a, np.ones_like(a)) | ~b) >> 3)
+    np.testing.assert_allclose(got_h, np.hypot(a.astype(np.float32), np.float32(2)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("expr, what", [
+    (lambda x: ops.bitwise_xor(x, x), "bitwise_xor needs integer or bool operands, got float32"),
+    (lambda x: ops.left_shift(x > 0, 1), "left_shift needs integer operands"),
+    (lambda x: x ^ 1.5, "bitwise_xor needs integer or bool operands"),
+    (lambda x: ops.bitwise_not(x), "bitwise_not needs integer or bool operands, got float32"),
+])
+def test_float_operands_of_integer_ops_are_clear_errors(expr, what):
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(dvmlang.DvmError, match=what):
+        dvmlang.graph(expr)(x)
+
+
+@pytest.mark.parametrize("path", ["compose", "text"])
+def test_prod_reductions(path, monkeypatch):
+    monkeypatch.setenv("DVMLANG_FUSER", path)
+    rng = np.random.default_rng(9)
+    x = rng.uniform(0.8, 1.25, (7, 300)).astype(np.float32)  # (300 columns: more than one column block)
+    h = rng.uniform(0.9, 1.1, (5, 40)).astype(np.float16)
+    n = rng.integers(-3, 4, (7, 9)).astype(np.int32)
+    b = rng.integers(0, 2, (4, 6)).astype(np.int8)
+    x[3, 17] = np.nan
+    x[5, 2] = 0.0
+
+    @dvmlang.graph
+    def f(x, h, n, b):
+        return (ops.prod(x, -1), ops.prod(x, 0, keepdims=True), ops.prod(x[:2, :50]), ops.prod(h, 1), ops.prod(n, 1),
+                ops.prod(b, 0), ops.prod(ops.exp(x[:, :5]) * 0.5, (0, 1)))
+
+    want = (x.prod(-1), x.prod(0, keepdims=True), x[:2, :50].prod(), h.prod(1, dtype=np.float32).astype(np.float16),
+            n.prod(1).astype(np.int32), b.prod(0).astype(np.int32),
+            (np.exp(x[:, :5]) * np.float32(0.5)).prod(dtype=np.float64).astype(np.float32))
+    for i, (g, w) in enumerate(zip(f(x, h, n, b), want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, i
+        np.testing.assert_allclose(g, w, rtol=2e-3 if w.dtype == np.float16 else 2e-5, err_msg=f"output {i}")
+
+
+def test_prod_of_a_whole_tensor_split_over_the_cores():
+    """A 1-D product of 2^16 elements is a split reduction (per-core partial products, then their product)."""
+    rng = np.random.default_rng(11)
+    v = rng.uniform(0.999, 1.001, 1 << 16).astype(np.float32)
+    g = dvmlang.graph(lambda v: ops.prod(v))
+    np.testing.assert_allclose(g(v), v.astype(np.float64).prod(), rtol=1e-4)
+    (prog,) = g._captured.values()
+    assert any(n.attrs.get("split") for n in prog.graph.nodes if n.op == "reduce")
+
+
+# ---- the torch backend ----------------------------------------------------------------------------------------
+
+def _compiled_matches(f, *xs, rtol=1e-6):
+    torch = pytest.importorskip("torch")
+    import dvmlang.torch as D
+    torch._dynamo.reset()
+    D.reset_stats()
+    got = torch.compile(f, backend="dvmlang", dynamic=True)(*xs)
+    want = f(*xs)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=rtol, atol=1e-6, equal_nan=True)
+    assert D.stats()["fallback_ops"] == {}
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "int32", "int64"])
+def test_torch_bitwise_ops_fused(dtype):
+    torch = pytest.importorskip("torch")
+    d = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(1)
+    lo, hi = (0, 255) if dtype == "uint8" else (-100, 100)
+    a = torch.randint(lo, hi, (6, 11), generator=g, dtype=d)
+    b = torch.randint(lo, hi, (6, 11), generator=g, dtype=d)
+    bits = torch.iinfo(d).bits
+    s = torch.randint(0, bits, (6, 11), generator=g, dtype=d)
+
+    def f(a, b, s):
+        return (a & b, a | b, a ^ b, ~a, a & 7, a | 1, torch.bitwise_xor(a, 3), a << s, a >> s, a >> 2, a << 1,
+                (a > 0) & (b > 0), ~(a > b), (a + b) * (a ^ b))
+    _compiled_matches(f, a, b, s)
+
+
+def test_torch_shifts_by_out_of_range_amounts():
+    torch = pytest.importorskip("torch")
+    a = torch.tensor([[1, -1, 1 << 30, -(1 << 31), 7, -7, 123456, -99]], dtype=torch.int32)
+    s = torch.tensor([[0, 31, 32, 40, -1, -3, 1, 30]], dtype=torch.int32)
+    _compiled_matches(lambda a, s: (a << s, a >> s, a >> 40, a << 33), a, s)
+
+
+def test_torch_two_operand_math_fused():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(5, 17, generator=g) * 3, torch.randn(5, 17, generator=g) * 3
+    x[0, :4] = torch.tensor([0.0, -0.0, float("inf"), float("nan")])
+    y[0, :4] = torch.tensor([-0.0, 0.0, 1.0, 2.0])
+    n = torch.arange(85, dtype=torch.int32).reshape(5, 17) - 40
+
+    def f(x, y, n):
+        return (torch.atan2(x, y), torch.hypot(x, y), torch.copysign(x, y), torch.copysign(x, -1.0),
+                torch.atan2(n, n + 1), torch.copysign(n, y), torch.atan2(x, y).sum(-1))
+    _compiled_matches(f, x, y, n)
+
+
+def test_torch_prod_fused():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(4)
+    x = torch.rand(7, 300, generator=g) * 0.45 + 0.8
+    n = torch.randint(-3, 4, (7, 9), generator=g, dtype=torch.int32)
+
+    def f(x, n):
+        return (x.prod(-1), torch.prod(x), x.prod(0, keepdim=True), n.prod(1), (n > 0).prod(0), torch.prod(n),
+                (x * 2).prod(1, keepdim=True) - 1)
+    _compiled_matches(f, x, n, rtol=1e-5)
+
