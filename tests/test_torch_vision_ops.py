@@ -45,6 +45,7 @@ def _train_check(make, *inputs, dynamic=False):
     dict(cin=4, cout=6, k=3, stride=2),
     dict(cin=4, cout=4, k=3, padding=2, dilation=2),
     dict(cin=4, cout=4, k=3, padding=1, groups=4),  # depthwise
+    dict(cin=4, cout=8, k=3, padding=1, groups=4),  # depthwise with a channel multiplier
     dict(cin=4, cout=6, k=(1, 3), padding=(0, 1), groups=2),
     dict(cin=3, cout=8, k=4, stride=4),  # a patch embedding
 ])
@@ -52,6 +53,31 @@ def test_conv2d_forward_and_backward(kw):
     kw = dict(kw)
     cin, cout, k = kw.pop("cin"), kw.pop("cout"), kw.pop("k")
     _train_check(lambda: torch.nn.Conv2d(cin, cout, k, **kw), torch.randn(2, cin, 9, 8))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(cin=3, cout=5, k=3, stride=2, padding=1, output_padding=1),  # a decoder's 2x upsampling
+    dict(cin=4, cout=6, k=2, stride=2, groups=2),
+    dict(cin=4, cout=4, k=3, padding=1, groups=4),  # depthwise
+    dict(cin=2, cout=3, k=3, stride=3, padding=2, output_padding=2, dilation=2),
+    dict(cin=6, cout=4, k=(4, 3), stride=(2, 1), padding=(1, 0)),
+    dict(cin=3, cout=2, k=1),
+])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_transposed_conv2d_forward_and_backward(kw, dynamic):
+    """A transposed convolution is its convolution's input gradient; its backward swaps the convolution's input
+    and output gradient (torch's definition: y[o * stride - padding + k * dilation] += x[o] * w[k])."""
+    kw = dict(kw)
+    cin, cout, k = kw.pop("cin"), kw.pop("cout"), kw.pop("k")
+    _train_check(lambda: torch.nn.ConvTranspose2d(cin, cout, k, **kw), torch.randn(2, cin, 5, 4), dynamic=dynamic)
+
+
+def test_transposed_conv1d_upsampler():
+    """An audio decoder's upsampling stack: transposed 1-d convolutions (stride 4 and 2) between activations."""
+    make = lambda: torch.nn.Sequential(  # noqa: E731
+        torch.nn.ConvTranspose1d(8, 6, 8, stride=4, padding=2), torch.nn.LeakyReLU(0.1),
+        torch.nn.ConvTranspose1d(6, 3, 4, stride=2, padding=1, groups=3), torch.nn.Tanh())
+    _train_check(make, torch.randn(2, 8, 6))
 
 
 def test_conv1d_causal_and_depthwise():

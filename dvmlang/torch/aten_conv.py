@@ -13,6 +13,9 @@ as a gather: input position ``h`` takes, for each kernel offset ``k``, the colum
 ``(h + pad - k * dilation) / stride`` where that divides exactly and lands inside the output. No two programs
 write one element. Max pooling's backward is the same gather, keeping the gradient where the saved index is
 the position.
+
+A transposed convolution is its convolution's input gradient (x in the output gradient's place); its backward is
+the convolution's with the roles of the input and the output gradient swapped.
 """
 
 from __future__ import annotations
@@ -169,8 +172,6 @@ def _spatial(r, node, nd):
 
 @lowers(aten.convolution.default)
 def _convolution(r, node, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    if transposed:
-        raise Unsupported("a transposed convolution")
     xv, wv = plain(r, r.operand(x)), plain(r, r.operand(weight))
     nd = xv.ndim - 2
     if nd not in (1, 2):
@@ -178,7 +179,10 @@ def _convolution(r, node, x, weight, bias, stride, padding, dilation, transposed
     wv = ops.cast(wv, xv.dtype)
     st, pd, dl = (_ints(v, nd, n) for v, n in ((stride, "stride"), (padding, "padding"), (dilation, "dilation")))
     out_sizes = _spatial(r, node, nd)
-    y = _conv(r, xv, wv, out_sizes, st, pd, dl, number(groups))
+    if transposed:  # the input gradient of the convolution it transposes, x in the output gradient's place
+        y = _input_grad(r, _flat(r, xv, 2), wv, out_sizes, list(xv.shape[2:]), st, pd, dl, number(groups))
+    else:
+        y = _conv(r, xv, wv, out_sizes, st, pd, dl, number(groups))
     y = ops.reshape(y, (y.shape[0], y.shape[1]) + tuple(out_sizes))
     if bias is not None:
         b = plain(r, r.operand(bias))
@@ -248,8 +252,6 @@ def _col2im(r, pieces, in_sizes, out_sizes, kernel, stride, padding, dilation, t
 @lowers(aten.convolution_backward.default)
 def _convolution_backward(r, node, grad_out, x, weight, bias_sizes, stride, padding, dilation, transposed,
                           output_padding, groups, output_mask):
-    if transposed:
-        raise Unsupported("a transposed convolution's backward")
     go, xv, wv = (plain(r, r.operand(t)) for t in (grad_out, x, weight))
     nd = xv.ndim - 2
     if nd not in (1, 2):
@@ -257,55 +259,73 @@ def _convolution_backward(r, node, grad_out, x, weight, bias_sizes, stride, padd
     groups = number(groups)
     st, pd, dl = (_ints(v, nd, n) for v, n in ((stride, "stride"), (padding, "padding"), (dilation, "dilation")))
     kernel = [wv.shape[2 + i] for i in range(nd)]
-    c, o = xv.shape[1], wv.shape[0]
-    if not all(isinstance(v, int) for v in kernel + [c, o]):
+    if not all(isinstance(v, int) for v in kernel + [wv.shape[0], wv.shape[1]]):
         raise Unsupported("a convolution with symbolic channels or kernel")
-    out_sizes, in_sizes = list(go.shape[2:]), list(xv.shape[2:])
     go = ops.cast(go, xv.dtype)
-    go2 = _flat(r, go, 2)  # (N, O, L)
     metas = node.meta["val"]
     res = [None, None, None]
-    cg, og = c // groups, o // groups
-    kk = math.prod(kernel)
     if output_mask[2]:
-        res[2] = result(r, _Meta(metas[2]), ops.sum(go2, (0, 2)))
-    depthwise = groups > 1 and cg == 1
+        res[2] = result(r, _Meta(metas[2]), ops.sum(_flat(r, go, 2), (0, 2)))
+    x_sizes, go_sizes = list(xv.shape[2:]), list(go.shape[2:])
+    # a transposed convolution's backward is its convolution's with the roles of the input and the output
+    # gradient swapped: the weight gradient correlates the output gradient's windows with the input, and the
+    # input gradient is the (untransposed) convolution of the output gradient
     if output_mask[1]:
-        if depthwise and og == 1:
-            pieces = _windows(r, xv, out_sizes, kernel, st, pd, dl, 0.0)
-            cols = [ops.reshape(ops.sum(ops.mul(p, go), (0,) + tuple(range(2, 2 + nd))), (o, 1)) for p in pieces]
-            gw = ops.reshape(ops.cat(cols, 1) if len(cols) > 1 else cols[0], (o, 1) + tuple(kernel))
-        elif depthwise:
-            raise Unsupported("the weight gradient of a depthwise convolution with a channel multiplier")
-        else:
-            parts = []
-            for gi in range(groups):
-                xg = xv if groups == 1 else ops.slice(xv, 1, gi * cg, (gi + 1) * cg)
-                gg = go2 if groups == 1 else ops.slice(go2, 1, gi * og, (gi + 1) * og)
-                cols = _cols(r, xg, out_sizes, kernel, st, pd, dl)  # (N, KK * Cg, L)
-                gwm = ops.sum(ops.matmul(gg, ops.transpose(cols, 1, 2)), 0)  # (Og, KK * Cg)
-                perm = (0, 1 + nd) + tuple(range(1, 1 + nd))
-                parts.append(ops.permute(ops.reshape(gwm, (og,) + tuple(kernel) + (cg,)), perm))
-            gw = parts[0] if groups == 1 else ops.cat(parts, 0)
-        res[1] = result(r, _Meta(metas[1]), gw)
+        src, grad, sizes = (go, xv, x_sizes) if transposed else (xv, go, go_sizes)
+        res[1] = result(r, _Meta(metas[1]), _weight_grad(r, src, grad, wv, sizes, st, pd, dl, groups))
     if output_mask[0]:
-        if depthwise:
-            if og != 1:
-                raise Unsupported("the input gradient of a depthwise convolution with a channel multiplier")
-            wk = ops.reshape(wv, (o, kk))
-            pieces = [ops.mul(go2, ops.reshape(ops.slice(wk, 1, k, k + 1), (o, 1))) for k in range(kk)]
-            gi_ = _col2im(r, pieces, in_sizes, out_sizes, kernel, st, pd, dl)
+        if transposed:
+            gi_ = _conv(r, go, wv, x_sizes, st, pd, dl, groups)
         else:
-            outs = []
-            for gi in range(groups):
-                wg = wv if groups == 1 else ops.slice(wv, 0, gi * og, (gi + 1) * og)
-                gg = go2 if groups == 1 else ops.slice(go2, 1, gi * og, (gi + 1) * og)
-                colg = ops.matmul(ops.transpose(_weight_matrix(wg, nd), 0, 1), gg)  # (N, KK * Cg, L): the cube
-                pieces = [ops.slice(colg, 1, k * cg, (k + 1) * cg) for k in range(kk)]
-                outs.append(_col2im(r, pieces, in_sizes, out_sizes, kernel, st, pd, dl))
-            gi_ = outs[0] if groups == 1 else ops.cat(outs, 1)
+            gi_ = _input_grad(r, _flat(r, go, 2), wv, x_sizes, go_sizes, st, pd, dl, groups)
         res[0] = result(r, _Meta(metas[0]), ops.reshape(gi_, tuple(xv.shape)))
     return tuple(res)
+
+
+def _weight_grad(r, xv, go, wv, out_sizes, st, pd, dl, groups):
+    """The gradient (O, C / groups, *K) of a convolution's weight ``wv``: its input ``xv`` (N, C, *S) and output
+    gradient ``go`` (N, O, *out_sizes)."""
+    nd = len(out_sizes)
+    kernel = [wv.shape[2 + i] for i in range(nd)]
+    o, cg = wv.shape[0], wv.shape[1]
+    og = o // groups
+    if groups > 1 and cg == 1 and og == 1:  # depthwise (with a channel multiplier: the grouped products below)
+        pieces = _windows(r, xv, out_sizes, kernel, st, pd, dl, 0.0)
+        cols = [ops.reshape(ops.sum(ops.mul(p, go), (0,) + tuple(range(2, 2 + nd))), (o, 1)) for p in pieces]
+        return ops.reshape(ops.cat(cols, 1) if len(cols) > 1 else cols[0], (o, 1) + tuple(kernel))
+    go2 = _flat(r, go, 2)  # (N, O, L)
+    parts = []
+    for gi in range(groups):
+        xg = xv if groups == 1 else ops.slice(xv, 1, gi * cg, (gi + 1) * cg)
+        gg = go2 if groups == 1 else ops.slice(go2, 1, gi * og, (gi + 1) * og)
+        cols = _cols(r, xg, out_sizes, kernel, st, pd, dl)  # (N, KK * Cg, L)
+        gwm = ops.sum(ops.matmul(gg, ops.transpose(cols, 1, 2)), 0)  # (Og, KK * Cg)
+        perm = (0, 1 + nd) + tuple(range(1, 1 + nd))
+        parts.append(ops.permute(ops.reshape(gwm, (og,) + tuple(kernel) + (cg,)), perm))
+    return parts[0] if groups == 1 else ops.cat(parts, 0)
+
+
+def _input_grad(r, go2, wv, in_sizes, out_sizes, st, pd, dl, groups):
+    """The gradient (N, C, positions flattened) of a convolution's input (spatial ``in_sizes``): its output
+    gradient ``go2`` (N, O, L over ``out_sizes``) and weight ``wv`` (O, C / groups, *K). ``W^T @ gO`` on the cube,
+    then ``col2im``; depthwise, the offsets' products on the vector unit."""
+    nd = len(in_sizes)
+    kernel = [wv.shape[2 + i] for i in range(nd)]
+    o, cg = wv.shape[0], wv.shape[1]
+    og = o // groups
+    kk = math.prod(kernel)
+    if groups > 1 and cg == 1 and og == 1:  # depthwise (with a channel multiplier: the grouped products below)
+        wk = ops.reshape(wv, (o, kk))
+        pieces = [ops.mul(go2, ops.reshape(ops.slice(wk, 1, k, k + 1), (o, 1))) for k in range(kk)]
+        return _col2im(r, pieces, in_sizes, out_sizes, kernel, st, pd, dl)
+    outs = []
+    for gi in range(groups):
+        wg = wv if groups == 1 else ops.slice(wv, 0, gi * og, (gi + 1) * og)
+        gg = go2 if groups == 1 else ops.slice(go2, 1, gi * og, (gi + 1) * og)
+        colg = ops.matmul(ops.transpose(_weight_matrix(wg, nd), 0, 1), gg)  # (N, KK * Cg, L): the cube
+        pieces = [ops.slice(colg, 1, k * cg, (k + 1) * cg) for k in range(kk)]
+        outs.append(_col2im(r, pieces, in_sizes, out_sizes, kernel, st, pd, dl))
+    return outs[0] if groups == 1 else ops.cat(outs, 1)
 
 
 # ---- pooling -----------------------------------------------------------------------------------------------
