@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from .. import dtypes as dt
@@ -57,7 +58,8 @@ def _same(r, a, b, why: str = "") -> bool:
 
 
 def _scatter(r, node, base, dim, index, src, how: str):
-    """``how``: "add" (scatter_add), "src" (scatter of a tensor, the last source wins) or "value" (of a number)."""
+    """``how``: "add" (scatter_add), "src" (scatter of a tensor, the last source wins), "value" (of a number) or
+    (reduce, include_self) (``scatter_reduce``)."""
     b = plain(r, r.operand(base))
     rank = b.ndim
     if rank == 0 or rank > 3:
@@ -86,9 +88,50 @@ def _scatter(r, node, base, dim, index, src, how: str):
     if how == "add":
         out = ops.add(bl, ops.sum(ops.where(eq, ops.unsqueeze(sl, -1), 0), -2))
         return result(r, node, _back(out, back))
+    if isinstance(how, tuple):
+        return result(r, node, _back(_reduced(r, bl, eq, ops.unsqueeze(sl, -1), *how), back))
     last = ops.max(ops.where(eq, _iota(r, il.shape[-1], 2, 0), -1), -2)  # [..., n]: the last k that hits
     out = ops.where(ops.ge(last, 0), ops.gather(sl, -1, ops.maximum(last, 0)), bl)
     return result(r, node, _back(out, back))
+
+
+def _reduced(r, bl, eq, src, reduce: str, include_self: bool):
+    """``scatter_reduce``: per result position, the sources that hit it (``eq`` [..., k, n]; ``src`` [..., k, 1])
+    reduced with ``reduce``, and with the position's own value when ``include_self`` (a position no source hits
+    keeps its value either way)."""
+    d = bl.dtype
+    count = ops.sum(ops.cast(eq, dt.int32), -2)
+    hit = ops.gt(count, 0)
+    if reduce in ("sum", "mean"):
+        acc = ops.sum(ops.where(eq, src, const(r, 0, d)), -2)
+    elif reduce == "prod":
+        acc = ops.prod(ops.where(eq, src, const(r, 1, d)), -2)
+    elif reduce in ("amax", "amin"):
+        if d.is_float:
+            ident = float("-inf") if reduce == "amax" else float("inf")
+        else:
+            info = np.iinfo(d.np)
+            ident = int(info.min if reduce == "amax" else info.max)
+        f = ops.max if reduce == "amax" else ops.min
+        acc = f(ops.where(eq, src, const(r, ident, d)), -2)
+    else:
+        raise Unsupported(f"scatter_reduce with reduce={reduce!r}")
+    if include_self:
+        if reduce in ("sum", "mean"):
+            acc = ops.add(acc, bl)
+        elif reduce == "prod":
+            acc = ops.mul(acc, bl)
+        else:
+            acc = (ops.maximum if reduce == "amax" else ops.minimum)(acc, bl)
+    if reduce == "mean":
+        n = ops.cast(ops.add(count, 1) if include_self else ops.maximum(count, 1), d)
+        acc = ops.div(acc, n) if d.is_float else ops.floor_divide(acc, n)  # (torch floors an integer mean)
+    return ops.where(hit, acc, bl)
+
+
+@lowers(aten.scatter_reduce.two)
+def _scatter_reduce(r, node, base, dim, index, src, reduce, include_self=True):
+    return _scatter(r, node, base, dim, index, src, (reduce, bool(include_self)))
 
 
 @lowers(aten.scatter_add.default)

@@ -1,7 +1,8 @@
 """The op vocabulary's bitwise ops and two-operand C math as tensor ops: ``dvmlang.ops.bitwise_and`` / ``_or`` /
 ``_xor`` / ``_not``, ``left_shift``, ``right_shift``, ``atan2``, ``hypot``, ``copysign`` and the Python operators
 ``& | ^ ~ << >>`` on graph values and lazy tensors (bitwise on integers, logical on bools, as numpy), and the
-``prod`` reduction, through both fuser paths, lazy mode and the torch backend. References: numpy, and torch eager for the backend (written from
+``prod`` reduction, through both fuser paths, lazy mode and the torch backend; and ``scatter_reduce`` in the torch
+backend. References: numpy, and torch eager for the backend (written from
 each op's definition: numpy's and torch's documentation of the dtype rules and of shifts by out-of-range amounts)."""
 
 import numpy as np
@@ -226,3 +227,25 @@ def test_torch_prod_fused():
                 (x * 2).prod(1, keepdim=True) - 1)
     _compiled_matches(f, x, n, rtol=1e-5)
 
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_torch_scatter_reduce_fused(dtype, reduce, include_self):
+    """``scatter_reduce`` (a graph network's message aggregation): per result position the sources that hit it,
+    reduced, with its own value when ``include_self``; a position no source hits keeps its value; an integer mean
+    floors (torch's documented semantics)."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(7)
+    for dim, shape_b, shape_i in ((0, (6,), (9,)), (1, (3, 5), (3, 8)), (0, (5, 4), (7, 4))):
+        if dtype == "float32":
+            base, src = torch.randn(shape_b, generator=g), torch.randn(shape_i, generator=g)
+        else:
+            base = torch.randint(-5, 6, shape_b, generator=g, dtype=torch.int32)
+            src = torch.randint(-5, 6, shape_i, generator=g, dtype=torch.int32)
+        idx = torch.randint(0, shape_b[dim] - 1, shape_i, generator=g)  # (the last position: never hit)
+
+        def f(b, i, s):
+            return ((b * 1).scatter_reduce(dim, i, s * 1, reduce, include_self=include_self) + 0,)
+        _compiled_matches(f, base, idx, src, rtol=1e-5)
