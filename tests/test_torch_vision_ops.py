@@ -80,6 +80,17 @@ def test_transposed_conv1d_upsampler():
     _train_check(make, torch.randn(2, 8, 6))
 
 
+@pytest.mark.parametrize("size,out", [((5, 7), (3, 2)), ((4, 4), (7, 7)), ((9, 5), (2, 3)), ((10, 6), (3, 6))])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_adaptive_average_pools_with_uneven_windows(size, out, dynamic):
+    """Windows of different sizes (torch's [floor(i * n / o), ceil((i + 1) * n / o)), overlapping when the output
+    is larger) and sizes known only at run time: the separable averaging matrices, forward and backward."""
+    make = lambda: torch.nn.Sequential(  # noqa: E731
+        torch.nn.Conv2d(3, 4, 1), torch.nn.AdaptiveAvgPool2d(out), torch.nn.Flatten(),
+        torch.nn.Linear(4 * out[0] * out[1], 5))
+    _train_check(make, torch.randn(2, 3, *size), dynamic=dynamic)
+
+
 def test_conv1d_causal_and_depthwise():
     class Causal(torch.nn.Module):  # a state-space model's causal depthwise conv: pad both sides, keep the first L
         def __init__(self):

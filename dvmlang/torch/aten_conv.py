@@ -434,7 +434,11 @@ def _adaptive_avg_pool2d_backward(r, node, grad_out, x):
     out = list(go.shape[2:])
     hw = list(xv.shape[2:])
     if not all(isinstance(n, int) and isinstance(o, int) and n % o == 0 for n, o in zip(hw, out)):
-        raise Unsupported("an adaptive pool's backward whose windows differ in size")
+        # windows of different sizes (or sizes known at run time): the pool's transposed averaging matrices
+        nc = ops.reshape(go, (-1,) + tuple(out))  # (N * C, oh, ow)
+        u = ops.matmul(_averaging(r, hw[0], out[0], go.dtype), nc)  # (N * C, H, ow)
+        gi = ops.matmul(ops.reshape(u, (-1, out[1])), _averaging(r, hw[1], out[1], go.dtype, transposed=True))
+        return result(r, node, ops.reshape(gi, tuple(xv.shape)))
     ks = [n // o for n, o in zip(hw, out)]
     g = _flat(r, ops.div(go, float(ks[0] * ks[1])), 2)
     gi = _col2im(r, [g] * (ks[0] * ks[1]), hw, out, ks, ks, [0, 0], [1, 1])
@@ -475,10 +479,29 @@ def _adaptive_avg_pool2d(r, node, x, output_size):
     if out == [1, 1]:
         return result(r, node, ops.mean(xv, (2, 3), keepdims=True))
     if not all(isinstance(n, int) and n % o == 0 for n, o in zip(hw, out)):
-        raise Unsupported("an adaptive pool whose windows differ in size")
+        # windows of different sizes (or sizes known at run time): the mean over a window is separable, the
+        # mean over its columns then over its rows, each a product with an averaging matrix on the cube
+        t = ops.matmul(ops.reshape(xv, (-1, hw[1])), _averaging(r, hw[1], out[1], xv.dtype))  # (N * C * H, ow)
+        t = ops.reshape(t, (-1, hw[0], out[1]))  # (N * C, H, ow)
+        y = ops.matmul(_averaging(r, hw[0], out[0], xv.dtype, transposed=True), t)  # (N * C, oh, ow)
+        return result(r, node, ops.reshape(y, tuple(xv.shape[:2]) + tuple(out)))
     ks = [n // o for n, o in zip(hw, out)]
     pieces = _windows(r, xv, out, ks, ks, [0, 0], [1, 1], 0.0)
     return result(r, node, ops.div(_sum_terms(pieces), float(ks[0] * ks[1])))
+
+
+def _averaging(r, n, o, d, transposed: bool = False):
+    """The (n, o) matrix of an adaptive pool along a dim of ``n`` to ``o`` (``transposed``: (o, n)): column ``i``
+    is ``1 / len`` over torch's window ``[floor(i * n / o), ceil((i + 1) * n / o))``, 0 elsewhere."""
+    pos = r.g.node("iota", [], (n, 1) if not transposed else (1, n), dt.int32, {"axis": 0 if not transposed else 1})
+    i = r.g.node("iota", [], (1, o) if not transposed else (o, 1), dt.int32, {"axis": 1 if not transposed else 0})
+    ns = _size(r, n)
+    nk = _k(r, ns) if isinstance(ns, int) else ns
+    start = ops.floor_divide(ops.mul(i, nk), _k(r, o))
+    end = ops.floor_divide(ops.add(ops.mul(ops.add(i, _k(r, 1)), nk), _k(r, o - 1)), _k(r, o))
+    inside = ops.logical_and(ops.ge(pos, start), ops.lt(pos, end))
+    w = ops.div(_k(r, 1.0, dt.float32), ops.cast(ops.sub(end, start), dt.float32))
+    return ops.cast(ops.where(inside, w, _k(r, 0.0, dt.float32)), d)
 
 
 # ---- batch norm in training mode ---------------------------------------------------------------------------
