@@ -1,8 +1,8 @@
 """The op vocabulary's bitwise ops and two-operand C math as tensor ops: ``dvmlang.ops.bitwise_and`` / ``_or`` /
 ``_xor`` / ``_not``, ``left_shift``, ``right_shift``, ``atan2``, ``hypot``, ``copysign`` and the Python operators
 ``& | ^ ~ << >>`` on graph values and lazy tensors (bitwise on integers, logical on bools, as numpy), and the
-``prod`` reduction, through both fuser paths, lazy mode and the torch backend; and ``scatter_reduce`` in the torch
-backend. References: numpy, and torch eager for the backend (written from
+``prod`` reduction, through both fuser paths, lazy mode and the torch backend; and ``scatter_reduce``,
+``embedding_bag`` and ``cdist`` in the torch backend. References: numpy, and torch eager for the backend (written from
 each op's definition: numpy's and torch's documentation of the dtype rules and of shifts by out-of-range amounts)."""
 
 import numpy as np
@@ -249,3 +249,54 @@ def test_torch_scatter_reduce_fused(dtype, reduce, include_self):
         def f(b, i, s):
             return ((b * 1).scatter_reduce(dim, i, s * 1, reduce, include_self=include_self) + 0,)
         _compiled_matches(f, base, idx, src, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("include_last_offset", [False, True])
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_torch_embedding_bag_fused(mode, include_last_offset, padding_idx):
+    """``EmbeddingBag`` (a recommender's sparse features): bags by offsets, an empty bag of zeros, ``padding_idx``
+    left out of the sums, means and maxima (torch's documented semantics), with static and dynamic sizes."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    m = torch.nn.EmbeddingBag(10, 4, mode=mode, include_last_offset=include_last_offset, padding_idx=padding_idx)
+    idx = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 2, 2])
+    off = torch.tensor([0, 3, 3, 7, 10] if include_last_offset else [0, 3, 3, 7])  # (bag 1 is empty)
+    with torch.no_grad():
+        _compiled_matches(lambda i, o: (m(i, o) * 1.0,), idx, off, rtol=1e-5)
+
+
+def test_torch_embedding_bag_with_per_sample_weights_and_in_training():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+    m = torch.nn.EmbeddingBag(12, 3, mode="sum")
+    idx, off, w = torch.tensor([1, 2, 4, 5, 4, 11]), torch.tensor([0, 2, 5]), torch.rand(6)
+    with torch.no_grad():
+        _compiled_matches(lambda i, o, s: (m(i, o, per_sample_weights=s),), idx, off, w, rtol=1e-5)
+    # training: the backward reads the op's other results, so its region runs eagerly; the gradient is eager's
+    import dvmlang.torch as D
+    torch._dynamo.reset()
+    D.reset_stats()
+    out = torch.compile(lambda i, o: m(i, o).pow(2).sum(), backend="dvmlang")(idx, off)
+    out.backward()
+    got = m.weight.grad.clone()
+    m.weight.grad = None
+    m(idx, off).pow(2).sum().backward()
+    torch.testing.assert_close(got, m.weight.grad)
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, float("inf"), 0.0, 3.0])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_torch_cdist_fused(p, dynamic):
+    """``cdist``: the p-norm distance of every row pair (torch's product form for p = 2 rounds differently, within
+    float32's precision of the distances)."""
+    torch = pytest.importorskip("torch")
+    import dvmlang.torch as D
+    g = torch.Generator().manual_seed(3)
+    for a, b in ((torch.randn(5, 3, generator=g), torch.randn(4, 3, generator=g)),
+                 (torch.randn(2, 30, 8, generator=g), torch.randn(2, 27, 8, generator=g))):
+        torch._dynamo.reset()
+        D.reset_stats()
+        got = torch.compile(lambda x, y: torch.cdist(x, y, p=p), backend="dvmlang", dynamic=dynamic)(a, b)
+        torch.testing.assert_close(got, torch.cdist(a, b, p=p), rtol=1e-4, atol=1e-4)
+        assert D.stats()["fallback_ops"] == {}

@@ -1,6 +1,7 @@
 """More of the op table (``aten_ops.LOWERINGS``): ordering and counting (``sort``, ``topk``, ``histc``), the grouped
 matmul of mixture-of-experts layers (torch's ``_grouped_mm`` and transformers' CPU ``grouped_mm_fallback`` with
-its backward), uninitialised allocations, and a recurrent layer (``mkldnn_rnn_layer``: ``nn.LSTM``).
+its backward), uninitialised allocations, a recurrent layer (``mkldnn_rnn_layer``: ``nn.LSTM``), searches, and bags
+and distances (``embedding_bag``, ``cdist``).
 
 The sorted values are the ISA's ``VSORT`` (the fuser's ``sort`` graph op: a whole row in one tile). The
 indices are ranks, written as comparisons (no data-dependent stores): along the sorted dim, element ``i``'s rank
@@ -255,3 +256,82 @@ def _insertion_points(r, node, seq, x, right: bool):
     se = sv if sv.ndim == 1 else ops.reshape(sv, tuple(sv.shape[:-1]) + (1, sv.shape[-1]))
     before = ops.logical_not((ops.gt if right else ops.ge)(se, xe))
     return result(r, node, ops.sum(ops.cast(before, dt.int32), -1))
+
+
+# ---- bags and distances --------------------------------------------------------------------------------------
+
+@lowers(aten._embedding_bag.default, aten._embedding_bag_forward_only.default)
+def _embedding_bag(r, node, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                   per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """``EmbeddingBag`` with 1-d indices and offsets: index ``j`` belongs to bag ``b`` when ``offsets[b] <= j <
+    offsets[b + 1]``; each bag sums (mode 0), averages (1) or takes the maximum (2) of its rows, an empty bag is
+    zeros, an index equal to ``padding_idx`` is left out (of the count too); with ``include_last_offset`` the last
+    offset ends the last bag (indices after it, which torch's modes treat differently, are left out). Sum and mean
+    are the bags' one-hot
+    matrix times the rows, on the cube. Only the output is computed (the other results feed the backward, which
+    runs eagerly)."""
+    w, iv, ov = (plain(r, r.operand(t)) for t in (weight, indices, offsets))
+    mode, padding_idx = number(mode), number(padding_idx)
+    if iv.ndim != 1 or ov.ndim != 1:
+        raise Unsupported("embedding_bag with 2-d indices (bags of equal size: use embedding and a reduction)")
+    if per_sample_weights is not None and mode != 0:
+        raise Unsupported("embedding_bag with per-sample weights and mode other than sum")
+    n = iv.shape[0]
+    pos = r.g.node("iota", [], (1, n), dt.int32, {"axis": 1})
+    starts = ops.reshape(ops.cast(ov, dt.int32), (ov.shape[0], 1))  # (B', 1)
+    # index j's bag is the last offset <= j: of (offsets[b] <= j), the bags starting at or before j, minus one
+    started = ops.le(starts, pos)  # (B', n)
+    nxt = ops.slice(started, 0, 1, None)  # bag b ends where bag b + 1 starts (the last bag runs to the end)
+    member = ops.logical_and(ops.slice(started, 0, 0, -1), ops.logical_not(nxt))
+    last = ops.reshape(ops.slice(started, 0, ov.shape[0] - 1 if isinstance(ov.shape[0], int) else -1, None), (1, n))
+    if include_last_offset:
+        onehot = member  # (B, n): the last offset only closes the last bag
+    else:
+        onehot = ops.cat([member, last], 0)  # (B, n)
+    if padding_idx is not None and padding_idx >= 0:
+        onehot = ops.logical_and(onehot, ops.ne(ops.reshape(ops.cast(iv, dt.int32), (1, n)), padding_idx))
+    rows = ops.embedding(w, iv)  # (n, D)
+    if per_sample_weights is not None:
+        pw = plain(r, r.operand(per_sample_weights))
+        rows = ops.mul(rows, ops.reshape(ops.cast(pw, rows.dtype), (n, 1)))
+    if mode in (0, 1):
+        out = ops.matmul(ops.cast(onehot, rows.dtype), rows)  # (B, D)
+        if mode == 1:
+            count = ops.sum(ops.cast(onehot, dt.int32), 1, keepdims=True)
+            out = ops.div(out, ops.cast(ops.maximum(count, 1), out.dtype))
+    elif mode == 2:
+        ident = float("-inf") if rows.dtype.is_float else int(-(2 ** (rows.dtype.bits - 1)))
+        masked = ops.where(ops.unsqueeze(onehot, -1), ops.unsqueeze(rows, 0), const(r, ident, rows.dtype))
+        out = ops.max(masked, 1)
+        hit = ops.gt(ops.sum(ops.cast(onehot, dt.int32), 1, keepdims=True), 0)
+        out = ops.where(hit, out, const(r, 0, rows.dtype))
+    else:
+        raise Unsupported(f"embedding_bag with mode {mode}")
+    metas = node.meta["val"]
+    return (result(r, _Meta(metas[0]), out), None, None, None)
+
+
+@lowers(aten._cdist_forward.default)
+def _cdist(r, node, x1, x2, p, compute_mode=None):
+    """``cdist``: the p-norm distance of every row of ``x1`` (..., P, M) to every row of ``x2`` (..., R, M), the
+    differences on the vector unit (a (P, R, M) tile per batch; torch's matrix-product form for p = 2 rounds
+    differently, within float32's precision of the distances)."""
+    a, b = plain(r, r.operand(x1)), plain(r, r.operand(x2))
+    p = number(p)
+    if a.ndim not in (2, 3) or b.ndim != a.ndim:
+        raise Unsupported("cdist of operands of rank other than 2 or 3")
+    diff = ops.abs(ops.sub(ops.unsqueeze(a, -2), ops.unsqueeze(b, -3)))  # (..., P, R, M)
+    if p == 2:
+        out = ops.sqrt(ops.sum(ops.mul(diff, diff), -1))
+    elif p == 1:
+        out = ops.sum(diff, -1)
+    elif p == float("inf"):
+        out = ops.max(diff, -1)
+    elif p == 0:
+        out = ops.sum(ops.cast(ops.ne(diff, 0), diff.dtype), -1)
+    elif p > 0:
+        out = ops.pow(ops.sum(ops.pow(diff, float(p)), -1), 1.0 / p)
+    else:
+        raise Unsupported(f"cdist with p={p}")
+    return result(r, node, out)
+
