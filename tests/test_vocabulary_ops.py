@@ -300,3 +300,41 @@ def test_torch_cdist_fused(p, dynamic):
         got = torch.compile(lambda x, y: torch.cdist(x, y, p=p), backend="dvmlang", dynamic=dynamic)(a, b)
         torch.testing.assert_close(got, torch.cdist(a, b, p=p), rtol=1e-4, atol=1e-4)
         assert D.stats()["fallback_ops"] == {}
+
+
+def test_torch_integer_division_rounded_toward_zero():
+    torch = pytest.importorskip("torch")
+    a = torch.tensor([[7, -7, 7, -7, 6, -6, 0, 1, -1, 13]], dtype=torch.int32)
+    b = torch.tensor([[2, 2, -2, -2, 3, -3, 5, -4, 4, 1]], dtype=torch.int32)
+
+    def f(a, b):
+        return (torch.div(a, b, rounding_mode="trunc"), torch.div(a * 3, 4, rounding_mode="trunc"),
+                torch.div(a * 3, -4, rounding_mode="trunc"), torch.div(a, b, rounding_mode="floor"))
+    _compiled_matches(f, a, b)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (6, 7)])
+def test_torch_layer_norm_over_several_dims_and_var_mean(shape):
+    """``LayerNorm(normalized_shape)`` over the last two or three dims (with its affine), forward and training;
+    ``var_mean`` and ``lgamma``."""
+    torch = pytest.importorskip("torch")
+    import dvmlang.torch as D
+    torch.manual_seed(0)
+    k = 2 if len(shape) == 2 else 3
+    m = torch.nn.LayerNorm(shape[-k:])
+    with torch.no_grad():
+        m.weight.uniform_(0.5, 1.5)
+        m.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(shape)
+    with torch.no_grad():
+        _compiled_matches(lambda v: (m(v), *torch.var_mean(v, -1), torch.lgamma(v.abs() + 0.5)), x, rtol=1e-5)
+    xs, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+    torch._dynamo.reset()
+    D.reset_stats()
+    torch.compile(lambda v: (m(v) ** 2).sum(), backend="dvmlang")(xs).backward()
+    gw = m.weight.grad.clone()
+    m.weight.grad = None
+    (m(xr) ** 2).sum().backward()
+    torch.testing.assert_close(xs.grad, xr.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(gw, m.weight.grad, rtol=1e-4, atol=1e-5)
+    assert D.stats()["fallback_ops"] == {}

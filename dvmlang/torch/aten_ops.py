@@ -47,7 +47,7 @@ for _name, _ovs in {
 
 for _name in ("neg", "abs", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos",
               "tan", "tanh", "sigmoid", "erf", "erfc", "floor", "ceil", "trunc", "asin", "acos", "atan", "sinh",
-              "cosh", "asinh", "acosh", "atanh"):
+              "cosh", "asinh", "acosh", "atanh", "lgamma"):
     _ew(getattr(ops, _name), getattr(aten, _name).default)
 
 
@@ -146,6 +146,20 @@ def _rsub(r, node, a, b, alpha=1):
     return elementwise(lambda x, y: ops.sub(y, x if alpha == 1 else ops.mul(x, alpha)))(r, node, a, b)
 
 
+def _trunc_divide(a, b):
+    """Integer division rounded toward zero: the floor quotient, one more where the division is inexact and the
+    operands' signs differ."""
+    q = ops.floor_divide(a, b)
+    inexact = ops.ne(ops.sub(a, ops.mul(q, b)), 0)
+    if isinstance(b, (int, float)):
+        differ = ops.lt(a, 0) if b >= 0 else ops.ge(a, 0)
+    elif isinstance(a, (int, float)):
+        differ = ops.lt(b, 0) if a >= 0 else ops.ge(b, 0)
+    else:
+        differ = ops.ne(ops.lt(a, 0), ops.lt(b, 0))
+    return ops.where(ops.logical_and(inexact, differ), ops.add(q, 1), q)
+
+
 @lowers(aten.div.Tensor_mode)
 def _div_mode(r, node, a, b, rounding_mode=None):
     if rounding_mode is None:
@@ -153,6 +167,8 @@ def _div_mode(r, node, a, b, rounding_mode=None):
     if not node.meta["val"].dtype.is_floating_point:
         if rounding_mode == "floor":
             return elementwise(ops.floor_divide)(r, node, a, b)
+        if rounding_mode == "trunc":
+            return elementwise(_trunc_divide)(r, node, a, b)
         raise Unsupported(f"integer division with rounding_mode={rounding_mode!r}")
     f = ops.floor if rounding_mode == "floor" else ops.trunc
     return elementwise(lambda x, y: f(ops.div(x, y)))(r, node, a, b)
@@ -462,6 +478,14 @@ def _var(r, node, x, dims=None, correction=None, keepdim=False):
     return reduction(r, node, x, dims, keepdim, lambda v, ax: ops.var(v, ax, keepdims=True, correction=c))
 
 
+@lowers(aten.var_mean.correction)
+def _var_mean(r, node, x, dims=None, correction=None, keepdim=False):
+    c = 1 if correction is None else number(correction)
+    metas = node.meta["val"]
+    return (reduction(r, _Meta(metas[0]), x, dims, keepdim, lambda v, ax: ops.var(v, ax, keepdims=True, correction=c)),
+            reduction(r, _Meta(metas[1]), x, dims, keepdim, lambda v, ax: ops.mean(v, ax, keepdims=True)))
+
+
 @lowers(aten.any.dim, aten.any.dims, aten.any.default)
 def _any(r, node, x, dims=None, keepdim=False):
     return reduction(r, node, x, dims, keepdim,
@@ -488,7 +512,7 @@ def _softmax(r, node, x, dim, half_to_float=False):
 @lowers(aten.native_layer_norm.default)
 def _layer_norm(r, node, x, normalized_shape, weight, bias, eps):
     if len(normalized_shape) != 1:
-        raise Unsupported("layer norm over more than the last dimension")
+        return _layer_norm_dims(r, node, x, len(normalized_shape), weight, bias, eps)
     lv = r.operand(x)
     if len(lv.groups[-1]) != 1:
         lv = LVal(plain(r, lv))  # normalised over a folded (or unit) last dim: on torch's exact shape
@@ -511,6 +535,28 @@ def _layer_norm(r, node, x, normalized_shape, weight, bias, eps):
         fake = _Meta(m)
         res.append(result(r, fake, v2, groups))
     return tuple(res)
+
+
+def _layer_norm_dims(r, node, x, k: int, weight, bias, eps):
+    """A layer norm over the last ``k`` dims (``LayerNorm([C, H, W])``): normalised over them merged into one (a
+    view), the affine over their shape; mean and rstd keep them as 1s, as torch returns them."""
+    xv = plain(r, r.operand(x))
+    lead = tuple(xv.shape[:-k])
+    n = 1
+    for d in xv.shape[-k:]:
+        n = dims.arith(r.g.syms, "*", n, d)
+    v = ops.reshape(xv, lead + (n,))
+    mu = ops.mean(v, -1, keepdims=True)
+    d = ops.sub(v, mu)
+    rstd = ops.rsqrt(ops.add(ops.mean(ops.mul(d, d), -1, keepdims=True), number(eps)))
+    y = ops.reshape(ops.mul(d, rstd), tuple(xv.shape))
+    for p, f in ((weight, ops.mul), (bias, ops.add)):
+        if p is not None:
+            y = f(y, ops.cast(plain(r, r.operand(p)), y.dtype))
+    metas = node.meta["val"]
+    ones = lead + (1,) * k
+    return (result(r, _Meta(metas[0]), y), result(r, _Meta(metas[1]), ops.reshape(mu, ones)),
+            result(r, _Meta(metas[2]), ops.reshape(rstd, ones)))
 
 
 @lowers(aten._native_batch_norm_legit_no_training.default)
