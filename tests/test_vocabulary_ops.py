@@ -163,6 +163,29 @@ def test_prod_of_a_whole_tensor_split_over_the_cores():
     assert any(n.attrs.get("split") for n in prog.graph.nodes if n.op == "reduce")
 
 
+@pytest.mark.parametrize("path", ["compose", "text"])
+@pytest.mark.parametrize("cols", [300, 20000])  # (one tile per row; column blocks with the running value carried)
+def test_running_products_and_extremes(path, cols, monkeypatch):
+    monkeypatch.setenv("DVMLANG_FUSER", path)
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((3, cols)).astype(np.float32)
+    x[1, 7] = np.nan  # (propagates to the rest of its row, as numpy's accumulate and torch's cummax)
+    p = rng.uniform(0.9999, 1.0001, (3, cols)).astype(np.float32)
+    n = rng.integers(-50, 50, (4, 9)).astype(np.int8)
+
+    @dvmlang.graph
+    def f(x, p, n):
+        return (ops.cummax(x, 1), ops.cummin(x * 2, -1), ops.cumprod(p, 1), ops.cummax(n, 1), ops.cumprod(n % 3, 0),
+                ops.cummin(x, 0))
+
+    want = (np.maximum.accumulate(x, 1), np.minimum.accumulate(x * 2, 1), np.cumprod(p.astype(np.float64), 1),
+            np.maximum.accumulate(n, 1), np.cumprod((n % 3).astype(np.int32), 0).astype(np.int32),
+            np.minimum.accumulate(x, 0))
+    for i, (g, w) in enumerate(zip(f(x, p, n), want)):
+        assert g.dtype == (np.float32 if i == 2 else w.dtype), i
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6, err_msg=f"output {i}")
+
+
 # ---- the torch backend ----------------------------------------------------------------------------------------
 
 def _compiled_matches(f, *xs, rtol=1e-6):
@@ -337,4 +360,28 @@ def test_torch_layer_norm_over_several_dims_and_var_mean(shape):
     (m(xr) ** 2).sum().backward()
     torch.testing.assert_close(xs.grad, xr.grad, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(gw, m.weight.grad, rtol=1e-4, atol=1e-5)
+    assert D.stats()["fallback_ops"] == {}
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_torch_cumprod_cummax_cummin_fused(dynamic):
+    """Values and indices: torch's index is the last position so far holding the running value (it moves on
+    ties) and follows each NaN once one is met."""
+    torch = pytest.importorskip("torch")
+    import dvmlang.torch as D
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0, 5.0, 5.0, 0.0], [2.0, float("nan"), 1.0, float("nan"), 4.0, 0.0, 9.0],
+                      [-1.0, -1.0, -2.0, -2.0, -3.0, 7.0, -3.0]])
+    n = torch.tensor([[3, 1, 3, 0, 7, 7, 2], [0, 0, 0, 0, 0, 0, 0]], dtype=torch.int32)
+
+    def f(x, n):
+        a, b = torch.cummax(x, 1), torch.cummin(x, 1)
+        c, e = torch.cummax(n, 1), torch.cummin(x, 0)
+        return (a.values, a.indices, b.values, b.indices, c.values, c.indices, e.values, e.indices,
+                torch.cumprod(x * 0.5 + 1, 1), torch.cumprod(n + 1, 1), torch.cumprod(x, 0))
+    torch._dynamo.reset()
+    D.reset_stats()
+    got = torch.compile(f, backend="dvmlang", dynamic=dynamic)(x, n)
+    for i, (g, w) in enumerate(zip(got, f(x, n))):
+        assert g.dtype == w.dtype, i
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6, equal_nan=True, msg=f"output {i}")
     assert D.stats()["fallback_ops"] == {}

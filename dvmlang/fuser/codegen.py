@@ -272,12 +272,16 @@ def vector_kernel(g: Graph, grp: Group, name: str, sig: Signature) -> KernelText
         if n.op == "cumsum":
             (rr, cc), _ = tile_of(n)
             v = names[n.inputs[0].id]
-            src(f"t{n.id} = dl.where(cmask[None, :], dl.broadcast_to({v}, ({rr}, BC)), {_ident('sum', n.dtype)})")
+            op = n.attrs.get("op", "sum")
+            src(f"t{n.id} = dl.where(cmask[None, :], dl.broadcast_to({v}, ({rr}, BC)), {_ident(op, n.dtype)})")
             if grp.mode == "loop":
-                src(f"v{n.id} = dl.cumsum(t{n.id}, axis=1) + cs{n.id}")
-                src(f"cs{n.id} = cs{n.id} + dl.sum(t{n.id}, axis=1, keep_dims=True)")
+                comb = {"sum": "{} + {}", "prod": "{} * {}", "max": "dl.maximum({}, {}, propagate_nan=dl.PropagateNan.ALL)",
+                        "min": "dl.minimum({}, {}, propagate_nan=dl.PropagateNan.ALL)"}[op]
+                nan = ", propagate_nan=dl.PropagateNan.ALL" if op in ("max", "min") else ""
+                src(f"v{n.id} = " + comb.format(f"dl.cum{op}(t{n.id}, axis=1)", f"cs{n.id}"))
+                src(f"cs{n.id} = " + comb.format(f"cs{n.id}", f"dl.{op}(t{n.id}, axis=1, keep_dims=True{nan})"))
             else:
-                src(f"v{n.id} = dl.cumsum(t{n.id}, axis=1)")
+                src(f"v{n.id} = dl.cum{op}(t{n.id}, axis=1)")
             names[n.id] = f"v{n.id}"
             return
         if n.op == "sort":  # a whole row in one tile (row mode): the columns past the row sort last
@@ -318,7 +322,8 @@ def vector_kernel(g: Graph, grp: Group, name: str, sig: Signature) -> KernelText
             src(f"acc{n.id} = dl.full((BR, 1), {_ident(n.attrs['op'], n.dtype)}, dl.{n.dtype.name})")
         for n in grp.body():
             if n.op == "cumsum":
-                src(f"cs{n.id} = dl.full(({tile_of(n)[0][0]}, 1), {_ident('sum', n.dtype)}, dl.{n.dtype.name})")
+                src(f"cs{n.id} = dl.full(({tile_of(n)[0][0]}, 1), {_ident(n.attrs.get('op', 'sum'), n.dtype)}, "
+                    f"dl.{n.dtype.name})")
         for n in free:  # (row and outer indices too: the same in every column block)
             if n.op != "iota" or not Layout(g, n.shape, space).present[r - 1]:
                 src(f"v{n.id} = {emit_value(src, g, n, names, idx)}")

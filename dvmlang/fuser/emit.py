@@ -158,7 +158,7 @@ def _vector_body(k: KernelContext, free: list, vp: Reg, loc) -> None:
         if n.op in ("reduce", "cumsum"):
             rows = k.br if Layout(g, n.shape, space).present[r - 2] or n.op == "reduce" else 1
             acc = k.tile((k.br if n.op == "reduce" else rows, 1), n.dtype, f"{n.op} accumulator", k.loc(n))
-            ident = k.constant(identity(n.attrs["op"] if n.op == "reduce" else "sum", n.dtype), n.dtype)
+            ident = k.constant(identity(n.attrs.get("op", "sum"), n.dtype), n.dtype)
             c.emit("VDUP", {"rs": ident, "dst": c.ref(acc)}, n.dtype, k.loc(n), writes=[acc])
             k.acc[n.id] = acc
     free_values(False)

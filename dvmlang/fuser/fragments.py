@@ -110,25 +110,29 @@ def _reduce(k, n, a):
 
 
 def _cumsum(k, n, a):
+    """A running sum, product, maximum or minimum along the columns (``attrs["op"]``, sum when absent)."""
+    op = n.attrs.get("op", "sum")
     loc = k.loc(n)
     v = a[0]
     rows = v.shape[0] if isinstance(v, Tile) else 1
-    t = k.select(k.cmask(), k.broadcast(v, (rows, k.bc), n.dtype, loc), k.constant(identity("sum", n.dtype), n.dtype),
+    t = k.select(k.cmask(), k.broadcast(v, (rows, k.bc), n.dtype, loc), k.constant(identity(op, n.dtype), n.dtype),
                  n.dtype, loc)
     out = k.tile(t.shape, n.dtype, "cumsum", loc)
-    k.c.emit("VSCAN", {"op": isa.SCAN_OPS.index("sum"), "axis": 1, "reverse": 0, "dst": k.c.ref(out),
+    k.c.emit("VSCAN", {"op": isa.SCAN_OPS.index(op), "axis": 1, "reverse": 0, "dst": k.c.ref(out),
                        "a": k.c.ref(t)}, n.dtype, loc, reads=[t], writes=[out])
     carry = k.accumulator(n)
     if carry is None:
         return out
-    # loop mode: add the running sum of the column blocks before this one, then carry this block's total on
+    # loop mode: combine with the running result of the column blocks before this one, then carry this block's
+    # total on
+    comb = isa.VECTOR_BINARY[COMBINE[op]].name
     res = k.tile(out.shape, n.dtype, "cumsum", loc)
-    k.c.emit("VADD", {"dst": k.c.ref(res), "a": k.c.ref(out), "b": k.c.ref(carry)}, n.dtype, loc,
+    k.c.emit(comb, {"dst": k.c.ref(res), "a": k.c.ref(out), "b": k.c.ref(carry)}, n.dtype, loc,
              reads=[out, carry], writes=[res])
     total = k.tile((t.shape[0], 1), n.dtype, "cumsum total", loc)
-    k.c.emit("VREDUCE", {"op": isa.REDUCE_OPS.index("sum"), "axis": 1, "dst": k.c.ref(total), "a": k.c.ref(t)},
-             n.dtype, loc, reads=[t], writes=[total])
-    k.c.emit("VADD", {"dst": k.c.ref(carry), "a": k.c.ref(carry), "b": k.c.ref(total)}, n.dtype, loc,
+    k.c.emit("VREDUCE", {"op": isa.REDUCE_OPS.index(REDUCE[op]), "axis": 1, "dst": k.c.ref(total),
+                         "a": k.c.ref(t)}, n.dtype, loc, reads=[t], writes=[total])
+    k.c.emit(comb, {"dst": k.c.ref(carry), "a": k.c.ref(carry), "b": k.c.ref(total)}, n.dtype, loc,
              reads=[carry, total], writes=[carry])
     return res
 

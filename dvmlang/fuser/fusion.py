@@ -70,7 +70,8 @@ class Group:
     def name(self) -> str:
         if self.kind == "custom":
             return f"g{self.id}_custom_{self.nodes[0].attrs['kernel'].__name__}"
-        ops = [n.op if n.op != "reduce" else n.attrs["op"] for n in self.nodes if not is_free(n)]
+        ops = [n.attrs["op"] if n.op == "reduce" else "cum" + n.attrs["op"] if n.op == "cumsum" and "op" in n.attrs
+               else n.op for n in self.nodes if not is_free(n)]
         head = "_".join(dict.fromkeys(ops))[:40] or self.kind
         return f"g{self.id}_{head}"
 

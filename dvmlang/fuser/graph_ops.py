@@ -48,8 +48,9 @@ GRAPH_OPS: dict[str, GraphOp] = {op.name: op for op in [
     GraphOp("reduce", "reduction", "the operand with reduced dims 1 (keepdims); attrs op (sum, prod, max, min), axes",
             "a reduction over the last dim (others moved last by views)", ("sum", "prod", "amax", "mean", "var"),
             isa="VREDUCE"),
-    GraphOp("cumsum", "scan", "the operand's shape; int32 for integers", "an inclusive running sum",
-            ("cumsum",), isa="VSCAN"),
+    GraphOp("cumsum", "scan", "the operand's shape; attrs op (sum when absent, prod, max, min); int32 for integer "
+            "sums and products", "an inclusive running sum, product, maximum or minimum",
+            ("cumsum", "cumprod", "cummax", "cummin"), isa="VSCAN"),
     GraphOp("sort", "row", "the operand's shape and dtype; attrs descending", "sorted along the last dim (NaN the "
             "largest)", (), isa="VSORT"),
     GraphOp("gather", "memory", "the index's shape, the table's dtype; attrs axis", "a read at the index's "

@@ -21,8 +21,8 @@ from .ops_core import (_axes, _dim_arg, _drop_axes, _graph, _node, _shape, _valu
 from .ops_index import gather
 
 __all__ = ["full", "zeros", "ones", "full_like", "zeros_like", "ones_like", "arange", "tril", "triu",
-           "masked_fill", "argmax", "argmin", "cumsum", "sort_values", "nll_loss", "cross_entropy", "logical_and", "logical_or",
-           "logical_not", "floor_divide", "remainder"]
+           "masked_fill", "argmax", "argmin", "cumsum", "cumprod", "cummax", "cummin", "sort_values", "nll_loss",
+           "cross_entropy", "logical_and", "logical_or", "logical_not", "floor_divide", "remainder"]
 
 
 def _dtype(d, default):
@@ -187,19 +187,39 @@ def cumsum(x, axis=-1, dtype=None):
     """Inclusive running sum along ``axis``. Integers and bools accumulate in int32 (unless ``dtype``). A scan
     over the last dim runs in the kernel of its producer (carried across column blocks); another axis is
     moved last through views."""
+    return _scan(x, axis, "sum", dtype)
+
+
+def cumprod(x, axis=-1, dtype=None):
+    """Inclusive running product along ``axis`` (integers and bools multiply in int32, as ``cumsum`` adds)."""
+    return _scan(x, axis, "prod", dtype)
+
+
+def cummax(x, axis=-1):
+    """Inclusive running maximum along ``axis``, in ``x``'s dtype (NaN propagates, as torch's)."""
+    return _scan(x, axis, "max", None)
+
+
+def cummin(x, axis=-1):
+    """Inclusive running minimum along ``axis``, in ``x``'s dtype (NaN propagates, as torch's)."""
+    return _scan(x, axis, "min", None)
+
+
+def _scan(x, axis, op: str, dtype):
     g = _graph(x)
     x = _value(g, x)
     r = len(_shape(x))
     if r == 0:
         return x
     (a,) = _axes(x, axis)
-    d = _dtype(dtype, dt.int32 if (x.dtype.is_bool or x.dtype.is_int) else x.dtype)
+    wide = op in ("sum", "prod") and (x.dtype.is_bool or x.dtype.is_int)
+    d = _dtype(dtype, dt.int32 if wide else x.dtype)
     x = cast(x, d)
     if a != r - 1:
-        return _along_last(x, a, lambda v: cumsum(v, -1))
+        return _along_last(x, a, lambda v: _scan(v, -1, op, None))
     if r > 4:
-        raise GraphError(f"cumsum supports tensors of rank <= 4, got rank {r}")
-    return _node(g, "cumsum", [x], _shape(x), d)
+        raise GraphError(f"cum{op} supports tensors of rank <= 4, got rank {r}")
+    return _node(g, "cumsum", [x], _shape(x), d, **({} if op == "sum" else {"op": op}))
 
 
 def sort_values(x, axis=-1, descending=False):

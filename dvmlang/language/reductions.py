@@ -85,6 +85,18 @@ def cumprod(input, axis=0, reverse=False, _sem=None):
 
 
 @builtin
+def cummax(input, axis=0, reverse=False, _sem=None):
+    """Inclusive running maximum along ``axis`` (NaN propagates: once a NaN is met, the rest are NaN)."""
+    return _sem.scan(input, "max", axis, reverse)
+
+
+@builtin
+def cummin(input, axis=0, reverse=False, _sem=None):
+    """Inclusive running minimum along ``axis`` (NaN propagates)."""
+    return _sem.scan(input, "min", axis, reverse)
+
+
+@builtin
 def softmax(x, dim=None, keep_dims=False, ieee_rounding=False, _sem=None):
     """``exp(x - max) / sum(exp(x - max))`` along ``dim`` (as in Triton, ``None`` means dimension 0). The result
     has ``x``'s shape; ``keep_dims`` and ``ieee_rounding`` are accepted and change nothing."""
@@ -140,5 +152,5 @@ def dot(input, other, acc=None, out_dtype=None, allow_tf32=None, input_precision
     return _sem.dot(input, other, acc, out_dtype)
 
 
-__all__ = ["sum", "prod", "xor_sum", "reduce_or", "max", "min", "argmax", "argmin", "cumsum", "cumprod", "softmax",
+__all__ = ["sum", "prod", "xor_sum", "reduce_or", "max", "min", "argmax", "argmin", "cumsum", "cumprod", "cummax", "cummin", "softmax",
            "sort", "topk", "histogram", "reduce", "associative_scan", "dot"]

@@ -335,3 +335,32 @@ def _cdist(r, node, x1, x2, p, compute_mode=None):
         raise Unsupported(f"cdist with p={p}")
     return result(r, node, out)
 
+
+# ---- running products and extremes ---------------------------------------------------------------------------
+
+@lowers(aten.cumprod.default)
+def _cumprod(r, node, x, dim, dtype=None):
+    v = plain(r, r.operand(x))
+    if not 1 <= v.ndim <= 4:
+        raise Unsupported(f"a running product of a tensor of rank {v.ndim}")
+    return result(r, node, ops.cumprod(v, dim % v.ndim, dtype=dvm_dtype(node.meta["val"].dtype)))
+
+
+@lowers(aten.cummax.default, aten.cummin.default)
+def _cummax(r, node, x, dim):
+    """The running maximum (minimum) and its index: the last position so far holding the running value (the
+    value itself is the running extreme only where it updated it; torch's index moves on ties, and to each
+    NaN once one is met)."""
+    v = plain(r, r.operand(x))
+    if not 1 <= v.ndim <= 4:
+        raise Unsupported(f"a running maximum of a tensor of rank {v.ndim}")
+    d = dim % v.ndim
+    vals = (ops.cummax if node.target is aten.cummax.default else ops.cummin)(v, d)
+    hit = ops.eq(v, vals)
+    if v.dtype.is_float:
+        hit = ops.logical_or(hit, ops.logical_and(ops.ne(v, v), ops.ne(vals, vals)))
+    pos = r.g.node("iota", [], tuple(v.shape[k] if k == d else 1 for k in range(v.ndim)), dt.int32, {"axis": d})
+    idx = ops.cummax(ops.where(hit, pos, -1), d)
+    metas = node.meta["val"]
+    return (result(r, _Meta(metas[0]), vals), result(r, _Meta(metas[1]), ops.cast(idx, dvm_dtype(metas[1].dtype))))
+

@@ -66,7 +66,7 @@ class ReductionOps:
             if d.is_bool:
                 raise KernelTypeError("a scan cannot accumulate in int1", hint="pass dtype=dl.int32")
             x = self.cast(x, d)
-        elif x.dtype.is_bool or (x.dtype.is_int and x.dtype.bits < 32):
+        elif opname in ("sum", "prod") and (x.dtype.is_bool or (x.dtype.is_int and x.dtype.bits < 32)):
             x = self.cast(x, dt.int32)
         return tensor(self.b.scan(x.handle, opname, ax, bool(unwrap(reverse))))
 
