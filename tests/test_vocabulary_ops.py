@@ -188,12 +188,12 @@ def test_running_products_and_extremes(path, cols, monkeypatch):
 
 # ---- the torch backend ----------------------------------------------------------------------------------------
 
-def _compiled_matches(f, *xs, rtol=1e-6):
+def _compiled_matches(f, *xs, rtol=1e-6, dynamic=True):
     torch = pytest.importorskip("torch")
     import dvmlang.torch as D
     torch._dynamo.reset()
     D.reset_stats()
-    got = torch.compile(f, backend="dvmlang", dynamic=True)(*xs)
+    got = torch.compile(f, backend="dvmlang", dynamic=dynamic)(*xs)
     want = f(*xs)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype
@@ -385,3 +385,26 @@ def test_torch_cumprod_cummax_cummin_fused(dynamic):
         assert g.dtype == w.dtype, i
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6, equal_nan=True, msg=f"output {i}")
     assert D.stats()["fallback_ops"] == {}
+
+
+def test_torch_kthvalue_and_median_values_fused():
+    """The k-th smallest value and the (lower) median along a dim or of all elements (NaN the largest for
+    ``kthvalue``, a row with a NaN has a NaN median: torch's); a use of the indices, which torch leaves unspecified
+    among equal values, runs eagerly and still matches."""
+    torch = pytest.importorskip("torch")
+    import dvmlang.torch as D
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(4, 7, generator=g)
+    x[1, 3] = float("nan")
+    y = torch.randn(3, 6, generator=g)
+
+    def f(x, y):
+        return (torch.kthvalue(x * 1, 3, 1).values, torch.kthvalue(y * 1, 2, 0, keepdim=True).values,
+                torch.median(x * 1, 1).values, torch.median(y * 1, 1).values, torch.median(y * 1, 0, keepdim=True).values,
+                torch.median(y * 1), torch.median(x * 1))
+    _compiled_matches(f, x, y, dynamic=False)  # (a sort along a dim known only at run time is not lowered)
+    torch._dynamo.reset()
+    D.reset_stats()
+    got = torch.compile(lambda v: torch.kthvalue(v * 1, 3, 1).indices, backend="dvmlang")(y)
+    torch.testing.assert_close(got, torch.kthvalue(y, 3, 1).indices)
+    assert "kthvalue.default" in D.stats()["fallback_ops"]

@@ -103,6 +103,52 @@ def _ordered(r, node, x, dim, descending, k=None):
     return result(r, _Meta(mv), vals), result(r, _Meta(mi), idx)
 
 
+def _kth(r, node, x, dim, keepdim, k_of, nan_wins: bool):
+    """The ``k_of(n)``-th smallest value along ``dim`` (0-based, NaN the largest, as ``sort``), from the sorted row;
+    with ``nan_wins`` a row holding a NaN gives NaN (``median``). Only the values: which index torch reports
+    among equal values is unspecified, so a use of the indices runs eagerly."""
+    v = plain(r, r.operand(x))
+    if dim is None:
+        v, dim = ops.reshape(v, (-1,)), 0
+    if v.ndim == 0:
+        raise Unsupported("a k-th value of a scalar")
+    d = dim % v.ndim
+    v, back = _last(v, d)
+    n = v.shape[-1]
+    if not isinstance(n, int):
+        raise Unsupported("a sort along a symbolic dim")
+    k = k_of(n)
+    if not 0 <= k < n:
+        raise Unsupported(f"a k-th value out of range (k = {k + 1} of {n})")
+    vals = ops.slice(ops.sort_values(v, -1), -1 % v.ndim, k, k + 1)  # (..., 1)
+    if nan_wins and v.dtype.is_float:
+        nan = ops.gt(ops.max(ops.cast(ops.ne(v, v), dt.float32), -1, keepdims=True), 0)
+        vals = ops.where(nan, const(r, float("nan"), v.dtype), vals)
+    if back is not None:
+        vals = ops.permute(vals, back)
+    if not keepdim:
+        vals = ops.reshape(vals, tuple(e for i, e in enumerate(vals.shape) if i != d))
+    metas = node.meta["val"]
+    if isinstance(metas, (tuple, list)):
+        return result(r, _Meta(metas[0]), vals), None
+    return result(r, node, vals)
+
+
+@lowers(aten.kthvalue.default)
+def _kthvalue(r, node, x, k, dim=-1, keepdim=False):
+    return _kth(r, node, x, dim, keepdim, lambda n: number(k) - 1, False)
+
+
+@lowers(aten.median.dim)
+def _median_dim(r, node, x, dim, keepdim=False):
+    return _kth(r, node, x, dim, keepdim, lambda n: (n - 1) // 2, True)  # (the lower of two middles, as torch)
+
+
+@lowers(aten.median.default)
+def _median(r, node, x):
+    return _kth(r, node, x, None, False, lambda n: (n - 1) // 2, True)
+
+
 @lowers(aten.sort.default)
 def _sort(r, node, x, dim=-1, descending=False):
     return _ordered(r, node, x, dim, bool(descending))
