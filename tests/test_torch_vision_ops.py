@@ -91,6 +91,21 @@ def test_adaptive_average_pools_with_uneven_windows(size, out, dynamic):
     _train_check(make, torch.randn(2, 3, *size), dynamic=dynamic)
 
 
+@pytest.mark.parametrize("size,out", [((5, 7), (3, 2)), ((4, 4), (7, 5)), ((9, 5), (2, 3)), ((6, 6), (3, 3))])
+def test_adaptive_max_pools(size, out):
+    """Torch's adaptive windows (overlapping when the output is larger), forward and backward, and the indices
+    torch returns (the first maximum in row-major order: integer-valued inputs have ties)."""
+    make = lambda: torch.nn.Sequential(  # noqa: E731
+        torch.nn.Conv2d(3, 4, 1), torch.nn.AdaptiveMaxPool2d(out), torch.nn.Flatten(),
+        torch.nn.Linear(4 * out[0] * out[1], 5))
+    _train_check(make, torch.randn(2, 3, *size))
+    xi = torch.randint(0, 3, (1, 2, *size)).float()
+    f = lambda v: torch.nn.functional.adaptive_max_pool2d(v * 1, out, return_indices=True)  # noqa: E731
+    torch._dynamo.reset()
+    got, want = torch.compile(f, backend="dvmlang")(xi), f(xi)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
 def test_conv1d_causal_and_depthwise():
     class Causal(torch.nn.Module):  # a state-space model's causal depthwise conv: pad both sides, keep the first L
         def __init__(self):

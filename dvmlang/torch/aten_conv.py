@@ -373,6 +373,76 @@ def _max_pool2d(r, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_
     return result(r, _Meta(vals), best), result(r, _Meta(inds), idx)
 
 
+@lowers(aten.adaptive_max_pool2d.default)
+def _adaptive_max_pool2d(r, node, x, output_size):
+    """The maximum over torch's adaptive windows (rows ``[floor(i * H / oh), ceil((i + 1) * H / oh))``, the columns
+    alike) and its flat index ``h * W + w``: per offset into the largest window, the rows and columns it reads (a
+    gather each) where the window has it, then max pooling's scan (the first maximum in row-major order)."""
+    xv = plain(r, r.operand(x))
+    out = _ints(output_size, 2, "output_size")
+    hw = list(xv.shape[2:])
+    if xv.ndim != 4 or not all(isinstance(n, int) for n in hw):
+        raise Unsupported("an adaptive max pool of a tensor that is not (N, C, H, W) with static H and W")
+    if not xv.dtype.is_float:
+        raise Unsupported("a max pool of integers")
+    spans = [[((i * n) // o, -(-((i + 1) * n) // o)) for i in range(o)] for n, o in zip(hw, out)]
+    kh, kw = (max(e - s_ for s_, e in sp) for sp in spans)
+    low = const(r, -math.inf, xv.dtype)
+    best, idx = None, None
+    for a, b in itertools.product(range(kh), range(kw)):
+        rows = [min(s_ + a, e - 1) for s_, e in spans[0]]
+        cols = [min(s_ + b, e - 1) for s_, e in spans[1]]
+        ok = [[a < e0 - s0 and b < e1 - s1 for (s1, e1) in spans[1]] for (s0, e0) in spans[0]]
+        p = ops.index_select(ops.index_select(xv, 2, _int_vector(r, rows)), 3, _int_vector(r, cols))
+        pos = ops.add(ops.mul(ops.reshape(_int_vector(r, rows), (1, 1, out[0], 1)), hw[1]),
+                      ops.reshape(_int_vector(r, cols), (1, 1, 1, out[1])))
+        if not all(all(row) for row in ok):
+            p = ops.where(_bool_matrix(r, ok), p, low)
+        if best is None:
+            best, idx = p, ops.broadcast_to(pos, tuple(p.shape))
+            continue
+        take = ops.logical_or(ops.gt(p, best), ops.logical_and(ops.ne(p, p), ops.eq(best, best)))  # (a NaN wins)
+        best = ops.where(take, p, best)
+        idx = ops.where(take, pos, idx)
+    vals, inds = node.meta["val"]
+    return result(r, _Meta(vals), best), result(r, _Meta(inds), idx)
+
+
+def _int_vector(r, values):
+    """A constant int32 vector: ``values[i]`` at ``i`` (a sum of indicator terms over the distinct values)."""
+    n = len(values)
+    i = r.g.node("iota", [], (n,), dt.int32, {"axis": 0})
+    out = None
+    for k, v in enumerate(values):
+        if v == 0:
+            continue
+        term = ops.where(ops.eq(i, _k(r, k)), _k(r, v), _k(r, 0))
+        out = term if out is None else ops.add(out, term)
+    return out if out is not None else ops.mul(i, _k(r, 0))
+
+
+def _bool_matrix(r, rows):
+    """A constant (1, 1, len(rows), len(rows[0])) bool matrix."""
+    flat = [int(v) for row in rows for v in row]
+    m = ops.ne(_int_vector(r, flat), _k(r, 0))
+    return ops.reshape(m, (1, 1, len(rows), len(rows[0])))
+
+
+@lowers(aten.adaptive_max_pool2d_backward.default)
+def _adaptive_max_pool2d_backward(r, node, grad_out, x, indices):
+    """Each input position sums the gradients of the outputs whose saved index is the position."""
+    xv = plain(r, r.operand(x))
+    go = _flat(r, ops.cast(plain(r, r.operand(grad_out)), xv.dtype), 2)  # (N, C, L)
+    iv = _flat(r, ops.cast(plain(r, r.operand(indices)), dt.int32), 2)
+    total = 1
+    for d in xv.shape[2:]:
+        total = dims.arith(r.g.syms, "*", total, d)
+    pos = r.g.node("iota", [], (1, 1, total, 1), dt.int32, {"axis": 2})
+    hit = ops.eq(ops.unsqueeze(iv, 2), pos)  # (N, C, HW, L)
+    gi = ops.sum(ops.where(hit, ops.unsqueeze(go, 2), _k(r, 0.0, go.dtype)), -1)
+    return result(r, node, ops.reshape(gi, tuple(xv.shape)))
+
+
 @lowers(aten.max_pool2d_with_indices_backward.default)
 def _max_pool2d_backward(r, node, grad_out, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
     xv = plain(r, r.operand(x))
