@@ -106,6 +106,26 @@ def test_adaptive_max_pools(size, out):
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border"])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_grid_sample(mode, padding_mode, align_corners, dynamic):
+    """``F.grid_sample`` at points inside and outside the input (a spatial transformer's resampling): torch's
+    unnormalisation for both ``align_corners``, zeros or clipped coordinates outside, against eager."""
+    g = torch.Generator().manual_seed(5)
+    img = torch.randn(2, 3, 6, 7, generator=g)
+    grid = torch.rand(2, 4, 5, 2, generator=g) * 2.4 - 1.2
+    grid[0, 0, 0] = torch.tensor([1.0, -1.0])  # (a corner exactly)
+    f = lambda a, p: torch.nn.functional.grid_sample(  # noqa: E731
+        a * 1, p, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+    torch._dynamo.reset()
+    D.reset_stats()
+    got = torch.compile(f, backend="dvmlang", dynamic=dynamic)(img, grid)
+    np.testing.assert_allclose(got.numpy(), f(img, grid).numpy(), rtol=1e-5, atol=1e-5)
+    assert D.stats()["fallback_ops"] == {}
+
+
 def test_conv1d_causal_and_depthwise():
     class Causal(torch.nn.Module):  # a state-space model's causal depthwise conv: pad both sides, keep the first L
         def __init__(self):

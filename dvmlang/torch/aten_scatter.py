@@ -8,7 +8,8 @@ summed for ``scatter_add`` and an accumulating ``index_put`` (a one-hot matmul),
 (torch's CPU order). No two programs write one element, so the result does not depend on the schedule.
 
 Also here: ``index.Tensor`` with index tensors on any dims (one gather over the indexed dims merged), ``copy``
-(a functionalised slice assignment) and ``repeat``.
+(a functionalised slice assignment), ``repeat``, and ``grid_sampler_2d`` (bilinear or nearest sampling at the
+grid's points: a gather per corner).
 """
 
 from __future__ import annotations
@@ -434,3 +435,72 @@ def _repeat(r, node, x, repeats):
         i = r.g.node("iota", [], (total,), dt.int32, {"axis": 0})
         v = ops.index_select(v, d, ops.remainder(i, _size(r, n)))
     return result(r, node, v)
+
+
+@lowers(aten.grid_sampler_2d.default)
+def _grid_sample(r, node, x, grid, interpolation_mode, padding_mode, align_corners):
+    """``F.grid_sample`` (bilinear or nearest; zeros or border padding): each output point reads the input at the
+    grid's point, unnormalised as torch does (``align_corners``: -1 and 1 are the corner pixels' centres, else
+    their outer edges); bilinear weighs its four corners, each a gather over the flattened positions, a corner
+    outside the input counting 0 (zeros) or the coordinate clipped first (border). Nearest rounds half to even,
+    as torch's ``nearbyint``."""
+    xv, gv = plain(r, r.operand(x)), plain(r, r.operand(grid))
+    mode, pad = number(interpolation_mode), number(padding_mode)
+    if xv.ndim != 4 or gv.ndim != 4:
+        raise Unsupported("grid_sample of a tensor that is not (N, C, H, W)")
+    if mode not in (0, 1) or pad not in (0, 1):
+        raise Unsupported(f"grid_sample with interpolation mode {mode} and padding mode {pad} (bilinear or "
+                          "nearest, zeros or border)")
+    n, c, h, w = xv.shape
+    ho, wo = gv.shape[1], gv.shape[2]
+    f = dt.float32
+    g = ops.cast(gv, f)
+    hs, ws = (ops.cast(_size_value(r, d), f) for d in (h, w))
+    coords = []
+    for k, size in ((0, ws), (1, hs)):
+        v = ops.reshape(ops.slice(g, 3, k, k + 1), (n, 1, ho, wo))
+        if align_corners:
+            v = ops.mul(ops.div(ops.add(v, 1.0), 2.0), ops.sub(size, 1.0))
+        else:
+            v = ops.div(ops.sub(ops.mul(ops.add(v, 1.0), size), 1.0), 2.0)
+        if pad == 1:
+            v = ops.minimum(ops.maximum(v, 0.0), ops.sub(size, 1.0))
+        coords.append(v)
+    ix, iy = coords
+    flat = ops.reshape(xv, (n, c, -1))
+    wi = ops.cast(_size_value(r, w), dt.int32)
+    hi = ops.cast(_size_value(r, h), dt.int32)
+
+    def corner(cx, cy):
+        """The input at integer coordinates (float tiles), 0 outside."""
+        xi, yi = ops.cast(cx, dt.int32), ops.cast(cy, dt.int32)
+        inside = ops.logical_and(ops.logical_and(ops.ge(xi, 0), ops.lt(xi, wi)),
+                                 ops.logical_and(ops.ge(yi, 0), ops.lt(yi, hi)))
+        lin = ops.add(ops.mul(ops.minimum(ops.maximum(yi, 0), ops.sub(hi, 1)), wi),
+                      ops.minimum(ops.maximum(xi, 0), ops.sub(wi, 1)))
+        got = ops.gather(flat, 2, ops.broadcast_to(ops.reshape(lin, (n, 1, -1)), (n, c, _mul(r, ho, wo))))
+        got = ops.reshape(got, (n, c, ho, wo))
+        return ops.where(inside, got, const(r, 0.0, got.dtype))
+
+    if mode == 1:
+        out = corner(ops.rint(ix), ops.rint(iy))
+    else:
+        x0, y0 = ops.floor(ix), ops.floor(iy)
+        x1, y1 = ops.add(x0, 1.0), ops.add(y0, 1.0)
+        out = None
+        for cx, cy, wx, wy in ((x0, y0, ops.sub(x1, ix), ops.sub(y1, iy)), (x1, y0, ops.sub(ix, x0), ops.sub(y1, iy)),
+                               (x0, y1, ops.sub(x1, ix), ops.sub(iy, y0)), (x1, y1, ops.sub(ix, x0), ops.sub(iy, y0))):
+            term = ops.mul(ops.cast(corner(cx, cy), f), ops.mul(wx, wy))
+            out = term if out is None else ops.add(out, term)
+    return result(r, node, ops.cast(out, xv.dtype))
+
+
+def _size_value(r, d):
+    """A size as a graph value (a constant, or the symbol's size at run time)."""
+    d = r.g.syms.find(d)
+    return const(r, d, dt.float32) if isinstance(d, int) else r.g.node("dim", [], (), dt.float32, {"sym": d})
+
+
+def _mul(r, a, b):
+    return dims.arith(r.g.syms, "*", a, b)
+
