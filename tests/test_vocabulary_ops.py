@@ -408,3 +408,39 @@ def test_torch_kthvalue_and_median_values_fused():
     got = torch.compile(lambda v: torch.kthvalue(v * 1, 3, 1).indices, backend="dvmlang")(y)
     torch.testing.assert_close(got, torch.kthvalue(y, 3, 1).indices)
     assert "kthvalue.default" in D.stats()["fallback_ops"]
+
+
+def test_torch_one_hot_fused_and_its_range_check_kept():
+    """``one_hot``'s graph checks its classes with ``_assert_async``: the condition is computed in the fused region
+    and checked on the host, as torch's own host code does, so an out-of-range class still raises."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+    i = torch.tensor([[1, 3, 0], [2, 4, 4]])
+    _compiled_matches(lambda v: (F.one_hot(v % 5, 5).float() * 2 + 1,), i)
+    torch._dynamo.reset()
+    g = torch.compile(lambda v: F.one_hot(v, 5).float(), backend="dvmlang")
+    assert torch.equal(g(i), F.one_hot(i, 5).float())
+    with pytest.raises(RuntimeError, match="Class values must be smaller than num_classes"):
+        g(i + 3)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_torch_signbit_and_masked_scatter_fused(dynamic):
+    """``signbit`` reads the sign bit (of -0.0 and of a negative NaN too); ``masked_scatter`` fills the masked
+    positions with the source's elements in row-major order, the mask broadcast to the result."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(8)
+    x, y = torch.randn(4, 6, generator=g), torch.randn(30, generator=g)
+    x[0, :4] = torch.tensor([-0.0, 0.0, float("nan"), -float("nan")])
+
+    def f(a, b):
+        c = torch.nan_to_num(a)
+        return (torch.signbit(a * 1), torch.signbit((c * 10).int()), (c * 1).masked_scatter(c > 0, b),
+                (c * 1).masked_scatter((c > 0)[0:1], b), (c * 1).masked_scatter(c.sum(1, keepdim=True) > 0, b * 2))
+    torch._dynamo.reset()
+    import dvmlang.torch as D
+    D.reset_stats()
+    got = torch.compile(f, backend="dvmlang", dynamic=dynamic)(x, y)
+    for i, (a, b) in enumerate(zip(got, f(x, y))):
+        torch.testing.assert_close(a, b, equal_nan=True, msg=f"output {i}")
+    assert D.stats()["fallback_ops"] == {}

@@ -90,6 +90,7 @@ def _bitwise_not(r, node, x):
     return elementwise(lambda a: ops.eq(a, 0))(r, node, x)
 
 
+_ew(lambda x: ops.lt(ops.copysign(1.0, x), 0) if x.dtype.is_float else ops.lt(x, 0), aten.signbit.default)
 _ew(ops.atan2, aten.atan2.default)
 _ew(ops.hypot, aten.hypot.default)
 _ew(ops.copysign, aten.copysign.Tensor, aten.copysign.Scalar)

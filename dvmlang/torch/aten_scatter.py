@@ -504,3 +504,18 @@ def _size_value(r, d):
 def _mul(r, a, b):
     return dims.arith(r.g.syms, "*", a, b)
 
+
+@lowers(aten.masked_scatter.default)
+def _masked_scatter(r, node, base, mask, source):
+    """``masked_scatter``: where ``mask`` holds (broadcast to the result), the next element of ``source`` in row-major
+    order: element ``p`` takes ``source.flatten()[count of true mask elements before p]`` (a running sum over the
+    flattened mask, then a gather)."""
+    b, m, src = (plain(r, r.operand(t)) for t in (base, mask, source))
+    m = ops.broadcast_to(ops.ne(m, 0) if m.dtype is not dt.bool_ else m, tuple(b.shape))
+    mf = ops.reshape(m, (1, -1))
+    before = ops.sub(ops.cumsum(ops.cast(mf, dt.int32), -1), ops.cast(mf, dt.int32))
+    flat_src = ops.reshape(ops.cast(src, b.dtype), (1, -1))
+    n = _size(r, flat_src.shape[1])
+    got = ops.gather(flat_src, 1, ops.minimum(before, n - 1 if isinstance(n, int) else ops.sub(n, 1)))
+    return result(r, node, ops.where(m, ops.reshape(got, tuple(b.shape)), b))
+
