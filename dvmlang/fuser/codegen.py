@@ -38,6 +38,11 @@ class Source:
         self.lines.append("    " * self.indent + text)
 
 
+# partial results of column blocks combined (NaN-propagating, numpy's rule)
+_COMBINE = {"sum": "{} + {}", "prod": "{} * {}", "max": "dl.maximum({}, {}, propagate_nan=dl.PropagateNan.ALL)",
+            "min": "dl.minimum({}, {}, propagate_nan=dl.PropagateNan.ALL)"}
+
+
 def _ident(op: str, d: dt.DType) -> str:
     if op == "sum":
         return "0.0" if d.is_float else "0"
@@ -257,8 +262,7 @@ def vector_kernel(g: Graph, grp: Group, name: str, sig: Signature) -> KernelText
             red = f"dl.{op}({masked}, axis=1, keep_dims=True{nan})"
             if grp.mode == "loop":
                 src(f"r{n.id} = {red}")
-                combine = {"sum": "acc{0} + r{0}", "prod": "acc{0} * r{0}", "max": "dl.maximum(acc{0}, r{0}, propagate_nan=dl.PropagateNan.ALL)",
-                           "min": "dl.minimum(acc{0}, r{0}, propagate_nan=dl.PropagateNan.ALL)"}[op].format(n.id)
+                combine = _COMBINE[op].format(f"acc{n.id}", f"r{n.id}")
                 src(f"acc{n.id} = {combine}")
                 names[n.id] = f"acc{n.id}"
             else:
@@ -275,8 +279,7 @@ def vector_kernel(g: Graph, grp: Group, name: str, sig: Signature) -> KernelText
             op = n.attrs.get("op", "sum")
             src(f"t{n.id} = dl.where(cmask[None, :], dl.broadcast_to({v}, ({rr}, BC)), {_ident(op, n.dtype)})")
             if grp.mode == "loop":
-                comb = {"sum": "{} + {}", "prod": "{} * {}", "max": "dl.maximum({}, {}, propagate_nan=dl.PropagateNan.ALL)",
-                        "min": "dl.minimum({}, {}, propagate_nan=dl.PropagateNan.ALL)"}[op]
+                comb = _COMBINE[op]
                 nan = ", propagate_nan=dl.PropagateNan.ALL" if op in ("max", "min") else ""
                 src(f"v{n.id} = " + comb.format(f"dl.cum{op}(t{n.id}, axis=1)", f"cs{n.id}"))
                 src(f"cs{n.id} = " + comb.format(f"cs{n.id}", f"dl.{op}(t{n.id}, axis=1, keep_dims=True{nan})"))

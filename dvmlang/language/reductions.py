@@ -152,5 +152,5 @@ def dot(input, other, acc=None, out_dtype=None, allow_tf32=None, input_precision
     return _sem.dot(input, other, acc, out_dtype)
 
 
-__all__ = ["sum", "prod", "xor_sum", "reduce_or", "max", "min", "argmax", "argmin", "cumsum", "cumprod", "cummax", "cummin", "softmax",
-           "sort", "topk", "histogram", "reduce", "associative_scan", "dot"]
+__all__ = ["sum", "prod", "xor_sum", "reduce_or", "max", "min", "argmax", "argmin", "cumsum", "cumprod", "cummax",
+           "cummin", "softmax", "sort", "topk", "histogram", "reduce", "associative_scan", "dot"]

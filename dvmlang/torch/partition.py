@@ -32,9 +32,9 @@ from .lower import Late, LVal, Region, Unsupported, check_ranks
 # nodes with no computation of their own: run on the host wherever they are, never counted as fallbacks
 HOST = {operator.getitem, operator.mul, operator.add, operator.sub, operator.floordiv, operator.truediv,
         operator.mod, operator.neg, operator.pow, torch.sym_float, torch.sym_int, torch.sym_max, torch.sym_min,
-        torch.sym_not, torch.sym_sum, torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default,
-        torch.ops.aten.sym_storage_offset.default,
-        torch.ops.aten._assert_async.msg}  # (a check of a computed condition, as torch's host code makes it)
+        torch.sym_not, torch.sym_sum, torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int,
+        torch.ops.aten.sym_numel.default, torch.ops.aten.sym_storage_offset.default,
+        torch.ops.aten._assert_async.msg}  # (a check of a computed condition, on the host as torch's own code does)
 VIEW_ONLY = {"input", "reshape", "permute"}
 
 
