@@ -277,8 +277,6 @@ def _lstm_layer(r, node, x, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, batch_sizes
     return tuple(res)
 
 
-
-
 @lowers(aten.bucketize.Tensor)
 def _bucketize(r, node, x, boundaries, out_int32=False, right=False):
     return _insertion_points(r, node, boundaries, x, right)
@@ -313,9 +311,8 @@ def _embedding_bag(r, node, weight, indices, offsets, scale_grad_by_freq=False, 
     offsets[b + 1]``; each bag sums (mode 0), averages (1) or takes the maximum (2) of its rows, an empty bag is
     zeros, an index equal to ``padding_idx`` is left out (of the count too); with ``include_last_offset`` the last
     offset ends the last bag (indices after it, which torch's modes treat differently, are left out). Sum and mean
-    are the bags' one-hot
-    matrix times the rows, on the cube. Only the output is computed (the other results feed the backward, which
-    runs eagerly)."""
+    are the bags' one-hot matrix times the rows, on the cube. Only the output is computed (the other results feed
+    the backward, which runs eagerly)."""
     w, iv, ov = (plain(r, r.operand(t)) for t in (weight, indices, offsets))
     mode, padding_idx = number(mode), number(padding_idx)
     if iv.ndim != 1 or ov.ndim != 1:
