@@ -83,8 +83,12 @@ def _pick(r, v, rank, k):
     return vals, idx
 
 
-def _ordered(r, node, x, dim, descending, k=None):
+def _rows(r, x, dim):
+    """``x`` (all its elements when ``dim`` is None) with ``dim`` moved last, the permutation back, the dim, and
+    the rows' length (a sort's rows have a static length: each is one tile)."""
     v = plain(r, r.operand(x))
+    if dim is None:
+        v, dim = ops.reshape(v, (-1,)), 0
     if v.ndim == 0:
         raise Unsupported("a sort of a scalar")
     d = dim % v.ndim
@@ -92,6 +96,11 @@ def _ordered(r, node, x, dim, descending, k=None):
     n = v.shape[-1]
     if not isinstance(n, int):
         raise Unsupported("a sort along a symbolic dim")
+    return v, back, d, n
+
+
+def _ordered(r, node, x, dim, descending, k=None):
+    v, back, _, n = _rows(r, x, dim)
     k = n if k is None else k
     _, idx = _pick(r, v, _ranks(r, v, descending), k)
     vals = ops.sort_values(v, -1, descending)  # the values: one VSORT per row (a graph op in row mode)
@@ -107,16 +116,7 @@ def _kth(r, node, x, dim, keepdim, k_of, nan_wins: bool):
     """The ``k_of(n)``-th smallest value along ``dim`` (0-based, NaN the largest, as ``sort``), from the sorted row;
     with ``nan_wins`` a row holding a NaN gives NaN (``median``). Only the values: which index torch reports
     among equal values is unspecified, so a use of the indices runs eagerly."""
-    v = plain(r, r.operand(x))
-    if dim is None:
-        v, dim = ops.reshape(v, (-1,)), 0
-    if v.ndim == 0:
-        raise Unsupported("a k-th value of a scalar")
-    d = dim % v.ndim
-    v, back = _last(v, d)
-    n = v.shape[-1]
-    if not isinstance(n, int):
-        raise Unsupported("a sort along a symbolic dim")
+    v, back, d, n = _rows(r, x, dim)
     k = k_of(n)
     if not 0 <= k < n:
         raise Unsupported(f"a k-th value out of range (k = {k + 1} of {n})")
