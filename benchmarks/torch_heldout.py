@@ -21,7 +21,7 @@ T = None
 
 def _reasons(start):
     out = {}
-    for cg in be.COMPILED[start:]:
+    for cg in be.made_since(start):
         out.update(cg.fallbacks)
     return out
 
@@ -165,7 +165,7 @@ def main(names):
     all_fallbacks: dict = {}
     for name in names or list(table):
         make, inputs, kind, out = table[name]
-        start = len(be.COMPILED)
+        start = be.MADE[0]
         t0 = time.thread_time()
         try:
             with torch._dynamo.config.patch(allow_rnn=True):

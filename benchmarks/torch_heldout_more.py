@@ -149,7 +149,7 @@ def main(names) -> int:
     bad, fell = [], {}
     for name in names or list(table):
         make, inputs, out = table[name]
-        start = len(H.be.COMPILED)
+        start = H.be.MADE[0]
         t0 = time.thread_time()
         try:
             ok = H.check(make, inputs, "forward", out)

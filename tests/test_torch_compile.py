@@ -501,7 +501,7 @@ def test_heads_folded_back_after_a_transpose_are_read_as_views():
                 _close(c(x), enc(x))
     finally:
         torch.backends.mha.set_fastpath_enabled(prev)
-    sources = [f.source for step in backend.COMPILED[-1].steps if step.kind == "region"
+    sources = [f.source for step in backend.made_since(backend.MADE[0] - 1)[0].steps if step.kind == "region"
                for f in step.program._fast.values() if f]
     assert sources
     assert sum(src.count("_addressing(") for src in sources) == 1, [src.count("_addressing(") for src in sources]
@@ -523,3 +523,30 @@ def test_the_second_call_of_a_static_model_times_nothing_again():
             kept.append([m.timing_kept for r in D.launches() for m in (getattr(r, "members", None) or [r])])
     assert kept[0] and not any(kept[0])  # the first call times every kernel
     assert all(kept[1]) and all(kept[2]), kept
+
+
+def test_a_dropped_compiled_graph_is_freed_and_its_counts_kept():
+    """The backend holds its compiled graphs and programs weakly: once Dynamo drops a graph, its programs, kernels,
+    bytecode and the simulator's decoded steps go with it (a long-lived process that compiles many models does not
+    grow), and ``stats()`` still counts the builds and encodes they made."""
+    import gc
+    import importlib
+    import weakref
+
+    backend = importlib.import_module("dvmlang.torch.backend")  # (the package's ``backend`` is the function)
+    D.reset_stats()
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: torch.softmax(x * 2, -1) + 1, backend="dvmlang", dynamic=False)
+    f(torch.randn(4, 8))
+    (cg,) = backend.made_since(backend.MADE[0] - 1)
+    ref = weakref.ref(cg)
+    prog = weakref.ref(next(s.program for s in cg.steps if s.kind == "region"))
+    counts = {k: D.stats()[k] for k in ("builds", "encodes")}
+    assert counts["builds"] >= 1 and counts["encodes"] >= 1
+    del cg, f
+    torch._dynamo.reset()
+    torch.compile(lambda x: x.exp() - 1, backend="dvmlang", dynamic=False)(torch.randn(3))  # (reuse forgets at a
+    gc.collect()                                                                          # compile after a reset)
+    assert ref() is None and prog() is None
+    after = D.stats()
+    assert after["builds"] >= counts["builds"] + 1 and after["encodes"] >= counts["encodes"] + 1

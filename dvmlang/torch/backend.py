@@ -10,6 +10,7 @@ dvmlang's fuser by ``partition.CompiledGraph``. The package's entry point (pypro
 from __future__ import annotations
 
 import hashlib
+import weakref
 
 import torch
 from torch._decomp import core_aten_decompositions
@@ -20,7 +21,10 @@ from . import reuse
 from .partition import CompiledGraph
 from .rewrite import rewrite
 
-COMPILED: list = []  # every CompiledGraph, in order (explain reads the ones a call made)
+# the CompiledGraphs still in use, by the order they were made (explain reads the ones a call made): held weakly, so
+# a graph Dynamo dropped is freed with its programs
+COMPILED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+MADE = [0]  # CompiledGraphs made so far (the next one's number)
 
 
 # torch's decomposition of the CPU flash-attention forward into math ops is not consistent with that op's backward
@@ -52,8 +56,14 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str):
     if cg is None:
         cg = CompiledGraph(gm, name)
         reuse.register(cg, kind)
-    COMPILED.append(cg)
+    COMPILED[MADE[0]] = cg
+    MADE[0] += 1
     return cg
+
+
+def made_since(n: int) -> list:
+    """The CompiledGraphs made from number ``n`` on (``MADE[0]`` before a call) that are still in use, in order."""
+    return [cg for k in range(n, MADE[0]) if (cg := COMPILED.get(k)) is not None]
 
 
 def _fingerprint(gm: torch.fx.GraphModule) -> str:

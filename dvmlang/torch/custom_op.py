@@ -62,7 +62,7 @@ def _count(name, kernels) -> None:
         info = kt.cache_info()
         st._base["builds"] += info.builds
         st._base["encodes"] += info.encodes
-    st.PROGRAMS.append(c)
+    st.track(c, keep=True)
 
 
 _DEFINED: dict = {}  # name -> (op, schema, the current launcher and declaration)

@@ -97,7 +97,7 @@ def _compact(nodes) -> list[str]:
 
 def explain(model, *inputs, dynamic=None, grad: bool = False, **kwargs) -> Explanation:
     """Compile ``model`` with the dvmlang backend, call it once on ``inputs``, and report the partition."""
-    start = len(be.COMPILED)
+    start = be.MADE[0]
 
     def fresh(gm, example_inputs, **kw):  # a new backend object: dynamo compiles anew for it
         return be.dvmlang_backend(gm, example_inputs, **kw)
@@ -114,7 +114,7 @@ def explain(model, *inputs, dynamic=None, grad: bool = False, **kwargs) -> Expla
     rep.stats = {k: after[k] - snap[k] for k in ("builds", "encodes", "launches", "cycles", "simulated_us",
                                                  "eager_fallback_us")}
     rep.runtime_reasons = {k: v for k, v in after["runtime_reasons"].items() if snap["runtime_reasons"].get(k) != v}
-    for cg in be.COMPILED[start:]:
+    for cg in be.made_since(start):
         steps = []
         for s in cg.steps:
             groups = []

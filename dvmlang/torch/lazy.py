@@ -369,23 +369,13 @@ class _LazyMode(TorchDispatchMode):
         for prog in list(self.session.rt.programs.items.values()):
             if id(prog) not in self.progs:
                 self.progs[id(prog)] = prog
-                st.PROGRAMS.append(prog)
+                st.track(prog)
 
 
 def _meta(x):
     if isinstance(x, torch.Tensor):
         return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
     return x
-
-
-def _kernel_counts(progs) -> tuple[int, int]:
-    b = e = 0
-    for prog in progs:
-        for kt in list(prog.kernels.values()):  # (the build-ahead worker may add kernels meanwhile)
-            info = kt.cache_info()
-            b += info.builds
-            e += info.encodes
-    return b, e
 
 
 @contextlib.contextmanager
@@ -400,9 +390,9 @@ def lazy(max_pending: int = 256, fuse: bool = True, device=None):
     # programs compiled before the block: their earlier builds and encodes are not this block's
     for prog in list(session.rt.programs.items.values()):
         mode.progs[id(prog)] = prog
-        if all(p is not prog for p in st.PROGRAMS):
-            st.PROGRAMS.append(prog)
-            b, e = _kernel_counts([prog])
+        if all(p is not prog for p in st.programs()):
+            st.track(prog)
+            b, e = st._counts(prog.kernels)
             st._base["builds"] += b
             st._base["encodes"] += e
     _STATE.mode, _STATE.session = mode, session

@@ -190,7 +190,7 @@ class CompiledGraph:
             try:
                 step.program = Program(r.g, True, (self.device or default_device()).profile, r.name)
                 st.STATS.plans += 1
-                st.PROGRAMS.append(step.program)
+                st.track(step.program)
             except DvmError as e:
                 step.kind, step.nodes, step.reason = "eager", list(r.nodes), f"fuser: {str(e).splitlines()[0]}"
                 for n in r.nodes:

@@ -3,6 +3,7 @@ simulated cycles, host time, and every fallback by op name (``dvmlang.torch.stat
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -24,7 +25,48 @@ class Stats:
 
 
 STATS = Stats()
-PROGRAMS: list = []  # every dvmlang program the backend made (their kernels' cache info)
+# The dvmlang programs the backend made, for their kernels' builds and encodes: held weakly (id -> a callable giving
+# the program), so a program nothing uses any more (its graph dropped by Dynamo) is freed with its kernels, their
+# bytecode and the simulator's decoded steps; its kernels' counts at its end are kept in RETIRED.
+_PROGRAMS: dict = {}
+RETIRED = {"builds": 0, "encodes": 0}
+
+
+def track(prog, keep: bool = False) -> None:
+    """Count ``prog``'s kernels (``prog.kernels``: a dict of objects with ``cache_info()``) in ``stats()`` while it
+    lives and after; ``keep``: hold it (an object nothing else holds)."""
+    k = id(prog)
+    if k in _PROGRAMS:
+        return
+    if keep:
+        _PROGRAMS[k] = lambda: prog
+    else:
+        _PROGRAMS[k] = weakref.ref(prog)
+        weakref.finalize(prog, _retire, k, prog.kernels)
+
+
+def _retire(k, kernels) -> None:
+    _PROGRAMS.pop(k, None)
+    b, e = _counts(kernels)
+    RETIRED["builds"] += b
+    RETIRED["encodes"] += e
+
+
+def programs() -> list:
+    """The programs ``track``ed that are still alive."""
+    return [p for ref in list(_PROGRAMS.values()) if (p := ref()) is not None]
+
+
+def _counts(kernels) -> tuple[int, int]:
+    """(builds, encodes) of ``kernels`` (a dict; plans share kernels, counted once)."""
+    b = e = 0
+    for kernel in {id(kt): kt for kt in list(kernels.values())}.values():
+        info = kernel.cache_info()
+        b += info.builds
+        e += info.encodes
+    return b, e
+
+
 # The launch records of the latest region calls (examples return them). Few: a record held past a few calls is
 # promoted by the cycle collector to its oldest generation, and a model's call leaves about a hundred such objects
 # (a stack's record and its members'); holding thousands of calls' worth made collections run every few calls
@@ -46,13 +88,12 @@ def _comm() -> tuple:
 
 
 def _kernel_totals() -> dict:
-    b = e = 0
-    for prog in list(PROGRAMS):
+    b, e = RETIRED["builds"], RETIRED["encodes"]
+    for prog in programs():
         # (a snapshot, taken at once: the build-ahead worker adds the split plan's kernels while calls run)
-        for kernel in {id(kt): kt for kt in list(prog.kernels.values())}.values():  # plans share kernels
-            info = kernel.cache_info()
-            b += info.builds
-            e += info.encodes
+        pb, pe = _counts(prog.kernels)
+        b += pb
+        e += pe
     return {"builds": b, "encodes": e}
 
 
