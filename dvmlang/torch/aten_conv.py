@@ -385,19 +385,18 @@ def _adaptive_max_pool2d(r, node, x, output_size):
         raise Unsupported("an adaptive max pool of a tensor that is not (N, C, H, W) with static H and W")
     if not xv.dtype.is_float:
         raise Unsupported("a max pool of integers")
-    spans = [[((i * n) // o, -(-((i + 1) * n) // o)) for i in range(o)] for n, o in zip(hw, out)]
-    kh, kw = (max(e - s_ for s_, e in sp) for sp in spans)
+    kh, kw = (max(-(-((i + 1) * n) // o) - (i * n) // o for i in range(o)) for n, o in zip(hw, out))  # longest
+    (sh, eh), (sw, ew) = (_window(r, n, o, (o,), 0) for n, o in zip(hw, out))
     low = const(r, -math.inf, xv.dtype)
     best, idx = None, None
     for a, b in itertools.product(range(kh), range(kw)):
-        rows = [min(s_ + a, e - 1) for s_, e in spans[0]]
-        cols = [min(s_ + b, e - 1) for s_, e in spans[1]]
-        ok = [[a < e0 - s0 and b < e1 - s1 for (s1, e1) in spans[1]] for (s0, e0) in spans[0]]
-        p = ops.index_select(ops.index_select(xv, 2, _int_vector(r, rows)), 3, _int_vector(r, cols))
-        pos = ops.add(ops.mul(ops.reshape(_int_vector(r, rows), (1, 1, out[0], 1)), hw[1]),
-                      ops.reshape(_int_vector(r, cols), (1, 1, 1, out[1])))
-        if not all(all(row) for row in ok):
-            p = ops.where(_bool_matrix(r, ok), p, low)
+        rows = ops.minimum(ops.add(sh, _k(r, a)), ops.sub(eh, _k(r, 1)))  # (oh,): the row offset a reads
+        cols = ops.minimum(ops.add(sw, _k(r, b)), ops.sub(ew, _k(r, 1)))
+        p = ops.index_select(ops.index_select(xv, 2, rows), 3, cols)
+        pos = ops.add(ops.mul(ops.reshape(rows, (1, 1, out[0], 1)), _k(r, hw[1])), ops.reshape(cols, (1, 1, 1, out[1])))
+        ok = ops.logical_and(ops.reshape(ops.gt(ops.sub(eh, sh), _k(r, a)), (1, 1, out[0], 1)),
+                             ops.reshape(ops.gt(ops.sub(ew, sw), _k(r, b)), (1, 1, 1, out[1])))
+        p = ops.where(ok, p, low)  # (an offset past a shorter window reads nothing)
         if best is None:
             best, idx = p, ops.broadcast_to(pos, tuple(p.shape))
             continue
@@ -406,26 +405,6 @@ def _adaptive_max_pool2d(r, node, x, output_size):
         idx = ops.where(take, pos, idx)
     vals, inds = node.meta["val"]
     return result(r, _Meta(vals), best), result(r, _Meta(inds), idx)
-
-
-def _int_vector(r, values):
-    """A constant int32 vector: ``values[i]`` at ``i`` (a sum of indicator terms over the distinct values)."""
-    n = len(values)
-    i = r.g.node("iota", [], (n,), dt.int32, {"axis": 0})
-    out = None
-    for k, v in enumerate(values):
-        if v == 0:
-            continue
-        term = ops.where(ops.eq(i, _k(r, k)), _k(r, v), _k(r, 0))
-        out = term if out is None else ops.add(out, term)
-    return out if out is not None else ops.mul(i, _k(r, 0))
-
-
-def _bool_matrix(r, rows):
-    """A constant (1, 1, len(rows), len(rows[0])) bool matrix."""
-    flat = [int(v) for row in rows for v in row]
-    m = ops.ne(_int_vector(r, flat), _k(r, 0))
-    return ops.reshape(m, (1, 1, len(rows), len(rows[0])))
 
 
 @lowers(aten.adaptive_max_pool2d_backward.default)
@@ -560,15 +539,22 @@ def _adaptive_avg_pool2d(r, node, x, output_size):
     return result(r, node, ops.div(_sum_terms(pieces), float(ks[0] * ks[1])))
 
 
-def _averaging(r, n, o, d, transposed: bool = False):
-    """The (n, o) matrix of an adaptive pool along a dim of ``n`` to ``o`` (``transposed``: (o, n)): column ``i``
-    is ``1 / len`` over torch's window ``[floor(i * n / o), ceil((i + 1) * n / o))``, 0 elsewhere."""
-    pos = r.g.node("iota", [], (n, 1) if not transposed else (1, n), dt.int32, {"axis": 0 if not transposed else 1})
-    i = r.g.node("iota", [], (1, o) if not transposed else (o, 1), dt.int32, {"axis": 1 if not transposed else 0})
+def _window(r, n, o, shape, axis: int):
+    """Torch's adaptive windows along a dim of ``n`` pooled to ``o``: (start, end) of window ``i``, ``[floor(i * n /
+    o), ceil((i + 1) * n / o))``, as int32 tiles of ``shape`` with ``i`` along ``axis``."""
+    i = r.g.node("iota", [], shape, dt.int32, {"axis": axis})
     ns = _size(r, n)
     nk = _k(r, ns) if isinstance(ns, int) else ns
     start = ops.floor_divide(ops.mul(i, nk), _k(r, o))
     end = ops.floor_divide(ops.add(ops.mul(ops.add(i, _k(r, 1)), nk), _k(r, o - 1)), _k(r, o))
+    return start, end
+
+
+def _averaging(r, n, o, d, transposed: bool = False):
+    """The (n, o) matrix of an adaptive pool along a dim of ``n`` to ``o`` (``transposed``: (o, n)): column ``i``
+    is ``1 / len`` over its window (``_window``), 0 elsewhere."""
+    pos = r.g.node("iota", [], (n, 1) if not transposed else (1, n), dt.int32, {"axis": 0 if not transposed else 1})
+    start, end = _window(r, n, o, (1, o) if not transposed else (o, 1), 1 if not transposed else 0)
     inside = ops.logical_and(ops.ge(pos, start), ops.lt(pos, end))
     w = ops.div(_k(r, 1.0, dt.float32), ops.cast(ops.sub(end, start), dt.float32))
     return ops.cast(ops.where(inside, w, _k(r, 0.0, dt.float32)), d)

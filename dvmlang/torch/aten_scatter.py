@@ -455,7 +455,7 @@ def _grid_sample(r, node, x, grid, interpolation_mode, padding_mode, align_corne
     ho, wo = gv.shape[1], gv.shape[2]
     f = dt.float32
     g = ops.cast(gv, f)
-    hs, ws = (ops.cast(_size_value(r, d), f) for d in (h, w))
+    hs, ws = (_size_value(r, d, f) for d in (h, w))
     coords = []
     for k, size in ((0, ws), (1, hs)):
         v = ops.reshape(ops.slice(g, 3, k, k + 1), (n, 1, ho, wo))
@@ -468,8 +468,7 @@ def _grid_sample(r, node, x, grid, interpolation_mode, padding_mode, align_corne
         coords.append(v)
     ix, iy = coords
     flat = ops.reshape(xv, (n, c, -1))
-    wi = ops.cast(_size_value(r, w), dt.int32)
-    hi = ops.cast(_size_value(r, h), dt.int32)
+    wi, hi = (_size_value(r, d, dt.int32) for d in (w, h))
 
     def corner(cx, cy):
         """The input at integer coordinates (float tiles), 0 outside."""
@@ -478,7 +477,7 @@ def _grid_sample(r, node, x, grid, interpolation_mode, padding_mode, align_corne
                                  ops.logical_and(ops.ge(yi, 0), ops.lt(yi, hi)))
         lin = ops.add(ops.mul(ops.minimum(ops.maximum(yi, 0), ops.sub(hi, 1)), wi),
                       ops.minimum(ops.maximum(xi, 0), ops.sub(wi, 1)))
-        got = ops.gather(flat, 2, ops.broadcast_to(ops.reshape(lin, (n, 1, -1)), (n, c, _mul(r, ho, wo))))
+        got = ops.gather(flat, 2, ops.broadcast_to(ops.reshape(lin, (n, 1, -1)), (n, c, dims.arith(r.g.syms, "*", ho, wo))))
         got = ops.reshape(got, (n, c, ho, wo))
         return ops.where(inside, got, const(r, 0.0, got.dtype))
 
@@ -495,14 +494,10 @@ def _grid_sample(r, node, x, grid, interpolation_mode, padding_mode, align_corne
     return result(r, node, ops.cast(out, xv.dtype))
 
 
-def _size_value(r, d):
-    """A size as a graph value (a constant, or the symbol's size at run time)."""
-    d = r.g.syms.find(d)
-    return const(r, d, dt.float32) if isinstance(d, int) else r.g.node("dim", [], (), dt.float32, {"sym": d})
-
-
-def _mul(r, a, b):
-    return dims.arith(r.g.syms, "*", a, b)
+def _size_value(r, d, dtype):
+    """A size as a graph value of ``dtype`` (``_size``'s number as a constant)."""
+    v = _size(r, d)
+    return const(r, v, dtype) if isinstance(v, int) else ops.cast(v, dtype)
 
 
 @lowers(aten.masked_scatter.default)
