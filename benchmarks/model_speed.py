@@ -30,6 +30,7 @@ from __future__ import annotations
 import _thread
 import argparse
 import os
+import signal
 import statistics
 import sys
 import threading
@@ -288,6 +289,7 @@ def bench_collatz(programs: int = 2048):
 def bench_ctrl_c():
     from test_device_budget import spin
     delays = []
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # (run in a shell's background, SIGINT is ignored)
     for compiled in (True, False):
         dev = Device(watchdog=1 << 50, compiled=compiled)
         out = np.zeros(1, np.int32)

@@ -4,6 +4,7 @@ of a batch meet again where their paths join), the budget is per program, and Ct
 from __future__ import annotations
 
 import _thread
+import signal
 import threading
 import time
 
@@ -70,6 +71,9 @@ def test_ctrl_c_stops_a_launch_and_the_device_runs_on(compiled):
     bound below only says the interrupt was honoured; benchmarks/sim_speed.py measures how soon.)"""
     dev = Device(watchdog=1 << 50, compiled=compiled)
     out = np.full(1, 5, np.int32)
+    # (a process started in the background of a shell ignores SIGINT, and then ``interrupt_main`` does nothing:
+    # Python's own handler, as an interactive process has it, for the test's duration)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.3, _thread.interrupt_main)
     t0 = time.perf_counter()
     timer.start()
@@ -78,6 +82,7 @@ def test_ctrl_c_stops_a_launch_and_the_device_runs_on(compiled):
             spin[(64,)](out, 10, device=dev)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, handler)
     assert time.perf_counter() - t0 < 60
     assert out[0] == 5  # the store after the loop never ran
     spin[(64,)](out, 0, device=dev)
