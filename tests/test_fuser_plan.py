@@ -321,6 +321,26 @@ def test_a_program_whose_rows_never_change_never_builds_its_split_plan(rng):
     assert g.stats.builds == 1 and g.stats.built_ahead == 0 and g.stats.fallbacks == 0
 
 
+@pytest.mark.parametrize("preload", ["1", "0"])
+def test_the_build_ahead_worker_is_started_after_import_not_by_the_first_call(preload):
+    """Starting a thread waits until it runs: ``import dvmlang`` starts the worker on its preload thread, so the first
+    call that hands work over only queues it (``DVMLANG_PRELOAD=0``: no thread at import, the first call starts it)."""
+    import subprocess
+    import sys
+    code = """
+import threading, time
+import dvmlang
+end = time.monotonic() + (20 if WAIT else 1)
+while time.monotonic() < end and "dvmlang-build-ahead" not in {t.name for t in threading.enumerate()}:
+    time.sleep(0.01)
+print(sorted(t.name for t in threading.enumerate()))
+""".replace("WAIT", str(preload == "1"))
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, DVMLANG_PRELOAD=preload),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert ("dvmlang-build-ahead" in out.stdout) == (preload == "1"), out.stdout
+
+
 def test_a_row_that_outgrows_its_block_at_its_first_change_builds_the_split_plan_in_that_call(rng):
     sm = dvmlang.graph(lambda x: ops.softmax(x, axis=-1))
     for cols in (40, 3000, 40, 5000, 700):

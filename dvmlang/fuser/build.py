@@ -165,10 +165,22 @@ def worker_cpu() -> float:
     return _WORKER_CPU[0]
 
 
+_WORKER_LOCK = threading.Lock()
+
+
 def _worker() -> None:
+    """Start the worker unless it runs (``dvmlang``'s preload thread starts it after ``import dvmlang``: starting a
+    thread waits until the new thread runs, which the first call that hands over work would otherwise wait for, up
+    to tens of milliseconds while another thread holds the interpreter)."""
     if _WORKER and _WORKER[0].is_alive():
         return
+    with _WORKER_LOCK:
+        if _WORKER and _WORKER[0].is_alive():
+            return
+        _start_worker()
 
+
+def _start_worker() -> None:
     def run():
         while True:
             fn, args, done = _WORK.get()
