@@ -32,6 +32,8 @@ shapes, aliases and a trace requested mid-stream.
 
 from __future__ import annotations
 
+import weakref
+
 from . import replay as _replay
 from .execute import quietly
 from .launch import Launch, _imm_reader
@@ -141,8 +143,8 @@ def run(device, base, st: Steady, bc, arrays: dict, alias: dict):
 
 
 class _Member:
-    """What a member of a stacked launch has at every call of one stack (``_row``): its bytecode and name, its
-    cores and share of HBM, the clock its stage started at last with its launch base for it (``Device._bases``,
+    """What a member of a stacked launch has at every call of one stack (``_row``): its bytecode (a weak reference:
+    the plan does not keep a program's instances alive) and name, its cores and share of HBM, the clock its stage started at last with its launch base for it (``Device._bases``,
     one tuple: another thread's call of the stack reads both or neither), and its alias groups when it has none
     of its own (one per tensor)."""
 
@@ -155,7 +157,7 @@ def _row(stage, prof) -> list:
     row = []
     for (bc, _, kname, _), cores in zip(stage, shares):
         m = _Member()
-        m.bc, m.name, m.cores, m.share = bc, kname, cores, cores / sum(shares)
+        m.bc, m.name, m.cores, m.share = weakref.ref(bc), kname, cores, cores / sum(shares)
         m.based = m.ident = None
         row.append(m)
     return row
@@ -172,16 +174,21 @@ def _kept(device, stages, prof, options):
         if len(stage) != len(row):
             return None
         for item, m in zip(stage, row):
-            if item[0] is not m.bc or item[2] != m.name:
+            if item[0] is not m.bc() or item[2] != m.name:
                 return None
     return plan
 
 
 def _first(stages) -> int | None:
     """The id of a stack's first bytecode (what its plan is kept under), None for a stack of no kernel."""
+    bc = _first_bytecode(stages)
+    return None if bc is None else id(bc)
+
+
+def _first_bytecode(stages):
     for stage in stages:
         for item in stage:
-            return id(item[0])
+            return item[0]
     return None
 
 
@@ -229,12 +236,21 @@ def members(device, stages) -> tuple[list, float]:
             if rec.cycles > longest:
                 longest = rec.cycles
         clock += longest
-    if made is not None:  # (kept with the device under the first kernel's bytecode, which the plan holds)
-        stacks = device.__dict__.setdefault("_stacks", {})
+    if made is not None and out:  # (kept with the device under its first bytecode's id while that bytecode lives:
+        stacks = device.__dict__.setdefault("_stacks", {})  # the plan holds the members' launch bases and machines)
         if len(stacks) >= 64:
             stacks.clear()
-        stacks[_first(stages)] = (prof, options, made)
+        first = _first_bytecode(stages)
+        key = id(first)
+        stacks[key] = (prof, options, made, weakref.ref(first, lambda ref: _forget(stacks, key, ref)))
     return out, clock
+
+
+def _forget(stacks: dict, key: int, ref) -> None:
+    """A stack's first bytecode was freed: its plan goes (unless another stack's plan took the id since)."""
+    kept = stacks.get(key)
+    if kept is not None and kept[3] is ref:
+        del stacks[key]
 
 
 def split_cores(stage, prof) -> list[int]:

@@ -24,13 +24,16 @@ of ``G``. An op whose meaning changes at a size of 1 (``squeeze`` of that dim) g
 match fails. Where anything differs the new graph is compiled as always: a failed match never costs correctness,
 only the reuse.
 
-Graphs are kept until ``torch._dynamo.reset()``, which dynamo documents as a fresh start, as if in a new process.
+Graphs are kept while something else holds them (dynamo's cache entry of the graph's frame), at most the ``_TRIES``
+latest of one placeholder signature, and until ``torch._dynamo.reset()``, which dynamo documents as a fresh start,
+as if in a new process.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import weakref
 
 import sympy
 import torch
@@ -42,7 +45,10 @@ _IDENTITY_CANDIDATES = {aten.alias.default, aten.slice.Tensor, aten.view.default
                         aten.reshape.default, aten.expand.default, aten.clone.default}
 _SCALARS = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
 _TRIES = 8  # earlier graphs tried per compile (the most recent first)
-_REGISTRY: dict = {}  # (kind, placeholders' dtypes and ranks) -> [CompiledGraph], oldest first
+# (kind, placeholders' dtypes and ranks) -> [weak reference to a CompiledGraph], oldest first, at most _TRIES: held
+# weakly, so a graph dynamo dropped is freed with its programs, kernels and the simulator's steps for them (held
+# strongly, a process kept every graph it ever compiled)
+_REGISTRY: dict = {}
 
 
 def enabled() -> bool:
@@ -105,7 +111,8 @@ def register(cg, kind: str) -> None:
     """Keep ``cg`` (a ``CompiledGraph``) as a graph later compiles may reuse."""
     if enabled():
         _since_reset()
-        _REGISTRY.setdefault(_key(kind, cg.placeholders), []).append(cg)
+        refs = _REGISTRY.setdefault(_key(kind, cg.placeholders), [])
+        refs[:] = [r for r in refs[-(_TRIES - 1):] if r() is not None] + [weakref.ref(cg)]
 
 
 def find(gm: torch.fx.GraphModule, kind: str, name: str):
@@ -114,7 +121,10 @@ def find(gm: torch.fx.GraphModule, kind: str, name: str):
         return None
     _since_reset()
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for cg in reversed(_REGISTRY.get(_key(kind, placeholders), [])[-_TRIES:]):
+    for ref in reversed(_REGISTRY.get(_key(kind, placeholders), [])):
+        cg = ref()
+        if cg is None:
+            continue
         try:
             arg_map = match(cg.gm, gm)
         except NoMatch:
