@@ -337,3 +337,26 @@ def test_a_stages_cores_are_split_as_before():
                 kern = SimpleNamespace(grid=grid, mix=bool(rng.integers(0, 2)))
                 stage.append((SimpleNamespace(kernels=[kern]), {}, "k", None))
             assert _split_cores(stage, prof) == _split_cores_as_it_was(stage, prof)
+
+
+def test_a_dropped_programs_stack_plan_keeps_none_of_its_bytecodes():
+    """The device keeps a stacked launch's plan under its first bytecode while that bytecode lives: a program that
+    is dropped takes its bytecodes (and the simulator's steps for them) with it, and its plan goes too."""
+    import gc
+    import weakref
+
+    import dvmlang.ops as ops
+    dev = Device()
+    g = dvmlang.graph(lambda x, w: ops.softmax(ops.matmul(x, w), axis=-1) * 2.0, device=dev)
+    x = np.random.default_rng(0).standard_normal((16, 32)).astype(np.float32)
+    w = np.random.default_rng(1).standard_normal((32, 24)).astype(np.float32)
+    for _ in range(3):
+        g(x, w)
+    stacks = dev.__dict__.get("_stacks", {})
+    assert stacks  # (the calls took the steady way: their plan is kept)
+    refs = [m.bc for _, _, made, _ in stacks.values() for row in made for m in row]
+    assert refs and all(r() is not None for r in refs)
+    del g
+    gc.collect()
+    assert all(r() is None for r in refs)
+    assert not stacks

@@ -354,11 +354,12 @@ def loc_lookup(bc):
     lines = bc.debug.lines
     files = bc.debug.files
     pcs = [x[0] for x in lines]
+    name = bc.name  # (not the bytecode: a machine kept with its build must not keep the instance it was made of)
 
     def find(pc):
         i = bisect.bisect_right(pcs, pc) - 1
         if i < 0:
             return None
         _, fi, line, col = lines[i]
-        return SourceLoc(files[fi], line, col, func=bc.name)
+        return SourceLoc(files[fi], line, col, func=name)
     return find
