@@ -343,7 +343,6 @@ def test_a_dropped_programs_stack_plan_keeps_none_of_its_bytecodes():
     """The device keeps a stacked launch's plan under its first bytecode while that bytecode lives: a program that
     is dropped takes its bytecodes (and the simulator's steps for them) with it, and its plan goes too."""
     import gc
-    import weakref
 
     import dvmlang.ops as ops
     dev = Device()
