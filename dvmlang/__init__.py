@@ -30,8 +30,8 @@ from ._version import __version__  # noqa: F401 - dvmlang.__version__
 def _preload() -> None:
     """Import what the first build and launch need (the validator, the kernel frontend, the IR passes, and
     ``numpy.ma``, which ``np.unique`` imports at its first call: 8-30 ms in some launch) and start the build-ahead
-    worker (``fuser.build.Ahead``), so that a process's first calls do not pay for them. Runs on a background thread after ``import dvmlang`` (``DVMLANG_PRELOAD=0``: not at
-    all)."""
+    worker (``fuser.build.Ahead``), so that a process's first calls do not pay for them. Runs on a background
+    thread after ``import dvmlang`` (``DVMLANG_PRELOAD=0``: not at all)."""
     import importlib
     for name in ("dvmlang.vm.validator", "dvmlang.kernel_cache", "dvmlang.frontend.build", "dvmlang.ir.verifier",
                  "numpy.ma"):

@@ -194,3 +194,23 @@ def test_reuse_can_be_turned_off(monkeypatch):
     _run(c, m, torch.randn(2, 9, 16), torch.randn(2, 1, 16))
     one = _run(c, m, torch.randn(2, 1, 16), torch.randn(2, 1, 16))
     assert one["reused_graphs"] == 0 and one["plans"] >= 1
+
+
+def test_the_registry_holds_only_its_latest_graphs_and_those_weakly():
+    """Only the latest ``_TRIES`` graphs of a signature are ever tried, so only those are kept, and weakly: a graph
+    dynamo dropped is freed (with its programs and kernels), not kept for the process's life."""
+    import gc
+    import weakref
+
+    class Graph:  # (what register reads of a CompiledGraph: its placeholders)
+        placeholders: list = []
+
+    graphs = [Graph() for _ in range(reuse._TRIES + 3)]
+    for g in graphs:
+        reuse.register(g, "fw")
+    kept = reuse._REGISTRY[reuse._key("fw", [])]
+    assert [r() for r in kept] == graphs[-reuse._TRIES:]
+    last = weakref.ref(graphs[-1])
+    del graphs, g, kept
+    gc.collect()
+    assert last() is None

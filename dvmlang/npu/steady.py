@@ -144,9 +144,9 @@ def run(device, base, st: Steady, bc, arrays: dict, alias: dict):
 
 class _Member:
     """What a member of a stacked launch has at every call of one stack (``_row``): its bytecode (a weak reference:
-    the plan does not keep a program's instances alive) and name, its cores and share of HBM, the clock its stage started at last with its launch base for it (``Device._bases``,
-    one tuple: another thread's call of the stack reads both or neither), and its alias groups when it has none
-    of its own (one per tensor)."""
+    the plan does not keep a program's instances alive) and name, its cores and share of HBM, the clock its stage
+    started at last with its launch base for it (``Device._bases``, one tuple: another thread's call of the stack
+    reads both or neither), and its alias groups when it has none of its own (one per tensor)."""
 
     __slots__ = ("bc", "name", "cores", "share", "based", "ident")
 
