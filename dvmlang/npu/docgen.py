@@ -305,7 +305,9 @@ What a stacked launch's call repeats is kept too, per stack (the same kernels, s
 options: each stage's split of the cores and of HBM, each member's launch base for the clock its stage starts at
 (looked up again when that clock differs), and one alias dict per member that has none of its own; the launch's
 record sums its members' figures from what `Device._finish` left, in the same order, without making each member's
-fields. `tests/test_steady_call.py` calls two models' stacks in turn on one device, and changes the device's
+fields. That plan is kept under the stack's first bytecode while that bytecode lives and holds the members' bytecodes
+weakly: a program that is dropped takes its instances, and the simulator's steps for its builds, with it
+(`tests/test_steady.py`). `tests/test_steady_call.py` calls two models' stacks in turn on one device, and changes the device's
 options mid-stream, against `Device(replay=False)`.
 
 A batch's transfer whose programs' boxes lie on a grid (the programs' bases a row step and a column step apart:
