@@ -55,14 +55,15 @@ def test_conv2d_forward_and_backward(kw):
     _train_check(lambda: torch.nn.Conv2d(cin, cout, k, **kw), torch.randn(2, cin, 9, 8))
 
 
-@pytest.mark.parametrize("kw,dynamic", [
-    (dict(cin=3, cout=5, k=3, stride=2, padding=1, output_padding=1), True),  # a decoder's 2x upsampling
-    (dict(cin=4, cout=6, k=2, stride=2, groups=2), False),
-    (dict(cin=4, cout=4, k=3, padding=1, groups=4), True),  # depthwise
-    (dict(cin=2, cout=3, k=3, stride=3, padding=2, output_padding=2, dilation=2), False),
-    (dict(cin=6, cout=4, k=(4, 3), stride=(2, 1), padding=(1, 0)), True),
-    (dict(cin=3, cout=2, k=1), False),
+@pytest.mark.parametrize("kw", [
+    dict(cin=3, cout=5, k=3, stride=2, padding=1, output_padding=1),  # a decoder's 2x upsampling
+    dict(cin=4, cout=6, k=2, stride=2, groups=2),
+    dict(cin=4, cout=4, k=3, padding=1, groups=4),  # depthwise
+    dict(cin=2, cout=3, k=3, stride=3, padding=2, output_padding=2, dilation=2),
+    dict(cin=6, cout=4, k=(4, 3), stride=(2, 1), padding=(1, 0)),
+    dict(cin=3, cout=2, k=1),
 ])
+@pytest.mark.parametrize("dynamic", [False, True])
 def test_transposed_conv2d_forward_and_backward(kw, dynamic):
     """A transposed convolution is its convolution's input gradient; its backward swaps the convolution's input
     and output gradient (torch's definition: y[o * stride - padding + k * dilation] += x[o] * w[k])."""
@@ -79,8 +80,8 @@ def test_transposed_conv1d_upsampler():
     _train_check(make, torch.randn(2, 8, 6))
 
 
-@pytest.mark.parametrize("size,out,dynamic", [((5, 7), (3, 2), False), ((4, 4), (7, 7), True), ((9, 5), (2, 3), True),
-                                              ((10, 6), (3, 6), False)])
+@pytest.mark.parametrize("size,out", [((5, 7), (3, 2)), ((4, 4), (7, 7)), ((9, 5), (2, 3)), ((10, 6), (3, 6))])
+@pytest.mark.parametrize("dynamic", [False, True])
 def test_adaptive_average_pools_with_uneven_windows(size, out, dynamic):
     """Windows of different sizes (torch's [floor(i * n / o), ceil((i + 1) * n / o)), overlapping when the output
     is larger) and sizes known only at run time: the separable averaging matrices, forward and backward."""
@@ -107,7 +108,8 @@ def test_adaptive_max_pools(size, out):
 
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
 @pytest.mark.parametrize("padding_mode", ["zeros", "border"])
-@pytest.mark.parametrize("align_corners,dynamic", [(False, False), (True, True)])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("dynamic", [False, True])
 def test_grid_sample(mode, padding_mode, align_corners, dynamic):
     """``F.grid_sample`` at points inside and outside the input (a spatial transformer's resampling): torch's
     unnormalisation for both ``align_corners``, zeros or clipped coordinates outside, against eager."""

@@ -477,7 +477,8 @@ def _grid_sample(r, node, x, grid, interpolation_mode, padding_mode, align_corne
                                  ops.logical_and(ops.ge(yi, 0), ops.lt(yi, hi)))
         lin = ops.add(ops.mul(ops.minimum(ops.maximum(yi, 0), ops.sub(hi, 1)), wi),
                       ops.minimum(ops.maximum(xi, 0), ops.sub(wi, 1)))
-        got = ops.gather(flat, 2, ops.broadcast_to(ops.reshape(lin, (n, 1, -1)), (n, c, dims.arith(r.g.syms, "*", ho, wo))))
+        hw = dims.arith(r.g.syms, "*", ho, wo)
+        got = ops.gather(flat, 2, ops.broadcast_to(ops.reshape(lin, (n, 1, -1)), (n, c, hw)))
         got = ops.reshape(got, (n, c, ho, wo))
         return ops.where(inside, got, const(r, 0.0, got.dtype))
 

@@ -390,7 +390,7 @@ def lazy(max_pending: int = 256, fuse: bool = True, device=None):
     # programs compiled before the block: their earlier builds and encodes are not this block's
     for prog in list(session.rt.programs.items.values()):
         mode.progs[id(prog)] = prog
-        if all(p is not prog for p in st.programs()):
+        if not st.tracked(prog):
             st.track(prog)
             b, e = st._counts(prog.kernels)
             st._base["builds"] += b

@@ -45,6 +45,12 @@ def track(prog, keep: bool = False) -> None:
         weakref.finalize(prog, _retire, k, prog.kernels)
 
 
+def tracked(prog) -> bool:
+    """Whether ``prog`` is counted already (``track``)."""
+    ref = _PROGRAMS.get(id(prog))
+    return ref is not None and ref() is prog
+
+
 def _retire(k, kernels) -> None:
     _PROGRAMS.pop(k, None)
     b, e = _counts(kernels)
